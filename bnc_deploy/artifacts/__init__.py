@@ -1,0 +1,36 @@
+"""Versioned, framework-neutral model files (see ``container`` for the layout)."""
+
+from __future__ import annotations
+
+import os
+
+from bnc_deploy.artifacts.bnc import BNCArtifact
+from bnc_deploy.artifacts.container import (
+    FORMAT_VERSION,
+    ArtifactError,
+    read_container,
+    write_container,
+)
+
+#: Artifact classes by the header's ``kind``.
+ARTIFACT_KINDS = {BNCArtifact.kind: BNCArtifact}
+
+
+def save_artifact(artifact, path: str | os.PathLike) -> str:
+    """Write ``artifact`` to ``path``; return its content hash (sha256 hex)."""
+    header, arrays = artifact.to_header_and_arrays()
+    return write_container(path, header, arrays)
+
+
+def load_artifact(path: str | os.PathLike):
+    """Load and validate a model file; raise ArtifactError naming the file and the problem."""
+    header, arrays = read_container(path)
+    kind = header.get("kind")
+    if kind not in ARTIFACT_KINDS:
+        raise ArtifactError(f"{path}: unknown model kind {kind!r} (known: {sorted(ARTIFACT_KINDS)})")
+    artifact = ARTIFACT_KINDS[kind].from_header_and_arrays(header, arrays, where=str(path))
+    artifact.content_sha256 = header["content_sha256"]
+    return artifact
+
+
+__all__ = ["ArtifactError", "BNCArtifact", "FORMAT_VERSION", "load_artifact", "save_artifact"]

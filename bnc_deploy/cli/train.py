@@ -1,0 +1,148 @@
+"""``bnc-train``: train a naive Bayes or TAN classifier and write its model file.
+
+Scripts rely on this interface: flags and JSON keys are only ever added, never renamed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from bnc_deploy.cli.common import print_json, user_errors
+
+PROG = "bnc-train"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    defaults = _defaults()
+    p = argparse.ArgumentParser(
+        prog=PROG,
+        description="Train a Bayesian network classifier (naive Bayes or TAN) with few-bit parameters "
+                    "and write a versioned model file.",
+        epilog="Examples:\n"
+               "  bnc-train --data digits --model nb --bits 3 -o nb3.bnc\n"
+               "  bnc-train --data letter --model nb --init ml --epochs 0 -o letter_ml.bnc   (maximum likelihood)\n"
+               "  bnc-train --data letter --model tan --structure chow-liu --bits 8 --int-bits 3 -o tan8.bnc",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    data = p.add_argument_group("data")
+    data.add_argument("--data", default="digits", metavar="PATH_OR_NAME",
+                      help="dataset name (digits, letter, satimage, usps, letter-raw, satimage-raw, usps-raw, mnist) "
+                           "or a file (.npz, .csv, .data, .mat); default: digits (built in)")
+    data.add_argument("--fold", type=int, default=1, metavar="K", help="1-based fold (satimage has 5); default 1")
+    data.add_argument("--validation", type=float, default=0.0, metavar="FRACTION",
+                      help="carve a seeded validation split of this fraction from the training part")
+    model = p.add_argument_group("model")
+    model.add_argument("--model", choices=("nb", "tan"), default=defaults.model, help="structure family (default nb)")
+    model.add_argument("--structure", default=defaults.structure, metavar="{chow-liu,FILE}",
+                       help="TAN structure: chow-liu (default) or a file of parents (.bnc model, JSON list, or ints)")
+    model.add_argument("--bits", type=int, default=None, metavar="B",
+                       help="bits per parameter B = B_I + B_F in 1..8; omit for a float32 model")
+    model.add_argument("--int-bits", type=int, default=None, metavar="I",
+                       help="integer bits B_I in 1..6 (B_F = B - B_I may be negative); default 1 for B=1, 2 for B<=3, else 3")
+    model.add_argument("--init", choices=("uniform", "ml"), default=defaults.init,
+                       help="uniform: rho ~ U(-0.1, 0.1) (paper); ml: maximum likelihood counts + smoothing")
+    model.add_argument("--smoothing", type=float, default=defaults.smoothing, help="pseudo-counts for --init ml (default 1)")
+    train = p.add_argument_group("training")
+    train.add_argument("--epochs", type=int, default=defaults.epochs, metavar="N",
+                       help="epochs (default 500); 0 with --init ml gives the maximum-likelihood model")
+    train.add_argument("--batch-size", type=int, default=defaults.batch_size, metavar="N", help="default 100")
+    train.add_argument("--lr", type=float, default=defaults.lr, metavar="X", help="initial learning rate (default 3e-3)")
+    train.add_argument("--lr-decay", type=float, default=defaults.lr_decay, metavar="F",
+                       help="final learning rate = lr * F, log-linear per epoch (default 1e-3)")
+    train.add_argument("--loss", choices=("hybrid", "nll", "cll"), default=defaults.loss,
+                       help="hybrid generative-discriminative (default), nll (generative), cll (conditional)")
+    train.add_argument("--hybrid-lambda", type=float, default=defaults.hybrid_lambda, metavar="L", help="default 18.70")
+    train.add_argument("--hybrid-gamma", type=float, default=defaults.hybrid_gamma, metavar="G", help="default 0.1277")
+    train.add_argument("--hybrid-eta", type=float, default=defaults.hybrid_eta, metavar="E", help="default 10")
+    train.add_argument("--seed", type=int, default=defaults.seed, metavar="S", help="seed for init, shuffling and splits")
+    train.add_argument("--threads", type=int, default=None, metavar="N", help="torch CPU threads (default: torch's)")
+    out = p.add_argument_group("output")
+    out.add_argument("-o", "--output", required=True, metavar="MODEL", help="model file to write (.bnc)")
+    out.add_argument("--json", action="store_true", help="print one JSON object instead of a summary")
+    out.add_argument("--quiet", action="store_true", help="no progress bar")
+    return p
+
+
+def _defaults():
+    from bnc_deploy.training import TrainConfig
+
+    return TrainConfig()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    with user_errors(PROG):
+        result = run(args)
+    if args.json:
+        print_json(result)
+    else:
+        print(format_summary(result))
+    return 0
+
+
+def run(args) -> dict:
+    """Load data, train, save; return the JSON summary."""
+    import torch
+
+    from bnc_deploy.artifacts import save_artifact
+    from bnc_deploy.datasets import load_dataset
+    from bnc_deploy.training import TrainConfig, train_bnc
+
+    if args.threads is not None:
+        if args.threads < 1:
+            raise ValueError(f"--threads must be >= 1, got {args.threads}")
+        torch.set_num_threads(args.threads)
+    config = TrainConfig(
+        model=args.model, structure=args.structure, bits=args.bits, int_bits=args.int_bits, init=args.init,
+        smoothing=args.smoothing, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
+        lr_decay=args.lr_decay, loss=args.loss, hybrid_lambda=args.hybrid_lambda,
+        hybrid_gamma=args.hybrid_gamma, hybrid_eta=args.hybrid_eta, seed=args.seed,
+        progress=not (args.quiet or args.json) and sys.stderr.isatty())
+    config.validate()  # fail on bad flags before loading (possibly large) data
+    dataset = load_dataset(args.data, fold=args.fold, seed=args.seed, validation_fraction=args.validation)
+    result = train_bnc(dataset, config)
+    artifact = result.artifact
+    digest = save_artifact(artifact, args.output)
+    errors = artifact.metadata["errors"]
+    q = artifact.quantizer
+    return {
+        "model": str(args.output),
+        "test_error": errors["test"],
+        "train_error": errors["train"],
+        "val_error": errors.get("val"),
+        "n_parameters": artifact.n_parameters,
+        "size_bits": artifact.size_bits,
+        "n_ops": artifact.n_ops,
+        "structure": artifact.structure,
+        "parents": artifact.parents.tolist(),
+        "bits": q.total_bits if q else None,
+        "int_bits": q.int_bits if q else None,
+        "frac_bits": q.frac_bits if q else None,
+        "dataset": dataset.name,
+        "fold": dataset.fold,
+        "n_features": dataset.n_features,
+        "n_classes": dataset.n_classes,
+        "epochs": config.epochs,
+        "seconds": round(result.seconds, 3),
+        "content_sha256": digest,
+    }
+
+
+def format_summary(r: dict) -> str:
+    width = "float32" if r["bits"] is None else f"{r['bits']} bits (B_I={r['int_bits']}, B_F={r['frac_bits']})"
+    lines = [
+        f"trained {r['structure'].upper()} on {r['dataset']} (fold {r['fold']}): "
+        f"{r['n_features']} features, {r['n_classes']} classes, {r['epochs']} epochs in {r['seconds']:.1f} s",
+        f"  parameters  {r['n_parameters']:,} x {width}",
+        f"  size        {r['size_bits']:,} bits ({r['size_bits'] / 8 / 1024:.2f} KiB)",
+        f"  operations  {r['n_ops']:,} additions (+ argmax)",
+        f"  train error {100 * r['train_error']:.2f} %",
+    ]
+    if r["val_error"] is not None:
+        lines.append(f"  val error   {100 * r['val_error']:.2f} %")
+    lines += [f"  test error  {100 * r['test_error']:.2f} %", f"  wrote       {r['model']}"]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

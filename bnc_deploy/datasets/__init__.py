@@ -1,0 +1,156 @@
+"""Datasets: one type (``DiscreteDataset``) and one entry point (``load_dataset``).
+
+Names (files under the data directory, see ``find_data_dir``):
+
+============== ==================================================== =====================
+name           source                                               protocol
+============== ==================================================== =====================
+digits         scikit-learn's 8x8 digits (values 0..16, no cuts)    2/3-1/3, seeded
+letter         discretized/letter.npz (the paper's exact inputs)    the file's fold
+satimage       discretized/satimage.npz                             the file's 5 folds
+usps           discretized/usps.npz                                 the file's fold
+letter-raw     raw/letter/letter-recognition.data                   2/3-1/3 + Fayyad-Irani
+satimage-raw   raw/satimage/sat.trn + sat.tst (pooled)              5-fold CV + Fayyad-Irani
+usps-raw       raw/usps/usps_all.mat                                2/3-1/3 + Fayyad-Irani
+mnist          raw/mnist/mnist.npz (pooled, downscaled to 14x14)    2/3-1/3 + Fayyad-Irani
+============== ==================================================== =====================
+
+A path works too: ``.npz`` (paper fold format, or MNIST-style keys), ``.csv``/``.data``
+(generic CSV), ``.mat`` (the usps_all.mat layout). Raw files are split and discretized.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable
+
+from . import loaders, splits
+from .base import DatasetError, DiscreteDataset
+
+__all__ = ["DiscreteDataset", "DatasetError", "load_dataset", "dataset_names", "find_data_dir", "DATA_DIR_ENV"]
+
+DATA_DIR_ENV = "BNC_DEPLOY_DATA_DIR"
+_RELATIVE_DATA_DIR = Path("..") / "shared" / "datasets"
+_REPO_ROOT = Path(__file__).resolve().parent.parent.parent  # parent of the bnc_deploy package
+
+
+def find_data_dir(data_dir: str | Path | None = None) -> Path:
+    """The folder holding ``discretized/`` and ``raw/``.
+
+    Order: ``data_dir``, else ``$BNC_DEPLOY_DATA_DIR``, else the first existing of
+    ``../shared/datasets`` relative to the current directory and to the repository root.
+    Raises DatasetError listing every place searched.
+    """
+    if data_dir is not None:
+        candidates, how = [Path(data_dir)], "the data_dir argument"
+    elif os.environ.get(DATA_DIR_ENV):
+        candidates, how = [Path(os.environ[DATA_DIR_ENV])], f"${DATA_DIR_ENV}"
+    else:
+        candidates = [Path.cwd() / _RELATIVE_DATA_DIR, _REPO_ROOT / _RELATIVE_DATA_DIR]
+        how = "the default locations"
+    for candidate in candidates:
+        if candidate.is_dir():
+            return candidate.resolve()
+    searched = ", ".join(str(c) for c in candidates)
+    raise DatasetError(f"dataset folder not found (searched {how}: {searched}); pass data_dir=... "
+                       f"or set {DATA_DIR_ENV} to the folder holding discretized/ and raw/")
+
+
+def _named_file(data_dir: Path, relative: str) -> Path:
+    path = data_dir / relative
+    if not path.is_file():
+        raise DatasetError(f"{path}: file not found (data directory {data_dir})")
+    return path
+
+
+def _paper(stem: str, class_names: list[str], feature_names: list[str]) -> Callable:
+    def load(data_dir: Path, fold: int, seed: int) -> DiscreteDataset:
+        return loaders.load_paper_npz(_named_file(data_dir, f"discretized/{stem}.npz"), fold, name=stem,
+                                      class_names=class_names, feature_names=feature_names)
+    return load
+
+
+def _raw(name: str, read: Callable[[Path], loaders.RawData], files: list[str], protocol: str) -> Callable:
+    def load(data_dir: Path, fold: int, seed: int) -> DiscreteDataset:
+        raw = read(*(_named_file(data_dir, f) for f in files))
+        return splits.discretize_split(name, raw, protocol, fold=fold, seed=seed)
+    return load
+
+
+def _digits(data_dir: Path | None, fold: int, seed: int) -> DiscreteDataset:
+    return splits.discrete_split("digits", loaders.read_digits(), loaders.DIGITS_CARDINALITY,
+                                 splits.HOLDOUT_PROTOCOL, fold=fold, seed=seed)
+
+
+#: name -> loader(data_dir, fold, seed); digits needs no data directory.
+_NAMED: dict[str, Callable] = {
+    "digits": _digits,
+    "letter": _paper("letter", loaders.LETTER_CLASSES, loaders.LETTER_FEATURES),
+    "satimage": _paper("satimage", loaders.SATIMAGE_CLASSES, loaders.SATIMAGE_FEATURES),
+    "usps": _paper("usps", loaders.USPS_CLASSES, loaders.USPS_FEATURES),
+    "letter-raw": _raw("letter-raw", loaders.read_letter, ["raw/letter/letter-recognition.data"],
+                       splits.HOLDOUT_PROTOCOL),
+    "satimage-raw": _raw("satimage-raw", loaders.read_satimage, ["raw/satimage/sat.trn", "raw/satimage/sat.tst"],
+                         splits.CV_PROTOCOL),
+    "usps-raw": _raw("usps-raw", loaders.read_usps_mat, ["raw/usps/usps_all.mat"], splits.HOLDOUT_PROTOCOL),
+    "mnist": _raw("mnist", loaders.read_mnist_npz, ["raw/mnist/mnist.npz"], splits.HOLDOUT_PROTOCOL),
+}
+
+
+def dataset_names() -> list[str]:
+    """The names ``load_dataset`` knows (besides file paths)."""
+    return list(_NAMED)
+
+
+def _load_path(path: Path, fold: int, seed: int) -> DiscreteDataset:
+    """A dataset file given by path, dispatched on its suffix (and an npz's keys)."""
+    if not path.is_file():
+        raise DatasetError(f"{path}: file not found")
+    suffix = path.suffix.lower()
+    if suffix == ".npz":
+        if loaders.is_mnist_npz(path):
+            return splits.discretize_split(path.stem, loaders.read_mnist_npz(path), splits.HOLDOUT_PROTOCOL,
+                                           fold=fold, seed=seed)
+        return loaders.load_paper_npz(path, fold)
+    readers = {".csv": loaders.read_csv, ".data": loaders.read_csv, ".mat": loaders.read_usps_mat}
+    if suffix not in readers:
+        raise DatasetError(f"{path}: unsupported file type {suffix!r}, expected .npz, .csv, .data or .mat")
+    return splits.discretize_split(path.stem, readers[suffix](path), splits.HOLDOUT_PROTOCOL, fold=fold, seed=seed)
+
+
+def _looks_like_path(spec: str) -> bool:
+    return os.sep in spec or "/" in spec or Path(spec).suffix.lower() in {".npz", ".csv", ".data", ".mat"}
+
+
+def load_dataset(spec: str | Path, *, fold: int = 1, seed: int = 0, validation_fraction: float = 0.0,
+                 data_dir: str | Path | None = None) -> DiscreteDataset:
+    """Load one fold of a dataset as a ``DiscreteDataset``.
+
+    Parameters
+    ----------
+    spec : str or Path
+        A name from ``dataset_names()`` or a path to a ``.npz``, ``.csv``, ``.data`` or ``.mat`` file.
+    fold : int
+        1-based fold (1 for hold-out datasets, 1..5 for satimage).
+    seed : int
+        Seed of the split permutation (raw data and digits; the paper's npz folds are fixed).
+    validation_fraction : float
+        If > 0, that fraction of the training rows moves to ``x_val``/``y_val`` (seeded by ``seed``).
+    data_dir : path, optional
+        Folder with ``discretized/`` and ``raw/`` for named datasets (see ``find_data_dir``).
+    """
+    if isinstance(fold, bool) or not isinstance(fold, int):
+        raise DatasetError(f"fold must be an integer, got {fold!r}")
+    spec_str = str(spec)
+    if isinstance(spec, Path) or (spec_str not in _NAMED and _looks_like_path(spec_str)):
+        dataset = _load_path(Path(spec), fold, seed)
+    elif spec_str in _NAMED:
+        where = None if spec_str == "digits" else find_data_dir(data_dir)
+        dataset = _NAMED[spec_str](where, fold, seed)
+    else:
+        raise DatasetError(f"unknown dataset {spec_str!r}; known names: {', '.join(dataset_names())}, "
+                           f"or a path to a .npz/.csv/.data/.mat file")
+    if validation_fraction > 0:
+        dataset = dataset.with_validation(validation_fraction, seed)
+    return dataset

@@ -1,0 +1,1 @@
+"""Torch models (training only) and numpy structure learning."""

@@ -1,0 +1,49 @@
+"""Input checks shared by datasets, the reference predictor and runtime adapters.
+
+Every message names the feature (index and name) and the offending value and row, so a user can
+find the bad input; nothing is clipped or wrapped silently.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class InputError(ValueError):
+    """Inputs to a model do not match its features (shape, dtype or value range)."""
+
+
+def check_codes(x, cardinalities: np.ndarray, feature_names=None, where: str = "input") -> np.ndarray:
+    """Validate discrete feature codes; return them as an int64 array of shape (n, n_features).
+
+    Parameters
+    ----------
+    x : array-like of shape (n, n_features) or (n_features,)
+        Integer codes, feature ``i`` in ``0 .. cardinalities[i] - 1``. A single row is accepted.
+    cardinalities : ndarray of shape (n_features,)
+    feature_names : list of str, optional
+    where : str
+        Prefix for messages (e.g. the file or data set being checked).
+    """
+    cardinalities = np.asarray(cardinalities, dtype=np.int64)
+    d = cardinalities.shape[0]
+    arr = np.asarray(x)
+    if arr.ndim == 1 and arr.shape[0] == d:
+        arr = arr[None, :]
+    if arr.ndim != 2 or arr.shape[1] != d:
+        raise InputError(f"{where}: expected discrete features of shape (n, {d}), got shape {arr.shape}")
+    if arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer):
+        if np.issubdtype(arr.dtype, np.floating) and arr.size and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
+            hint = " (whole-valued floats: cast with .astype(int) if they are codes)"
+        else:
+            hint = ""
+        raise InputError(f"{where}: discrete features must have an integer dtype, got {arr.dtype}{hint}")
+    arr = arr.astype(np.int64, copy=False)
+    bad = (arr < 0) | (arr >= cardinalities[None, :])
+    if bad.any():
+        row, col = map(int, np.argwhere(bad)[0])
+        name = f" ({feature_names[col]!r})" if feature_names is not None else ""
+        raise InputError(
+            f"{where}: feature {col}{name} has value {int(arr[row, col])} in row {row}, "
+            f"outside its range 0..{int(cardinalities[col]) - 1} ({int(bad.sum())} bad value(s) in all)")
+    return arr

@@ -1,0 +1,4 @@
+"""Exporters: model artifact -> deployable file (ONNX, TFLite).
+
+Installed as ``bnc_deploy.exporters``. Exporters read artifacts only; they never import torch.
+"""

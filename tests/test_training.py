@@ -1,0 +1,112 @@
+import json
+
+import numpy as np
+import pytest
+
+from bnc_deploy.artifacts import load_artifact, save_artifact
+from bnc_deploy.reference import ReferencePredictor
+from bnc_deploy.quantize import UnsupportedBitWidth
+from bnc_deploy.training import TrainConfig, default_int_bits, load_structure_file, train_bnc
+from tests.conftest import make_synthetic_dataset
+
+
+def quick(**kw):
+    base = dict(epochs=4, batch_size=32, lr=3e-2, progress=False)
+    base.update(kw)
+    return TrainConfig(**base)
+
+
+def test_learning_rate_decays_log_linearly_to_a_thousandth():
+    lrs = TrainConfig(epochs=5, lr=3e-3).learning_rates()
+    assert lrs[0] == pytest.approx(3e-3) and lrs[-1] == pytest.approx(3e-6)
+    assert np.allclose(np.diff(np.log(lrs)), np.log(1e-3) / 4)
+
+
+def test_training_is_seeded_and_reproducible():
+    ds = make_synthetic_dataset()
+    a = train_bnc(ds, quick(seed=7, bits=3))
+    b = train_bnc(ds, quick(seed=7, bits=3))
+    c = train_bnc(ds, quick(seed=8, bits=3))
+    assert np.array_equal(a.artifact.table_codes, b.artifact.table_codes)
+    assert a.history["train_loss"] == b.history["train_loss"]
+    assert a.history["train_loss"] != c.history["train_loss"]
+
+
+@pytest.mark.parametrize("model", ["nb", "tan"])
+@pytest.mark.parametrize("bits", [None, 1, 4, 8])
+def test_training_learns_and_artifact_matches(model, bits):
+    ds = make_synthetic_dataset()
+    result = train_bnc(ds, quick(model=model, bits=bits, epochs=15))
+    art = result.artifact
+    assert art.structure == model and art.is_quantized == (bits is not None)
+    errors = art.metadata["errors"]
+    majority = np.bincount(ds.y_test).max() / len(ds.y_test)
+    assert errors["test"] < 1 - majority  # better than guessing the majority class
+    assert errors["test"] == pytest.approx(np.mean(ReferencePredictor(art).predict(ds.x_test) != ds.y_test))
+    assert art.metadata["torch_reference_agreement"] == 1.0
+    history = result.history
+    assert len(history["train_loss"]) == 15 and len(history["test_error"]) == 15
+    if bits is None or bits >= 4:  # at 1 bit the loss surface is too coarse to decrease monotonically
+        assert history["train_loss"][-1] < history["train_loss"][0]
+
+
+def test_ml_with_zero_epochs_is_count_based_and_history_is_empty():
+    ds = make_synthetic_dataset()
+    result = train_bnc(ds, quick(init="ml", epochs=0))
+    assert result.history["train_loss"] == []
+    # Class prior from add-one counts.
+    counts = np.bincount(ds.y_train, minlength=ds.n_classes) + 1.0
+    assert np.allclose(np.exp(result.artifact.class_logp), counts / counts.sum(), atol=1e-6)
+
+
+def test_validation_split_is_tracked():
+    ds = make_synthetic_dataset().with_validation(0.2, seed=1)
+    result = train_bnc(ds, quick())
+    assert len(result.history["val_error"]) == 4
+    assert "val" in result.artifact.metadata["errors"]
+
+
+def test_metadata_records_config_data_library_and_check_set(tmp_path):
+    ds = make_synthetic_dataset()
+    art = train_bnc(ds, quick(bits=2, int_bits=2, seed=3)).artifact
+    path = tmp_path / "m.bnc"
+    save_artifact(art, path)
+    meta = load_artifact(path).metadata
+    assert meta["config"]["bits"] == 2 and meta["config"]["seed"] == 3
+    assert meta["data"]["n_train"] == 300 and meta["library"]["bnc_deploy"]
+    assert art.check_x.shape == (150, ds.n_features) and art.check_x.dtype == np.uint8
+    json.dumps(meta, allow_nan=False)
+
+
+def test_structure_from_file_and_errors(tmp_path):
+    ds = make_synthetic_dataset()
+    good = tmp_path / "parents.json"
+    good.write_text(json.dumps({"parents": [-1, 0, 1, 2, 3, 4]}))
+    art = train_bnc(ds, quick(model="tan", structure=str(good))).artifact
+    assert art.parents.tolist() == [-1, 0, 1, 2, 3, 4]
+    txt = tmp_path / "parents.txt"
+    txt.write_text("-1 0 0 0 0 0")
+    assert load_structure_file(txt, 6).tolist() == [-1, 0, 0, 0, 0, 0]
+    cyclic = tmp_path / "cyclic.json"
+    cyclic.write_text("[1, 0, -1, -1, -1, -1]")
+    with pytest.raises(ValueError, match="cycle"):
+        load_structure_file(cyclic, 6)
+    short = tmp_path / "short.json"
+    short.write_text("[-1, 0]")
+    with pytest.raises(ValueError, match="expected 6 integer parents"):
+        load_structure_file(short, 6)
+    with pytest.raises(ValueError, match="does not exist"):
+        load_structure_file(tmp_path / "nope.json", 6)
+
+
+def test_config_validation():
+    ds = make_synthetic_dataset()
+    with pytest.raises(UnsupportedBitWidth):
+        train_bnc(ds, quick(bits=9))
+    with pytest.raises(ValueError, match="needs --bits"):
+        train_bnc(ds, quick(int_bits=2))
+    with pytest.raises(ValueError, match="larger than the training set"):
+        train_bnc(ds, quick(batch_size=10_000))
+    with pytest.raises(ValueError, match="unknown model"):
+        train_bnc(ds, quick(model="svm"))
+    assert [default_int_bits(b) for b in range(1, 9)] == [1, 2, 2, 3, 3, 3, 3, 3]
