@@ -175,6 +175,32 @@ def train_bnc(dataset: DiscreteDataset, config: TrainConfig) -> TrainResult:
     return TrainResult(artifact=artifact, history=history, seconds=time.perf_counter() - started)
 
 
+def train_epoch(model, optimizer, loss_fn, indices: torch.Tensor, labels: torch.Tensor, order: torch.Tensor,
+                batch_size: int) -> tuple[float, int]:
+    """One pass over ``order`` in full batches (the last incomplete batch is dropped).
+
+    Returns the summed batch losses and the number of misclassified training rows, both
+    measured on the fly (before each update), as the paper's reference code reports them.
+    """
+    loss_sum, wrong = 0.0, 0
+    for b in range(order.shape[0] // batch_size):
+        batch = order[b * batch_size:(b + 1) * batch_size]
+        log_joint = model(indices[batch])
+        batch_labels = labels[batch]
+        loss = loss_fn(log_joint, batch_labels)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        loss_sum += loss.item()
+        wrong += int((log_joint.detach().argmax(dim=1) != batch_labels).sum())
+    return loss_sum, wrong
+
+
+def make_optimizer(model) -> torch.optim.Optimizer:
+    """Adam; the fused implementation saves kernel launches on these small tensors."""
+    return torch.optim.Adam(model.parameters(), lr=1e-3, fused=True)
+
+
 def _fit(model, loss_fn, tensors, config: TrainConfig) -> dict:
     from tqdm.auto import tqdm
 
@@ -187,24 +213,14 @@ def _fit(model, loss_fn, tensors, config: TrainConfig) -> dict:
     if n_batches == 0:
         raise ValueError(f"batch size {config.batch_size} is larger than the training set ({n} rows)")
     generator = torch.Generator().manual_seed(config.seed + 1)
-    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, fused=True)  # fused: fewer kernel launches per step
+    optimizer = make_optimizer(model)
     bar = tqdm(config.learning_rates(), desc="train", unit="epoch", disable=not config.progress, leave=False)
     for epoch, lr in enumerate(bar, start=1):
         tick = time.perf_counter()
         for group in optimizer.param_groups:
             group["lr"] = float(lr)
         order = torch.randperm(n, generator=generator)
-        loss_sum, wrong = 0.0, 0
-        for b in range(n_batches):
-            batch = order[b * config.batch_size:(b + 1) * config.batch_size]
-            log_joint = model(idx_train[batch])
-            labels = y_train[batch]
-            loss = loss_fn(log_joint, labels)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            loss_sum += loss.item()
-            wrong += int((log_joint.detach().argmax(dim=1) != labels).sum())
+        loss_sum, wrong = train_epoch(model, optimizer, loss_fn, idx_train, y_train, order, config.batch_size)
         train_loss = loss_sum / n_batches
         if not math.isfinite(train_loss):
             raise FloatingPointError(f"training loss became {train_loss} in epoch {epoch}; try a smaller --lr")

@@ -1,5 +1,6 @@
 import json
 import shutil
+from pathlib import Path
 import subprocess
 import sys
 
@@ -86,3 +87,14 @@ def test_console_script(tmp_path):
                            str(tmp_path / "m.bnc"), "--json"], capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stderr
     assert REQUIRED_KEYS <= json.loads(proc.stdout).keys()
+
+
+def test_sample_csv_from_the_repository(tmp_path, capsys):
+    sample = Path(__file__).resolve().parent.parent / "samples" / "activity.csv"
+    result = run_json(capsys, "--data", str(sample), "--bits", "2", "--init", "ml", "--epochs", "3",
+                      "-o", str(tmp_path / "activity.bnc"))
+    art = load_artifact(tmp_path / "activity.bnc")
+    assert art.class_names == ["idle", "run", "walk"]
+    assert art.feature_names == ["accel_rms", "heart_rate", "step_hz", "skin_temp"]
+    assert len(art.discretizer["cut_points"]) == 4
+    assert result["size_bits"] == 2 * art.n_parameters

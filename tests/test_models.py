@@ -117,3 +117,25 @@ def test_chow_liu_recovers_a_chain():
     for i in range(1, 5):
         x[:, i] = np.where(rng.random(n) < 0.9, x[:, i - 1], rng.integers(0, 3, n))
     assert chow_liu_parents(x, y, np.full(5, 3), 2).tolist() == [-1, 0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("quantizer", [None, FixedPointLogQuantizer(4, 2)])
+@pytest.mark.parametrize("parents", [None, [-1, 0, 1, 0, 3, 4]])
+def test_hand_written_backward_equals_autograd(quantizer, parents):
+    ds = make_synthetic_dataset(seed=5)
+    model = BayesNetClassifier(ds.cardinalities, ds.n_classes, parents, quantizer=quantizer,
+                               generator=torch.Generator().manual_seed(1))
+    indices = model.flat_indices(ds.x_train[:64])
+    upstream = torch.randn(64, ds.n_classes, generator=torch.Generator().manual_seed(2))
+
+    model.zero_grad()
+    (model(indices) * upstream).sum().backward()
+    fast = (model.rho.grad.clone(), model.class_rho.grad.clone())
+
+    model.zero_grad()
+    class_theta, theta = model.log_tables()  # plain torch ops, differentiated by autograd
+    plain = theta.reshape(-1, ds.n_classes)[indices].sum(dim=1) + class_theta
+    (plain * upstream).sum().backward()
+    assert torch.allclose(fast[0], model.rho.grad, atol=1e-5)
+    assert torch.allclose(fast[1], model.class_rho.grad, atol=1e-5)
+    assert torch.allclose(model(indices), plain, atol=1e-5)

@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from bnc_deploy.artifacts.bnc import BNCArtifact
+from bnc_deploy.models._kernels import BNLogJoint
 from bnc_deploy.quantize import FixedPointLogQuantizer
 
 #: Value of padded ``rho`` entries: exp(-1e4) == 0 in float32, and it is finite (no NaN anywhere).
@@ -126,11 +127,13 @@ class BayesNetClassifier(nn.Module):
         return class_theta, theta
 
     def forward(self, indices: torch.Tensor) -> torch.Tensor:
-        """``log p(c, x)`` of shape (n, C) from precomputed ``flat_indices`` (n, D)."""
-        class_theta, theta = self.log_tables()
-        table = theta.reshape(-1, self.n_classes)
-        summed = nn.functional.embedding_bag(indices, table, mode="sum")
-        return summed + class_theta
+        """``log p(c, x)`` of shape (n, C) from precomputed ``flat_indices`` (n, D).
+
+        Equal to ``class_theta + theta.reshape(-1, C)[indices].sum(1)`` with ``log_tables()``; the
+        hand-written backward (``_kernels.BNLogJoint``) keeps the training step to one graph node.
+        """
+        quant = None if self.quantizer is None else (self.quantizer.frac_bits, self.quantizer.max_magnitude)
+        return BNLogJoint.apply(self.rho, self.class_rho, indices, quant)
 
     @torch.no_grad()
     def predict(self, x) -> np.ndarray:
