@@ -64,6 +64,8 @@ class TrainConfig:
     def validate(self) -> None:
         if self.model not in ("nb", "tan"):
             raise ValueError(f"unknown model {self.model!r}: use 'nb' or 'tan'")
+        if self.model == "nb" and self.structure != "chow-liu":
+            raise ValueError(f"--structure {self.structure} applies to --model tan only (naive Bayes has no parents)")
         if self.epochs < 0:
             raise ValueError(f"epochs must be >= 0, got {self.epochs}")
         if self.batch_size < 1:
