@@ -59,6 +59,7 @@ class TrainConfig:
     hybrid_gamma: float = 0.1277
     hybrid_eta: float = 10.0
     seed: int = 0
+    adam_eps: float = 1e-7            # TensorFlow/Keras' default, as in the paper's reference code
     progress: bool = True
 
     def validate(self) -> None:
@@ -76,6 +77,8 @@ class TrainConfig:
             raise ValueError(f"lr decay must be in (0, 1], got {self.lr_decay}")
         if self.init not in ("uniform", "ml"):
             raise ValueError(f"unknown init {self.init!r}: use 'uniform' or 'ml'")
+        if not self.adam_eps > 0:
+            raise ValueError(f"Adam eps must be > 0, got {self.adam_eps}")
         if self.smoothing < 0:
             raise ValueError(f"smoothing must be >= 0, got {self.smoothing}")
         if self.int_bits is not None and self.bits is None:
@@ -198,9 +201,14 @@ def train_epoch(model, optimizer, loss_fn, indices: torch.Tensor, labels: torch.
     return loss_sum, wrong
 
 
-def make_optimizer(model) -> torch.optim.Optimizer:
-    """Adam; the fused implementation saves kernel launches on these small tensors."""
-    return torch.optim.Adam(model.parameters(), lr=1e-3, fused=True)
+def make_optimizer(model, eps: float = 1e-7) -> torch.optim.Optimizer:
+    """Adam; the fused implementation saves kernel launches on these small tensors.
+
+    ``eps`` defaults to 1e-7, TensorFlow's default, which the paper's reference code used (torch's
+    is 1e-8). At few bits it matters: a larger eps damps the updates of rarely-seen table rows,
+    whose tiny gradients would otherwise flip quantized values back and forth to the end.
+    """
+    return torch.optim.Adam(model.parameters(), lr=1e-3, eps=eps, fused=True)
 
 
 def _fit(model, loss_fn, tensors, config: TrainConfig) -> dict:
@@ -215,7 +223,7 @@ def _fit(model, loss_fn, tensors, config: TrainConfig) -> dict:
     if n_batches == 0:
         raise ValueError(f"batch size {config.batch_size} is larger than the training set ({n} rows)")
     generator = torch.Generator().manual_seed(config.seed + 1)
-    optimizer = make_optimizer(model)
+    optimizer = make_optimizer(model, config.adam_eps)
     bar = tqdm(config.learning_rates(), desc="train", unit="epoch", disable=not config.progress, leave=False)
     for epoch, lr in enumerate(bar, start=1):
         tick = time.perf_counter()

@@ -1,14 +1,17 @@
 """``bnc-demo``: the main job on the built-in digits data, end to end.
 
-Trains naive Bayes and Chow-Liu TAN classifiers on scikit-learn's 8x8 digits (float and few-bit),
-writes their model files to ``out/``, re-loads each file and checks that the NumPy reference
-predictor reproduces the trained model, then prints one table.
+Trains naive Bayes and Chow-Liu TAN classifiers on scikit-learn's 8x8 digits (float and few-bit)
+and writes their model files to ``out/``; exports each one to ONNX and TFLite; runs the exported
+files in onnxruntime and LiteRT on every test row, compares them with the NumPy reference
+predictor of the model file, and prints one table.
 """
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+
+import numpy as np
 
 #: (name, bnc-train flags) of the models the demo trains.
 DEMO_MODELS = [
@@ -21,38 +24,65 @@ DEMO_MODELS = [
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="bnc-demo", description=__doc__.split("\n")[0])
-    parser.add_argument("--out", default="out", help="folder for the model files (default: out/)")
+    parser.add_argument("--out", default="out", help="folder for the model and exported files (default: out/)")
     parser.add_argument("--data", default="digits", help="dataset (default: the built-in digits)")
     args = parser.parse_args(argv)
 
-    from bnc_deploy.artifacts import load_artifact
-    from bnc_deploy.cli import train as train_cli
     from bnc_deploy.cli.common import user_errors
-    from bnc_deploy.datasets import load_dataset
-    from bnc_deploy.reference import ReferencePredictor
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    rows = []
     with user_errors("bnc-demo"):
-        test = load_dataset(args.data)
-        for name, flags in DEMO_MODELS:
-            path = out / f"{args.data}-{name}.bnc"
-            print(f"training {name} ...", flush=True)
-            result = train_cli.run(train_cli.build_parser().parse_args(
-                ["--data", args.data, "--quiet", "-o", str(path), *flags]))
-            reference = ReferencePredictor(load_artifact(path))  # the file, not the in-memory model
-            file_error = float((reference.predict(test.x_test) != test.y_test).mean())
-            rows.append((name, result, file_error, path.stat().st_size))
+        rows = [demo_model(name, flags, args.data, out) for name, flags in DEMO_MODELS]
     print()
-    print(f"{'model':<14}{'bits':>6}{'params':>9}{'size bits':>11}{'ops':>7}{'test err %':>12}"
-          f"{'from file %':>13}{'bytes':>8}")
-    for name, r, file_error, size in rows:
-        bits = "f32" if r["bits"] is None else str(r["bits"])
-        print(f"{name:<14}{bits:>6}{r['n_parameters']:>9,}{r['size_bits']:>11,}{r['n_ops']:>7,}"
-              f"{100 * r['test_error']:>12.2f}{100 * file_error:>13.2f}{size:>8,}")
-    print(f"\nmodel files in {out}/ ; next: bnc-train --help")
+    print(format_table(rows))
+    print(f"\nfiles in {out}/ ; next: bnc-train --help, bnc-export --help")
     return 0
+
+
+def demo_model(name: str, flags: list[str], data: str, out: Path) -> dict:
+    """Train one model, export it to ONNX and TFLite, run both; return one table row."""
+    from bnc_deploy.artifacts import load_artifact
+    from bnc_deploy.cli import train as train_cli
+    from bnc_deploy.datasets import load_dataset
+    from bnc_deploy.exporters.onnx_bnc import export_onnx
+    from bnc_deploy.exporters.tflite_bnc import export_tflite
+    from bnc_deploy.reference import ReferencePredictor
+    from bnc_deploy.runtimes.base import load_runtime
+
+    stem = out / f"{data}-{name}"
+    print(f"{name}: training ...", flush=True)
+    trained = train_cli.run(train_cli.build_parser().parse_args(
+        ["--data", data, "--quiet", "-o", f"{stem}.bnc", *flags]))
+    artifact = load_artifact(f"{stem}.bnc")  # everything below starts from the file
+    test = load_dataset(data)
+    reference = ReferencePredictor(artifact)
+    ref_labels, ref_log_joint = reference.predict(test.x_test), reference.log_joint(test.x_test)
+    row = {"name": name, "bits": trained["bits"], "size_bits": artifact.size_bits, "n_ops": artifact.n_ops,
+           "test_error": float(np.mean(ref_labels != test.y_test))}
+    for fmt, export, runtime in (("onnx", export_onnx, "onnxruntime"), ("tflite", export_tflite, "litert")):
+        print(f"{name}: exporting {fmt} and running it in {runtime} ...", flush=True)
+        path = Path(f"{stem}.{fmt}")
+        export(artifact, path)
+        adapter = load_runtime(path, runtime=runtime, threads=1)
+        labels, log_joint = adapter.predict(test.x_test), adapter.log_joint(test.x_test)
+        row[f"{fmt}_bytes"] = path.stat().st_size
+        row[f"{fmt}_agreement"] = float(np.mean(labels == ref_labels))
+        row[f"{fmt}_exact"] = bool(artifact.is_quantized and np.array_equal(log_joint, ref_log_joint))
+    return row
+
+
+def format_table(rows: list[dict]) -> str:
+    header = (f"{'model':<13}{'bits':>5}{'size bits':>11}{'ops':>6}{'test err %':>11}"
+              f"{'onnx bytes':>12}{'tflite bytes':>14}{'agree onnx':>12}{'agree tflite':>14}  log_joint")
+    lines = [header]
+    for r in rows:
+        bits = "f32" if r["bits"] is None else str(r["bits"])
+        exact = "bit-exact" if r["onnx_exact"] and r["tflite_exact"] else "float"
+        lines.append(f"{r['name']:<13}{bits:>5}{r['size_bits']:>11,}{r['n_ops']:>6,}{100 * r['test_error']:>11.2f}"
+                     f"{r['onnx_bytes']:>12,}{r['tflite_bytes']:>14,}{100 * r['onnx_agreement']:>11.2f}%"
+                     f"{100 * r['tflite_agreement']:>13.2f}%  {exact}")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

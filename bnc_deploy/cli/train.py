@@ -54,6 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--hybrid-lambda", type=float, default=defaults.hybrid_lambda, metavar="L", help="default 18.70")
     train.add_argument("--hybrid-gamma", type=float, default=defaults.hybrid_gamma, metavar="G", help="default 0.1277")
     train.add_argument("--hybrid-eta", type=float, default=defaults.hybrid_eta, metavar="E", help="default 10")
+    train.add_argument("--adam-eps", type=float, default=defaults.adam_eps, metavar="EPS",
+                       help="Adam epsilon (default 1e-7, TensorFlow's, as in the paper's reference code)")
     train.add_argument("--seed", type=int, default=defaults.seed, metavar="S", help="seed for init, shuffling and splits")
     train.add_argument("--threads", type=int, default=None, metavar="N", help="torch CPU threads (default: torch's)")
     out = p.add_argument_group("output")
@@ -96,7 +98,7 @@ def run(args) -> dict:
         model=args.model, structure=args.structure, bits=args.bits, int_bits=args.int_bits, init=args.init,
         smoothing=args.smoothing, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
         lr_decay=args.lr_decay, loss=args.loss, hybrid_lambda=args.hybrid_lambda,
-        hybrid_gamma=args.hybrid_gamma, hybrid_eta=args.hybrid_eta, seed=args.seed,
+        hybrid_gamma=args.hybrid_gamma, hybrid_eta=args.hybrid_eta, seed=args.seed, adam_eps=args.adam_eps,
         progress=not (args.quiet or args.json) and sys.stderr.isatty())
     config.validate()  # fail on bad flags before loading (possibly large) data
     dataset = load_dataset(args.data, fold=args.fold, seed=args.seed, validation_fraction=args.validation)

@@ -7,6 +7,8 @@ from typing import Any
 
 import numpy as np
 
+from bnc_deploy.validation import InputError, check_codes
+
 
 class DatasetError(ValueError):
     """A dataset file or specification is wrong; the message names the file and the problem."""
@@ -87,17 +89,12 @@ class DiscreteDataset:
     # -- validation ---------------------------------------------------------------------------
     def validate_rows(self, x: np.ndarray, y: np.ndarray | None, part: str = "data") -> None:
         """Raise DatasetError naming the first bad row/feature/value of ``x`` (and ``y``)."""
-        if x.ndim != 2 or x.shape[1] != self.n_features:
-            raise DatasetError(f"{self.name} {part}: expected features of shape (n, {self.n_features}), "
-                               f"got {x.shape}")
+        try:
+            check_codes(x, self.cardinalities, self.feature_names, where=f"{self.name} {part}")
+        except InputError as exc:
+            raise DatasetError(str(exc)) from None
         if y is not None and (y.ndim != 1 or y.shape[0] != x.shape[0]):
             raise DatasetError(f"{self.name} {part}: {x.shape[0]} feature rows but labels of shape {y.shape}")
-        bad = (x < 0) | (x >= self.cardinalities[None, :])
-        if bad.any():
-            row, col = map(int, np.argwhere(bad)[0])
-            raise DatasetError(
-                f"{self.name} {part}: feature {col} ({self.feature_names[col]!r}) has value {int(x[row, col])} "
-                f"in row {row}, outside 0..{int(self.cardinalities[col]) - 1}")
         if y is not None and y.size and (y.min() < 0 or y.max() >= self.n_classes):
             row = int(np.argmax((y < 0) | (y >= self.n_classes)))
             raise DatasetError(f"{self.name} {part}: label {int(y[row])} in row {row} is outside "

@@ -1,0 +1,197 @@
+"""Benchmark: letter naive Bayes exported by bnc-deploy vs scikit-learn's CategoricalNB via skl2onnx.
+
+Both models are ML naive Bayes with add-one smoothing fitted on the same letter training codes
+(the paper's discretized fold). Ours is built with NumPy (no torch), quantized (3 bits, B_I = 2, by
+default; ``--float`` for float32) and exported with the gather lowering twice: uint8 code table
+("ours") and bit-plane storage ("ours-packed", ``--pack-bits``). scikit-learn's CategoricalNB
+(alpha=1) is converted with skl2onnx, ``zipmap=False`` so both graphs return plain tensors. All
+run in onnxruntime with one intra-op thread, sequential execution, raw ``InferenceSession.run``
+(no adapter overhead on either side), fetching ``label`` only, in this one process:
+
+* batch-1 latency: p50/p99 over ``--runs`` single-row calls (cycling through test rows) after warm-up;
+* throughput: the full test set in one call, best-of and median over ``--repeats`` calls;
+* file size on disk; labels agreement between the models and test accuracy of each (a 3-bit
+  model legitimately disagrees with a float one on some rows; ``--float`` compares like with like).
+
+The models take turns in rounds so that load from other processes hits all of them alike; the
+header prints the load average, and numbers from a busy machine are only good as ratios.
+
+It asserts nothing (a benchmark, not a test). Goals from the issue: >= 3x faster at batch 1,
+>= 4x on the full batch, file <= 1/4 of skl2onnx's.
+
+Usage::
+
+    python benchmarks/bench_onnx_vs_skl2onnx.py [--bits 3 --int-bits 2 | --float] [--runs 2000] [--keep DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:  # run from a checkout without installing
+    sys.path.insert(0, str(REPO))
+
+from bnc_deploy.artifacts import BNCArtifact  # noqa: E402
+from bnc_deploy.quantize import FixedPointLogQuantizer  # noqa: E402
+
+
+def load_letter() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``(x_train, y_train, x_test, y_test, cardinalities)``, codes 0-based int64."""
+    try:
+        from bnc_deploy.datasets import load_dataset
+
+        ds = load_dataset("letter")
+        return ds.x_train, ds.y_train, ds.x_test, ds.y_test, ds.cardinalities
+    except ImportError:  # datasets module unavailable: read the shared file directly (values 1-based)
+        data = np.load(REPO.parent / "shared" / "datasets" / "discretized" / "letter.npz")
+        x_tr, x_te = (data[k].astype(np.int64) - 1 for k in ("x_tr_fold1", "x_te_fold1"))
+        cards = np.maximum(x_tr.max(axis=0), x_te.max(axis=0)) + 1
+        return x_tr, data["t_tr_fold1"].astype(np.int64), x_te, data["t_te_fold1"].astype(np.int64), cards
+
+
+def ml_naive_bayes(x: np.ndarray, y: np.ndarray, cards: np.ndarray, n_classes: int,
+                   quantizer: FixedPointLogQuantizer | None) -> BNCArtifact:
+    """Add-one-smoothed ML naive Bayes as an artifact (stacked tables: feature i, value v -> row off_i + v)."""
+    blocks = []
+    for i, card in enumerate(cards):
+        counts = np.zeros((card, n_classes))
+        np.add.at(counts, (x[:, i], y), 1.0)
+        blocks.append(np.log((counts + 1.0) / (counts + 1.0).sum(axis=0)))
+    table = np.concatenate(blocks)                                            # (sum |X_i|, C)
+    prior = np.log((np.bincount(y, minlength=n_classes) + 1.0) / (len(y) + n_classes))
+    common = dict(parents=np.full(len(cards), -1), cardinalities=cards,
+                  class_names=[chr(ord("A") + k) for k in range(n_classes)],
+                  feature_names=[f"x{i + 1}" for i in range(len(cards))])
+    if quantizer is None:
+        return BNCArtifact(class_logp=prior.astype(np.float32), table_logp=table.astype(np.float32), **common)
+    return BNCArtifact(quantizer=quantizer, class_codes=quantizer.to_codes(prior),
+                       table_codes=quantizer.to_codes(table), **common)
+
+
+def session(path: Path):
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    return ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
+
+
+def measure(sessions: dict, x: np.ndarray, runs: int, warmup: int, repeats: int) -> dict:
+    """Batch-1 latencies (runs,) and full-batch times (repeats,) per session, in seconds.
+
+    The models take turns in short blocks, so a noisy neighbour on the machine slows both
+    alike instead of whichever happened to run at the time. Only ``label`` is fetched.
+    """
+    rows = [np.ascontiguousarray(x[i:i + 1]) for i in range(min(len(x), 1000))]
+    feeds = {name: s.get_inputs()[0].name for name, s in sessions.items()}
+    for name, s in sessions.items():                                   # warm-up
+        for k in range(warmup):
+            s.run(["label"], {feeds[name]: rows[k % len(rows)]})
+        s.run(["label"], {feeds[name]: x})
+    lat = {name: [] for name in sessions}
+    full = {name: [] for name in sessions}
+    per_round = max(1, runs // repeats)
+    for r in range(repeats):
+        for name, s in sessions.items():
+            feed = feeds[name]
+            for k in range(per_round):
+                row = rows[(r * per_round + k) % len(rows)]
+                t0 = time.perf_counter()
+                s.run(["label"], {feed: row})
+                lat[name].append(time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            s.run(["label"], {feed: x})
+            full[name].append(time.perf_counter() - t0)
+    return {name: {"lat": np.array(lat[name]), "full": np.array(full[name])} for name in sessions}
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--bits", type=int, default=3)
+    p.add_argument("--int-bits", type=int, default=2)
+    p.add_argument("--float", action="store_true", help="export the float32 model instead")
+    p.add_argument("--runs", type=int, default=2000, help="batch-1 runs per model (after --warmup)")
+    p.add_argument("--warmup", type=int, default=200)
+    p.add_argument("--repeats", type=int, default=100, help="full-test-set runs per model (= rounds)")
+    p.add_argument("--keep", type=Path, default=None, help="keep the two .onnx files in this folder")
+    args = p.parse_args(argv)
+
+    import onnxruntime as ort
+    import sklearn
+    import skl2onnx
+    from skl2onnx import to_onnx
+    from sklearn.naive_bayes import CategoricalNB
+
+    from bnc_deploy.exporters.onnx_bnc import export_onnx
+    from bnc_deploy.reference import ReferencePredictor
+
+    x_tr, y_tr, x_te, y_te, cards = load_letter()
+    n_classes = int(max(y_tr.max(), y_te.max())) + 1
+    quantizer = None if args.float else FixedPointLogQuantizer(args.bits, args.int_bits)
+    artifact = ml_naive_bayes(x_tr, y_tr, cards, n_classes, quantizer)
+
+    out_dir = args.keep or Path(tempfile.mkdtemp(prefix="bench_onnx_"))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {"ours": export_onnx(artifact, out_dir / "letter_nb_bnc.onnx")}
+    if quantizer is not None:  # the same graph with the codes stored as B bit-planes
+        paths["ours-packed"] = export_onnx(artifact, out_dir / "letter_nb_bnc_packed.onnx", pack_bits=True)
+    skl = CategoricalNB(alpha=1.0, min_categories=cards).fit(x_tr, y_tr)
+    paths["skl2onnx"] = out_dir / "letter_nb_skl2onnx.onnx"
+    paths["skl2onnx"].write_bytes(to_onnx(skl, x_tr[:1], options={"zipmap": False}).SerializeToString())
+
+    x_te = np.ascontiguousarray(x_te, dtype=np.int64)
+    sessions = {name: session(path) for name, path in paths.items()}
+    labels = {name: s.run(["label"], {s.get_inputs()[0].name: x_te})[0] for name, s in sessions.items()}
+    lab_ref = ReferencePredictor(artifact).predict(x_te)
+
+    timings = measure(sessions, x_te, args.runs, args.warmup, args.repeats)
+    res = {name: {"p50": np.percentile(t["lat"], 50) * 1e6, "p99": np.percentile(t["lat"], 99) * 1e6,
+                  "best": t["full"].min() * 1e3, "med": np.median(t["full"]) * 1e3,
+                  "rows_s": len(x_te) / np.median(t["full"]), "bytes": paths[name].stat().st_size}
+           for name, t in timings.items()}
+
+    width = "float32" if quantizer is None else f"{args.bits}-bit (B_I={args.int_bits})"
+    print(f"letter naive Bayes, {len(x_te)} test rows, {len(cards)} features, {n_classes} classes; "
+          f"bnc-deploy {width}, gather lowering, {artifact.size_bits:,} parameter bits")
+    print(f"onnxruntime {ort.__version__} (1 intra-op thread, sequential), skl2onnx {skl2onnx.__version__}, "
+          f"scikit-learn {sklearn.__version__}, Python {platform.python_version()}, {platform.machine()}, "
+          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}")
+    print(f"batch-1: {args.repeats * max(1, args.runs // args.repeats)} runs after {args.warmup} warm-up; "
+          f"full batch: best/median of {args.repeats}; the models alternate in {args.repeats} rounds")
+    print("ours = uint8 code table; ours-packed = same graph, codes stored as bit-planes (--pack-bits)\n")
+    names = list(res)
+    metrics = [("batch-1 latency p50 (us)", "p50", False, ">= 3x"), ("batch-1 latency p99 (us)", "p99", False, ""),
+               ("full batch best (ms)", "best", False, ""), ("full batch median (ms)", "med", False, ""),
+               ("throughput (rows/s, median)", "rows_s", True, ">= 4x"), ("file size (bytes)", "bytes", False, ">= 4x")]
+    ours = [n for n in names if n != "skl2onnx"]
+    header = f"{'':<29}" + "".join(f"{n:>13}" for n in names) + "".join(f"{'skl/' + n:>18}" for n in ours) + "   goal"
+    print(header)
+    for label, key, higher_better, goal in metrics:
+        cells = "".join(f"{res[n][key]:>13,.1f}" if key != "bytes" else f"{res[n][key]:>13,}" for n in names)
+        skl_value = res["skl2onnx"][key]
+        ratios = "".join(f"{(res[n][key] / skl_value if higher_better else skl_value / res[n][key]):>17.2f}x"
+                         for n in ours)
+        print(f"{label:<29}{cells}{ratios}   {goal}")
+    print(f"\nlabels: ours vs skl2onnx agree on {np.mean(labels['ours'] == labels['skl2onnx']):.2%} of test rows "
+          f"({int(np.sum(labels['ours'] != labels['skl2onnx']))} differ); ours vs its artifact: "
+          f"{int(np.sum(labels['ours'] != lab_ref))} differ"
+          + (f"; ours-packed vs ours: {int(np.sum(labels['ours-packed'] != labels['ours']))} differ"
+             if "ours-packed" in labels else ""))
+    print(f"test accuracy: ours {np.mean(labels['ours'] == y_te):.2%}, "
+          f"skl2onnx {np.mean(labels['skl2onnx'] == y_te):.2%}")
+    print("files: " + "  ".join(str(p) for p in paths.values()))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,290 @@
+"""Exporter-neutral facts shared by the ONNX and TFLite exporters and by the runtime adapters.
+
+Everything here is plain NumPy/JSON (no onnx, no tensorflow, no torch), so a runtime can import
+it to read an exported file's metadata without pulling in an exporter's framework.
+
+Contract of every exported BNC file
+-----------------------------------
+Input ``x`` of shape [N, D] (dynamic N):
+
+* ``input = "codes"``: integer feature codes, feature ``i`` in ``0 .. cardinalities[i] - 1``;
+* ``input = "raw"``: float32 raw values, binned in the graph with the discretizer's rule
+  ``code = #(cut points < x)`` using :func:`float32_thresholds` (exact for float32 inputs).
+
+Outputs ``log_joint`` [N, C] float32 (``log p(c, x)``) and ``label`` [N] int64 (first maximum).
+
+Guard (:data:`GUARD`): a row with any code outside its feature's range (codes input) or any
+non-finite value (raw input, ``|x| <= FLT_MAX`` fails for NaN and +-inf) is *invalid*: its
+``log_joint`` row is all NaN and its label is :data:`INVALID_LABEL` (-1). An invalid value never
+indexes the tables: exporters clip it into its own feature's block or route it to a dedicated
+invalid row (ONNX), so it can never read another feature's table, and a gather never goes out
+of bounds. Adapters reject such inputs before they reach the graph; the guard is for callers
+that feed the bare graph.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+import bnc_deploy
+from bnc_deploy.artifacts.container import content_hash
+
+#: Key of the JSON metadata blob in an exported file (ONNX metadata_props / TFLite metadata).
+METADATA_KEY = "bnc_deploy"
+#: Version of the metadata dict's layout; runtimes refuse newer ones.
+METADATA_SCHEMA_VERSION = 1
+
+INPUT_CODES = "codes"
+INPUT_RAW = "raw"
+INPUT_NAME = "x"
+OUTPUT_LOG_JOINT = "log_joint"
+OUTPUT_LABEL = "label"
+
+#: Lowerings of the per-feature table lookup. ``gather`` indexes the stacked table directly;
+#: ``onehot-fc`` multiplies a one-hot encoding with the table (a fully connected layer).
+LOWERINGS = ("gather", "onehot-fc")
+#: Largest bit width at which the TFLite ``onehot-fc`` lowering is exact (the TFLite exporter
+#: documents why). ONNX's ``onehot-fc`` is exact at every width and says so in its metadata.
+ONEHOT_FC_EXACT_MAX_BITS = 7
+
+INVALID_LABEL = -1
+#: Stored in every file's metadata (kept short: it is in every file); the module docstring has the rule.
+GUARD = {"invalid_label": INVALID_LABEL, "invalid_log_joint": "nan"}
+
+#: Keys every exported file's metadata must carry (runtimes check them on load).
+REQUIRED_METADATA_KEYS = (
+    "schema_version", "toolkit_version", "format", "lowering", "input", "input_dtype",
+    "structure", "quantized", "bits", "int_bits", "frac_bits", "class_names", "feature_names",
+    "cardinalities", "parents", "n_parameters", "size_bits", "n_ops", "artifact_sha256", "guard",
+)
+
+
+class ExportError(ValueError):
+    """An artifact cannot be exported as asked (unsupported option, missing discretizer, ...)."""
+
+
+def artifact_hash(artifact) -> str:
+    """Content hash of the artifact: the one stored in its file, else computed the same way."""
+    stored = getattr(artifact, "content_sha256", None)
+    if stored:
+        return str(stored)
+    header, arrays = artifact.to_header_and_arrays()
+    return content_hash(header, arrays)
+
+
+def is_exact_lowering(artifact, lowering: str) -> bool:
+    """Whether ``lowering`` reproduces the artifact's ``log_joint`` bit for bit.
+
+    The format-neutral, conservative answer: quantized + ``gather`` always; quantized +
+    ``onehot-fc`` while ``B <= ONEHOT_FC_EXACT_MAX_BITS``. An exporter that does better stores its
+    own ``exact`` in the metadata (``bnc-export`` trusts the file's). Float models are never
+    called exact: float32 summation order differs between runtimes, so only labels are compared.
+    """
+    check_lowering(lowering)
+    if not artifact.is_quantized:
+        return False
+    return lowering == "gather" or artifact.quantizer.total_bits <= ONEHOT_FC_EXACT_MAX_BITS
+
+
+def check_lowering(lowering: str) -> str:
+    if lowering not in LOWERINGS:
+        raise ExportError(f"unknown lowering {lowering!r}; choose one of {', '.join(LOWERINGS)}")
+    return lowering
+
+
+def export_metadata(artifact, *, format: str, lowering: str = "gather", raw_inputs: bool = False,
+                    input_dtype: str = "int64", opset: int | None = None, extra: dict | None = None) -> dict:
+    """The metadata dict every exporter stores (JSON under :data:`METADATA_KEY`).
+
+    Parameters
+    ----------
+    artifact : BNCArtifact
+    format : ``"onnx"`` or ``"tflite"``
+    lowering : one of :data:`LOWERINGS`
+    raw_inputs : bool
+        True when the discretizer is embedded and the input is raw float32 values.
+    input_dtype : str
+        NumPy name of the graph input's dtype (``"int64"``, ``"int32"``, ``"float32"``).
+    opset : int, optional
+        ONNX opset (or None).
+    extra : dict, optional
+        Format-specific facts merged in last.
+    """
+    check_lowering(lowering)
+    q = artifact.quantizer
+    meta = {
+        "schema_version": METADATA_SCHEMA_VERSION,
+        "toolkit_version": bnc_deploy.__version__,
+        "model_kind": artifact.kind,
+        "format": format,
+        "opset": opset,
+        "lowering": lowering,
+        "exact": is_exact_lowering(artifact, lowering),
+        "input": INPUT_RAW if raw_inputs else INPUT_CODES,
+        "input_dtype": "float32" if raw_inputs else input_dtype,
+        "structure": artifact.structure,
+        "quantized": artifact.is_quantized,
+        "bits": artifact.bits_per_parameter,
+        "int_bits": q.int_bits if q else None,
+        "frac_bits": q.frac_bits if q else None,
+        "n_features": artifact.n_features,
+        "n_classes": artifact.n_classes,
+        "class_names": list(artifact.class_names),
+        "feature_names": list(artifact.feature_names),
+        "cardinalities": [int(c) for c in artifact.cardinalities],
+        "parents": [int(p) for p in artifact.parents],
+        "n_parameters": artifact.n_parameters,
+        "size_bits": artifact.size_bits,
+        "n_ops": artifact.n_ops,
+        "artifact_sha256": artifact_hash(artifact),
+        "guard": dict(GUARD),
+    }
+    if raw_inputs:
+        meta["n_cut_points"] = [len(c) for c in raw_cut_points(artifact)]
+    meta.update(extra or {})
+    return meta
+
+
+def flat_metadata(meta: dict) -> dict[str, str]:
+    """A few top-level string keys for tools that only show flat key/value metadata.
+
+    Kept short (classes and cardinalities live in the JSON blob): the file-size budget matters.
+    """
+    return {
+        "bnc_deploy.version": str(meta["toolkit_version"]),
+        "bnc_deploy.structure": str(meta["structure"]),
+        "bnc_deploy.bits": str(meta["bits"]),
+        "bnc_deploy.input": str(meta["input"]),
+    }
+
+
+def dump_metadata(meta: dict) -> str:
+    """Canonical JSON text of the metadata (no NaN: the guard's NaN is spelled ``"nan"``)."""
+    return json.dumps(meta, sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def parse_metadata(text, where: str = "model") -> dict:
+    """Parse and check the metadata JSON of an exported file; ValueError naming ``where``."""
+    try:
+        meta = json.loads(text) if isinstance(text, (str, bytes, bytearray)) else dict(text)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{where}: corrupt {METADATA_KEY} metadata ({exc})") from None
+    if not isinstance(meta, dict):
+        raise ValueError(f"{where}: {METADATA_KEY} metadata is not a JSON object")
+    missing = [k for k in REQUIRED_METADATA_KEYS if k not in meta]
+    if missing:
+        raise ValueError(f"{where}: {METADATA_KEY} metadata lacks keys {missing}")
+    version = meta["schema_version"]
+    if not isinstance(version, int) or version > METADATA_SCHEMA_VERSION:
+        raise ValueError(f"{where}: metadata schema version {version!r} is newer than this bnc-deploy "
+                         f"reads ({METADATA_SCHEMA_VERSION}); upgrade bnc-deploy")
+    if meta["input"] not in (INPUT_CODES, INPUT_RAW):
+        raise ValueError(f"{where}: unknown input kind {meta['input']!r}")
+    d = len(meta["cardinalities"])
+    if len(meta["feature_names"]) != d or len(meta["parents"]) != d or any(int(c) < 1 for c in meta["cardinalities"]):
+        raise ValueError(f"{where}: inconsistent feature metadata")
+    return meta
+
+
+# -- lookup constants -------------------------------------------------------------------------
+def lookup_constants(artifact) -> dict[str, np.ndarray]:
+    """Per-feature constants of the stacked-table index, each of shape (D,), int64.
+
+    Row of feature ``i`` = ``offsets[i] + x[:, i] * strides[i] + has_parent[i] * x[:, parent_index[i]]``
+    (``strides[i] = |X_pa(i)|``, 1 for the class only; ``parent_index`` is 0 where there is no
+    parent, and ``has_parent`` zeroes that term). ``max_code[i] = |X_i| - 1`` is the clip bound.
+    """
+    has_parent = artifact.parents >= 0
+    return {
+        "offsets": artifact.row_offsets.astype(np.int64),
+        "strides": artifact.parent_cardinalities.astype(np.int64),
+        "parent_index": np.where(has_parent, artifact.parents, 0).astype(np.int64),
+        "has_parent": has_parent.astype(np.int64),
+        "cardinalities": artifact.cardinalities.astype(np.int64),
+        "max_code": (artifact.cardinalities - 1).astype(np.int64),
+    }
+
+
+# -- raw inputs ---------------------------------------------------------------------------------
+def raw_cut_points(artifact) -> list[np.ndarray]:
+    """The embedded discretizer's cut points, one float64 array per feature (sorted).
+
+    Raises ExportError if the artifact has no discretizer or its cut counts do not match the
+    cardinalities (``|X_i| = n_cuts_i + 1`` is what the binning in the graph produces).
+    """
+    if artifact.discretizer is None:
+        raise ExportError("--raw-inputs needs a model trained on raw values: this artifact stores no discretizer")
+    from bnc_deploy.discretize import FayyadIraniDiscretizer
+
+    try:
+        disc = FayyadIraniDiscretizer.from_dict(artifact.discretizer)
+    except ValueError as exc:
+        raise ExportError(f"the artifact's discretizer is invalid: {exc}") from None
+    cuts = [np.asarray(c, dtype=np.float64) for c in disc.cut_points_]
+    if len(cuts) != artifact.n_features:
+        raise ExportError(f"discretizer has {len(cuts)} features, the model {artifact.n_features}")
+    for i, c in enumerate(cuts):
+        if len(c) + 1 != int(artifact.cardinalities[i]):
+            raise ExportError(f"feature {i} ({artifact.feature_names[i]!r}): {len(c)} cut points give "
+                              f"{len(c) + 1} codes but the model has cardinality {int(artifact.cardinalities[i])}")
+    return cuts
+
+
+def float32_thresholds(cuts: np.ndarray) -> np.ndarray:
+    """Float32 thresholds ``t`` with ``x > t  <=>  x > cut`` for every float32 ``x``.
+
+    A float64 cut is rounded *down* to float32: if ``cut`` is not a float32, the float32 values
+    above it are exactly those above its float32 predecessor. So comparing float32 inputs to
+    these thresholds reproduces ``searchsorted(cuts, float64(x), side="left")`` exactly.
+    """
+    cuts = np.asarray(cuts, dtype=np.float64)
+    with np.errstate(over="ignore"):  # cuts beyond float32 range become +-inf, fixed below
+        t = cuts.astype(np.float32)  # round to nearest
+    above = t.astype(np.float64) > cuts
+    t[above] = np.nextafter(t[above], np.float32(-np.inf))
+    return t
+
+
+def padded_thresholds(artifact) -> tuple[np.ndarray, np.ndarray]:
+    """Cut thresholds of all features as one (D, K) float32 matrix, K = max cut count (>= 1).
+
+    Missing cuts are padded with ``+FLT_MAX``: no finite float32 exceeds it, so padding never
+    adds to a code (non-finite inputs are invalid rows anyway). Returns ``(thresholds, n_cuts)``
+    with ``n_cuts`` of shape (D,), int64.
+    """
+    cuts = raw_cut_points(artifact)
+    k = max([len(c) for c in cuts] + [1])
+    pad = np.finfo(np.float32).max
+    thresholds = np.full((artifact.n_features, k), pad, dtype=np.float32)
+    for i, c in enumerate(cuts):
+        thresholds[i, :len(c)] = float32_thresholds(c)
+    return thresholds, np.array([len(c) for c in cuts], dtype=np.int64)
+
+
+def bin_raw_float32(thresholds: np.ndarray, x_raw: np.ndarray) -> np.ndarray:
+    """NumPy model of the in-graph binning: codes (n, D) int64 from float32 values (n, D)."""
+    x = np.asarray(x_raw, dtype=np.float32)
+    return (x[:, :, None] > thresholds[None, :, :]).sum(axis=2).astype(np.int64)
+
+
+def raw_representatives(artifact, codes: np.ndarray) -> np.ndarray:
+    """Raw float32 values that fall into the given bins: the inputs to verify a raw-input export.
+
+    Code ``k`` of feature ``i`` maps to the float32 threshold of its *upper* cut point (a value
+    exactly on the bin edge, the hardest case for the comparisons), the top code to the next
+    float32 above the last cut, and features without cuts to 0. Shape (n, D) -> (n, D) float32.
+    The expected codes are what the discretizer assigns to these values (normally ``codes``; two
+    float64 cuts closer than a float32 step can merge a bin, which the comparison then reflects).
+    """
+    codes = np.asarray(codes, dtype=np.int64)
+    thresholds, n_cuts = padded_thresholds(artifact)
+    values = np.zeros(codes.shape, dtype=np.float32)
+    for i in range(artifact.n_features):
+        k = int(n_cuts[i])
+        if k == 0:
+            continue
+        edges = np.append(thresholds[i, :k], np.nextafter(thresholds[i, k - 1], np.float32(np.inf)))
+        values[:, i] = edges[np.clip(codes[:, i], 0, k)]
+    return values

@@ -1,0 +1,812 @@
+"""TFLite exporter for Bayesian network classifier artifacts (naive Bayes and TAN).
+
+Contract of the exported file (TFLite builtin operators only: no Flex/select-TF, no custom ops)
+-------------------------------------------------------------------------------------------------
+Input ``x`` (tensor name ``"x"``)
+    * codes: int32 [N, D], feature ``i`` in ``0 .. |X_i| - 1`` (int8 [1, D], scale 1, zero point 0,
+      for ``onehot-fc`` with the ``relu`` one-hot builder);
+    * ``raw_inputs=True``: float32 [N, D] raw values, binned in the graph with the embedded
+      discretizer's rule ``code_i = #(t_ik < x_i)`` against float32 thresholds that reproduce
+      ``np.searchsorted(cuts, x, side="left")`` exactly for float32 inputs
+      (``exporters.common.float32_thresholds``).
+Outputs
+    ``log_joint`` float32 [N, C] (``log p(c, x)``) and ``label`` int64 [N] (first maximum), in
+    this order, also named in the ``serving_default`` signature.
+Batch
+    ``gather``: dynamic (shape signature [-1, D]; resize the input to any N).
+    ``onehot-fc``: static [1, D] - the Edge TPU compiler needs static shapes - so a runtime runs
+    it one row at a time (``runtimes.litert_adapter`` does).
+Guard (``exporters.common.GUARD``)
+    A row with any code outside its feature's range (or any non-finite raw value) gets
+    ``log_joint`` all NaN and ``label = -1``. Codes are clipped into ``0 .. |X_i| - 1`` before
+    they form an index, so an invalid value never reads another feature's rows and GATHER never
+    leaves the table; the flag, not the clipped value, decides the row's outputs. Non-finite raw
+    values are tested positively (``x != x or |x| > FLT_MAX``): the converter rewrites
+    ``LOGICAL_NOT(|x| <= FLT_MAX)`` into ``GREATER(|x|, FLT_MAX)``, which lets NaN through.
+Metadata
+    The export metadata (``exporters.common.export_metadata``) is stored as canonical JSON in
+    the TFLite metadata buffer named ``"bnc_deploy"``; :func:`read_tflite_metadata` reads it back
+    without TensorFlow (only the flatbuffer schema module).
+
+Lowerings
+---------
+``gather`` (exact for every quantized artifact)
+    ``row_i = offset_i + x_i * |X_pa(i)| + x_pa(i)`` in int32 (TAN parent values by GATHER on
+    axis 1), GATHER of the stacked table rows ([N, D, C]), SUM over features, ADD the prior.
+    Quantized: the table stays **uint8** in the file (GATHER takes uint8 params from op
+    version 1), gathered codes are CAST to int32 and summed exactly, ``label = ARG_MIN(sum)``
+    (lowest code sum = highest log-probability; the kernel keeps the first index on ties, as
+    ``np.argmax`` does) and ``log_joint = float32(sum) * -2**-B_F``: the sum is an integer below
+    2**24 and the step a power of two, so every value equals the artifact's bit for bit.
+    Float artifacts: float32 table and prior, float32 SUM, ARG_MAX. float32 summation order
+    differs from the float64 reference, so float exports agree on labels except on near-ties.
+``onehot-fc`` (for accelerators without GATHER: Edge TPU, NNAPI, GPU delegates)
+    A one-hot over the stacked-table rows is multiplied by the table in int8 FULLY_CONNECTED
+    layers whose quantization parameters the exporter sets (fake-quant ranges, no calibration):
+    one-hot int8 with scale 1, weights int8 symmetric with scale ``s``, outputs int8 with scale
+    ``s`` and zero point -128, so the requantization multiplier is exactly 1 and each output holds
+    an integer partial sum in ``0 .. 255``. Features are packed into consecutive groups whose
+    largest possible partial sum is <= 255 (one FC per group); the int8 partial sums are
+    DEQUANTIZEd and summed in float32 (integers below 2**24: exact), the prior is added in float32
+    and the result scaled by the step. Two ways to build the one-hot (``onehot=``):
+
+    * ``"equal-cast"`` (default): per feature, EQUAL of its local row ``k_i = x_i * |X_pa(i)| +
+      x_pa(i)`` (TAN parent values by MUL with a 0/1 matrix and SUM - no GATHER) against a
+      constant, then CAST and QUANTIZE. Not ONE_HOT: the converter decodes a quantized ONE_HOT's
+      off value wrongly, and it even fuses ``CAST(EQUAL(x, iota))`` back into ONE_HOT (which then
+      fails to quantize), so the comparison runs on ``k_i + 1`` against a padded constant that is
+      not an iota. The front end is int32 (CPU on an Edge TPU; NNAPI has EQUAL/CAST).
+    * ``"relu"``: int8 codes in, and the one-hot is built by int8 ops the Edge TPU documents:
+      with ``t = x_i - v``, ``[t == 0] = min(relu(t + 1), relu(1 - t))`` (two FCs with +-1
+      weights, int32 bias, fused ReLU, and a MINIMUM); TAN rows by a third FC,
+      ``relu(onehot[i, a] + onehot[pa(i), b] - 1)``; the guard by SUB/MUL/FC. Everything up to
+      a single DEQUANTIZE is 8-bit, so a static check maps the whole integer part (see
+      ``exporters.edgetpu_report``). Needs cardinalities <= 128 and codes input (no raw inputs).
+
+    Bit widths:
+
+    * B <= 7: codes 0..127 are the int8 weights (``s = 1``): exact, bit for bit.
+    * B = 8: codes up to 255 do not fit int8 weights (TFLite int8 weights are symmetric,
+      -127..127). The exporter rescales (``s = 2``, weight ``min(round_half_even(code / 2), 127)``),
+      i.e. the table is run on a grid twice as coarse: each table term may be off by one code,
+      ``|log_joint error| <= D * 2**-B_F``. Labels are reported, not promised (``exact = false``).
+      Measured on letter (ML, B_I = 3): 98.98 % (NB) and 99.29 % (TAN) label agreement, against
+      93.24 % and 97.57 % when clamping codes to 127 instead.
+    * float artifacts: weights ``round(-log p / s)`` with ``s = max|log p| / 127`` (per tensor,
+      the whole table range, no clamping); the prior stays float32. Approximate by design.
+
+LiteRT note: a comparison whose operands the converter leaves in int8 (e.g. GREATER of an int8
+tensor and a constant) aborts the process in ai-edge-litert 2.3; the exporter compares in float
+and :func:`check_contract` refuses any int8 comparison before a file is run.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from bnc_deploy.exporters.common import (
+    INPUT_NAME,
+    INVALID_LABEL,
+    METADATA_KEY,
+    OUTPUT_LABEL,
+    OUTPUT_LOG_JOINT,
+    ExportError,
+    check_lowering,
+    dump_metadata,
+    export_metadata,
+    is_exact_lowering,
+    lookup_constants,
+    padded_thresholds,
+)
+
+#: Static batch size of the ``onehot-fc`` lowering (the Edge TPU needs static shapes).
+ONEHOT_FC_BATCH = 1
+#: Largest integer partial sum an int8 output with zero point -128 and scale 1 can hold.
+INT8_OUTPUT_LEVELS = 255
+#: Largest int8 weight (TFLite int8 weights are symmetric: -127..127, zero point 0).
+INT8_WEIGHT_MAX = 127
+#: How ``onehot-fc`` builds its one-hot (see the module docstring).
+ONEHOT_BUILDERS = ("equal-cast", "relu")
+#: Largest cardinality the ``relu`` builder takes: its input codes are int8 (0..127).
+RELU_MAX_CARDINALITY = 128
+#: Comparison operators LiteRT must only see on non-int8 operands (an int8 GREATER aborts the process).
+COMPARISON_OPS = ("EQUAL", "NOT_EQUAL", "GREATER", "GREATER_EQUAL", "LESS", "LESS_EQUAL")
+#: Operators that must never appear in an exported file (see the module docstring).
+FORBIDDEN_OPS = ("ONE_HOT", "CUSTOM", "DELEGATE")
+#: TFLite file identifier (bytes 4..8 of every model file).
+TFLITE_IDENTIFIER = b"TFL3"
+
+
+# ================================================================================================
+# Public API
+# ================================================================================================
+def export_tflite(artifact, path: str | os.PathLike, *, lowering: str = "gather", raw_inputs: bool = False,
+                  onehot: str = "equal-cast", verify: bool = True) -> Path:
+    """Write ``artifact`` (a BNCArtifact) as a TFLite model to ``path``; return the path.
+
+    Parameters
+    ----------
+    artifact : BNCArtifact
+    path : str or PathLike
+    lowering : ``"gather"`` (default, exact) or ``"onehot-fc"`` (int8 FULLY_CONNECTED)
+    raw_inputs : bool
+        Embed the artifact's discretizer; the input becomes float32 raw values.
+    onehot : ``"equal-cast"`` (default) or ``"relu"``
+        How ``onehot-fc`` builds its one-hot (see the module docstring); ignored for ``gather``.
+    verify : bool
+        Run the written file in LiteRT on the artifact's check set (or, without one, on 256
+        seeded random rows) before publishing it; for a lowering that is exact by design any
+        difference from the artifact raises ExportError and nothing is written.
+
+    Raises ExportError for an unsupported option, an artifact without a discretizer when
+    ``raw_inputs`` is asked for, or a converter result that breaks the contract.
+    """
+    model = build_tflite_model(artifact, lowering=lowering, raw_inputs=raw_inputs, onehot=onehot)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(model)
+    try:
+        if verify:
+            verify_export(artifact, tmp, lowering=lowering, raw_inputs=raw_inputs)
+        os.replace(tmp, path)  # a reader never sees a half-written or unverified model
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return path
+
+
+def build_tflite_model(artifact, *, lowering: str = "gather", raw_inputs: bool = False,
+                       onehot: str = "equal-cast") -> bytes:
+    """The TFLite flatbuffer of :func:`export_tflite` (metadata embedded, contract checked)."""
+    check_lowering(lowering)
+    if onehot not in ONEHOT_BUILDERS:
+        raise ExportError(f"unknown one-hot builder {onehot!r}; choose one of {', '.join(ONEHOT_BUILDERS)}")
+    if artifact.n_features == 0:
+        raise ExportError("cannot export a model without features")
+    if raw_inputs:
+        padded_thresholds(artifact)  # raises ExportError early if the discretizer is missing/wrong
+    plan = onehot_fc_plan(artifact, onehot, raw_inputs=raw_inputs) if lowering == "onehot-fc" else None
+    converted = _convert(artifact, lowering, raw_inputs, plan)
+    extra = {"n_ops_tflite": len(tflite_op_names(converted)), "batch": "static 1" if plan else "dynamic"}
+    if plan is not None:
+        extra["onehot_fc"] = plan.describe()
+    input_dtype = "int8" if plan is not None and plan.builder == "relu" else "int32"
+    meta = export_metadata(artifact, format="tflite", lowering=lowering, raw_inputs=raw_inputs,
+                           input_dtype=input_dtype, extra=extra)
+    model = _finish_flatbuffer(converted, meta)
+    check_contract(model, artifact, plan)
+    return model
+
+
+def verify_export(artifact, path: str | os.PathLike, *, lowering: str, raw_inputs: bool) -> dict:
+    """Run the exported file through the LiteRT adapter and compare with the reference predictor.
+
+    Returns ``{"n_rows", "label_mismatches", "log_joint_identical", "exact_expected"}``; raises
+    ExportError when a lowering that is exact by design disagrees on any row.
+    """
+    from bnc_deploy.exporters.common import raw_representatives
+    from bnc_deploy.reference import ReferencePredictor
+    from bnc_deploy.runtimes.litert_adapter import LiteRTAdapter
+
+    codes = verification_codes(artifact)
+    reference = ReferencePredictor(artifact)
+    if raw_inputs:
+        fed = raw_representatives(artifact, codes)
+        codes = reference.discretize(fed.astype(np.float64))
+    else:
+        fed = codes
+    ref_lj = reference.log_joint(codes)
+    try:
+        lj, label = LiteRTAdapter(path, threads=1).run(fed)
+    except (RuntimeError, ValueError) as exc:  # load failure, or the graph's guard firing on valid rows
+        raise ExportError(f"the exported TFLite model ({lowering}) does not run correctly in LiteRT: {exc}") from None
+    mismatches = int(np.count_nonzero(label != np.argmax(ref_lj, axis=1)))
+    identical = bool(np.array_equal(lj, ref_lj))
+    exact = is_exact_lowering(artifact, lowering)
+    if exact and (mismatches or not identical):
+        raise ExportError(f"the exported TFLite model ({lowering}) disagrees with the artifact on "
+                          f"{mismatches} of {len(codes)} verification rows (log_joint identical: {identical}); "
+                          "the converter changed the arithmetic - please report this with your TensorFlow version")
+    return {"n_rows": int(len(codes)), "label_mismatches": mismatches, "log_joint_identical": identical,
+            "exact_expected": exact}
+
+
+def verification_codes(artifact, n_random: int = 256, seed: int = 0) -> np.ndarray:
+    """Rows to verify an export on, int64 (n, D): the stored check set, else seeded random codes.
+
+    The random rows include the all-zero and all-maximum rows (the table's first and last rows).
+    """
+    if artifact.check_x is not None and len(artifact.check_x):
+        return np.asarray(artifact.check_x, dtype=np.int64)
+    rng = np.random.default_rng(seed)
+    cards = artifact.cardinalities
+    x = (rng.random((n_random, artifact.n_features)) * cards[None, :]).astype(np.int64)
+    x[0] = 0
+    x[1] = cards - 1
+    return x
+
+
+# ================================================================================================
+# One-hot FC plan (NumPy only): weights, groups and scales the exporter chooses
+# ================================================================================================
+@dataclass
+class OneHotFCPlan:
+    """Int8 weights, scales and grouping of the ``onehot-fc`` lowering.
+
+    Attributes
+    ----------
+    builder : ``"equal-cast"`` or ``"relu"`` (how the one-hot is built)
+    mode : ``"exact"`` (B <= 7), ``"rescaled"`` (B = 8) or ``"float"``
+    scale : float
+        Real value of one weight unit, also the scale of the int8 partial sums (1, 2 or max|log p|/127).
+    weights : ndarray (onehot_width, C), int8 in 0..127
+        One row per one-hot position. ``equal-cast``: position ``i * r_max + k`` is feature ``i``'s
+        local row ``k`` (padding rows 0); ``relu``: position = stacked-table row.
+    r_max : int
+        Largest ``|X_i| * |X_pa(i)|`` (one-hot width per feature for ``equal-cast``).
+    pattern : ndarray (D, r_max), int32
+        ``k + 1`` for real local rows, 0 for padding (``equal-cast`` compares ``k_i + 1`` with it).
+    groups : list of (start, stop)
+        Consecutive feature ranges; each group's largest possible partial sum is <= 255.
+    slices : list of (lo, hi)
+        The one-hot positions of each group (its FC's input columns).
+    max_code_error : int
+        Largest ``|weight * scale - code|`` over the table, in code units (quantized only).
+    """
+
+    builder: str
+    mode: str
+    scale: float
+    weights: np.ndarray
+    r_max: int
+    pattern: np.ndarray
+    groups: list = field(default_factory=list)
+    slices: list = field(default_factory=list)
+    max_code_error: int = 0
+
+    def group_weights(self, k: int) -> np.ndarray:
+        """Int8 weights of group ``k``'s FC, shape (hi - lo, C)."""
+        lo, hi = self.slices[k]
+        return self.weights[lo:hi]
+
+    def describe(self) -> dict:
+        """JSON-safe summary for the file's metadata."""
+        return {"builder": self.builder, "mode": self.mode, "weight_scale": float(self.scale),
+                "n_groups": len(self.groups), "groups": [[int(a), int(b)] for a, b in self.groups],
+                "onehot_width": int(self.weights.shape[0]), "max_code_error": int(self.max_code_error),
+                "batch": ONEHOT_FC_BATCH}
+
+
+def onehot_fc_plan(artifact, onehot: str = "equal-cast", *, raw_inputs: bool = False) -> OneHotFCPlan:
+    """Choose int8 weights, their scale and the feature groups for ``onehot-fc`` (see module doc)."""
+    if onehot not in ONEHOT_BUILDERS:
+        raise ExportError(f"unknown one-hot builder {onehot!r}; choose one of {', '.join(ONEHOT_BUILDERS)}")
+    if onehot == "relu":
+        _check_relu_builder(artifact, raw_inputs)
+    mode, scale, units, error = _weight_units(artifact)
+    rows = artifact.rows_per_feature
+    offsets = artifact.row_offsets
+    r_max = int(rows.max())
+    d, c = artifact.n_features, artifact.n_classes
+    padded = np.zeros((d, r_max, c), dtype=np.int8)
+    for i, (start, n) in enumerate(zip(offsets, rows)):
+        padded[i, :n] = units[start:start + n]
+    local = np.arange(r_max)[None, :]
+    pattern = np.where(local < rows[:, None], local + 1, 0).astype(np.int32)
+    bounds = padded.reshape(d, -1).max(axis=1).astype(np.int64)   # largest term each feature can add
+    groups = _pack_groups(bounds, INT8_OUTPUT_LEVELS)
+    if onehot == "relu":
+        ends = np.append(offsets, artifact.n_rows)
+        weights, slices = units, [(int(ends[a]), int(ends[b])) for a, b in groups]
+    else:
+        weights, slices = padded.reshape(d * r_max, c), [(a * r_max, b * r_max) for a, b in groups]
+    return OneHotFCPlan(builder=onehot, mode=mode, scale=scale, weights=weights, r_max=r_max, pattern=pattern,
+                        groups=groups, slices=slices, max_code_error=error)
+
+
+def _check_relu_builder(artifact, raw_inputs: bool) -> None:
+    """The ``relu`` builder takes int8 codes: no raw inputs, cardinalities <= 128."""
+    if raw_inputs:
+        raise ExportError("the relu one-hot builder takes int8 codes; bin raw values on the host "
+                          "(or use onehot='equal-cast' with raw_inputs)")
+    too_big = np.flatnonzero(artifact.cardinalities > RELU_MAX_CARDINALITY)
+    if too_big.size:
+        i = int(too_big[0])
+        raise ExportError(f"the relu one-hot builder needs cardinalities <= {RELU_MAX_CARDINALITY} (int8 codes); "
+                          f"feature {i} ({artifact.feature_names[i]!r}) has {int(artifact.cardinalities[i])}")
+
+
+def _weight_units(artifact) -> tuple[str, float, np.ndarray, int]:
+    """``(mode, scale, int8 weight units (n_rows, C), max code error)`` of the table."""
+    if artifact.is_quantized:
+        codes = artifact.table_codes.astype(np.int64)
+        if artifact.quantizer.max_code <= INT8_WEIGHT_MAX:
+            return "exact", 1.0, codes.astype(np.int8), 0
+        # B = 8: halve the codes (round half to even, like the quantizer) and clip 255 -> 127.
+        units = np.minimum(np.round(codes / 2.0), INT8_WEIGHT_MAX).astype(np.int64)
+        return "rescaled", 2.0, units.astype(np.int8), int(np.max(np.abs(2 * units - codes), initial=0))
+    neg = -artifact.table_logp.astype(np.float64)
+    top = float(neg.max(initial=0.0))
+    scale = top / INT8_WEIGHT_MAX if top > 0 else 1.0
+    units = np.clip(np.round(neg / scale), 0, INT8_WEIGHT_MAX).astype(np.int8)
+    return "float", float(np.float32(scale)), units, 0
+
+
+def _pack_groups(bounds: np.ndarray, capacity: int) -> list[tuple[int, int]]:
+    """Split features 0..D-1 into consecutive runs whose ``bounds`` sum to <= ``capacity``.
+
+    Greedy (a run grows until the next feature would overflow); every bound is <= 127, so a run
+    always holds at least two features unless the model ends.
+    """
+    groups, start, total = [], 0, 0
+    for i, b in enumerate(bounds):
+        if i > start and total + int(b) > capacity:
+            groups.append((start, i))
+            start, total = i, 0
+        total += int(b)
+    groups.append((start, len(bounds)))
+    return groups
+
+
+# ================================================================================================
+# TensorFlow graph and conversion (TensorFlow is imported here only)
+# ================================================================================================
+def _tensorflow():
+    """Import TensorFlow lazily (an export-time dependency only), quietly."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    try:
+        import tensorflow as tf
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ExportError(f"TFLite export needs TensorFlow ({exc}); install the export extras: "
+                          "pip install 'bnc-deploy[export]'") from None
+    return tf
+
+
+def _convert(artifact, lowering: str, raw_inputs: bool, plan: OneHotFCPlan | None) -> bytes:
+    """Trace the graph as a tf.function and convert it with TFLITE_BUILTINS only."""
+    tf = _tensorflow()
+    relu = plan is not None and plan.builder == "relu"
+    batch = ONEHOT_FC_BATCH if plan is not None else None
+    # The relu builder traces float32 codes and lets the converter make the input int8 (scale 1).
+    dtype = tf.float32 if raw_inputs or relu else tf.int32
+    spec = tf.TensorSpec([batch, artifact.n_features], dtype, name=INPUT_NAME)
+
+    def graph(x):
+        if relu:
+            log_joint, invalid = _relu_onehot_lookup(tf, artifact, plan, x)
+            label = tf.argmax(log_joint, axis=1, output_type=tf.int64)
+        else:
+            codes, non_finite = _raw_codes(tf, artifact, x) if raw_inputs else (x, None)
+            clipped, invalid = _guard(tf, artifact, codes, non_finite)
+            if plan is None:
+                log_joint, label = _gather_lookup(tf, artifact, clipped)
+            else:
+                log_joint = _onehot_fc_lookup(tf, artifact, plan, clipped)
+                label = tf.argmax(log_joint, axis=1, output_type=tf.int64)
+        log_joint = tf.where(invalid[:, None], tf.constant(np.nan, tf.float32), log_joint)
+        label = tf.where(invalid, tf.constant(INVALID_LABEL, tf.int64), label)
+        return log_joint, label
+
+    function = tf.function(graph, input_signature=[spec], autograph=False)
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([function.get_concrete_function()], function)
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
+    if plan is not None:
+        # Needed for the fake-quant ranges to become int8 tensors. Every float constant of an FC
+        # is fake-quantized by us, so no weight is left to dynamic-range quantization.
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    if relu:
+        converter.inference_input_type = tf.int8
+    with warnings.catch_warnings():
+        # "Statistics for quantized inputs were expected": the input is int32/float32 on purpose.
+        warnings.simplefilter("ignore", UserWarning)
+        try:
+            return converter.convert()
+        except Exception as exc:  # the converter raises its own ConverterError types
+            raise ExportError(f"TFLite conversion failed ({lowering}): {str(exc).splitlines()[0]}") from None
+
+
+def _raw_codes(tf, artifact, x):
+    """Raw float32 x [N, D] -> (codes int32 [N, D], non_finite bool [N, D])."""
+    thresholds, _ = padded_thresholds(artifact)                           # [D, K], padded with FLT_MAX
+    above = tf.greater(tf.expand_dims(x, 2), tf.constant(thresholds)[None])  # [N, D, K]
+    codes = tf.reduce_sum(tf.cast(above, tf.int32), axis=2)
+    # NaN: x != x; +-inf: |x| > FLT_MAX. Written positively on purpose: the converter rewrites
+    # LOGICAL_NOT(|x| <= FLT_MAX) into GREATER(|x|, FLT_MAX), which is False for NaN.
+    non_finite = tf.logical_or(tf.not_equal(x, x),
+                               tf.greater(tf.abs(x), tf.constant(np.finfo(np.float32).max, tf.float32)))
+    return codes, non_finite
+
+
+def _guard(tf, artifact, codes, non_finite):
+    """Clip codes into each feature's range; flag rows with any clipped (or non-finite) value.
+
+    Returns ``(clipped int32 [N, D], invalid bool [N])``.
+    """
+    max_code = lookup_constants(artifact)["max_code"].astype(np.int32)
+    clipped = tf.maximum(tf.minimum(codes, tf.constant(max_code)), 0)
+    bad = tf.not_equal(codes, clipped)                                    # True exactly where clipping acted
+    if non_finite is not None:
+        bad = tf.logical_or(bad, non_finite)
+    return clipped, tf.reduce_any(bad, axis=1)
+
+
+def _parent_term(tf, artifact, clipped, use_gather: bool):
+    """``has_parent[i] * x[:, pa(i)]`` int32 [N, D], or None for naive Bayes."""
+    if artifact.structure == "nb":
+        return None
+    c = lookup_constants(artifact)
+    if use_gather:
+        picked = tf.gather(clipped, tf.constant(c["parent_index"].astype(np.int32)), axis=1)
+        return picked * tf.constant(c["has_parent"].astype(np.int32))
+    # No GATHER (onehot-fc): x @ S with S[j, i] = 1 iff j = pa(i), as MUL + SUM in int32 (exact).
+    select = np.zeros((artifact.n_features, artifact.n_features), dtype=np.int32)   # [i, j]
+    has = artifact.parents >= 0
+    select[np.flatnonzero(has), artifact.parents[has]] = 1
+    return tf.reduce_sum(tf.expand_dims(clipped, 1) * tf.constant(select)[None], axis=2)
+
+
+def _local_rows(tf, artifact, clipped, use_gather: bool):
+    """``x_i * |X_pa(i)| + x_pa(i)`` int32 [N, D] (the row inside feature i's block)."""
+    strides = lookup_constants(artifact)["strides"].astype(np.int32)
+    own = clipped * tf.constant(strides) if artifact.structure == "tan" else clipped
+    parent = _parent_term(tf, artifact, clipped, use_gather)
+    return own if parent is None else own + parent
+
+
+def _gather_lookup(tf, artifact, clipped):
+    """GATHER + SUM lowering: ``(log_joint float32 [N, C], label int64 [N])``."""
+    offsets = lookup_constants(artifact)["offsets"].astype(np.int32)
+    rows = _local_rows(tf, artifact, clipped, use_gather=True) + tf.constant(offsets)
+    if artifact.is_quantized:
+        picked = tf.gather(tf.constant(artifact.table_codes), rows)                  # uint8 [N, D, C]
+        sums = tf.reduce_sum(tf.cast(picked, tf.int32), axis=1) + tf.constant(artifact.class_codes.astype(np.int32))
+        label = tf.argmin(sums, axis=1, output_type=tf.int64)                        # first minimum
+        step = np.float32(-artifact.quantizer.step)                                  # -2**-B_F, exact
+        return tf.cast(sums, tf.float32) * tf.constant(step), label
+    picked = tf.gather(tf.constant(artifact.table_logp), rows)                       # float32 [N, D, C]
+    log_joint = tf.reduce_sum(picked, axis=1) + tf.constant(artifact.class_logp)
+    return log_joint, tf.argmax(log_joint, axis=1, output_type=tf.int64)
+
+
+def _fake_quant(tf, value, low: float, high: float, narrow: bool = False):
+    """Fix a tensor's int8 quantization through its range (8 bits: scale = (high - low) / levels)."""
+    return tf.quantization.fake_quant_with_min_max_args(value, min=low, max=high, num_bits=8, narrow_range=narrow)
+
+
+def _int8_weights(tf, units: np.ndarray, scale: float):
+    """Constant int8 FC weights: ``units`` (integers in -127..127) with quantization scale ``scale``."""
+    w = tf.constant(np.asarray(units, dtype=np.float32) * np.float32(scale))
+    return _fake_quant(tf, w, -INT8_WEIGHT_MAX * scale, INT8_WEIGHT_MAX * scale, narrow=True)  # zero point 0
+
+
+def _int8_counts(tf, value, scale: float = 1.0):
+    """An int8 activation holding integers 0..255 (times ``scale``): zero point -128."""
+    return _fake_quant(tf, value, 0.0, INT8_OUTPUT_LEVELS * scale)
+
+
+def _group_partials(tf, plan: OneHotFCPlan, onehot) -> list:
+    """One int8 FULLY_CONNECTED per feature group: partial code sums, each [1, C] int8 (scale s)."""
+    partial = []
+    for k, (lo, hi) in enumerate(plan.slices):
+        acc = tf.matmul(onehot[:, lo:hi], _int8_weights(tf, plan.group_weights(k), plan.scale))
+        partial.append(_int8_counts(tf, acc, plan.scale))
+    return partial
+
+
+def _finish_log_joint(tf, artifact, plan: OneHotFCPlan, partial_sums):
+    """Partial sums [1, G * C] (dequantized by the converter) -> log_joint float32 [1, C].
+
+    The sum over groups is float32 of integers (times ``s``) below 2**24: exact.
+    """
+    c = artifact.n_classes
+    stacked = tf.reshape(partial_sums, [ONEHOT_FC_BATCH, len(plan.groups), c])
+    table_sum = tf.reduce_sum(stacked, axis=1)
+    if artifact.is_quantized:
+        total = table_sum + tf.constant(artifact.class_codes.astype(np.float32))
+        return total * tf.constant(np.float32(-artifact.quantizer.step))
+    return tf.constant(artifact.class_logp) - table_sum
+
+
+def _onehot_fc_lookup(tf, artifact, plan: OneHotFCPlan, clipped):
+    """``equal-cast`` builder: one-hot by EQUAL + CAST, then int8 FCs per group: log_joint [1, C]."""
+    d, r = artifact.n_features, plan.r_max
+    local = _local_rows(tf, artifact, clipped, use_gather=False)
+    # Compare k + 1 with the shifted pattern (0 on padding): never an iota, so never fused into ONE_HOT.
+    hot = tf.equal(tf.expand_dims(local + 1, 2), tf.constant(plan.pattern)[None])    # bool [1, D, r]
+    onehot = tf.reshape(tf.cast(hot, tf.float32), [ONEHOT_FC_BATCH, d * r])
+    onehot = _fake_quant(tf, onehot, -128.0, 127.0)                                  # QUANTIZE: int8, scale 1, zp 0
+    partial = _group_partials(tf, plan, onehot)
+    return _finish_log_joint(tf, artifact, plan, tf.concat(partial, axis=1) if len(partial) > 1 else partial[0])
+
+
+def _relu_onehot_lookup(tf, artifact, plan: OneHotFCPlan, x):
+    """``relu`` builder: an all-int8 graph up to one DEQUANTIZE (what the Edge TPU can map).
+
+    ``x`` is float32 [1, D] in the trace; the converter makes it the int8 input (scale 1, zp 0).
+    With ``t = x_i - v`` (integers), ``[t == 0] = min(relu(t + 1), relu(1 - t))``: two int8 FCs
+    (weights +-1, int32 bias, fused ReLU) and a MINIMUM give the (feature, value) one-hot; for TAN
+    a third FC gives the joint one-hot ``relu(onehot[i, a] + onehot[pa(i), b] - 1)`` of each
+    stacked row. The guard counts features changed by clipping (``(x - clip(x))**2`` saturating,
+    summed by an FC) and rides in the same int8 tensor as the partial sums, so the integer part
+    ends in a single DEQUANTIZE. Returns ``(log_joint [1, C], invalid bool [1])``.
+    """
+    c, s = artifact.n_classes, plan.scale
+    max_code = (artifact.cardinalities - 1).astype(np.float32)
+    xq = _fake_quant(tf, x, -128.0, 127.0)
+    clipped = _fake_quant(tf, tf.minimum(tf.maximum(xq, 0.0), tf.constant(max_code)), -128.0, 127.0)
+    moved = _fake_quant(tf, xq - clipped, -128.0, 127.0)
+    flag = tf.matmul(_int8_counts(tf, moved * moved), _int8_weights(tf, np.ones((artifact.n_features, 1)), s))
+    onehot = _relu_value_onehot(tf, artifact, clipped)
+    if artifact.structure == "tan":
+        onehot = _relu_joint_onehot(tf, artifact, onehot)
+    partial = _group_partials(tf, plan, onehot)
+    packed = tf.concat(partial + [_int8_counts(tf, flag, s)], axis=1)                # int8 [1, G*C + 1]
+    width = len(plan.groups) * c
+    log_joint = _finish_log_joint(tf, artifact, plan, packed[:, :width])
+    # Compare in float: a quantized int8 GREATER aborts LiteRT, and "* 0.5" is not an identity the
+    # converter could fold away (which would leave the comparison on int8).
+    invalid = tf.greater(packed[:, width] * np.float32(0.5), np.float32(0.25 * s))
+    return log_joint, invalid
+
+
+def _relu_value_onehot(tf, artifact, clipped):
+    """int8 [1, K] one-hot over (feature i, value v) positions ``sum_{j<i} |X_j| + v``."""
+    cards = artifact.cardinalities
+    feature = np.repeat(np.arange(artifact.n_features), cards)
+    value = np.concatenate([np.arange(k) for k in cards]).astype(np.float32)
+    spread = np.zeros((artifact.n_features, feature.size), dtype=np.float32)
+    spread[feature, np.arange(feature.size)] = 1.0
+    up = tf.nn.relu(tf.matmul(clipped, _int8_weights(tf, spread, 1.0)) + tf.constant(1.0 - value))
+    down = tf.nn.relu(tf.matmul(clipped, _int8_weights(tf, -spread, 1.0)) + tf.constant(1.0 + value))
+    return _int8_counts(tf, tf.minimum(_int8_counts(tf, up), _int8_counts(tf, down)))
+
+
+def _relu_joint_onehot(tf, artifact, value_onehot):
+    """int8 [1, n_rows] one-hot over stacked-table rows from the (feature, value) one-hot."""
+    cards = artifact.cardinalities
+    start = np.concatenate([[0], np.cumsum(cards)[:-1]])                     # value-one-hot offsets
+    join = np.zeros((int(cards.sum()), artifact.n_rows), dtype=np.float32)
+    bias = np.zeros(artifact.n_rows, dtype=np.float32)
+    for i, (offset, p_card) in enumerate(zip(artifact.row_offsets, artifact.parent_cardinalities)):
+        parent = int(artifact.parents[i])
+        for a in range(int(cards[i])):
+            for b in range(int(p_card)):
+                row = int(offset) + a * int(p_card) + b
+                join[start[i] + a, row] = 1.0
+                if parent >= 0:                     # relu(own + parent - 1) = own AND parent
+                    join[start[parent] + b, row] = 1.0
+                    bias[row] = -1.0
+    joint = tf.nn.relu(tf.matmul(value_onehot, _int8_weights(tf, join, 1.0)) + tf.constant(bias))
+    return _int8_counts(tf, joint)
+
+
+# ================================================================================================
+# Flatbuffer post-processing and inspection (no TensorFlow: the schema module only)
+# ================================================================================================
+def _schema():
+    """The TFLite flatbuffer schema module (LiteRT's copy, else TensorFlow's)."""
+    try:
+        from ai_edge_litert import schema_py_generated as schema
+    except ImportError:  # pragma: no cover - depends on the environment
+        from tensorflow.lite.python import schema_py_generated as schema
+    return schema
+
+
+def _load_model_t(model: bytes):
+    schema = _schema()
+    if len(model) < 8 or model[4:8] != TFLITE_IDENTIFIER:
+        raise ValueError("not a TFLite flatbuffer (missing the TFL3 identifier)")
+    return schema, schema.ModelT.InitFromPackedBuf(bytearray(model), 0)
+
+
+def _finish_flatbuffer(converted: bytes, meta: dict) -> bytes:
+    """Name the I/O tensors, add the ``serving_default`` signature and the metadata buffer."""
+    import flatbuffers
+
+    schema, m = _load_model_t(converted)
+    sub = m.subgraphs[0]
+    if len(sub.inputs) != 1 or len(sub.outputs) != 2:
+        raise ExportError(f"converted graph has {len(sub.inputs)} inputs and {len(sub.outputs)} outputs, "
+                          "expected 1 and 2")
+    names = {int(sub.inputs[0]): INPUT_NAME, int(sub.outputs[0]): OUTPUT_LOG_JOINT, int(sub.outputs[1]): OUTPUT_LABEL}
+    for index, name in names.items():
+        sub.tensors[index].name = name.encode()
+    signature = schema.SignatureDefT()
+    signature.signatureKey = b"serving_default"
+    signature.subgraphIndex = 0
+    signature.inputs = [_tensor_map(schema, INPUT_NAME, sub.inputs[0])]
+    signature.outputs = [_tensor_map(schema, OUTPUT_LOG_JOINT, sub.outputs[0]),
+                         _tensor_map(schema, OUTPUT_LABEL, sub.outputs[1])]
+    m.signatureDefs = [signature]
+    buffer = schema.BufferT()
+    buffer.data = np.frombuffer(dump_metadata(meta).encode("utf-8"), dtype=np.uint8)
+    m.buffers.append(buffer)
+    entry = schema.MetadataT()
+    entry.name = METADATA_KEY.encode()
+    entry.buffer = len(m.buffers) - 1
+    m.metadata = [e for e in (m.metadata or []) if e.name != entry.name] + [entry]
+    builder = flatbuffers.Builder(1024 + len(converted))
+    builder.Finish(m.Pack(builder), file_identifier=TFLITE_IDENTIFIER)
+    return bytes(builder.Output())
+
+
+def _tensor_map(schema, name: str, index) -> object:
+    t = schema.TensorMapT()
+    t.name = name.encode()
+    t.tensorIndex = int(index)
+    return t
+
+
+def _as_bytes(model) -> bytes:
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        return bytes(model)
+    return Path(model).read_bytes()
+
+
+def _enum_names(enum_class) -> dict[int, str]:
+    return {v: k for k, v in vars(enum_class).items() if not k.startswith("_") and isinstance(v, int)}
+
+
+@dataclass
+class TensorInfo:
+    """One tensor of a TFLite subgraph (shape_signature has -1 for dynamic dimensions)."""
+
+    index: int
+    name: str
+    dtype: str
+    shape: list
+    shape_signature: list
+    scale: list
+    zero_point: list
+    data: bytes  # constant contents (empty for activations)
+
+    @property
+    def is_constant(self) -> bool:
+        return bool(self.data)
+
+
+@dataclass
+class OpInfo:
+    """One operator: builtin name (or ``CUSTOM:<code>``), version and tensor indices."""
+
+    index: int
+    name: str
+    version: int
+    inputs: list
+    outputs: list
+
+
+@dataclass
+class TFLiteSummary:
+    """What a TFLite file contains, read from the flatbuffer alone."""
+
+    ops: list
+    tensors: list
+    inputs: list
+    outputs: list
+    metadata: dict  # metadata buffer name -> bytes
+
+    @property
+    def op_names(self) -> list[str]:
+        return [op.name for op in self.ops]
+
+
+def inspect_tflite(model) -> TFLiteSummary:
+    """Operators, tensors and metadata of the first subgraph of a TFLite file (path or bytes)."""
+    schema, m = _load_model_t(_as_bytes(model))
+    op_names = _enum_names(schema.BuiltinOperator)
+    type_names = _enum_names(schema.TensorType)
+    sub = m.subgraphs[0]
+
+    def buffer_bytes(i):
+        data = m.buffers[i].data if 0 <= i < len(m.buffers) else None
+        return b"" if data is None else np.asarray(data, dtype=np.uint8).tobytes()
+
+    ops = []
+    for k, op in enumerate(sub.operators or []):
+        code = m.operatorCodes[op.opcodeIndex]
+        builtin = max(int(code.builtinCode), int(code.deprecatedBuiltinCode))
+        name = op_names.get(builtin, f"UNKNOWN_{builtin}")
+        if name == "CUSTOM":
+            name = f"CUSTOM:{(code.customCode or b'').decode(errors='replace')}"
+        ops.append(OpInfo(k, name, int(code.version), _ints(op.inputs), _ints(op.outputs)))
+    tensors = []
+    for k, t in enumerate(sub.tensors or []):
+        q = t.quantization
+        scale = _floats(q.scale) if q is not None and q.scale is not None else []
+        zero = _ints(q.zeroPoint) if q is not None and q.zeroPoint is not None else []
+        shape = _ints(t.shape)
+        signature = _ints(t.shapeSignature) if t.shapeSignature is not None else shape
+        tensors.append(TensorInfo(k, (t.name or b"").decode(errors="replace"), type_names.get(int(t.type), str(t.type)),
+                                  shape, signature, scale, zero, buffer_bytes(int(t.buffer))))
+    metadata = {(e.name.decode() if isinstance(e.name, bytes) else str(e.name)): buffer_bytes(int(e.buffer))
+                for e in (m.metadata or [])}
+    return TFLiteSummary(ops, tensors, _ints(sub.inputs), _ints(sub.outputs), metadata)
+
+
+def _ints(values) -> list[int]:
+    return [] if values is None else [int(v) for v in values]
+
+
+def _floats(values) -> list[float]:
+    return [] if values is None else [float(v) for v in values]
+
+
+def tflite_op_names(model) -> list[str]:
+    """Operator names of a TFLite file in execution order (``CUSTOM:<code>`` for custom/Flex ops)."""
+    return inspect_tflite(model).op_names
+
+
+def read_tflite_metadata(model) -> dict:
+    """The ``bnc_deploy`` metadata dict of an exported file (path or bytes), unvalidated.
+
+    Raises ValueError when the file is not a TFLite flatbuffer or has no such metadata.
+    """
+    summary = inspect_tflite(model)
+    if METADATA_KEY not in summary.metadata:
+        raise ValueError(f"not a bnc-deploy export (no {METADATA_KEY!r} metadata buffer)")
+    try:
+        return json.loads(summary.metadata[METADATA_KEY].decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ValueError(f"corrupt {METADATA_KEY} metadata ({exc})") from None
+
+
+def check_contract(model: bytes, artifact, plan: OneHotFCPlan | None = None) -> TFLiteSummary:
+    """Check a converted model against the contract; raise ExportError naming what is wrong.
+
+    Builtins only (no Flex/custom/ONE_HOT), no comparison on int8 operands (LiteRT aborts the
+    process on those), I/O names, dtypes and shapes, and for ``onehot-fc`` that every
+    FULLY_CONNECTED is int8 with an exact requantization (``s_in * s_w = s_out``, weight zero
+    point 0) and that each group's weights are stored exactly as planned.
+    """
+    summary = inspect_tflite(model)
+    bad = [n for n in summary.op_names if n.startswith("CUSTOM") or n in FORBIDDEN_OPS or "FLEX" in n.upper()]
+    if bad:
+        raise ExportError(f"converted model uses non-builtin or forbidden operators {sorted(set(bad))}")
+    for op in summary.ops:
+        if op.name in COMPARISON_OPS and any(summary.tensors[i].dtype == "INT8" for i in op.inputs):
+            raise ExportError(f"the converter left {op.name} (op #{op.index}) on int8 operands, which LiteRT "
+                              "cannot run; please report this with your TensorFlow version")
+    t = summary.tensors
+    x, lj, label = t[summary.inputs[0]], t[summary.outputs[0]], t[summary.outputs[1]]
+    d, c = artifact.n_features, artifact.n_classes
+    expected = [(x, INPUT_NAME, {"INT32", "FLOAT32", "INT8"}, d), (lj, OUTPUT_LOG_JOINT, {"FLOAT32"}, c),
+                (label, OUTPUT_LABEL, {"INT64"}, None)]
+    for tensor, name, dtypes, last in expected:
+        if tensor.name != name or tensor.dtype not in dtypes or (last is not None and tensor.shape[-1] != last):
+            raise ExportError(f"converted model has I/O tensor {tensor.name!r} {tensor.dtype} {tensor.shape}, "
+                              f"expected {name!r} of type {sorted(dtypes)} with last dimension {last}")
+    if x.dtype == "INT8" and (x.scale != [1.0] or x.zero_point != [0]):
+        raise ExportError(f"int8 input has scale {x.scale} and zero point {x.zero_point}, expected 1 and 0")
+    if plan is not None:
+        _check_fc_quantization(summary, plan)
+    return summary
+
+
+def _check_fc_quantization(summary: TFLiteSummary, plan: OneHotFCPlan) -> None:
+    """Every FULLY_CONNECTED exact in int8; every group's planned weights stored bit for bit."""
+    fcs = [op for op in summary.ops if op.name == "FULLY_CONNECTED"]
+    stored = []
+    for op in fcs:
+        x, w, out = (summary.tensors[i] for i in (op.inputs[0], op.inputs[1], op.outputs[0]))
+        ok = (all(t.dtype == "INT8" and len(t.scale) == 1 for t in (x, w, out)) and w.zero_point == [0]
+              and np.isclose(x.scale[0] * w.scale[0], out.scale[0], rtol=1e-6))
+        if not ok:
+            raise ExportError(f"FULLY_CONNECTED {out.name!r} is not an exact int8 layer: input {x.dtype} "
+                              f"{x.scale}/{x.zero_point}, weights {w.dtype} {w.scale}/{w.zero_point}, output "
+                              f"{out.dtype} {out.scale}/{out.zero_point} (need s_in * s_w = s_out, weight zp 0)")
+        stored.append(np.frombuffer(w.data, dtype=np.int8).reshape(w.shape).tobytes())   # [out, in]
+    # The converter orders FCs by name, not by group: match the weight matrices as a multiset.
+    missing = Counter(np.ascontiguousarray(plan.group_weights(k).T).tobytes() for k in range(len(plan.groups)))
+    missing.subtract(Counter(stored))
+    if any(n > 0 for n in missing.values()):
+        raise ExportError(f"{sum(n for n in missing.values() if n > 0)} of {len(plan.groups)} FULLY_CONNECTED "
+                          "weight matrices differ from the planned int8 codes; the converter re-quantized them")

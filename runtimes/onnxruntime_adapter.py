@@ -1,0 +1,65 @@
+"""onnxruntime adapter (name ``"onnxruntime"``): runs an exported ``.onnx`` BNC file.
+
+Sessions run sequentially (``ExecutionMode.ORT_SEQUENTIAL``) with ``threads`` intra-op threads
+(None: onnxruntime's default) and one inter-op thread, so latency numbers are reproducible.
+The metadata comes from the file's ``metadata_props["bnc_deploy"]``; no artifact is needed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+
+from bnc_deploy.exporters.common import INPUT_NAME, METADATA_KEY, OUTPUT_LABEL, OUTPUT_LOG_JOINT
+from bnc_deploy.runtimes.base import RuntimeAdapter, RuntimeLoadError
+
+# onnxruntime raises its own exception types (InvalidProtobuf, InvalidArgument, Fail, ...; plain
+# Exception subclasses, not RuntimeError) for bad files: collect them all from its binding module.
+_ORT_ERRORS = (RuntimeError,) + tuple(
+    obj for obj in vars(ort.capi.onnxruntime_pybind11_state).values()
+    if isinstance(obj, type) and issubclass(obj, Exception))
+
+
+class OnnxRuntimeAdapter(RuntimeAdapter):
+    """Run an exported ONNX file in onnxruntime (CPU execution provider)."""
+
+    name = "onnxruntime"
+    extensions = (".onnx",)
+
+    def _load(self, path: Path) -> dict:
+        options = ort.SessionOptions()
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        options.inter_op_num_threads = 1
+        if self.threads is not None:
+            options.intra_op_num_threads = self.threads
+        options.log_severity_level = 3  # errors only; a broken file is reported by our exception
+        try:
+            self.session = ort.InferenceSession(str(path), sess_options=options,
+                                                providers=["CPUExecutionProvider"])
+        except _ORT_ERRORS as exc:
+            raise RuntimeLoadError(f"{path}: not a loadable ONNX model ({_first_line(exc)})") from None
+        props = self.session.get_modelmeta().custom_metadata_map
+        if METADATA_KEY not in props:
+            raise RuntimeLoadError(f"{path}: not a bnc-deploy export (no {METADATA_KEY!r} metadata)")
+        inputs = {i.name: i for i in self.session.get_inputs()}
+        outputs = {o.name for o in self.session.get_outputs()}
+        if INPUT_NAME not in inputs or not {OUTPUT_LOG_JOINT, OUTPUT_LABEL} <= outputs:
+            raise RuntimeLoadError(f"{path}: graph inputs/outputs {sorted(inputs)}/{sorted(outputs)} are not "
+                                   f"the bnc-deploy contract ({INPUT_NAME} -> {OUTPUT_LOG_JOINT}, {OUTPUT_LABEL})")
+        self._input_dtype = {"tensor(int64)": np.int64, "tensor(int32)": np.int32,
+                             "tensor(float)": np.float32}.get(inputs[INPUT_NAME].type)
+        if self._input_dtype is None:
+            raise RuntimeLoadError(f"{path}: unsupported input type {inputs[INPUT_NAME].type}")
+        return props[METADATA_KEY]
+
+    def _run(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        log_joint, label = self.session.run([OUTPUT_LOG_JOINT, OUTPUT_LABEL],
+                                            {INPUT_NAME: x.astype(self._input_dtype, copy=False)})
+        return log_joint, label
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__

@@ -1,0 +1,57 @@
+"""NumPy reference adapter (name ``"numpy"``): runs a ``.bnc`` artifact with ReferencePredictor.
+
+The one adapter that reads artifacts: it is the ground truth the others are compared with. Its
+metadata is the same dict an exporter would write (``exporters.common.export_metadata`` with
+``format="bnc"``), so code written against the interface cannot tell the difference.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from bnc_deploy.artifacts import ArtifactError, load_artifact
+from bnc_deploy.exporters.common import export_metadata, raw_cut_points
+from bnc_deploy.reference import ReferencePredictor
+from bnc_deploy.runtimes.base import RuntimeAdapter, RuntimeLoadError
+
+
+class ReferenceAdapter(RuntimeAdapter):
+    """Run a model artifact with the NumPy reference predictor.
+
+    Parameters
+    ----------
+    path : str or PathLike
+        A ``.bnc`` model file.
+    raw_inputs : bool
+        Take raw values and bin them with the artifact's discretizer (as an exported
+        ``--raw-inputs`` file does: float32 values, the same thresholds).
+    threads : ignored (NumPy).
+    """
+
+    name = "numpy"
+    extensions = (".bnc",)
+
+    def __init__(self, path, *, threads: int | None = None, raw_inputs: bool = False) -> None:
+        self._raw_inputs = raw_inputs
+        super().__init__(path, threads=threads)
+
+    def _load(self, path: Path) -> dict:
+        try:
+            self.artifact = load_artifact(path)
+            meta = export_metadata(self.artifact, format="bnc", raw_inputs=self._raw_inputs)
+            if self._raw_inputs:
+                raw_cut_points(self.artifact)  # ExportError (a ValueError) if there is no usable discretizer
+        except ArtifactError as exc:
+            raise RuntimeLoadError(str(exc)) from None
+        self.predictor = ReferencePredictor(self.artifact)
+        meta["exact"] = True  # it is the reference
+        return meta
+
+    def _run(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        # The discretizer itself (float64 searchsorted), not the exporters' float32 thresholds:
+        # this adapter is the ground truth those thresholds are checked against.
+        codes = self.predictor.discretize(x.astype(np.float64)) if self.raw_inputs else x
+        log_joint = self.predictor.log_joint(codes)
+        return log_joint, np.argmax(log_joint, axis=1)
