@@ -59,14 +59,14 @@ class HybridLoss:
         # gradient lives in _kernels.HybridLossFn (tests compare it with autograd of the formula).
         from bnc_deploy.models._kernels import HybridLossFn
 
-        mask = _exclusion_mask(log_joint.shape[1], log_joint.dtype, log_joint.device)
+        mask = exclusion_mask(log_joint.shape[1], log_joint.dtype, log_joint.device)
         return HybridLossFn.apply(log_joint, labels, self.lam, self.gamma, self.eta, mask)
 
 
 _MASKS: dict = {}
 
 
-def _exclusion_mask(n_classes: int, dtype, device) -> torch.Tensor:
+def exclusion_mask(n_classes: int, dtype, device) -> torch.Tensor:
     """``(C, C)`` matrix with ``-inf`` on the diagonal and 0 elsewhere (cached)."""
     key = (n_classes, dtype, device)
     if key not in _MASKS:

@@ -21,7 +21,8 @@ from bnc_deploy.artifacts import BNCArtifact, load_artifact
 from bnc_deploy.artifacts.bnc import _check_acyclic
 from bnc_deploy.artifacts.container import ArtifactError
 from bnc_deploy.datasets.base import DiscreteDataset
-from bnc_deploy.losses import make_loss
+from bnc_deploy.losses import HybridLoss, exclusion_mask, make_loss
+from bnc_deploy.models._kernels import hybrid_backward, hybrid_forward, log_joint_backward, log_joint_forward
 from bnc_deploy.models.bnc import BayesNetClassifier
 from bnc_deploy.models.structure import chow_liu_parents
 from bnc_deploy.quantize import FixedPointLogQuantizer
@@ -186,19 +187,35 @@ def train_epoch(model, optimizer, loss_fn, indices: torch.Tensor, labels: torch.
 
     Returns the summed batch losses and the number of misclassified training rows, both
     measured on the fly (before each update), as the paper's reference code reports them.
+    BN classifiers with the hybrid loss take the closed-form step (no autograd engine; same
+    gradients, see ``models._kernels``); anything else goes through autograd.
     """
+    fast = isinstance(model, BayesNetClassifier) and isinstance(loss_fn, HybridLoss)
     loss_sum, wrong = 0.0, 0
     for b in range(order.shape[0] // batch_size):
         batch = order[b * batch_size:(b + 1) * batch_size]
-        log_joint = model(indices[batch])
-        batch_labels = labels[batch]
-        loss = loss_fn(log_joint, batch_labels)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        batch_indices, batch_labels = indices[batch], labels[batch]
+        if fast:
+            loss, log_joint = closed_form_step(model, loss_fn, batch_indices, batch_labels)
+        else:
+            log_joint = model(batch_indices)
+            loss = loss_fn(log_joint, batch_labels)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
         optimizer.step()
         loss_sum += loss.item()
         wrong += int((log_joint.detach().argmax(dim=1) != batch_labels).sum())
     return loss_sum, wrong
+
+
+@torch.no_grad()
+def closed_form_step(model: BayesNetClassifier, loss_fn: HybridLoss, indices, labels):
+    """Set ``model.rho.grad``/``model.class_rho.grad`` to the hybrid loss gradient; return (loss, log_joint)."""
+    log_joint, saved_lj = log_joint_forward(model.rho, model.class_rho, indices, model.quant_params)
+    mask = exclusion_mask(log_joint.shape[1], log_joint.dtype, log_joint.device)
+    loss, saved_loss = hybrid_forward(log_joint, labels, loss_fn.lam, loss_fn.gamma, loss_fn.eta, mask)
+    model.rho.grad, model.class_rho.grad = log_joint_backward(saved_lj, hybrid_backward(saved_loss))
+    return loss, log_joint
 
 
 def make_optimizer(model, eps: float = 1e-7) -> torch.optim.Optimizer:

@@ -110,3 +110,38 @@ def test_config_validation():
     with pytest.raises(ValueError, match="unknown model"):
         train_bnc(ds, quick(model="svm"))
     assert [default_int_bits(b) for b in range(1, 9)] == [1, 2, 2, 3, 3, 3, 3, 3]
+
+
+@pytest.mark.parametrize("bits", [None, 3])
+@pytest.mark.parametrize("model_kind", ["nb", "tan"])
+def test_closed_form_step_equals_autograd(bits, model_kind):
+    """The training fast path (no autograd) must produce autograd's gradients of the hybrid loss."""
+    import torch
+
+    from bnc_deploy.losses import HybridLoss
+    from bnc_deploy.models.bnc import BayesNetClassifier
+    from bnc_deploy.quantize import FixedPointLogQuantizer
+    from bnc_deploy.training import closed_form_step
+
+    ds = make_synthetic_dataset(seed=4)
+    parents = None if model_kind == "nb" else [-1, 0, 1, 2, 0, 4]
+    quantizer = None if bits is None else FixedPointLogQuantizer(bits, 2)
+    model = BayesNetClassifier(ds.cardinalities, ds.n_classes, parents, quantizer=quantizer,
+                               generator=torch.Generator().manual_seed(3))
+    indices, labels = model.flat_indices(ds.x_train[:50]), torch.as_tensor(ds.y_train[:50])
+    loss_fn = HybridLoss(5.0, 0.3, 10.0)
+
+    loss, _ = closed_form_step(model, loss_fn, indices, labels)
+    fast = (model.rho.grad.clone(), model.class_rho.grad.clone())
+
+    model.zero_grad()
+    class_theta, theta = model.log_tables()  # plain torch expressions, differentiated by autograd
+    log_joint = theta.reshape(-1, ds.n_classes)[indices].sum(dim=1) + class_theta
+    true = log_joint.gather(1, labels[:, None])[:, 0]
+    others = log_joint.masked_fill(torch.nn.functional.one_hot(labels, ds.n_classes).bool(), float("-inf"))
+    smooth = torch.logsumexp(10.0 * (0.3 + others - true[:, None]), dim=1) / 10.0
+    plain_loss = (-true + 5.0 * torch.relu(smooth)).mean()
+    plain_loss.backward()
+    assert float(loss) == pytest.approx(float(plain_loss), rel=1e-5)
+    assert torch.allclose(fast[0], model.rho.grad, atol=1e-6)
+    assert torch.allclose(fast[1], model.class_rho.grad, atol=1e-6)

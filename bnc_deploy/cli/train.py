@@ -57,7 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--adam-eps", type=float, default=defaults.adam_eps, metavar="EPS",
                        help="Adam epsilon (default 1e-7, TensorFlow's, as in the paper's reference code)")
     train.add_argument("--seed", type=int, default=defaults.seed, metavar="S", help="seed for init, shuffling and splits")
-    train.add_argument("--threads", type=int, default=None, metavar="N", help="torch CPU threads (default: torch's)")
+    train.add_argument("--threads", type=int, default=1, metavar="N",
+                       help="torch CPU threads (default 1: the tensors are small, and thread hand-offs cost more "
+                            "than they save; measured with benchmarks/bench_train_epoch.py)")
     out = p.add_argument_group("output")
     out.add_argument("-o", "--output", required=True, metavar="MODEL", help="model file to write (.bnc)")
     out.add_argument("--json", action="store_true", help="print one JSON object instead of a summary")
@@ -90,10 +92,9 @@ def run(args) -> dict:
     from bnc_deploy.datasets import load_dataset
     from bnc_deploy.training import TrainConfig, train_bnc
 
-    if args.threads is not None:
-        if args.threads < 1:
-            raise ValueError(f"--threads must be >= 1, got {args.threads}")
-        torch.set_num_threads(args.threads)
+    if args.threads < 1:
+        raise ValueError(f"--threads must be >= 1, got {args.threads}")
+    torch.set_num_threads(args.threads)
     config = TrainConfig(
         model=args.model, structure=args.structure, bits=args.bits, int_bits=args.int_bits, init=args.init,
         smoothing=args.smoothing, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,

@@ -132,8 +132,12 @@ class BayesNetClassifier(nn.Module):
         Equal to ``class_theta + theta.reshape(-1, C)[indices].sum(1)`` with ``log_tables()``; the
         hand-written backward (``_kernels.BNLogJoint``) keeps the training step to one graph node.
         """
-        quant = None if self.quantizer is None else (self.quantizer.frac_bits, self.quantizer.max_magnitude)
-        return BNLogJoint.apply(self.rho, self.class_rho, indices, quant)
+        return BNLogJoint.apply(self.rho, self.class_rho, indices, self.quant_params)
+
+    @property
+    def quant_params(self) -> tuple[int, float] | None:
+        """``(B_F, U)`` for the kernels, or None for a float model."""
+        return None if self.quantizer is None else (self.quantizer.frac_bits, self.quantizer.max_magnitude)
 
     @torch.no_grad()
     def predict(self, x) -> np.ndarray:
