@@ -1,0 +1,348 @@
+"""``bnc-profile``: size, operations, accuracy and latency of model files, per runtime; Pareto plots.
+
+Usage::
+
+    bnc-profile FILE... [--data PATH_OR_NAME [--fold K]] [--runtime onnxruntime,litert]
+                [--json] [--plot OUT.png] [--nodes] [--no-latency] [--runs N] [--warmup N]
+                [--repeats N] [--latency-mode {session,adapter}]
+
+FILE is a model file (``.bnc``: the NumPy reference, analytic costs), an exported file
+(``.onnx``/``.tflite``: analytic costs from its metadata, plus the graph count, which must equal
+them), or a JSON result file (rows of an earlier ``--json`` run or ``bnc-train --json``; taken
+as they are, for tables and plots over many runs).
+
+Each model file is run in every selected runtime that reads it: ``.bnc`` -> numpy;
+``.onnx`` -> onnxruntime with 1 thread and with its default threads; ``.tflite`` -> LiteRT with
+1 thread. With ``--data`` the test split gives the test error (through each runtime) and the
+rows to time; without it the latency runs on seeded random valid codes and the test error is
+the one stored in a ``.bnc`` model (exports: none).
+
+``--json`` prints a list of objects, one per (file, runtime, threads). Scripts rely on these
+keys (only ever added to): ``file``, ``runtime``, ``threads``, ``test_error``, ``size_bits``,
+``n_ops``, ``latency_us_p50_batch1``, ``latency_us_p99_batch1``, ``throughput_rows_per_s``,
+``graph_ops``, ``graph_param_bits``, ``graph_matches_analytic``, ``pareto``, ``cpu``.
+
+Exit status 0; 2 with a one-line message for a missing file, an unknown file type or runtime,
+data that does not fit a model, or a runtime that is not installed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from bnc_deploy.cli.common import print_json, user_errors
+
+PROG = "bnc-profile"
+MODEL_SUFFIXES = (".bnc", ".onnx", ".tflite")
+RESULT_SUFFIXES = (".json",)
+#: Seeded random rows timed when no --data is given.
+RANDOM_ROWS = 1000
+
+#: Keys every --json row has (scripts rely on them; only ever added to).
+JSON_KEYS = (
+    "file", "format", "model_kind", "structure", "lowering", "bits", "quantized", "runtime", "threads",
+    "dataset", "fold", "n_test_rows", "test_error", "test_error_source", "n_parameters", "size_bits", "n_ops",
+    "argmax_comparisons", "addressing_ops", "graph_ops", "graph_param_bits", "graph_storage_bits", "graph_macs",
+    "graph_lookups", "graph_categories", "graph_complete", "graph_unknown_ops", "graph_matches_analytic",
+    "latency_mode", "latency_input", "latency_us_p50_batch1", "latency_us_p99_batch1", "latency_us_mean_batch1",
+    "latency_runs", "throughput_rows_per_s", "throughput_batch", "file_bytes", "cpu", "environment", "pareto",
+    "notes",
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=PROG,
+        description="Profile bnc-deploy model files: size in bits, operations (analytic and counted in the "
+                    "exported graph), test error and latency per runtime, with Pareto plots.",
+        epilog="Examples:\n"
+               "  bnc-profile nb3.bnc nb3.onnx nb3.tflite --data letter\n"
+               "  bnc-profile out/*.onnx --data usps --runtime onnxruntime --json > usps.json\n"
+               "  bnc-profile usps.json letter.json --plot pareto.png",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("files", nargs="+", metavar="FILE", help="model files (.bnc, .onnx, .tflite) or JSON result files")
+    p.add_argument("--data", metavar="PATH_OR_NAME", help="dataset whose test split gives the error and the timed rows")
+    p.add_argument("--fold", type=int, default=None, metavar="K", help="1-based fold of --data (default 1)")
+    p.add_argument("--runtime", default=None, metavar="LIST",
+                   help="comma-separated runtimes to use (numpy, onnxruntime, litert; default: all)")
+    p.add_argument("--json", action="store_true", help="print a JSON list of objects instead of a table")
+    p.add_argument("--plot", metavar="OUT.png", help="write error vs size / operations / bit width (PNG and SVG)")
+    p.add_argument("--nodes", action="store_true", help="also show the per-node operation table of exported graphs")
+    timing = p.add_argument_group("latency")
+    timing.add_argument("--no-latency", action="store_true", help="skip timing (costs and accuracy only)")
+    timing.add_argument("--runs", type=int, default=200, metavar="N",
+                        help="timed batch-1 calls per block (default 200)")
+    timing.add_argument("--repeats", type=int, default=3, metavar="N", help="blocks of --runs calls (default 3)")
+    timing.add_argument("--warmup", type=int, default=20, metavar="N", help="untimed calls first (default 20)")
+    timing.add_argument("--throughput-repeats", type=int, default=5, metavar="N",
+                        help="timed full-batch passes (default 5; 0 skips throughput)")
+    timing.add_argument("--latency-mode", choices=("session", "adapter"), default="session",
+                        help="time the bare runtime call (default) or the adapter call with input validation")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.fold is not None and args.data is None:
+        parser.error("--fold needs --data")
+    with user_errors(PROG):
+        rows, tables = run(args)
+    if args.json:
+        print_json(rows)
+    else:
+        print(format_table(rows))
+        for table in tables:
+            print()
+            print(table)
+    if args.plot:
+        from bnc_deploy.profiling.pareto import plot_overview
+
+        written = plot_overview(unique_models(rows), args.plot)
+        print(f"{PROG}: wrote {', '.join(written)}", file=sys.stderr)
+    return 0
+
+
+# -- orchestration ---------------------------------------------------------------------------------------
+def parse_runtimes(spec: str | None) -> list[str]:
+    """Runtime names from ``--runtime`` (ValueError naming an unknown one)."""
+    from bnc_deploy.runtimes.base import RUNTIMES
+
+    if spec is None:
+        return ["numpy", "onnxruntime", "litert"]
+    names = [s.strip() for s in spec.split(",") if s.strip()]
+    unknown = [n for n in names if n not in RUNTIMES]
+    if unknown or not names:
+        raise ValueError(f"--runtime: unknown runtime {', '.join(map(repr, unknown)) or repr(spec)}; "
+                         f"choose from {', '.join(sorted(RUNTIMES))}")
+    return names
+
+
+def check_files(files) -> None:
+    for f in files:
+        p = Path(f)
+        if p.suffix.lower() not in MODEL_SUFFIXES + RESULT_SUFFIXES:
+            raise ValueError(f"{p}: unknown file type {p.suffix or '(none)'!r}; expected "
+                             f"{', '.join(MODEL_SUFFIXES + RESULT_SUFFIXES)}")
+        if not p.is_file():
+            raise FileNotFoundError(f"{p}: no such file")
+
+
+def run(args) -> tuple[list[dict], list[str]]:
+    """Profile every FILE; return (rows, per-node tables)."""
+    from bnc_deploy.profiling.latency import environment
+    from bnc_deploy.profiling.pareto import load_records, mark_pareto
+
+    check_files(args.files)
+    runtimes = parse_runtimes(args.runtime)
+    data = load_test_split(args.data, args.fold) if args.data else None
+    env = environment()
+    options = dict(latency=not args.no_latency, runs=args.runs, warmup=args.warmup, repeats=args.repeats,
+                   throughput_repeats=args.throughput_repeats, mode=args.latency_mode)
+    rows, tables = [], []
+    for f in args.files:
+        if Path(f).suffix.lower() in RESULT_SUFFIXES:
+            rows.extend(load_records([f]))
+            continue
+        model_rows, table = profile_model(f, runtimes, data, env=env, nodes=args.nodes, **options)
+        rows.extend(model_rows)
+        if table:
+            tables.append(table)
+    mark_pareto(rows, by="dataset")
+    return rows, tables
+
+
+def load_test_split(spec: str, fold: int | None):
+    """``(x_test, y_test, name, fold)`` of a dataset spec (DatasetError names the problem)."""
+    from bnc_deploy.datasets import load_dataset
+
+    ds = load_dataset(spec, fold=1 if fold is None else fold)
+    return ds.x_test, ds.y_test, ds.name, ds.fold
+
+
+def model_facts(path) -> dict:
+    """Costs of one model file: analytic (artifact or metadata) and, for exports, the graph count."""
+    from bnc_deploy.profiling.costs import analytic_costs, bnc_costs_from_metadata
+
+    p = Path(path)
+    suffix = p.suffix.lower()
+    facts = {"file": str(p), "format": suffix.lstrip("."), "file_bytes": p.stat().st_size, "notes": []}
+    if suffix == ".bnc":
+        from bnc_deploy.artifacts import load_artifact
+
+        artifact = load_artifact(p)
+        costs = analytic_costs(artifact)
+        data = artifact.metadata.get("data", {})
+        facts.update(model_kind=artifact.kind, structure=artifact.structure, lowering=None,
+                     bits=artifact.bits_per_parameter, quantized=artifact.is_quantized, input="codes",
+                     cardinalities=[int(c) for c in artifact.cardinalities], artifact=artifact,
+                     stored_dataset=data.get("name"), stored_fold=data.get("fold"),
+                     stored_test_error=artifact.metadata.get("errors", {}).get("test"), graph=None)
+    else:
+        from bnc_deploy.profiling.graph_count import count_graph
+
+        count = count_graph(p)
+        meta = count.metadata
+        if not meta:
+            raise ValueError(f"{p}: not a bnc-deploy export (no 'bnc_deploy' metadata)")
+        if meta.get("model_kind", "bnc") != "bnc":
+            raise ValueError(f"{p}: no analytic cost model for model kind {meta.get('model_kind')!r}")
+        costs = bnc_costs_from_metadata(meta)
+        facts.update(model_kind=meta.get("model_kind", "bnc"), structure=meta["structure"], lowering=meta["lowering"],
+                     bits=meta["bits"], quantized=meta["quantized"], input=meta["input"],
+                     cardinalities=list(meta["cardinalities"]), graph=count)
+    facts["costs"] = costs
+    return facts
+
+
+def profile_model(path, runtimes, data, *, env: dict, latency: bool = True, runs: int = 200, warmup: int = 20,
+                  repeats: int = 3, throughput_repeats: int = 5, mode: str = "session",
+                  nodes: bool = False) -> tuple[list[dict], str]:
+    """Rows (one per runtime setting that reads the file) and the per-node table (if ``nodes``)."""
+    from bnc_deploy.profiling.latency import RUNTIMES_FOR_SUFFIX, THREAD_CONFIGS
+
+    facts = model_facts(path)
+    base = base_row(facts, env)
+    if data is not None:
+        base.update(dataset=data[2], fold=data[3], n_test_rows=int(len(data[1])))
+    elif facts.get("stored_test_error") is not None:
+        base.update(dataset=facts["stored_dataset"], fold=facts["stored_fold"],
+                    test_error=facts["stored_test_error"], test_error_source="model metadata")
+    table = facts["graph"].table() if nodes and facts["graph"] is not None else ""
+    if nodes and facts["graph"] is not None:
+        base["graph_nodes"] = [vars(n) for n in facts["graph"].nodes]
+    wanted = [r for r in RUNTIMES_FOR_SUFFIX[Path(path).suffix.lower()] if r in runtimes]
+    if not wanted:
+        base["notes"].append(f"no selected runtime reads {Path(path).suffix} files")
+        return [base], table
+    if facts["input"] != "codes":
+        base["notes"].append("raw-input file: costs only, not run (datasets give codes; profile the .bnc model "
+                             "or a codes export for accuracy and latency)")
+        return [base], table
+    rows = []
+    for runtime in wanted:
+        for threads in THREAD_CONFIGS[runtime]:
+            rows.append(run_one(path, runtime, threads, facts, dict(base, notes=list(base["notes"])), data,
+                                latency=latency, runs=runs, warmup=warmup, repeats=repeats,
+                                throughput_repeats=throughput_repeats, mode=mode))
+    return rows, table
+
+
+def base_row(facts: dict, env: dict) -> dict:
+    costs, count = facts["costs"], facts["graph"]
+    row = dict.fromkeys(JSON_KEYS)
+    row.update(file=facts["file"], format=facts["format"], model_kind=facts["model_kind"],
+               structure=facts["structure"], lowering=facts["lowering"], bits=facts["bits"],
+               quantized=facts["quantized"], n_parameters=costs.n_parameters, size_bits=costs.size_bits,
+               n_ops=costs.n_ops, argmax_comparisons=costs.argmax_comparisons, addressing_ops=costs.addressing_ops,
+               file_bytes=facts["file_bytes"], cpu=env["cpu"], environment=env, notes=list(facts["notes"]))
+    if count is not None:
+        totals = count.totals()
+        check = count.compare(costs.size_bits, costs.n_ops)
+        row.update(graph_ops=count.paper_ops, graph_param_bits=count.param_bits,
+                   graph_storage_bits=count.storage_bits, graph_macs=count.macs, graph_lookups=count.lookups,
+                   graph_categories={k: totals[k] for k in ("arithmetic", "addressing", "binning", "guard", "argmax",
+                                                             "rescale", "load-time")} |
+                   {"folded": totals["folded_additions"]},
+                   graph_complete=count.complete, graph_unknown_ops=count.unknown_ops,
+                   graph_matches_analytic=check["size_bits"]["equal"] and check["n_ops"]["equal"])
+        if not count.complete:
+            row["notes"].append(f"graph count incomplete: no rule for {', '.join(count.unknown_ops)}")
+    return row
+
+
+def run_one(path, runtime, threads, facts, row, data, *, latency, runs, warmup, repeats, throughput_repeats,
+            mode) -> dict:
+    """Accuracy and latency of one (file, runtime, threads)."""
+    from bnc_deploy.profiling.latency import measure_accuracy, measure_latency
+    from bnc_deploy.runtimes.base import load_runtime
+
+    try:
+        adapter = load_runtime(path, runtime, threads=threads)
+    except ImportError as exc:
+        raise ValueError(f"{path}: runtime {runtime!r} is not available ({exc})") from None
+    row.update(runtime=runtime, threads=threads if runtime != "numpy" else None)
+    if data is not None:
+        x, y = data[0], data[1]
+        try:
+            acc = measure_accuracy(adapter, x, y)
+        except ValueError as exc:
+            raise ValueError(f"{path}: --data does not fit this model: {exc}") from None
+        row.update(test_error=acc["test_error"], test_error_source=f"{runtime} on the test split")
+        timed, how = x, "test split rows"
+    else:
+        timed, how = random_codes(facts), f"{RANDOM_ROWS} seeded random valid codes (no --data)"
+    if latency:
+        t = measure_latency(adapter, timed, runs=runs, warmup=warmup, repeats=repeats,
+                            throughput_repeats=throughput_repeats, mode=mode)
+        row.update(latency_mode=mode, latency_input=how, latency_us_p50_batch1=round(t.p50_us, 2),
+                   latency_us_p99_batch1=round(t.p99_us, 2), latency_us_mean_batch1=round(t.mean_us, 2),
+                   latency_runs=t.runs * t.repeats,
+                   throughput_rows_per_s=None if t.throughput_rows_per_s is None else round(t.throughput_rows_per_s),
+                   throughput_batch=t.throughput_batch)
+    return row
+
+
+def random_codes(facts: dict, n: int = RANDOM_ROWS, seed: int = 0) -> np.ndarray:
+    artifact = facts.get("artifact")
+    if artifact is not None and artifact.check_x is not None and len(artifact.check_x):
+        return np.asarray(artifact.check_x, dtype=np.int64)
+    cards = np.asarray(facts["cardinalities"], dtype=np.int64)
+    return (np.random.default_rng(seed).random((n, cards.size)) * cards).astype(np.int64)
+
+
+def unique_models(rows: list[dict]) -> list[dict]:
+    """One row per model file (the first runtime's), for plots."""
+    seen, out = set(), []
+    for r in rows:
+        key = r.get("file")
+        if key not in seen:
+            seen.add(key)
+            out.append(r)
+    return out
+
+
+# -- output ------------------------------------------------------------------------------------------------
+def _fmt(value, spec: str = ",", missing: str = "-") -> str:
+    return missing if value is None else format(value, spec)
+
+
+def format_table(rows: list[dict]) -> str:
+    """One line per (file, runtime, threads); '*' marks Pareto-optimal models (size, ops, error)."""
+    head = (f"{'file':<28} {'runtime':<11} {'thr':>3} {'error %':>7} {'size bits':>11} {'ops':>7} {'graph':>7} "
+            f"{'p50 µs':>8} {'p99 µs':>8} {'rows/s':>11}")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        name = Path(str(r.get("file", ""))).name
+        name = name if len(name) <= 27 else "…" + name[-26:]
+        mark = "*" if r.get("pareto") else " "
+        graph = r.get("graph_ops")
+        graph_s = "-" if graph is None and r.get("graph_matches_analytic") is None else \
+            ("=" if r.get("graph_matches_analytic") else _fmt(graph))
+        threads = "def" if r.get("runtime") == "onnxruntime" and r.get("threads") is None else _fmt(r.get("threads"))
+        error = None if r.get("test_error") is None else 100 * r["test_error"]
+        lines.append(f"{mark}{name:<27} {str(r.get('runtime') or '-'):<11} {threads:>3} {_fmt(error, '.2f'):>7} "
+                     f"{_fmt(r.get('size_bits')):>11} {_fmt(r.get('n_ops')):>7} {graph_s:>7} "
+                     f"{_fmt(r.get('latency_us_p50_batch1'), ',.1f'):>8} "
+                     f"{_fmt(r.get('latency_us_p99_batch1'), ',.1f'):>8} "
+                     f"{_fmt(r.get('throughput_rows_per_s')):>11}")
+    env = next((r["environment"] for r in rows if r.get("environment")), None)
+    lines.append("-" * len(head))
+    lines.append("* Pareto-optimal in (size bits, ops, test error) per dataset; graph '=' : the exported graph's "
+                 "counted ops and parameter bits equal the analytic ones")
+    if env:
+        v = env.get("versions", {})
+        lines.append(f"CPU {env['cpu']} ({env['usable_cpus']} usable of {env['cpu_count']}), Python {env['python']}, "
+                     + ", ".join(f"{k} {v[k]}" for k in ("numpy", "onnxruntime", "ai-edge-litert", "tensorflow-cpu",
+                                                         "tensorflow") if k in v))
+    notes = sorted({n for r in rows for n in (r.get("notes") or [])})
+    lines += [f"note: {n}" for n in notes]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,25 @@
+"""Profiling: analytic costs, graph op counts, latency and accuracy, Pareto reports (``bnc-profile``).
+
+One job per module:
+
+* :mod:`~bnc_deploy.profiling.costs` - the paper's cost conventions (size in bits, operations),
+  a registry of cost functions by artifact kind (``"bnc"``; the DNN formula is ready as a pure
+  function over a layer list);
+* :mod:`~bnc_deploy.profiling.graph_count` - per-node operations and parameter bits of exported
+  ONNX/TFLite graphs, by generic per-op rules; unknown ops are reported, never counted as 0;
+* :mod:`~bnc_deploy.profiling.latency` - batch-1 p50/p99 latency, throughput, accuracy per runtime,
+  and the machine and library versions;
+* :mod:`~bnc_deploy.profiling.pareto` - the non-dominated set in (size, ops, error) and the plots.
+
+The command line is ``bnc_deploy.cli.profile`` (``bnc-profile``).
+"""
+
+from bnc_deploy.profiling.costs import CostReport, analytic_costs, dnn_costs, register_cost_model
+from bnc_deploy.profiling.graph_count import GraphCount, count_graph
+from bnc_deploy.profiling.latency import environment, measure_accuracy, measure_latency
+from bnc_deploy.profiling.pareto import mark_pareto, pareto_front, plot_all, plot_overview
+
+__all__ = [
+    "CostReport", "GraphCount", "analytic_costs", "count_graph", "dnn_costs", "environment", "mark_pareto",
+    "measure_accuracy", "measure_latency", "pareto_front", "plot_all", "plot_overview", "register_cost_model",
+]

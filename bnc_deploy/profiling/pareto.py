@@ -1,0 +1,289 @@
+"""Pareto analysis and plots over profiled models (size in bits, operations, test error).
+
+Records are plain dicts (``bnc-profile --json`` rows, ``bnc-train --json`` summaries, or report
+rows) with at least ``test_error``, ``size_bits`` and ``n_ops``; the plots also use ``bits``
+(bits per parameter; 32 or ``quantized: false`` means float), ``dataset`` and ``structure``.
+
+Plots (matplotlib, Agg backend: no display needed), each saved as PNG and SVG:
+
+* error vs size (bits, log scale), one line per model family, Pareto points ringed;
+* error vs operations (log scale), marker **area proportional to size** (the paper's Fig. 6);
+* error vs bit width (1..8 and float), one line per model family.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+
+#: Objectives, all minimized.
+OBJECTIVES = ("size_bits", "n_ops", "test_error")
+FLOAT_BITS = 32
+
+
+# -- records -------------------------------------------------------------------------------------------
+def load_records(paths) -> list[dict]:
+    """Records from JSON files: a list of objects, one object, or ``{"records": [...]}``.
+
+    Raises FileNotFoundError / ValueError naming the file.
+    """
+    records = []
+    for path in paths:
+        p = Path(path)
+        if not p.is_file():
+            raise FileNotFoundError(f"{p}: no such result file")
+        try:
+            data = json.loads(p.read_text())
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{p}: not a JSON result file ({exc})") from None
+        if isinstance(data, dict):
+            data = data.get("records", [data])
+        if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
+            raise ValueError(f"{p}: expected a JSON object or a list of objects")
+        for r in data:
+            r.setdefault("file", str(p))
+        records.extend(data)
+    return records
+
+
+def is_float(record: dict) -> bool:
+    return record.get("quantized") is False or record.get("bits") in (None, FLOAT_BITS)
+
+
+def family(record: dict) -> str:
+    """The series a record belongs to: ``group``, else ``"<dataset> <STRUCTURE>"``."""
+    if record.get("group"):
+        return str(record["group"])
+    parts = [str(record[k]) for k in ("dataset",) if record.get(k)]
+    if record.get("structure"):
+        parts.append(str(record["structure"]).upper())
+    return " ".join(parts) or "models"
+
+
+# -- Pareto ----------------------------------------------------------------------------------------------
+def dominates(a: dict, b: dict, keys=OBJECTIVES) -> bool:
+    """``a`` is no worse than ``b`` in every key and better in at least one (all minimized)."""
+    return all(a[k] <= b[k] for k in keys) and any(a[k] < b[k] for k in keys)
+
+
+def pareto_front(records: list[dict], keys=OBJECTIVES) -> list[int]:
+    """Indices of the non-dominated records (records missing a key are left out), input order."""
+    usable = [i for i, r in enumerate(records) if all(r.get(k) is not None for k in keys)]
+    return [i for i in usable if not any(dominates(records[j], records[i], keys) for j in usable if j != i)]
+
+
+def mark_pareto(records: list[dict], by: str | None = "dataset", keys=OBJECTIVES) -> list[dict]:
+    """Set ``record["pareto"]`` (True/False; None if a key is missing), the front taken within each
+    value of ``by`` (models of different datasets are not comparable). Duplicate rows of one model
+    (several runtimes) share the flag of their first occurrence."""
+    groups: dict = {}
+    for i, r in enumerate(records):
+        groups.setdefault(r.get(by) if by else None, []).append(i)
+    for members in groups.values():
+        models, first = [], {}
+        for i in members:
+            key = (records[i].get("model_id") or records[i].get("file"), *(records[i].get(k) for k in keys))
+            first.setdefault(key, i)
+            models.append(first[key])
+        unique = sorted(set(models))
+        front = {unique[j] for j in pareto_front([records[i] for i in unique], keys)}
+        for i, m in zip(members, models):
+            missing = any(records[i].get(k) is None for k in keys)
+            records[i]["pareto"] = None if missing else m in front
+    return records
+
+
+# -- plots -----------------------------------------------------------------------------------------------
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")   # files only, never a display
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _series(records):
+    """``{family: [records sorted by size]}`` of records with an error, size and ops."""
+    out: dict[str, list] = {}
+    for r in records:
+        if r.get("test_error") is None or r.get("size_bits") is None:
+            continue
+        out.setdefault(family(r), []).append(r)
+    return {k: sorted(v, key=lambda r: r["size_bits"]) for k, v in sorted(out.items())}
+
+
+def _style(index: int):
+    colors = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2"]
+    markers = ["o", "^", "s", "D", "v", "P", "X", "*"]
+    return colors[index % len(colors)], markers[index % len(markers)]
+
+
+def _ring_pareto(ax, xs, ys, flags, label_done: list):
+    ring = [(x, y) for x, y, f in zip(xs, ys, flags) if f]
+    if ring:
+        ax.scatter([p[0] for p in ring], [p[1] for p in ring], s=160, facecolors="none", edgecolors="black",
+                   linewidths=1.2, zorder=4, label=None if label_done else "Pareto-optimal (per dataset)")
+        label_done.append(True)
+
+
+def plot_error_vs_size(ax, records: list[dict]) -> None:
+    """Test error (%) against parameter memory (bits, log scale), one line per family."""
+    ringed: list = []
+    for k, (name, rs) in enumerate(_series(records).items()):
+        color, marker = _style(k)
+        xs, ys = [r["size_bits"] for r in rs], [100 * r["test_error"] for r in rs]
+        ax.plot(xs, ys, marker=marker, color=color, label=name, linewidth=1.2, markersize=5)
+        for r, x, y in zip(rs, xs, ys):
+            ax.annotate("f" if is_float(r) else str(r.get("bits", "")), (x, y), textcoords="offset points",
+                        xytext=(0, 6), ha="center", fontsize=7, color=color)
+        _ring_pareto(ax, xs, ys, [r.get("pareto") for r in rs], ringed)
+    ax.set_xscale("log")
+    _log_axis(ax.xaxis, _bits_label)
+    ax.set_xlabel("model size (bits of parameters, log scale)")
+    ax.set_ylabel("test error (%)")
+    ax.set_title("Test error vs size (labels: bits per parameter, f = float32)")
+    ax.grid(True, which="both", alpha=0.3)
+    handles, labels = ax.get_legend_handles_labels()
+    order = sorted(range(len(labels)), key=lambda i: labels[i].startswith("Pareto"))
+    ax.legend([handles[i] for i in order], [labels[i] for i in order], fontsize=8)
+
+
+def plot_error_vs_ops(ax, records: list[dict], max_area: float = 900.0) -> None:
+    """Test error (%) against operations per row (log scale), marker area proportional to size.
+
+    Markers are drawn largest first so small models stay visible on top of large ones at the
+    same operation count (all BN models of a dataset share ``D * C``).
+    """
+    from matplotlib.lines import Line2D
+
+    series = _series(records)
+    sizes = [r["size_bits"] for rs in series.values() for r in rs]
+    top = max(sizes) if sizes else 1
+    points, handles, labels = [], [], []
+    for k, (name, rs) in enumerate(series.items()):
+        color, marker = _style(k)
+        points += [(max(max_area * r["size_bits"] / top, 2.0), r["n_ops"], 100 * r["test_error"], color, marker)
+                   for r in rs]
+        handles.append(Line2D([], [], linestyle="", marker=marker, color=color, markersize=7, alpha=0.8))
+        labels.append(name)
+    for area, x, y, color, marker in sorted(points, key=lambda p: -p[0]):
+        ax.scatter([x], [y], s=area, color=color, marker=marker, alpha=0.35, edgecolors=color, linewidths=0.8)
+    for value in _size_key(top):   # the area key: proxy circles at true scale
+        area = max(max_area * value / top, 2.0)
+        handles.append(Line2D([], [], linestyle="", marker="o", markersize=np.sqrt(area), markerfacecolor="none",
+                              markeredgecolor="gray"))
+        labels.append(f"size {_bits_label(value)}")
+    ax.set_xscale("log")
+    _log_axis(ax.xaxis, lambda v: f"{v:,.0f}")
+    ax.set_xlabel("operations per row (additions / MACs, log scale)")
+    ax.set_ylabel("test error (%)")
+    ax.set_title("Test error vs operations (marker area ∝ size in bits)")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(handles, labels, fontsize=8, labelspacing=1.6, borderpad=1.0, handletextpad=1.2,
+              loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.margins(x=0.3, y=0.15)
+
+
+def _log_axis(axis, label) -> None:
+    """Plain tick labels on a log axis: ``label(value)`` at 1, 2 and 5 times powers of ten."""
+    from matplotlib.ticker import FuncFormatter
+
+    def text(value, _pos):
+        if value <= 0:
+            return ""
+        lead = value / 10.0 ** np.floor(np.log10(value) + 1e-9)
+        return label(value) if any(abs(lead - d) < 1e-6 for d in (1, 2, 5)) else ""
+
+    axis.set_major_formatter(FuncFormatter(text))
+    axis.set_minor_formatter(FuncFormatter(text))
+    axis.set_tick_params(which="both", length=3.5)   # minor labels on the same baseline as major ones
+
+
+def _size_key(top: float) -> list[float]:
+    """Two or three round sizes (powers of ten) for the marker-area legend."""
+    exp = int(np.floor(np.log10(top))) if top > 0 else 0
+    values = [10.0 ** e for e in (exp - 1, exp)] + ([top] if top > 2 * 10.0 ** exp else [])
+    return [v for v in values if v > 0]
+
+
+def _bits_label(value: float) -> str:
+    for unit, scale in (("Mbit", 1e6), ("kbit", 1e3)):
+        if value >= scale:
+            return f"{value / scale:.3g} {unit}"
+    return f"{value:.0f} bits"
+
+
+def plot_error_vs_bits(ax, records: list[dict]) -> None:
+    """Test error (%) against bits per parameter (1..8, and float32 at the right)."""
+    series = _series(records)
+    widths = sorted({int(r["bits"]) for rs in series.values() for r in rs if not is_float(r)})
+    float_x = (max(widths) if widths else 8) + 1.5
+    for k, (name, rs) in enumerate(series.items()):
+        color, marker = _style(k)
+        quant = sorted((r for r in rs if not is_float(r)), key=lambda r: r["bits"])
+        ax.plot([r["bits"] for r in quant], [100 * r["test_error"] for r in quant], marker=marker, color=color,
+                label=name, linewidth=1.2, markersize=5)
+        floats = [r for r in rs if is_float(r)]
+        if floats:
+            ax.scatter([float_x] * len(floats), [100 * r["test_error"] for r in floats], marker=marker, color=color,
+                       s=36, zorder=3)
+            if quant:
+                ax.plot([quant[-1]["bits"], float_x], [100 * quant[-1]["test_error"], 100 * floats[0]["test_error"]],
+                        color=color, linestyle=":", linewidth=1)
+    has_float = any(is_float(r) for rs in series.values() for r in rs)
+    ax.set_xticks(widths + ([float_x] if has_float else []))
+    ax.set_xticklabels([str(w) for w in widths] + (["float32"] if has_float else []))
+    ax.set_xlabel("bits per parameter")
+    ax.set_ylabel("test error (%)")
+    ax.set_title("Test error vs bit width")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+
+
+PLOTS = {"error_vs_size": plot_error_vs_size, "error_vs_ops": plot_error_vs_ops, "error_vs_bits": plot_error_vs_bits}
+
+
+def save_figure(fig, path) -> list[str]:
+    """Save ``fig`` as ``path`` with a ``.png`` and a ``.svg`` suffix; return both paths."""
+    base = Path(path).with_suffix("")
+    base.parent.mkdir(parents=True, exist_ok=True)
+    written = []
+    for suffix in (".png", ".svg"):
+        out = base.with_suffix(suffix)
+        fig.savefig(out, dpi=150, bbox_inches="tight")
+        written.append(str(out))
+    return written
+
+
+def plot_all(records: list[dict], out_dir, prefix: str = "", note: str = "") -> list[str]:
+    """The three plots as separate figures ``<out_dir>/<prefix><name>.png|.svg``; return the paths.
+
+    ``note`` (e.g. how the models were trained) is added under each title.
+    """
+    plt = _pyplot()
+    written = []
+    for name, draw in PLOTS.items():
+        fig, ax = plt.subplots(figsize=(8, 5.2))
+        draw(ax, records)
+        if note:
+            ax.set_title(f"{ax.get_title()}\n{note}", fontsize=11)
+        written += save_figure(fig, Path(out_dir) / f"{prefix}{name}.png")
+        plt.close(fig)
+    return written
+
+
+def plot_overview(records: list[dict], path, note: str = "") -> list[str]:
+    """The three plots side by side in one figure at ``path`` (PNG) and beside it as SVG."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(1, 3, figsize=(23, 6.5), gridspec_kw={"width_ratios": [1, 1.15, 1]})
+    for ax, draw in zip(axes, PLOTS.values()):
+        draw(ax, records)
+    if note:
+        fig.suptitle(note, fontsize=12)
+    fig.tight_layout()
+    written = save_figure(fig, path)
+    plt.close(fig)
+    return written
