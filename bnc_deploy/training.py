@@ -157,16 +157,25 @@ def _error(model: BayesNetClassifier, indices: torch.Tensor, labels: torch.Tenso
         return float((model(indices).argmax(dim=1) != labels).float().mean()) if len(labels) else float("nan")
 
 
-def train_bnc(dataset: DiscreteDataset, config: TrainConfig) -> TrainResult:
-    """Train a BN classifier on ``dataset`` and return its artifact and per-epoch history."""
+def train_bnc(dataset: DiscreteDataset, config: TrainConfig, *, parents: np.ndarray | None = None,
+              structure_source: str | None = None, init_rho: tuple | None = None) -> TrainResult:
+    """Train a BN classifier on ``dataset`` and return its artifact and per-epoch history.
+
+    Hooks for callers that found the structure themselves (``models.structure_learning``):
+    ``parents`` (D,) overrides ``config.structure``; ``init_rho = (class_rho (C,), rho (D, P, K, C))``
+    in ``BayesNetClassifier``'s layout replaces ``config.init`` (e.g. fine-tuning trained CPTs).
+    """
     config.validate()
     started = time.perf_counter()
     torch.manual_seed(config.seed)
     init_generator = torch.Generator().manual_seed(config.seed)
-    parents, structure_source = resolve_parents(config, dataset)
+    if parents is None:
+        parents, structure_source = resolve_parents(config, dataset)
     model = BayesNetClassifier(dataset.cardinalities, dataset.n_classes, parents, quantizer=config.quantizer(),
                                init=config.init, data=(dataset.x_train, dataset.y_train),
                                smoothing=config.smoothing, generator=init_generator)
+    if init_rho is not None:
+        _load_rho(model, *init_rho)
     loss_fn = make_loss(config.loss, hybrid_lambda=config.hybrid_lambda, hybrid_gamma=config.hybrid_gamma,
                         hybrid_eta=config.hybrid_eta)
     splits = {"train": (dataset.x_train, dataset.y_train), "test": (dataset.x_test, dataset.y_test)}
@@ -181,6 +190,17 @@ def train_bnc(dataset: DiscreteDataset, config: TrainConfig) -> TrainResult:
     return TrainResult(artifact=artifact, history=history, seconds=time.perf_counter() - started)
 
 
+@torch.no_grad()
+def _load_rho(model: BayesNetClassifier, class_rho, rho) -> None:
+    """Start ``model`` from given unnormalized tables; padding entries are reset to the model's own."""
+    rho, class_rho = torch.as_tensor(rho, dtype=torch.float32), torch.as_tensor(class_rho, dtype=torch.float32)
+    if rho.shape != model.rho.shape or class_rho.shape != model.class_rho.shape:
+        raise ValueError(f"init_rho shapes {tuple(class_rho.shape)}, {tuple(rho.shape)} do not match the model's "
+                         f"{tuple(model.class_rho.shape)}, {tuple(model.rho.shape)}")
+    model.rho.copy_(torch.where(model.valid, rho, model.rho))
+    model.class_rho.copy_(class_rho)
+
+
 def train_epoch(model, optimizer, loss_fn, indices: torch.Tensor, labels: torch.Tensor, order: torch.Tensor,
                 batch_size: int) -> tuple[float, int]:
     """One pass over ``order`` in full batches (the last incomplete batch is dropped).
@@ -192,9 +212,11 @@ def train_epoch(model, optimizer, loss_fn, indices: torch.Tensor, labels: torch.
     """
     fast = isinstance(model, BayesNetClassifier) and isinstance(loss_fn, HybridLoss)
     loss_sum, wrong = 0.0, 0
+    # One gather per epoch; the batches below are then views (no per-step indexing).
+    shuffled_indices, shuffled_labels = indices[order], labels[order]
     for b in range(order.shape[0] // batch_size):
-        batch = order[b * batch_size:(b + 1) * batch_size]
-        batch_indices, batch_labels = indices[batch], labels[batch]
+        rows = slice(b * batch_size, (b + 1) * batch_size)
+        batch_indices, batch_labels = shuffled_indices[rows], shuffled_labels[rows]
         if fast:
             loss, log_joint = closed_form_step(model, loss_fn, batch_indices, batch_labels)
         else:

@@ -33,8 +33,19 @@ def build_parser() -> argparse.ArgumentParser:
                       help="carve a seeded validation split of this fraction from the training part")
     model = p.add_argument_group("model")
     model.add_argument("--model", choices=("nb", "tan"), default=defaults.model, help="structure family (default nb)")
-    model.add_argument("--structure", default=defaults.structure, metavar="{chow-liu,FILE}",
-                       help="TAN structure: chow-liu (default) or a file of parents (.bnc model, JSON list, or ints)")
+    model.add_argument("--structure", default=defaults.structure, metavar="{chow-liu,learn,FILE}",
+                       help="TAN structure: chow-liu (default), learn (differentiable, model-size-aware structure "
+                            "learning), or a file of parents (.bnc model, JSON list, or ints)")
+    model.add_argument("--candidates", default=None, metavar="K",
+                       help="--structure learn: at most K random candidate parents per feature among its "
+                            "predecessors (default 8); 0 or 'all' for every predecessor")
+    model.add_argument("--size-penalty", type=float, default=None, metavar="LAMBDA",
+                       help="--structure learn: weight lambda_MS of the expected model size (default 1e-3)")
+    model.add_argument("--size-penalty-mode", choices=("added", "absolute"), default=None,
+                       help="--structure learn: count parameters added over naive Bayes (default) or all")
+    model.add_argument("--finetune-epochs", type=int, default=None, metavar="N",
+                       help="--structure learn: epochs of (quantization-aware with --bits) training of the "
+                            "learned TAN, starting from its jointly trained tables (default 0)")
     model.add_argument("--bits", type=int, default=None, metavar="B",
                        help="bits per parameter B = B_I + B_F in 1..8; omit for a float32 model")
     model.add_argument("--int-bits", type=int, default=None, metavar="I",
@@ -102,8 +113,14 @@ def run(args) -> dict:
         hybrid_gamma=args.hybrid_gamma, hybrid_eta=args.hybrid_eta, seed=args.seed, adam_eps=args.adam_eps,
         progress=not (args.quiet or args.json) and sys.stderr.isatty())
     config.validate()  # fail on bad flags before loading (possibly large) data
+    learn = _structure_learning_config(args)
     dataset = load_dataset(args.data, fold=args.fold, seed=args.seed, validation_fraction=args.validation)
-    result = train_bnc(dataset, config)
+    if learn is not None:
+        from bnc_deploy.models.structure_learning import train_learned_tan
+
+        result = train_learned_tan(dataset, config, learn)
+    else:
+        result = train_bnc(dataset, config)
     artifact = result.artifact
     digest = save_artifact(artifact, args.output)
     errors = artifact.metadata["errors"]
@@ -128,7 +145,31 @@ def run(args) -> dict:
         "epochs": config.epochs,
         "seconds": round(result.seconds, 3),
         "content_sha256": digest,
+        "structure_source": artifact.metadata.get("structure_source"),
+        "n_parameters_nb_multiple": artifact.n_parameters / (dataset.n_classes * (1 + int(dataset.cardinalities.sum()))),
     }
+
+
+_LEARN_FLAGS = ("candidates", "size_penalty", "size_penalty_mode", "finetune_epochs")
+
+
+def _structure_learning_config(args):
+    """StructureLearningConfig for ``--structure learn`` (validated), else None; learn-only flags need it."""
+    if args.structure != "learn":
+        used = [f"--{name.replace('_', '-')}" for name in _LEARN_FLAGS if getattr(args, name) is not None]
+        if used:
+            raise ValueError(f"{', '.join(used)} {'applies' if len(used) == 1 else 'apply'} only to --structure learn")
+        return None
+    from bnc_deploy.models.structure_learning import StructureLearningConfig, parse_candidates
+
+    sl = StructureLearningConfig()
+    if args.candidates is not None:
+        sl.candidates = parse_candidates(args.candidates)
+    for name in _LEARN_FLAGS[1:]:
+        if getattr(args, name) is not None:
+            setattr(sl, name, getattr(args, name))
+    sl.validate()
+    return sl
 
 
 def format_summary(r: dict) -> str:
@@ -143,6 +184,8 @@ def format_summary(r: dict) -> str:
     ]
     if r["val_error"] is not None:
         lines.append(f"  val error   {100 * r['val_error']:.2f} %")
+    if r["structure_source"] == "learned":
+        lines.append(f"  structure   learned, {r['n_parameters_nb_multiple']:.2f} x naive Bayes parameters")
     lines += [f"  test error  {100 * r['test_error']:.2f} %", f"  wrote       {r['model']}"]
     return "\n".join(lines)
 
