@@ -173,6 +173,15 @@ def parse_metadata(text, where: str = "model") -> dict:
         raise ValueError(f"{where}: corrupt {METADATA_KEY} metadata ({exc})") from None
     if not isinstance(meta, dict):
         raise ValueError(f"{where}: {METADATA_KEY} metadata is not a JSON object")
+    if meta.get("model_kind") == "dnn":
+        from bnc_deploy.exporters.dnn_common import check_dnn_metadata
+
+        version = meta.get("schema_version")
+        if not isinstance(version, int) or version > METADATA_SCHEMA_VERSION:
+            raise ValueError(f"{where}: metadata schema version {version!r} is newer than this bnc-deploy "
+                             f"reads ({METADATA_SCHEMA_VERSION}); upgrade bnc-deploy")
+        check_dnn_metadata(meta, where)
+        return meta
     missing = [k for k in REQUIRED_METADATA_KEYS if k not in meta]
     if missing:
         raise ValueError(f"{where}: {METADATA_KEY} metadata lacks keys {missing}")

@@ -607,8 +607,12 @@ def _load_model_t(model: bytes):
     return schema, schema.ModelT.InitFromPackedBuf(bytearray(model), 0)
 
 
-def _finish_flatbuffer(converted: bytes, meta: dict) -> bytes:
-    """Name the I/O tensors, add the ``serving_default`` signature and the metadata buffer."""
+def _finish_flatbuffer(converted: bytes, meta: dict,
+                      output_names: tuple[str, str] = (OUTPUT_LOG_JOINT, OUTPUT_LABEL)) -> bytes:
+    """Name the I/O tensors, add the ``serving_default`` signature and the metadata buffer.
+
+    ``output_names``: names of the two outputs, in order (DNN exports: ``logits``, ``label``).
+    """
     import flatbuffers
 
     schema, m = _load_model_t(converted)
@@ -616,15 +620,16 @@ def _finish_flatbuffer(converted: bytes, meta: dict) -> bytes:
     if len(sub.inputs) != 1 or len(sub.outputs) != 2:
         raise ExportError(f"converted graph has {len(sub.inputs)} inputs and {len(sub.outputs)} outputs, "
                           "expected 1 and 2")
-    names = {int(sub.inputs[0]): INPUT_NAME, int(sub.outputs[0]): OUTPUT_LOG_JOINT, int(sub.outputs[1]): OUTPUT_LABEL}
+    first, second = output_names
+    names = {int(sub.inputs[0]): INPUT_NAME, int(sub.outputs[0]): first, int(sub.outputs[1]): second}
     for index, name in names.items():
         sub.tensors[index].name = name.encode()
     signature = schema.SignatureDefT()
     signature.signatureKey = b"serving_default"
     signature.subgraphIndex = 0
     signature.inputs = [_tensor_map(schema, INPUT_NAME, sub.inputs[0])]
-    signature.outputs = [_tensor_map(schema, OUTPUT_LOG_JOINT, sub.outputs[0]),
-                         _tensor_map(schema, OUTPUT_LABEL, sub.outputs[1])]
+    signature.outputs = [_tensor_map(schema, first, sub.outputs[0]),
+                         _tensor_map(schema, second, sub.outputs[1])]
     m.signatureDefs = [signature]
     buffer = schema.BufferT()
     buffer.data = np.frombuffer(dump_metadata(meta).encode("utf-8"), dtype=np.uint8)

@@ -7,6 +7,9 @@ An adapter loads one file and runs it::
     rt.predict(x)      # (n,) int64
     rt.log_joint(x)    # (n, C) float64 (a float32 runtime's output widened exactly)
 
+DNN exports (``model_kind = "dnn"`` in the metadata) have the same interface: their scores are
+the logits (output ``logits``), returned by ``log_joint``/``run`` in the same place.
+
 ``x`` is validated before it reaches the runtime (:meth:`RuntimeAdapter.check`): codes models
 take integer codes of shape (n, D) (or one row of shape (D,)) inside each feature's range; raw
 models take finite real values of shape (n, D), run as float32. Violations raise
@@ -22,12 +25,13 @@ call :func:`register_runtime` to add or replace an entry.
 from __future__ import annotations
 
 import importlib
+import json
 import os
 from pathlib import Path
 
 import numpy as np
 
-from bnc_deploy.exporters.common import INPUT_RAW, INVALID_LABEL, parse_metadata
+from bnc_deploy.exporters.common import INPUT_RAW, INVALID_LABEL, OUTPUT_LABEL, OUTPUT_LOG_JOINT, parse_metadata
 from bnc_deploy.validation import InputError, check_codes
 
 __all__ = ["RuntimeAdapter", "RuntimeLoadError", "RUNTIMES", "register_runtime", "load_runtime",
@@ -146,6 +150,20 @@ class RuntimeAdapter:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({str(self.path)!r}, threads={self.threads})"
+
+
+def contract_outputs(meta) -> tuple[str, str]:
+    """Names of a file's (scores, label) outputs: ``log_joint``/``label`` for BN exports, the
+    metadata's ``outputs`` (``logits``/``label``) for DNN exports. ``meta``: dict or JSON text."""
+    if isinstance(meta, (str, bytes, bytearray)):
+        try:
+            meta = json.loads(meta)
+        except ValueError:
+            meta = {}
+    names = meta.get("outputs") if isinstance(meta, dict) else None
+    if isinstance(names, (list, tuple)) and len(names) == 2 and all(isinstance(n, str) for n in names):
+        return names[0], names[1]
+    return OUTPUT_LOG_JOINT, OUTPUT_LABEL
 
 
 def check_raw(x, n_features: int, feature_names=None, where: str = "input") -> np.ndarray:

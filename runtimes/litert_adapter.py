@@ -16,8 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bnc_deploy.exporters.common import INPUT_NAME, OUTPUT_LABEL, OUTPUT_LOG_JOINT
-from bnc_deploy.runtimes.base import RuntimeAdapter, RuntimeLoadError
+from bnc_deploy.exporters.common import INPUT_NAME
+from bnc_deploy.runtimes.base import RuntimeAdapter, RuntimeLoadError, contract_outputs
 
 #: Op resolvers by name: ``auto`` (LiteRT's default, XNNPACK for float ops), ``builtin`` (optimized
 #: builtin kernels, no default delegates), ``reference`` (the reference kernels: slow, for checks).
@@ -74,21 +74,21 @@ class LiteRTAdapter(RuntimeAdapter):
                                                  experimental_op_resolver_type=resolver)
         except (ValueError, RuntimeError) as exc:
             raise RuntimeLoadError(f"{path}: not a loadable TFLite model ({_first_line(exc)})") from None
-        self._bind_io(path)
+        self._bind_io(path, contract_outputs(meta))
         return meta
 
-    def _bind_io(self, path: Path) -> None:
+    def _bind_io(self, path: Path, names: tuple[str, str]) -> None:
         """Find the contract's input/output tensors by name; remember dtype and batch mode."""
         inputs = {d["name"]: d for d in self.interpreter.get_input_details()}
         outputs = {d["name"]: d for d in self.interpreter.get_output_details()}
-        if INPUT_NAME not in inputs or not {OUTPUT_LOG_JOINT, OUTPUT_LABEL} <= set(outputs):
+        scores, labels = names
+        if INPUT_NAME not in inputs or not {scores, labels} <= set(outputs):
             raise RuntimeLoadError(f"{path}: graph inputs/outputs {sorted(inputs)}/{sorted(outputs)} are not "
-                                   f"the bnc-deploy contract ({INPUT_NAME} -> {OUTPUT_LOG_JOINT}, {OUTPUT_LABEL})")
+                                   f"the bnc-deploy contract ({INPUT_NAME} -> {scores}, {labels})")
         x = inputs[INPUT_NAME]
         self._input_index = x["index"]
         self._input_dtype = np.dtype(x["dtype"])
-        self._output_index = {OUTPUT_LOG_JOINT: outputs[OUTPUT_LOG_JOINT]["index"],
-                              OUTPUT_LABEL: outputs[OUTPUT_LABEL]["index"]}
+        self._output_index = (outputs[scores]["index"], outputs[labels]["index"])
         signature = x.get("shape_signature", x["shape"])
         self.static_batch = None if int(signature[0]) == -1 else int(x["shape"][0])
         self._allocated_rows = None
@@ -125,8 +125,7 @@ class LiteRTAdapter(RuntimeAdapter):
         it.set_tensor(self._input_index, np.ascontiguousarray(x))
         it.invoke()
         # get_tensor copies, so the next invoke cannot overwrite returned arrays.
-        return (it.get_tensor(self._output_index[OUTPUT_LOG_JOINT]),
-                it.get_tensor(self._output_index[OUTPUT_LABEL]))
+        return it.get_tensor(self._output_index[0]), it.get_tensor(self._output_index[1])
 
     def __repr__(self) -> str:
         return f"LiteRTAdapter({str(self.path)!r}, threads={self.threads}, resolver={self.resolver!r})"

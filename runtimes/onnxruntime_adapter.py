@@ -1,4 +1,4 @@
-"""onnxruntime adapter (name ``"onnxruntime"``): runs an exported ``.onnx`` BNC file.
+"""onnxruntime adapter (name ``"onnxruntime"``): runs an exported ``.onnx`` BNC or DNN file.
 
 Sessions run sequentially (``ExecutionMode.ORT_SEQUENTIAL``) with ``threads`` intra-op threads
 (None: onnxruntime's default) and one inter-op thread, so latency numbers are reproducible.
@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from bnc_deploy.exporters.common import INPUT_NAME, METADATA_KEY, OUTPUT_LABEL, OUTPUT_LOG_JOINT
-from bnc_deploy.runtimes.base import RuntimeAdapter, RuntimeLoadError
+from bnc_deploy.exporters.common import INPUT_NAME, METADATA_KEY
+from bnc_deploy.runtimes.base import RuntimeAdapter, RuntimeLoadError, contract_outputs
 
 # onnxruntime raises its own exception types (InvalidProtobuf, InvalidArgument, Fail, ...; plain
 # Exception subclasses, not RuntimeError) for bad files: collect them all from its binding module.
@@ -45,9 +45,10 @@ class OnnxRuntimeAdapter(RuntimeAdapter):
             raise RuntimeLoadError(f"{path}: not a bnc-deploy export (no {METADATA_KEY!r} metadata)")
         inputs = {i.name: i for i in self.session.get_inputs()}
         outputs = {o.name for o in self.session.get_outputs()}
-        if INPUT_NAME not in inputs or not {OUTPUT_LOG_JOINT, OUTPUT_LABEL} <= outputs:
+        self._outputs = list(contract_outputs(props[METADATA_KEY]))
+        if INPUT_NAME not in inputs or not set(self._outputs) <= outputs:
             raise RuntimeLoadError(f"{path}: graph inputs/outputs {sorted(inputs)}/{sorted(outputs)} are not "
-                                   f"the bnc-deploy contract ({INPUT_NAME} -> {OUTPUT_LOG_JOINT}, {OUTPUT_LABEL})")
+                                   f"the bnc-deploy contract ({INPUT_NAME} -> {', '.join(self._outputs)})")
         self._input_dtype = {"tensor(int64)": np.int64, "tensor(int32)": np.int32,
                              "tensor(float)": np.float32}.get(inputs[INPUT_NAME].type)
         if self._input_dtype is None:
@@ -55,8 +56,7 @@ class OnnxRuntimeAdapter(RuntimeAdapter):
         return props[METADATA_KEY]
 
     def _run(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        log_joint, label = self.session.run([OUTPUT_LOG_JOINT, OUTPUT_LABEL],
-                                            {INPUT_NAME: x.astype(self._input_dtype, copy=False)})
+        log_joint, label = self.session.run(self._outputs, {INPUT_NAME: x.astype(self._input_dtype, copy=False)})
         return log_joint, label
 
 

@@ -1,4 +1,5 @@
-"""NumPy reference adapter (name ``"numpy"``): runs a ``.bnc`` artifact with ReferencePredictor.
+"""NumPy reference adapter (name ``"numpy"``): runs a ``.bnc`` artifact with its reference predictor
+(``ReferencePredictor`` for BN classifiers, ``DNNReferencePredictor`` for DNNs).
 
 The one adapter that reads artifacts: it is the ground truth the others are compared with. Its
 metadata is the same dict an exporter would write (``exporters.common.export_metadata`` with
@@ -40,6 +41,8 @@ class ReferenceAdapter(RuntimeAdapter):
     def _load(self, path: Path) -> dict:
         try:
             self.artifact = load_artifact(path)
+            if self.artifact.kind == "dnn":
+                return self._load_dnn(path)
             meta = export_metadata(self.artifact, format="bnc", raw_inputs=self._raw_inputs)
             if self._raw_inputs:
                 raw_cut_points(self.artifact)  # ExportError (a ValueError) if there is no usable discretizer
@@ -48,6 +51,15 @@ class ReferenceAdapter(RuntimeAdapter):
         self.predictor = ReferencePredictor(self.artifact)
         meta["exact"] = True  # it is the reference
         return meta
+
+    def _load_dnn(self, path: Path) -> dict:
+        from bnc_deploy.dnn_reference import DNNReferencePredictor
+        from bnc_deploy.exporters.dnn_common import dnn_export_metadata
+
+        if self._raw_inputs:
+            raise RuntimeLoadError(f"{path}: DNN models take feature codes; raw inputs are not supported")
+        self.predictor = DNNReferencePredictor(self.artifact)
+        return dnn_export_metadata(self.artifact, format="bnc", exact=True, input_dtype="int64", lowering="reference")
 
     def _run(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         # The discretizer itself (float64 searchsorted), not the exporters' float32 thresholds:

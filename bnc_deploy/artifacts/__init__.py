@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from bnc_deploy.artifacts.bnc import BNCArtifact
+from bnc_deploy.artifacts.dnn import DNNArtifact, DNNLayer
 from bnc_deploy.artifacts.container import (
     FORMAT_VERSION,
     ArtifactError,
@@ -13,7 +14,7 @@ from bnc_deploy.artifacts.container import (
 )
 
 #: Artifact classes by the header's ``kind``.
-ARTIFACT_KINDS = {BNCArtifact.kind: BNCArtifact}
+ARTIFACT_KINDS = {BNCArtifact.kind: BNCArtifact, DNNArtifact.kind: DNNArtifact}
 
 
 def save_artifact(artifact, path: str | os.PathLike) -> str:
@@ -33,4 +34,4 @@ def load_artifact(path: str | os.PathLike):
     return artifact
 
 
-__all__ = ["ArtifactError", "BNCArtifact", "FORMAT_VERSION", "load_artifact", "save_artifact"]
+__all__ = ["ArtifactError", "BNCArtifact", "DNNArtifact", "DNNLayer", "FORMAT_VERSION", "load_artifact", "save_artifact"]

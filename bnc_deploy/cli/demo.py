@@ -1,9 +1,10 @@
 """``bnc-demo``: the main job on the built-in digits data, end to end.
 
 Trains naive Bayes and Chow-Liu TAN classifiers on scikit-learn's 8x8 digits (float and few-bit)
-and writes their model files to ``out/``; exports each one to ONNX and TFLite; runs the exported
-files in onnxruntime and LiteRT on every test row, compares them with the NumPy reference
-predictor of the model file, and prints one table.
+and two quantized DNN baselines (a 2-bit sign FC net and a 2-bit ReLU CNN), and writes their
+model files to ``out/``; exports each one to ONNX and TFLite; runs the exported files in
+onnxruntime and LiteRT on every test row, compares them with the NumPy reference predictor of
+the model file, and prints one table.
 """
 
 from __future__ import annotations
@@ -19,6 +20,10 @@ DEMO_MODELS = [
     ("nb-3bit", ["--model", "nb", "--init", "ml", "--bits", "3", "--epochs", "30", "--lr", "3e-2"]),
     ("tan-ml-float", ["--model", "tan", "--init", "ml", "--epochs", "0"]),
     ("tan-3bit", ["--model", "tan", "--init", "ml", "--bits", "3", "--epochs", "30", "--lr", "3e-2"]),
+    ("fc-sign-2bit", ["--model", "fc", "--activation", "sign", "--batch-norm", "--weight-bits", "2",
+                      "--hidden", "32", "--epochs", "20", "--lr", "3e-2"]),
+    ("cnn-relu-2bit", ["--model", "cnn", "--layers", "1", "--batch-norm", "--weight-bits", "2",
+                       "--hidden", "8", "--epochs", "10", "--lr", "3e-2"]),
 ]
 
 
@@ -45,9 +50,7 @@ def demo_model(name: str, flags: list[str], data: str, out: Path) -> dict:
     from bnc_deploy.artifacts import load_artifact
     from bnc_deploy.cli import train as train_cli
     from bnc_deploy.datasets import load_dataset
-    from bnc_deploy.exporters.onnx_bnc import export_onnx
-    from bnc_deploy.exporters.tflite_bnc import export_tflite
-    from bnc_deploy.reference import ReferencePredictor
+    from bnc_deploy.dnn_reference import reference_predictor
     from bnc_deploy.runtimes.base import load_runtime
 
     stem = out / f"{data}-{name}"
@@ -56,30 +59,49 @@ def demo_model(name: str, flags: list[str], data: str, out: Path) -> dict:
         ["--data", data, "--quiet", "-o", f"{stem}.bnc", *flags]))
     artifact = load_artifact(f"{stem}.bnc")  # everything below starts from the file
     test = load_dataset(data)
-    reference = ReferencePredictor(artifact)
-    ref_labels, ref_log_joint = reference.predict(test.x_test), reference.log_joint(test.x_test)
+    reference = reference_predictor(artifact)
+    ref_labels, ref_scores = reference.predict(test.x_test), reference.log_joint(test.x_test)
     row = {"name": name, "bits": trained["bits"], "size_bits": artifact.size_bits, "n_ops": artifact.n_ops,
-           "test_error": float(np.mean(ref_labels != test.y_test))}
-    for fmt, export, runtime in (("onnx", export_onnx, "onnxruntime"), ("tflite", export_tflite, "litert")):
+           "test_error": float(np.mean(ref_labels != test.y_test)), "kind": artifact.kind,
+           "exact_expected": artifact.is_quantized if artifact.kind == "bnc" else artifact.activation == "sign"}
+    for fmt, runtime in (("onnx", "onnxruntime"), ("tflite", "litert")):
         print(f"{name}: exporting {fmt} and running it in {runtime} ...", flush=True)
         path = Path(f"{stem}.{fmt}")
-        export(artifact, path)
+        _exporter(artifact.kind, fmt)(artifact, path)
         adapter = load_runtime(path, runtime=runtime, threads=1)
-        labels, log_joint = adapter.predict(test.x_test), adapter.log_joint(test.x_test)
+        scores, labels = adapter.run(test.x_test)
         row[f"{fmt}_bytes"] = path.stat().st_size
         row[f"{fmt}_agreement"] = float(np.mean(labels == ref_labels))
-        row[f"{fmt}_exact"] = bool(artifact.is_quantized and np.array_equal(log_joint, ref_log_joint))
+        row[f"{fmt}_exact"] = bool(row["exact_expected"] and np.array_equal(scores, ref_scores))
     return row
 
 
+def _exporter(kind: str, fmt: str):
+    if kind == "dnn":
+        if fmt == "onnx":
+            from bnc_deploy.exporters.onnx_dnn import export_onnx_dnn as export
+        else:
+            from bnc_deploy.exporters.tflite_dnn import export_tflite_dnn as export
+    elif fmt == "onnx":
+        from bnc_deploy.exporters.onnx_bnc import export_onnx as export
+    else:
+        from bnc_deploy.exporters.tflite_bnc import export_tflite as export
+    return export
+
+
 def format_table(rows: list[dict]) -> str:
-    header = (f"{'model':<13}{'bits':>5}{'size bits':>11}{'ops':>6}{'test err %':>11}"
-              f"{'onnx bytes':>12}{'tflite bytes':>14}{'agree onnx':>12}{'agree tflite':>14}  log_joint")
+    header = (f"{'model':<14}{'bits':>5}{'size bits':>11}{'ops':>7}{'test err %':>11}"
+              f"{'onnx bytes':>12}{'tflite bytes':>14}{'agree onnx':>12}{'agree tflite':>14}  scores")
     lines = [header]
     for r in rows:
         bits = "f32" if r["bits"] is None else str(r["bits"])
-        exact = "bit-exact" if r["onnx_exact"] and r["tflite_exact"] else "float"
-        lines.append(f"{r['name']:<13}{bits:>5}{r['size_bits']:>11,}{r['n_ops']:>6,}{100 * r['test_error']:>11.2f}"
+        if r["onnx_exact"] and r["tflite_exact"]:
+            exact = "bit-exact"
+        elif r["exact_expected"]:
+            exact = "NOT EXACT"
+        else:
+            exact = "float / int8 (labels compared)" if r["kind"] == "dnn" else "float"
+        lines.append(f"{r['name']:<14}{bits:>5}{r['size_bits']:>11,}{r['n_ops']:>7,}{100 * r['test_error']:>11.2f}"
                      f"{r['onnx_bytes']:>12,}{r['tflite_bytes']:>14,}{100 * r['onnx_agreement']:>11.2f}%"
                      f"{100 * r['tflite_agreement']:>13.2f}%  {exact}")
     return "\n".join(lines)

@@ -85,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
         print(format_table(report))
     if report["exact_expected"] and report["exact"] is False:
         print(f"bnc-export: error: {report['output']} is not bit-exact with {report['model']} "
-              f"({report['label_mismatches']} label mismatch(es), log_joint identical: "
+              f"({report['label_mismatches']} label mismatch(es), "
+              f"{'logits' if report.get('model_kind') == 'dnn' else 'log_joint'} identical: "
               f"{report['log_joint_identical']})", file=sys.stderr)
         return 1
     return 0
@@ -100,6 +101,8 @@ def run(args: argparse.Namespace) -> dict:
     except ArtifactError as exc:
         raise CLIError(str(exc)) from None
     x, y, data_desc = verification_rows(artifact, args.data, args.fold)
+    if artifact.kind == "dnn":
+        return run_dnn(artifact, args, x, y, data_desc)
     output = export(artifact, args)
     report = {
         "model": str(args.model), "output": str(output), "format": args.format, "lowering": args.lowering,
@@ -110,6 +113,93 @@ def run(args: argparse.Namespace) -> dict:
     }
     report.update(verify(artifact, output, args, x, y))
     return report
+
+
+def run_dnn(artifact, args: argparse.Namespace, x, y, data_desc: str) -> dict:
+    """Export and verify a DNN artifact (FC/CNN): the same report keys as for BNs, plus the
+    accuracy of the reference on the same rows and the change the export makes."""
+    bn_only = [flag for flag, used in (("--lowering", args.lowering != "gather"), ("--raw-inputs", args.raw_inputs),
+                                       ("--pack-bits", args.pack_bits)) if used]
+    if bn_only:
+        raise CLIError(f"{', '.join(bn_only)} {'applies' if len(bn_only) == 1 else 'apply'} to Bayesian network "
+                       "classifiers only; DNN exports take feature codes and have one lowering per activation")
+    try:
+        if args.format == "onnx":
+            from bnc_deploy.exporters.onnx_dnn import DEFAULT_OPSET, export_onnx_dnn
+
+            facts = export_onnx_dnn(artifact, args.output, opset=DEFAULT_OPSET if args.opset is None else args.opset)
+        else:
+            try:
+                from bnc_deploy.exporters.tflite_dnn import export_tflite_dnn
+            except ImportError as exc:
+                raise CLIError(f"TFLite export is not available ({exc}); install the export extras: "
+                               "pip install 'bnc-deploy[export]'") from None
+            representative = _representative_rows(artifact, args)
+            facts = export_tflite_dnn(artifact, args.output, representative=representative)
+    except ExportError as exc:
+        raise CLIError(str(exc)) from None
+    except OSError as exc:
+        raise CLIError(f"cannot write {args.output}: {exc}") from None
+    output = Path(args.output)
+    meta = facts.get("metadata", {}) if isinstance(facts, dict) else {}
+    report = {
+        "model": str(args.model), "output": str(output), "format": args.format,
+        "lowering": meta.get("lowering"), "raw_inputs": False, "file_bytes": output.stat().st_size,
+        "model_kind": "dnn", "architecture": artifact.architecture, "activation": artifact.activation,
+        "hidden_widths": artifact.hidden_widths, "weight_bits": artifact.weight_bits,
+        "n_parameters": artifact.n_parameters, "bits": artifact.weight_bits,
+        "size_bits": artifact.size_bits, "n_ops": artifact.n_ops, "runtime": VERIFY_RUNTIME[args.format],
+        "data": data_desc,
+    }
+    report.update(verify_dnn(artifact, output, args, x, y))
+    return report
+
+
+def _representative_rows(artifact, args: argparse.Namespace):
+    """Rows for TFLite full-integer calibration (ReLU nets): the --data training split, else the
+    model's check set (None lets the exporter use the check set)."""
+    if args.data is None or artifact.activation != "relu":
+        return None
+    from bnc_deploy.datasets import load_dataset
+
+    ds = load_dataset(args.data, fold=1 if args.fold is None else args.fold)
+    rng = np.random.default_rng(0)
+    rows = rng.permutation(ds.x_train.shape[0])[:1000]
+    return ds.x_train[np.sort(rows)]
+
+
+def verify_dnn(artifact, output: Path, args: argparse.Namespace, x, y) -> dict:
+    """Run a DNN export in its runtime on ``x``; compare labels and logits with the reference."""
+    from bnc_deploy.dnn_reference import DNNReferencePredictor
+    from bnc_deploy.runtimes.base import RuntimeLoadError, load_runtime
+
+    try:
+        rt = load_runtime(output, VERIFY_RUNTIME[args.format], threads=1)
+    except ImportError as exc:
+        raise CLIError(f"wrote {output} but cannot verify it: {exc}") from None
+    except RuntimeLoadError as exc:
+        raise CLIError(f"wrote {output} but its runtime cannot load it: {exc}") from None
+    result = {"n_rows": 0, "agreement": None, "exact": None, "exact_expected": bool(rt.metadata.get("exact")),
+              "label_mismatches": None, "log_joint_identical": None, "max_abs_log_joint_diff": None,
+              "logits_identical": None, "max_abs_logit_diff": None, "accuracy": None,
+              "reference_accuracy": None, "accuracy_change": None, "n_nodes": rt.metadata.get("n_nodes")}
+    if x is None:
+        return result
+    ref_logits = DNNReferencePredictor(artifact).logits(x)
+    ref_label = np.argmax(ref_logits, axis=1)
+    logits, label = rt.run(x)
+    mismatches = int(np.count_nonzero(label != ref_label))
+    identical = bool(np.array_equal(logits, ref_logits))
+    n = int(x.shape[0])
+    diff = float(np.max(np.abs(logits - ref_logits))) if n else 0.0
+    accuracy = float(np.mean(label == y)) if n else None
+    ref_accuracy = float(np.mean(ref_label == y)) if n else None
+    result.update(
+        n_rows=n, agreement=1.0 - mismatches / n if n else 1.0, label_mismatches=mismatches,
+        log_joint_identical=identical, logits_identical=identical, exact=mismatches == 0 and identical,
+        max_abs_log_joint_diff=diff, max_abs_logit_diff=diff, accuracy=accuracy, reference_accuracy=ref_accuracy,
+        accuracy_change=None if accuracy is None else accuracy - ref_accuracy)
+    return result
 
 
 def verification_rows(artifact, spec: str | None, fold: int | None) -> tuple[np.ndarray | None, np.ndarray | None, str]:
@@ -201,6 +291,8 @@ def verify(artifact, output: Path, args: argparse.Namespace, x, y) -> dict:
 
 def format_table(r: dict) -> str:
     """A short human-readable summary of the report."""
+    if r.get("model_kind") == "dnn":
+        return format_dnn_table(r)
     inputs = "raw float32 inputs" if r["raw_inputs"] else "integer code inputs"
     nodes = f" ({r['n_nodes']} graph nodes)" if r.get("n_nodes") is not None else ""
     lines = [
@@ -220,6 +312,31 @@ def format_table(r: dict) -> str:
         ]
     status = ("EXACT" if r["exact"] else "NOT EXACT (expected exact)" if r["exact_expected"]
               else "labels only (lowering not exact by design)") if r["n_rows"] else "not verified"
+    lines.append(f"  {'result':<18}{status}")
+    return "\n".join(lines)
+
+
+def format_dnn_table(r: dict) -> str:
+    widths = ",".join(map(str, r["hidden_widths"]))
+    lines = [
+        f"bnc-export: wrote {r['output']} ({r['format']}, {r['lowering']}, integer code inputs)",
+        f"  {'model':<18}{r['architecture'].upper()} {widths}, {r['weight_bits']}-bit weights, {r['activation']}",
+        f"  {'file size':<18}{r['file_bytes']:,} bytes",
+        f"  {'size':<18}{r['size_bits']:,} bits ({r['n_parameters']:,} weights x {r['weight_bits']} bits + "
+        "batch norm + biases)",
+        f"  {'operations':<18}{r['n_ops']:,} per row (MACs + batch-norm outputs + biases)",
+        f"  {'verified on':<18}{r['n_rows']:,} rows: {r['data']} ({r['runtime']}, 1 thread)",
+    ]
+    if r["n_rows"]:
+        lines += [
+            f"  {'label agreement':<18}{100 * r['agreement']:.2f}% ({r['label_mismatches']} mismatch(es))",
+            f"  {'logits':<18}" + ("bit-identical" if r["logits_identical"]
+                                   else f"max |diff| {r['max_abs_logit_diff']:.3g}"),
+            f"  {'test accuracy':<18}{100 * r['accuracy']:.2f}% (reference {100 * r['reference_accuracy']:.2f}%, "
+            f"change {100 * r['accuracy_change']:+.2f} points)",
+        ]
+    status = ("EXACT" if r["exact"] else "NOT EXACT (expected exact)" if r["exact_expected"]
+              else "labels only (not exact by design)") if r["n_rows"] else "not verified"
     lines.append(f"  {'result':<18}{status}")
     return "\n".join(lines)
 

@@ -17,8 +17,8 @@ Bayesian network classifiers (NB and TAN)
   1 addition without a parent, 1 multiplication + 2 additions with one, so
   ``D + 2 * #(features with a parent)`` per row.
 
-Deep neural networks (ready for when DNN artifacts land; see :func:`dnn_costs`)
--------------------------------------------------------------------------------
+Deep neural networks (:func:`dnn_costs`; DNN artifacts register as ``"dnn"``)
+-----------------------------------------------------------------------------
 * ``B`` bits per weight, 64 bits per batch-norm unit (scale and shift, folded), 32 bits per
   output bias;
 * one operation per multiply-accumulate, one per batch-norm output, one per output bias;
@@ -30,8 +30,8 @@ when ``bn = 1``) and ``C`` outputs (with bias)::
     bits = B * (D*H + H*C) + 64 * H * bn + 32 * C
     ops  = D*H + H*C + H * bn + C
 
-Cost functions register by artifact kind in :data:`COST_MODELS` (``"bnc"`` now); a DNN artifact
-kind only has to register a function returning a :class:`CostReport`.
+Cost functions register by artifact kind in :data:`COST_MODELS` (``"bnc"``, ``"dnn"``);
+:func:`costs_from_metadata` gives the same figures from an exported file's metadata.
 """
 
 from __future__ import annotations
@@ -240,3 +240,44 @@ def fc_dnn_costs(n_inputs: int, hidden: list[int], n_classes: int, bits: int, ba
     layers = [Dense(a, b, batch_norm=batch_norm and i < len(sizes) - 2, bias=i == len(sizes) - 2)
               for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:]))]
     return dnn_costs(layers, bits)
+
+
+# -- DNN artifacts and exported DNN files ----------------------------------------------------------
+def dnn_artifact_costs(artifact) -> CostReport:
+    """Costs of a :class:`~bnc_deploy.artifacts.dnn.DNNArtifact` (its layer list, ``B`` bits)."""
+    return artifact.costs()
+
+
+def dnn_layers_from_metadata(meta: dict) -> list:
+    """The cost layer list of an exported DNN from its metadata (``layers``, ``image_shape``).
+
+    Convolutions are 3x3 'same' (output = input positions), pooled 2x2 (floor) when ``pool``.
+    """
+    layers, hw = [], tuple(meta["image_shape"]) if meta.get("image_shape") else None
+    for spec in meta["layers"]:
+        if spec["type"] == "conv2d":
+            layers.append(Conv2D(spec["in"], spec["out"], (3, 3), hw, batch_norm=spec["batch_norm"],
+                                 bias=spec["bias"]))
+            layers.append(Free(f"{spec['activation']} + 2x2 max-pool" if spec["pool"] else str(spec["activation"])))
+            if spec["pool"]:
+                hw = (hw[0] // 2, hw[1] // 2)
+        else:
+            layers.append(Dense(spec["in"], spec["out"], batch_norm=spec["batch_norm"], bias=spec["bias"]))
+            if spec.get("activation"):
+                layers.append(Free(spec["activation"]))
+    return layers
+
+
+def dnn_costs_from_metadata(meta: dict) -> CostReport:
+    """Costs from an exported DNN file's ``bnc_deploy`` metadata."""
+    return dnn_costs(dnn_layers_from_metadata(meta), int(meta["weight_bits"]))
+
+
+def costs_from_metadata(meta: dict) -> CostReport:
+    """Analytic costs of an exported file of any kind, from its metadata."""
+    if meta.get("model_kind", "bnc") == "dnn":
+        return dnn_costs_from_metadata(meta)
+    return bnc_costs_from_metadata(meta)
+
+
+register_cost_model("dnn", dnn_artifact_costs)

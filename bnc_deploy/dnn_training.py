@@ -1,0 +1,323 @@
+"""Training quantized DNN baselines: data -> encoded inputs -> torch net -> :class:`DNNArtifact`.
+
+Cross-entropy, Adam, learning rate decaying log-linearly per epoch from ``lr`` to
+``lr * lr_decay`` (paper: ``lr0 in {3e-2, 3e-3, 3e-4}`` decaying to ``lr0 * 1e-4``), reshuffled
+every epoch with the last incomplete batch dropped, seeded; a tqdm progress bar and the
+per-epoch history (lr, loss, train/val/test error, seconds) stored in the artifact.
+
+Widths come from ``hidden`` (explicit) or from the budget matcher in :mod:`bnc_deploy.sizing`
+(``match_bits`` / ``match_ops``, the paper's accounting); the achieved bits and operations are
+reported next to the target.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+import bnc_deploy
+from bnc_deploy.artifacts.dnn import DNNArtifact
+from bnc_deploy.datasets.base import DiscreteDataset
+from bnc_deploy.dnn_encoding import encode_integer, fit_standardized_table, image_layout
+from bnc_deploy.dnn_reference import DNNReferencePredictor
+from bnc_deploy.dnn_quantize import DoReFaWeightQuantizer
+from bnc_deploy.models.dnn import QuantCNN, QuantMLP, clamp_latent_weights
+
+#: Rows of the test split stored in the artifact so exporters can verify without the data set.
+CHECK_ROWS = 1000
+#: Rows per forward pass when evaluating (bounds a CNN's activation memory).
+EVAL_ROWS = 1024
+#: The paper's learning-rate grid for DNNs.
+PAPER_LEARNING_RATES = (3e-2, 3e-3, 3e-4)
+
+
+@dataclass
+class DNNConfig:
+    """Everything that determines a DNN training run (stored in the artifact's metadata).
+
+    ``layers``: FC weight layers ``L`` in 2..5; CNN convolution layers in 1..2.
+    Exactly one of ``hidden`` (explicit widths/channels), ``match_bits`` or ``match_ops``.
+    """
+
+    architecture: str = "fc"           # "fc" or "cnn"
+    layers: int = 2
+    weight_bits: int = 2
+    activation: str = "relu"           # "relu" or "sign"
+    batch_norm: bool = False
+    one_hot: bool = False
+    hidden: list | None = None         # explicit widths (FC: L-1 values, or 1 repeated) / channels
+    match_bits: int | None = None
+    match_ops: int | None = None
+    epochs: int = 100
+    batch_size: int = 100
+    lr: float = 3e-3
+    lr_decay: float = 1e-4
+    adam_eps: float = 1e-7
+    seed: int = 0
+    image_shape: tuple | None = None
+    pixel_order: str | None = None
+    progress: bool = True
+    sizing: dict = field(default_factory=dict)   # filled in by resolve_widths
+
+    def validate(self) -> None:
+        if self.architecture not in ("fc", "cnn"):
+            raise ValueError(f"unknown architecture {self.architecture!r}: use fc or cnn")
+        lo, hi = (2, 5) if self.architecture == "fc" else (1, 2)
+        if not lo <= self.layers <= hi:
+            what = "weight layers" if self.architecture == "fc" else "convolution layers"
+            raise ValueError(f"--layers {self.layers}: a {self.architecture} network has {lo}..{hi} {what}")
+        DoReFaWeightQuantizer(self.weight_bits)     # UnsupportedBitWidth names the value
+        if self.activation not in ("relu", "sign"):
+            raise ValueError(f"unknown activation {self.activation!r}: use relu or sign")
+        given = [name for name in ("hidden", "match_bits", "match_ops") if getattr(self, name) is not None]
+        if len(given) != 1:
+            raise ValueError("give exactly one of explicit widths (--hidden), --match-bits or --match-ops"
+                             + (f" (got {', '.join(given)})" if given else ""))
+        if self.hidden is not None:
+            widths = list(self.hidden)
+            if not widths or any(int(w) < 1 for w in widths):
+                raise ValueError(f"widths must be positive integers, got {widths}")
+        for name in ("match_bits", "match_ops"):
+            value = getattr(self, name)
+            if value is not None and value <= 0:
+                raise ValueError(f"--{name.replace('_', '-')} must be positive, got {value}")
+        if self.epochs < 0:
+            raise ValueError(f"epochs must be >= 0, got {self.epochs}")
+        if self.batch_size < 1:
+            raise ValueError(f"batch size must be >= 1, got {self.batch_size}")
+        if not (self.lr > 0 and math.isfinite(self.lr)):
+            raise ValueError(f"learning rate must be a positive number, got {self.lr}")
+        if not 0 < self.lr_decay <= 1:
+            raise ValueError(f"lr decay must be in (0, 1], got {self.lr_decay}")
+
+    def learning_rates(self) -> np.ndarray:
+        """Per-epoch learning rates, log-linear from ``lr`` to ``lr * lr_decay``."""
+        if self.epochs <= 1:
+            return np.full(self.epochs, self.lr)
+        return self.lr * self.lr_decay ** (np.arange(self.epochs) / (self.epochs - 1))
+
+
+@dataclass
+class DNNTrainResult:
+    artifact: DNNArtifact
+    history: dict = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+@dataclass
+class InputSpec:
+    """The encoding chosen for a dataset (what the artifact stores about its inputs)."""
+
+    encoding: str
+    cardinalities: np.ndarray
+    input_codes: np.ndarray | None
+    input_scale: float
+    mean: np.ndarray | None
+    std: np.ndarray | None
+    architecture: str
+    image_shape: tuple | None
+    pixel_order: str
+
+    @property
+    def channels(self) -> int:
+        return 1 if self.encoding == "standardized" else int(self.cardinalities.max())
+
+    @property
+    def n_inputs(self) -> int:
+        return len(self.cardinalities) if self.encoding == "standardized" else int(self.cardinalities.sum())
+
+    def encode(self, x: np.ndarray) -> torch.Tensor:
+        """Float32 network inputs (exact: integers times a power of two)."""
+        ints = encode_integer(x, architecture=self.architecture, encoding=self.encoding,
+                              cardinalities=self.cardinalities, input_codes=self.input_codes,
+                              image_shape=self.image_shape, pixel_order=self.pixel_order)
+        return torch.from_numpy((ints * self.input_scale).astype(np.float32))
+
+
+def input_spec(dataset: DiscreteDataset, config: DNNConfig) -> InputSpec:
+    shape = order = None
+    if config.architecture == "cnn":
+        shape, order = image_layout(dataset.name, dataset.n_features, config.image_shape, config.pixel_order)
+    if config.one_hot:
+        return InputSpec("onehot", dataset.cardinalities, None, 1.0, None, None, config.architecture, shape,
+                         order or "row-major")
+    table = fit_standardized_table(dataset.x_train, dataset.cardinalities)
+    return InputSpec("standardized", dataset.cardinalities, table["input_codes"], table["input_scale"],
+                     table["mean"], table["std"], config.architecture, shape, order or "row-major")
+
+
+def resolve_widths(config: DNNConfig, spec: InputSpec, n_classes: int) -> list[int]:
+    """Hidden widths (FC) or channels (CNN): explicit, or matched to the bits/ops budget."""
+    from bnc_deploy import sizing
+
+    if config.hidden is not None:
+        widths = [int(w) for w in config.hidden]
+        want = config.layers - 1 if config.architecture == "fc" else config.layers
+        if len(widths) == 1 and want > 1:
+            widths = widths * want if config.architecture == "fc" else [widths[0], 2 * widths[0]]
+        if len(widths) != want:
+            raise ValueError(f"{len(widths)} widths given for {want} hidden layers")
+        config.sizing = {"target_kind": None, "widths": widths}
+        return widths
+    if config.architecture == "fc":
+        result = sizing.match_fc(spec.n_inputs, n_classes, config.layers, config.weight_bits, config.batch_norm,
+                                 target_bits=config.match_bits, target_ops=config.match_ops)
+    else:
+        result = sizing.match_cnn(spec.image_shape, spec.channels, n_classes, config.layers, config.weight_bits,
+                                  config.batch_norm, target_bits=config.match_bits, target_ops=config.match_ops)
+    config.sizing = result.to_dict()
+    return list(result.widths)
+
+
+def build_model(config: DNNConfig, spec: InputSpec, n_classes: int, widths: list[int],
+                generator: torch.Generator | None = None):
+    if config.architecture == "fc":
+        return QuantMLP(spec.n_inputs, n_classes, widths, config.weight_bits, config.activation,
+                        config.batch_norm, generator)
+    return QuantCNN(spec.channels, spec.image_shape, n_classes, widths, config.weight_bits, config.activation,
+                    config.batch_norm, generator)
+
+
+def train_dnn(dataset: DiscreteDataset, config: DNNConfig) -> DNNTrainResult:
+    """Train a quantized FC/CNN on ``dataset``; return the artifact (checked against torch)."""
+    config.validate()
+    spec = input_spec(dataset, config)
+    widths = resolve_widths(config, spec, dataset.n_classes)
+    torch.manual_seed(config.seed)
+    sign_generator = torch.Generator().manual_seed(config.seed + 2)
+    model = build_model(config, spec, dataset.n_classes, widths, sign_generator)
+    tensors = {"train": (spec.encode(dataset.x_train), torch.from_numpy(dataset.y_train)),
+               "test": (spec.encode(dataset.x_test), torch.from_numpy(dataset.y_test))}
+    if dataset.x_val is not None:
+        tensors["val"] = (spec.encode(dataset.x_val), torch.from_numpy(dataset.y_val))
+    tick = time.perf_counter()
+    history = _fit(model, tensors, config)
+    seconds = time.perf_counter() - tick
+    model.eval()
+    artifact = _to_artifact(model, spec, dataset, config, history, seconds)
+    _check_reference_agrees(model, artifact, tensors["test"][0], dataset.x_test, dataset.y_test)
+    return DNNTrainResult(artifact=artifact, history=history, seconds=seconds)
+
+
+def _fit(model, tensors, config: DNNConfig) -> dict:
+    from tqdm.auto import tqdm
+
+    x_train, y_train = tensors["train"]
+    n = y_train.shape[0]
+    n_batches = n // config.batch_size
+    history = {key: [] for key in ("lr", "train_loss", "train_error", "val_error", "test_error", "seconds")}
+    if config.epochs == 0:
+        del history["val_error"]
+        return history
+    if n_batches == 0:
+        raise ValueError(f"batch size {config.batch_size} is larger than the training set ({n} rows)")
+    generator = torch.Generator().manual_seed(config.seed + 1)
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, eps=config.adam_eps)
+    bar = tqdm(config.learning_rates(), desc="train", unit="epoch", disable=not config.progress, leave=False)
+    for epoch, lr in enumerate(bar, start=1):
+        tick = time.perf_counter()
+        for group in optimizer.param_groups:
+            group["lr"] = float(lr)
+        model.train()
+        order = torch.randperm(n, generator=generator)
+        loss_sum, wrong = 0.0, 0
+        for b in range(n_batches):
+            rows = order[b * config.batch_size:(b + 1) * config.batch_size]
+            xb, yb = x_train[rows], y_train[rows]
+            logits = model(xb)
+            loss = F.cross_entropy(logits, yb)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            clamp_latent_weights(model)
+            loss_sum += float(loss.detach())
+            wrong += int((logits.detach().argmax(dim=1) != yb).sum())
+        train_loss = loss_sum / n_batches
+        if not math.isfinite(train_loss):
+            raise FloatingPointError(f"training loss became {train_loss} in epoch {epoch}; try a smaller --lr")
+        history["lr"].append(float(lr))
+        history["train_loss"].append(train_loss)
+        history["train_error"].append(wrong / (n_batches * config.batch_size))
+        history["test_error"].append(_error(model, *tensors["test"]))
+        if "val" in tensors:
+            history["val_error"].append(_error(model, *tensors["val"]))
+        history["seconds"].append(time.perf_counter() - tick)
+        bar.set_postfix(loss=f"{train_loss:.4g}", train_err=f"{history['train_error'][-1]:.4f}",
+                        test_err=f"{history['test_error'][-1]:.4f}")
+    bar.close()
+    if not history["val_error"]:
+        del history["val_error"]
+    return history
+
+
+@torch.no_grad()
+def predict_torch(model, x: torch.Tensor) -> np.ndarray:
+    """Eval-mode labels of the torch model (first maximum), in chunks."""
+    was_training = model.training
+    model.eval()
+    out = [model(x[i:i + EVAL_ROWS]).argmax(dim=1) for i in range(0, x.shape[0], EVAL_ROWS)]
+    model.train(was_training)
+    return torch.cat(out).numpy() if out else np.zeros(0, dtype=np.int64)
+
+
+def _error(model, x: torch.Tensor, y: torch.Tensor) -> float:
+    return float(np.mean(predict_torch(model, x) != y.numpy())) if len(y) else float("nan")
+
+
+def _to_artifact(model, spec: InputSpec, dataset: DiscreteDataset, config: DNNConfig, history, seconds) -> DNNArtifact:
+    rng = np.random.default_rng(config.seed)
+    check_rows = np.sort(rng.permutation(dataset.x_test.shape[0])[:CHECK_ROWS])
+    dtype = np.uint8 if dataset.cardinalities.max(initial=1) <= 256 else np.uint16
+    metadata = {
+        "library": {"bnc_deploy": bnc_deploy.__version__, "torch": torch.__version__, "numpy": np.__version__},
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "data": dataset.describe(),
+        "config": asdict(config),
+        "sizing": config.sizing,
+        "history": history,
+        "train_seconds": seconds,
+    }
+    artifact = DNNArtifact(
+        architecture=config.architecture, cardinalities=dataset.cardinalities, class_names=dataset.class_names,
+        feature_names=dataset.feature_names, weight_bits=config.weight_bits, activation=config.activation,
+        input_encoding=spec.encoding, layers=model.to_layers(), input_codes=spec.input_codes,
+        input_scale=spec.input_scale, image_shape=spec.image_shape, pixel_order=spec.pixel_order,
+        input_mean=spec.mean, input_std=spec.std,
+        discretizer=dataset.discretizer.to_dict() if dataset.discretizer is not None else None,
+        metadata=metadata, check_x=dataset.x_test[check_rows].astype(dtype), check_y=dataset.y_test[check_rows])
+    reference = DNNReferencePredictor(artifact)
+    errors = {"train": _ref_error(reference, dataset.x_train, dataset.y_train),
+              "test": _ref_error(reference, dataset.x_test, dataset.y_test)}
+    if dataset.x_val is not None:
+        errors["val"] = _ref_error(reference, dataset.x_val, dataset.y_val)
+    artifact.metadata["errors"] = errors
+    return artifact
+
+
+def _ref_error(reference: DNNReferencePredictor, x, y) -> float:
+    return float(np.mean(reference.predict(x) != y)) if len(y) else float("nan")
+
+
+def _check_reference_agrees(model, artifact: DNNArtifact, x_test_encoded: torch.Tensor, x_test: np.ndarray,
+                            y_test: np.ndarray) -> None:
+    """Record how often the artifact's reference predicts what the eval-mode torch net predicts.
+
+    Not bit-exact by nature: torch applies batch norm as ``(z - mean) / sqrt(var + eps) * gamma +
+    beta`` in float32, the artifact the folded scale/shift (sign nets: exact integer thresholds),
+    so a unit whose pre-activation is within float rounding of its threshold may flip. A large
+    disagreement means a bug, so below 99 % this raises.
+    """
+    torch_labels = predict_torch(model, x_test_encoded)
+    ref_labels = DNNReferencePredictor(artifact).predict(x_test)
+    agreement = float(np.mean(torch_labels == ref_labels)) if len(ref_labels) else 1.0
+    artifact.metadata["torch_reference_agreement"] = agreement
+    artifact.metadata["torch_test_error"] = float(np.mean(torch_labels != y_test)) if len(y_test) else None
+    if agreement < 0.99:
+        raise AssertionError(f"internal error: the artifact agrees with the trained torch model on only "
+                             f"{100 * agreement:.2f} % of the test rows")
+

@@ -1,0 +1,490 @@
+"""ONNX exporter for quantized DNN artifacts (fully connected and CNN classifiers).
+
+The graph computes exactly what :mod:`bnc_deploy.artifacts.dnn` specifies, with the weights
+stored as the artifact's integer codes (int8 initializers; int16 for B = 8) behind
+``DequantizeLinear``. Only standard ``ai.onnx`` operators are used, so the file runs in any
+onnxruntime (and other ONNX runtimes) without contrib ops.
+
+Contract of the exported graph (the common DNN contract of :mod:`bnc_deploy.exporters.dnn_common`)
+---------------------------------------------------------------------------------------------------
+Input
+    ``x``: int64 [N, D] feature codes (dynamic N).
+Outputs
+    ``logits``: float32 [N, C]; ``label``: int64 [N], the first maximum (``ArgMax``,
+    ``select_last_index=0``).
+Guard
+    A row with any code outside ``0 .. |X_j| - 1`` gets ``label = -1`` and all-NaN logits. The
+    codes are clamped into range (``Max(Min(x, |X_j| - 1), 0)``) *before* any lookup, so an
+    invalid code never reads another feature's table entries and no Gather leaves its table; a
+    per-row penalty (``ReduceSum`` of ``Where(valid, 0, NaN)``, [N, 1]) is added to the logits,
+    and ``label = Where(IsNaN(logits[:, 0]), -1, ArgMax(logits))``. Valid rows are untouched
+    (``v + 0.0 == v``).
+
+Graph, in order (node names = output tensor names; ``k`` is the artifact's layer index)
+----------------------------------------------------------------------------------------
+``guard/*``
+    ``GreaterOrEqual``, ``Less``, ``And`` (validity mask), ``Min``, ``Max`` (clamped codes),
+    ``Where``, ``ReduceSum`` (NaN penalty).
+``input/*`` (the encoding)
+    *standardized*: ``DequantizeLinear`` of the int8 ``input.codes`` table [D, K] (load-time),
+    ``Reshape`` to a flat table, ``Add`` of per-feature offsets ``j * K`` to the codes,
+    ``Gather`` -> [N, D]. *one-hot FC*: ``Unsqueeze`` the codes to [N, D, 1], ``Equal`` with the
+    pattern [D, K] (``k``, or -1 past the feature's cardinality), ``Reshape`` to [N, D * K],
+    ``Gather`` (axis 1) of the ``sum |X_j|`` real slots (skipped when all cardinalities are
+    equal), ``Cast`` to float32 -> [N, sum |X_j|]. *CNN*: first ``Gather`` (axis 1) of the codes
+    by the pixel permutation (``input/pixels``; skipped for row-major order), then the
+    standardized lookup (offsets permuted alike) and ``Reshape`` to [N, 1, H, W]
+    (``input/image``), or for one-hot ``Reshape`` to [N, 1, H, W] and ``Equal`` with the channel
+    pattern [1, E, 1, 1] then ``Cast`` -> [N, E, H, W].
+``layer{k}/*`` (every weight layer)
+    ``layer{k}/flatten`` (``Flatten`` axis 1 = (C, H, W) order; first dense layer after a conv),
+    ``layer{k}/weights`` (``DequantizeLinear`` of the initializer ``layer{k}.codes``, which holds
+    the artifact's codes unchanged, [out, in] or [out, in, 3, 3]; load-time),
+    ``layer{k}/gemm`` (``Gemm``, ``transB=1``, no C: the dense MACs) or ``layer{k}/conv``
+    (``Conv`` 3x3, pads 1, no bias: the conv MACs). Then:
+
+    * ReLU hidden layer: ``layer{k}/bn_scale`` (``Mul``) and ``layer{k}/bn_shift`` (``Add``)
+      when the layer has batch norm (constants ``layer{k}.bn_scale``/``.bn_shift`` shaped [out]
+      or [out, 1, 1]), ``layer{k}/relu`` (``Relu``);
+    * sign hidden layer: ``layer{k}/direction`` (``Mul`` by the +-1 directions; omitted when all
+      are +1), ``layer{k}/threshold`` (``GreaterOrEqual`` with the integer thresholds) and
+      ``layer{k}/sign`` (``Where(fires, +1, -1)``). These three nodes *are* the folded batch norm
+      plus the sign (``sign_thresholds``); without batch norm the thresholds are those of
+      ``y = z``. ONNX ``Sign`` is never used (it maps 0 to 0; the contract says +1);
+    * ``layer{k}/pool`` (``MaxPool`` 2x2, stride 2, floor) for pooled conv layers;
+    * output layer: sign nets ``layer{k}/output_scale`` (``Mul`` by ``float32(s_w * s_in)``,
+      stored as a [C] vector) then, for every net, ``layer{k}/bias`` (``Add`` of
+      ``layer{k}.bias``).
+
+    :func:`hidden_output_names` gives the tensor holding each hidden layer's output (after
+    activation and pooling): add them as graph outputs to inspect hidden activations.
+``logits`` (``Add`` of the guard penalty), ``label/argmax`` (``ArgMax``), ``label/first_logit``
+    (``Gather``), ``label/invalid`` (``IsNaN``), ``label`` (``Where``).
+
+Lowerings and exactness
+-----------------------
+``lowering = "integer-sign"`` (sign networks; ``exact = True`` for every B, see B = 8 below)
+    ``DequantizeLinear`` uses scale **1.0** here, so the float32 weights are the integer codes
+    themselves, and the layer inputs are integers too: standardized input codes (``input_scale``
+    is *not* applied), one-hot 0/1, or +-1 after a sign. Every product and every partial sum of a
+    ``Gemm``/``Conv`` accumulator is then an integer of magnitude at most
+    :func:`~bnc_deploy.artifacts.dnn.accumulator_bound`, checked at export to be ``< 2**24``
+    (else ExportError naming the layer): float32 holds all such integers, so the accumulator is
+    exact in any summation order, blocking or vectorisation (FMA included), and the integer
+    comparison with the shared thresholds of :func:`~bnc_deploy.artifacts.dnn.sign_thresholds`
+    (``|t| <= bound + 1 <= 2**24``, exact in float32) reproduces the reference's hidden
+    activations bit for bit. Max-pooling +-1 values and zero padding are exact. The output layer
+    computes ``float32(acc) * float32(s_w * s_in) + bias`` as one ``Mul`` then one ``Add``, one
+    float32 rounding each, which is how the reference defines sign-network logits: logits are
+    bit-identical and labels identical.
+    Why scale 1 and not ``1/(2**B - 1)``: with the real weights ``code / (2**B - 1)`` in float32
+    every weight is already rounded and every partial sum rounds again, in an order that
+    depends on the runtime, so the accumulator is no longer an exact multiple of the weight
+    scale and a unit exactly at its threshold could flip. The stored codes are the artifact's
+    unchanged and the metadata still records ``weight_bits`` (so the real weight scale
+    ``1/(2**B - 1)``); the exporter has folded that scale (and ``input_scale``) into the integer
+    thresholds and the output scale, as the contract allows. The output scale is a [C] vector
+    (all entries equal) rather than a scalar so that no graph optimizer folds it into the
+    product's alpha (onnxruntime's MatMul scale fusion only takes scalars); the result would be
+    the same (``acc`` is exact), but the graph is what it says.
+``lowering = "float"`` (ReLU networks; ``exact = False``)
+    ``DequantizeLinear`` with scale ``float32(1/(2**B - 1))`` (B = 1: 1), standardized inputs
+    dequantized with ``input_scale`` (exact: a power of two times an int8), float32
+    ``Gemm``/``Conv``, batch norm as ``Mul`` + ``Add``, ``Relu``, ``MaxPool``, output ``Add``
+    of the bias. The reference computes in float64, so logits differ by float32 rounding and
+    labels can differ only where two logits are within that rounding; the verification reports
+    the agreement.
+
+B = 8
+-----
+Odd codes up to +-255 do not fit int8. They are stored as **int16** initializers (exactly the
+artifact's int16 codes) and dequantized by ``DequantizeLinear``, which accepts int16 from ONNX
+opset 21. The exporter raises the opset to ``max(opset, 21)`` automatically for B = 8 and
+records the opset actually used in the file and its metadata (``opset``, with the caller's
+``requested_opset``); onnxruntime has supported opset 21 since 1.18. Everything else is as for
+B <= 7, so B = 8 sign networks are exact too (codes up to 255 only make the accumulator bound
+larger; it is checked all the same) and B = 8 ReLU networks are float like the others.
+
+The model's ``metadata_props`` carry the export metadata as JSON under ``"bnc_deploy"``
+(:func:`bnc_deploy.exporters.dnn_common.dnn_export_metadata`) plus the flat keys of
+:func:`bnc_deploy.exporters.common.flat_metadata`. :func:`export_onnx_dnn` runs the written file
+in onnxruntime on the artifact's check set plus random codes before publishing it
+(:func:`verify_onnx_dnn`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+import bnc_deploy
+from bnc_deploy.artifacts.dnn import accumulator_bound, sign_thresholds, weight_code_dtype
+from bnc_deploy.exporters.common import (
+    INPUT_NAME,
+    INVALID_LABEL,
+    METADATA_KEY,
+    OUTPUT_LABEL,
+    ExportError,
+    dump_metadata,
+    flat_metadata,
+)
+from bnc_deploy.exporters.dnn_common import INT8_EXACT_MAX_BITS, OUTPUT_LOGITS, dnn_export_metadata
+
+#: Default opset (raised to :data:`INT16_MIN_OPSET` for B = 8).
+DEFAULT_OPSET = 17
+#: Oldest opset with Unsqueeze/ReduceSum taking axes as inputs, as this graph writes them.
+MIN_OPSET = 13
+#: Newest opset verified with onnxruntime (tests run 13, 17, 21 and this one).
+MAX_OPSET = 25
+#: First opset whose DequantizeLinear accepts int16 (B = 8 codes).
+INT16_MIN_OPSET = 21
+#: float32 represents every integer of magnitude <= 2**24; accumulators must stay below it.
+FLOAT32_EXACT_INT = 2 ** 24
+LOWERING_SIGN = "integer-sign"
+LOWERING_FLOAT = "float"
+#: Random valid rows added to the check set when verifying an export.
+N_VERIFY_RANDOM = 256
+
+
+# ================================================================================================
+# Public API
+# ================================================================================================
+def export_onnx_dnn(artifact, path: str | os.PathLike, *, opset: int = DEFAULT_OPSET, verify: bool = True) -> dict:
+    """Write ``artifact`` (a DNNArtifact) as an ONNX model to ``path`` after verifying it.
+
+    The model is written to a temporary file next to ``path``, run in onnxruntime on the
+    artifact's check set plus random codes (:func:`verify_onnx_dnn`, when ``verify``), and only
+    then moved to ``path``: a reader never sees a half-written or failed export.
+
+    Returns ``{"path": Path, "bytes": int, "format": "onnx", "opset": int (used),
+    "lowering": str, "exact": bool, "n_nodes": int, "metadata": dict, "verification": dict or
+    None}``. Raises ExportError for an unsupported opset, a sign network whose accumulators
+    could leave the exact float32 range, or a verification failure.
+    """
+    model = build_onnx_dnn(artifact, opset=opset)
+    meta = read_dnn_metadata(model)
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    onnx.save_model(model, str(tmp))
+    try:
+        facts = verify_onnx_dnn(artifact, tmp) if verify else None
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    return {"path": path, "bytes": path.stat().st_size, "format": "onnx", "opset": meta["opset"],
+            "lowering": meta["lowering"], "exact": meta["exact"], "n_nodes": meta["n_nodes"],
+            "metadata": meta, "verification": facts}
+
+
+def build_onnx_dnn(artifact, *, opset: int = DEFAULT_OPSET) -> onnx.ModelProto:
+    """The ONNX ModelProto of :func:`export_onnx_dnn`, checked with ``onnx.checker`` (full_check)."""
+    if getattr(artifact, "kind", None) != "dnn":
+        raise ExportError(f"build_onnx_dnn exports DNN artifacts, got {type(artifact).__name__}")
+    used_opset = effective_opset(artifact, opset)
+    sign = artifact.activation == "sign"
+    max_acc = check_accumulators(artifact) if sign else None
+
+    g = _Graph()
+    codes, penalty = _guard(g, artifact)
+    a = _encode(g, artifact, codes, sign)
+    raw = _layers(g, artifact, a, sign)
+    logits = g.op("Add", [raw, penalty], OUTPUT_LOGITS)
+    _label(g, logits)
+
+    graph = helper.make_graph(
+        g.nodes, f"bnc_dnn_{artifact.architecture}_{artifact.activation}",
+        inputs=[helper.make_tensor_value_info(INPUT_NAME, TensorProto.INT64, ["N", artifact.n_features])],
+        outputs=[helper.make_tensor_value_info(OUTPUT_LOGITS, TensorProto.FLOAT, ["N", artifact.n_classes]),
+                 helper.make_tensor_value_info(OUTPUT_LABEL, TensorProto.INT64, ["N"])],
+        initializer=g.initializers)
+    opsets = [helper.make_opsetid("", used_opset)]
+    model = helper.make_model(graph, opset_imports=opsets, producer_name="bnc-deploy",
+                              producer_version=bnc_deploy.__version__,
+                              ir_version=helper.find_min_ir_version_for(opsets))
+    storage = np.dtype(weight_code_dtype(artifact.weight_bits)).name
+    extra = {
+        "n_nodes": len(g.nodes),
+        "requested_opset": int(opset),
+        "weight_storage": storage,
+        # what the file's DequantizeLinear multiplies the codes by (the real scale is 1/(2**B - 1))
+        "dequantize_scale": 1.0 if sign else float(np.float32(artifact.weight_scale)),
+        "weight_scale": artifact.weight_scale,
+        "max_accumulator": max_acc,
+    }
+    meta = dnn_export_metadata(artifact, format="onnx", exact=exact_export(artifact), input_dtype="int64",
+                               lowering=LOWERING_SIGN if sign else LOWERING_FLOAT, opset=used_opset, extra=extra)
+    helper.set_model_props(model, {METADATA_KEY: dump_metadata(meta), **flat_metadata(meta)})
+    try:
+        onnx.checker.check_model(model, full_check=True)
+    except onnx.checker.ValidationError as exc:  # a bug here, not bad input: say so
+        raise ExportError(f"internal error: the exported DNN graph fails the ONNX checker: {exc}") from None
+    return model
+
+
+def verify_onnx_dnn(artifact, path_or_model, *, n_random: int = N_VERIFY_RANDOM, seed: int = 0,
+                    optimize: bool = True) -> dict:
+    """Run an exported DNN in onnxruntime and compare it with the NumPy reference predictor.
+
+    The rows are the artifact's check set plus ``n_random`` seeded random valid rows (including
+    the all-zero and all-maximum rows). ``optimize=False`` disables onnxruntime's graph
+    optimizations (the file's own arithmetic, no fusions).
+
+    Returns ``{"n_rows", "label_mismatches", "agreement", "logits_identical",
+    "max_abs_logit_error", "exact_expected", "runtime"}``. Raises ExportError when the model
+    cannot run, when the guard fires on a valid row (label -1 or NaN logits), or, for an exact
+    export (``exact`` in the file's metadata), on any label difference or any logit that is
+    not bit-identical.
+    """
+    import onnxruntime as ort
+
+    from bnc_deploy.dnn_reference import DNNReferencePredictor
+
+    if isinstance(path_or_model, onnx.ModelProto):
+        source, meta = path_or_model.SerializeToString(), read_dnn_metadata(path_or_model)
+    else:
+        source = str(path_or_model)
+        meta = read_dnn_metadata(onnx.load(source, load_external_data=False))
+    exact = bool(meta["exact"]) if meta else exact_export(artifact)
+    x = verification_codes(artifact, n_random=n_random, seed=seed)
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    if not optimize:
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    try:
+        session = ort.InferenceSession(source, sess_options=options, providers=["CPUExecutionProvider"])
+        logits, label = session.run([OUTPUT_LOGITS, OUTPUT_LABEL], {INPUT_NAME: x})
+    except Exception as exc:  # onnxruntime raises its own exception types
+        raise ExportError(f"the exported ONNX DNN does not run in onnxruntime {ort.__version__}: {exc}") from None
+    reference = DNNReferencePredictor(artifact)
+    ref_logits = reference.logits(x)
+    ref_label = np.argmax(ref_logits, axis=1)
+    guarded = int(np.count_nonzero((label == INVALID_LABEL) | np.isnan(logits).any(axis=1)))
+    if guarded:
+        raise ExportError(f"the exported ONNX DNN marks {guarded} valid verification row(s) invalid "
+                          "(label -1 / NaN logits): the graph is broken")
+    mismatches = int(np.count_nonzero(label != ref_label))
+    identical = bool(logits.dtype == np.float32 and np.array_equal(logits.astype(np.float64), ref_logits))
+    error = float(np.max(np.abs(logits.astype(np.float64) - ref_logits), initial=0.0))
+    if exact and (mismatches or not identical):
+        raise ExportError(f"the exported ONNX DNN ({meta.get('lowering') if meta else '?'}) disagrees with the "
+                          f"artifact on {mismatches} of {len(x)} verification rows (logits identical: {identical}, "
+                          f"max |error| {error:.3g}); onnxruntime {ort.__version__} changed the integer arithmetic "
+                          "- please report this")
+    n = int(len(x))
+    return {"n_rows": n, "label_mismatches": mismatches, "agreement": 1.0 - mismatches / n if n else 1.0,
+            "logits_identical": identical, "max_abs_logit_error": error, "exact_expected": exact,
+            "runtime": f"onnxruntime {ort.__version__}"}
+
+
+def exact_export(artifact) -> bool:
+    """Whether this exporter promises identical labels and logits: sign networks (every B)."""
+    return artifact.activation == "sign"
+
+
+def effective_opset(artifact, opset: int) -> int:
+    """The opset the file will use: ``opset``, raised to 21 for B = 8 (int16 DequantizeLinear)."""
+    if isinstance(opset, bool) or not isinstance(opset, (int, np.integer)) or not MIN_OPSET <= opset <= MAX_OPSET:
+        raise ExportError(f"opset must be an integer in {MIN_OPSET}..{MAX_OPSET}, got {opset!r}")
+    if artifact.weight_bits > INT8_EXACT_MAX_BITS:
+        return max(int(opset), INT16_MIN_OPSET)
+    return int(opset)
+
+
+def check_accumulators(artifact) -> int:
+    """Largest integer accumulator of a sign network over all layers; ExportError if ``>= 2**24``."""
+    worst = 0
+    for k, layer in enumerate(artifact.layers):
+        bound = int(accumulator_bound(artifact, k).max(initial=0))
+        if bound >= FLOAT32_EXACT_INT:
+            raise ExportError(
+                f"layer {k} ({layer.type}, {layer.n_in} inputs -> {layer.n_out}): the integer accumulator can "
+                f"reach {bound:,} >= 2**24 = {FLOAT32_EXACT_INT:,}, beyond exact float32 arithmetic; the sign "
+                f"network cannot be exported exactly (fewer inputs per unit or fewer weight bits)")
+        worst = max(worst, bound)
+    return worst
+
+
+def hidden_output_names(artifact) -> list[str]:
+    """Tensor name of each hidden layer's output (after activation and pooling) in the graph."""
+    names = []
+    for k, layer in enumerate(artifact.layers[:-1]):
+        names.append(f"layer{k}/pool" if layer.pool else f"layer{k}/{layer.activation}")
+    return names
+
+
+def verification_codes(artifact, n_random: int = N_VERIFY_RANDOM, seed: int = 0) -> np.ndarray:
+    """Rows to verify an export on, int64 (n, D): the stored check set, then seeded random rows
+    (the first two are all-zero and all-maximum codes)."""
+    cards = np.asarray(artifact.cardinalities, dtype=np.int64)
+    rng = np.random.default_rng(seed)
+    rand = (rng.random((n_random, artifact.n_features)) * cards[None, :]).astype(np.int64)
+    if n_random >= 2:
+        rand[0], rand[1] = 0, cards - 1
+    parts = [rand]
+    if artifact.check_x is not None and len(artifact.check_x):
+        parts.insert(0, np.asarray(artifact.check_x, dtype=np.int64))
+    return np.concatenate(parts).astype(np.int64)
+
+
+def read_dnn_metadata(model: onnx.ModelProto) -> dict | None:
+    """The JSON metadata blob of an exported model, parsed (None if absent)."""
+    props = {p.key: p.value for p in model.metadata_props}
+    return json.loads(props[METADATA_KEY]) if METADATA_KEY in props else None
+
+
+# ================================================================================================
+# Graph pieces
+# ================================================================================================
+class _Graph:
+    """Tiny builder: named nodes (node name = its single output) and initializers."""
+
+    def __init__(self) -> None:
+        self.nodes: list = []
+        self.initializers: list = []
+        self._consts: set[str] = set()
+
+    def const(self, name: str, value, dtype=None) -> str:
+        if name not in self._consts:
+            self._consts.add(name)
+            self.initializers.append(numpy_helper.from_array(np.asarray(value, dtype=dtype), name=name))
+        return name
+
+    def op(self, op_type: str, inputs: list[str], name: str, **attrs) -> str:
+        self.nodes.append(helper.make_node(op_type, inputs, [name], name=name, **attrs))
+        return name
+
+
+def _guard(g: _Graph, art) -> tuple[str, str]:
+    """(clamped codes int64 [N, D], penalty float32 [N, 1]: 0 for valid rows, NaN otherwise)."""
+    cards = art.cardinalities.astype(np.int64)
+    zero = g.const("guard.zero", 0, np.int64)
+    g.const("guard.cardinalities", cards)
+    g.const("guard.max_code", cards - 1)
+    g.const("axis1", [1], np.int64)
+    valid = g.op("And", [g.op("GreaterOrEqual", [INPUT_NAME, zero], "guard/nonnegative"),
+                         g.op("Less", [INPUT_NAME, "guard.cardinalities"], "guard/below_cardinality")],
+                 "guard/valid")
+    codes = g.op("Max", [g.op("Min", [INPUT_NAME, "guard.max_code"], "guard/clip_high"), zero], "guard/codes")
+    g.const("guard.zero_f", 0.0, np.float32)
+    g.const("guard.nan_f", np.nan, np.float32)
+    nan_if_invalid = g.op("Where", [valid, "guard.zero_f", "guard.nan_f"], "guard/nan_if_invalid")
+    penalty = g.op("ReduceSum", [nan_if_invalid, "axis1"], "guard/penalty", keepdims=1)
+    return codes, penalty
+
+
+def _encode(g: _Graph, art, codes: str, sign: bool) -> str:
+    """The encoded network input: FC [N, n_inputs] float32, CNN [N, E, H, W] float32.
+
+    Sign networks keep integer values (standardized codes without ``input_scale``).
+    """
+    d = art.n_features
+    cnn = art.architecture == "cnn"
+    perm = None
+    if cnn:
+        h, w = art.image_shape
+        perm = art.pixel_index().reshape(-1).astype(np.int64)     # image.flat[p] = feature perm[p]
+        if np.array_equal(perm, np.arange(d)):
+            perm = None
+        else:
+            codes = g.op("Gather", [codes, g.const("input.pixel_feature", perm)], "input/pixels", axis=1)
+        g.const("input.image_shape", [0, 1, h, w], np.int64)
+    feature = perm if perm is not None else np.arange(d, dtype=np.int64)   # feature at each position
+
+    if art.input_encoding == "standardized":
+        k = art.input_codes.shape[1]
+        g.const("input.codes", art.input_codes)                                  # int8 [D, K], as stored
+        g.const("input.scale", 1.0 if sign else art.input_scale, np.float32)     # power of two: exact
+        g.const("input.zero_point", 0, np.int8)
+        g.const("input.flat_shape", [-1], np.int64)
+        table = g.op("DequantizeLinear", ["input.codes", "input.scale", "input.zero_point"], "input/table")
+        flat = g.op("Reshape", [table, "input.flat_shape"], "input/table_flat")
+        index = g.op("Add", [codes, g.const("input.offsets", feature * k)], "input/index")
+        values = g.op("Gather", [flat, index], "input/values" if cnn else "input/encoded", axis=0)
+        if cnn:
+            return g.op("Reshape", [values, "input.image_shape"], "input/image")
+        return values
+
+    kmax = art.max_cardinality
+    if cnn:                                                                      # one-hot channels
+        image = g.op("Reshape", [codes, "input.image_shape"], "input/code_image")   # [N, 1, H, W]
+        g.const("input.channel_pattern", np.arange(kmax, dtype=np.int64).reshape(1, kmax, 1, 1))
+        hot = g.op("Equal", [image, "input.channel_pattern"], "input/onehot")
+        return g.op("Cast", [hot], "input/image", to=TensorProto.FLOAT)
+    pattern = np.where(np.arange(kmax)[None, :] < art.cardinalities[:, None], np.arange(kmax)[None, :], -1)
+    g.const("input.onehot_pattern", pattern.astype(np.int64))                    # [D, K]; -1: no slot
+    g.const("axis2", [2], np.int64)
+    g.const("input.grid_shape", [0, d * kmax], np.int64)
+    column = g.op("Unsqueeze", [codes, "axis2"], "input/code_column")            # [N, D, 1]
+    grid = g.op("Equal", [column, "input.onehot_pattern"], "input/onehot_grid")  # [N, D, K]
+    hot = g.op("Reshape", [grid, "input.grid_shape"], "input/onehot_padded")     # [N, D * K]
+    slots = np.flatnonzero(pattern.reshape(-1) >= 0).astype(np.int64)           # the sum |X_j| real slots
+    if slots.size != d * kmax:
+        hot = g.op("Gather", [hot, g.const("input.onehot_slots", slots)], "input/onehot", axis=1)
+    return g.op("Cast", [hot], "input/encoded", to=TensorProto.FLOAT)
+
+
+def _layers(g: _Graph, art, a: str, sign: bool) -> str:
+    """Every weight layer; returns the output layer's logits before the guard penalty."""
+    dtype = weight_code_dtype(art.weight_bits)
+    g.const("weight.scale", 1.0 if sign else art.weight_scale, np.float32)
+    g.const("weight.zero_point", 0, dtype)
+    spatial = art.architecture == "cnn"
+    last = len(art.layers) - 1
+    for k, layer in enumerate(art.layers):
+        p = f"layer{k}"
+        if layer.type == "dense" and spatial:
+            a = g.op("Flatten", [a], f"{p}/flatten", axis=1)                    # (C, H, W) order
+            spatial = False
+        g.const(f"{p}.codes", layer.codes)                                       # the artifact's codes
+        weights = g.op("DequantizeLinear", [f"{p}.codes", "weight.scale", "weight.zero_point"], f"{p}/weights")
+        if layer.type == "dense":
+            acc = g.op("Gemm", [a, weights], f"{p}/gemm", transB=1)
+            unit_shape = (layer.n_out,)
+        else:
+            acc = g.op("Conv", [a, weights], f"{p}/conv", kernel_shape=[3, 3], pads=[1, 1, 1, 1], strides=[1, 1])
+            unit_shape = (layer.n_out, 1, 1)
+        if k == last:
+            z = acc
+            if sign:
+                unit = np.float32(art.weight_scale * art.layer_input_scales()[k])
+                g.const(f"{p}.output_scale", np.full(layer.n_out, unit, dtype=np.float32))
+                z = g.op("Mul", [acc, f"{p}.output_scale"], f"{p}/output_scale")
+            g.const(f"{p}.bias", layer.bias)
+            return g.op("Add", [z, f"{p}.bias"], f"{p}/bias")
+        if sign:
+            direction, threshold = sign_thresholds(art, k)
+            t = acc
+            if np.any(direction < 0):
+                g.const(f"{p}.direction", direction.astype(np.float32).reshape(unit_shape))
+                t = g.op("Mul", [acc, f"{p}.direction"], f"{p}/direction")
+            g.const(f"{p}.threshold", threshold.astype(np.float32).reshape(unit_shape))   # |t| <= 2**24: exact
+            fires = g.op("GreaterOrEqual", [t, f"{p}.threshold"], f"{p}/threshold")
+            plus, minus = g.const("sign.plus_one", 1.0, np.float32), g.const("sign.minus_one", -1.0, np.float32)
+            a = g.op("Where", [fires, plus, minus], f"{p}/sign")
+        else:
+            z = acc
+            if layer.scale is not None:
+                g.const(f"{p}.bn_scale", layer.scale.reshape(unit_shape))
+                g.const(f"{p}.bn_shift", layer.shift.reshape(unit_shape))
+                z = g.op("Mul", [z, f"{p}.bn_scale"], f"{p}/bn_scale")
+                z = g.op("Add", [z, f"{p}.bn_shift"], f"{p}/bn_shift")
+            a = g.op("Relu", [z], f"{p}/relu")
+        if layer.pool:
+            a = g.op("MaxPool", [a], f"{p}/pool", kernel_shape=[2, 2], strides=[2, 2])   # floor (ceil_mode 0)
+    raise ExportError("the artifact has no output layer")   # unreachable for a validated artifact
+
+
+def _label(g: _Graph, logits: str) -> None:
+    """label [N] = first ArgMax of the logits, or -1 where the row is NaN (invalid)."""
+    g.const("label.class0", 0, np.int64)
+    g.const("label.invalid", INVALID_LABEL, np.int64)
+    best = g.op("ArgMax", [logits], "label/argmax", axis=1, keepdims=0, select_last_index=0)
+    invalid = g.op("IsNaN", [g.op("Gather", [logits, "label.class0"], "label/first_logit", axis=1)], "label/invalid")
+    g.op("Where", [invalid, "label.invalid", best], OUTPUT_LABEL)
