@@ -18,6 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from bnc_deploy.artifacts.dnn import DNNArtifact, sign_thresholds
+from bnc_deploy.reference import RawInputMixin, ReferencePredictor
 from bnc_deploy.validation import check_codes
 
 #: Rows per chunk: the convolution's window view is (rows, C, H, W, 3, 3).
@@ -42,7 +43,7 @@ def max_pool2(a: np.ndarray) -> np.ndarray:
     return a.reshape(n, c, h // 2, 2, w // 2, 2).max(axis=(3, 5))
 
 
-class DNNReferencePredictor:
+class DNNReferencePredictor(RawInputMixin):
     """Predict with a :class:`DNNArtifact`.
 
     Methods take ``x`` of shape (n, n_features) with integer codes (or one row).
@@ -54,7 +55,6 @@ class DNNReferencePredictor:
         if artifact.activation == "sign":
             for k in range(len(artifact.layers) - 1):
                 self._thresholds[k] = sign_thresholds(artifact, k)
-        self._discretizer = None
 
     def check(self, x) -> np.ndarray:
         a = self.artifact
@@ -138,24 +138,9 @@ class DNNReferencePredictor:
     # Same name as the BN reference, so adapters and reports can treat both alike.
     log_joint = logits
 
-    # -- raw inputs ----------------------------------------------------------------------------
-    def discretize(self, x_raw) -> np.ndarray:
-        if self.artifact.discretizer is None:
-            raise ValueError("this model was trained on discrete data and stores no discretizer")
-        if self._discretizer is None:
-            from bnc_deploy.discretize import FayyadIraniDiscretizer
-
-            self._discretizer = FayyadIraniDiscretizer.from_dict(self.artifact.discretizer)
-        return self._discretizer.transform(x_raw)
-
-    def predict_raw(self, x_raw) -> np.ndarray:
-        return self.predict(self.discretize(x_raw))
-
 
 def reference_predictor(artifact):
     """The NumPy reference predictor for any artifact kind (BN or DNN)."""
     if getattr(artifact, "kind", None) == "dnn":
         return DNNReferencePredictor(artifact)
-    from bnc_deploy.reference import ReferencePredictor
-
     return ReferencePredictor(artifact)

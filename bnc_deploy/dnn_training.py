@@ -27,6 +27,7 @@ from bnc_deploy.dnn_encoding import encode_integer, fit_standardized_table, imag
 from bnc_deploy.dnn_reference import DNNReferencePredictor
 from bnc_deploy.dnn_quantize import DoReFaWeightQuantizer
 from bnc_deploy.models.dnn import QuantCNN, QuantMLP, clamp_latent_weights
+from bnc_deploy.train_history import EpochHistory
 
 #: Rows of the test split stored in the artifact so exporters can verify without the data set.
 CHECK_ROWS = 1000
@@ -210,10 +211,9 @@ def _fit(model, tensors, config: DNNConfig) -> dict:
     x_train, y_train = tensors["train"]
     n = y_train.shape[0]
     n_batches = n // config.batch_size
-    history = {key: [] for key in ("lr", "train_loss", "train_error", "val_error", "test_error", "seconds")}
+    history = EpochHistory()
     if config.epochs == 0:
-        del history["val_error"]
-        return history
+        return history.finish()
     if n_batches == 0:
         raise ValueError(f"batch size {config.batch_size} is larger than the training set ({n} rows)")
     generator = torch.Generator().manual_seed(config.seed + 1)
@@ -237,22 +237,13 @@ def _fit(model, tensors, config: DNNConfig) -> dict:
             clamp_latent_weights(model)
             loss_sum += float(loss.detach())
             wrong += int((logits.detach().argmax(dim=1) != yb).sum())
-        train_loss = loss_sum / n_batches
-        if not math.isfinite(train_loss):
-            raise FloatingPointError(f"training loss became {train_loss} in epoch {epoch}; try a smaller --lr")
-        history["lr"].append(float(lr))
-        history["train_loss"].append(train_loss)
-        history["train_error"].append(wrong / (n_batches * config.batch_size))
-        history["test_error"].append(_error(model, *tensors["test"]))
-        if "val" in tensors:
-            history["val_error"].append(_error(model, *tensors["val"]))
-        history["seconds"].append(time.perf_counter() - tick)
-        bar.set_postfix(loss=f"{train_loss:.4g}", train_err=f"{history['train_error'][-1]:.4f}",
-                        test_err=f"{history['test_error'][-1]:.4f}")
+        history.record(epoch, lr=lr, train_loss=loss_sum / n_batches,
+                       train_error=wrong / (n_batches * config.batch_size), test_error=_error(model, *tensors["test"]),
+                       val_error=_error(model, *tensors["val"]) if "val" in tensors else None,
+                       seconds=time.perf_counter() - tick)
+        bar.set_postfix(**history.postfix())
     bar.close()
-    if not history["val_error"]:
-        del history["val_error"]
-    return history
+    return history.finish()
 
 
 @torch.no_grad()

@@ -13,7 +13,27 @@ from bnc_deploy.artifacts.bnc import BNCArtifact
 from bnc_deploy.validation import check_codes
 
 
-class ReferencePredictor:
+class RawInputMixin:
+    """``discretize`` / ``predict_raw`` for predictors of artifacts that may store a discretizer."""
+
+    artifact: object
+    _discretizer = None
+
+    def discretize(self, x_raw) -> np.ndarray:
+        """Raw values (n, D) -> codes with the artifact's fitted discretizer."""
+        if self.artifact.discretizer is None:
+            raise ValueError("this model was trained on discrete data and stores no discretizer")
+        if self._discretizer is None:
+            from bnc_deploy.discretize import FayyadIraniDiscretizer
+
+            self._discretizer = FayyadIraniDiscretizer.from_dict(self.artifact.discretizer)
+        return self._discretizer.transform(x_raw)
+
+    def predict_raw(self, x_raw) -> np.ndarray:
+        return self.predict(self.discretize(x_raw))
+
+
+class ReferencePredictor(RawInputMixin):
     """Predict with a :class:`BNCArtifact`.
 
     Methods take ``x`` of shape (n, n_features) with integer codes (or a single row), and raw
@@ -22,7 +42,6 @@ class ReferencePredictor:
 
     def __init__(self, artifact: BNCArtifact) -> None:
         self.artifact = artifact
-        self._discretizer = None
 
     def check(self, x) -> np.ndarray:
         a = self.artifact
@@ -57,17 +76,5 @@ class ReferencePredictor:
         return p / p.sum(axis=1, keepdims=True)
 
     # -- raw inputs ----------------------------------------------------------------------------
-    def discretize(self, x_raw) -> np.ndarray:
-        if self.artifact.discretizer is None:
-            raise ValueError("this model was trained on discrete data and stores no discretizer")
-        if self._discretizer is None:
-            from bnc_deploy.discretize import FayyadIraniDiscretizer
-
-            self._discretizer = FayyadIraniDiscretizer.from_dict(self.artifact.discretizer)
-        return self._discretizer.transform(x_raw)
-
-    def predict_raw(self, x_raw) -> np.ndarray:
-        return self.predict(self.discretize(x_raw))
-
     def log_joint_raw(self, x_raw) -> np.ndarray:
         return self.log_joint(self.discretize(x_raw))
