@@ -9,7 +9,10 @@ Usage::
 FILE is a model file (``.bnc``: the NumPy reference, analytic costs), an exported file
 (``.onnx``/``.tflite``: analytic costs from its metadata, plus the graph count, which must equal
 them), or a JSON result file (rows of an earlier ``--json`` run or ``bnc-train --json``; taken
-as they are, for tables and plots over many runs).
+as they are, for tables and plots over many runs). BN classifiers and quantized DNNs alike: the
+costs follow the model kind (``model_kind`` ``"bnc"``/``"dnn"``; DNNs: ``structure`` ``fc``/``cnn``,
+``bits`` = bits per weight, size and operations by the paper's DNN conventions, see
+:mod:`bnc_deploy.profiling.costs`), and so does the graph count (:mod:`bnc_deploy.profiling.graph_count`).
 
 Each model file is run in every selected runtime that reads it: ``.bnc`` -> numpy;
 ``.onnx`` -> onnxruntime with 1 thread and with its default threads; ``.tflite`` -> LiteRT with
@@ -165,8 +168,12 @@ def load_test_split(spec: str, fold: int | None):
 
 
 def model_facts(path) -> dict:
-    """Costs of one model file: analytic (artifact or metadata) and, for exports, the graph count."""
-    from bnc_deploy.profiling.costs import analytic_costs, bnc_costs_from_metadata
+    """Costs of one model file: analytic (artifact or metadata) and, for exports, the graph count.
+
+    BN classifiers and DNNs alike: ``.bnc`` artifacts by their kind (:func:`analytic_costs`),
+    exported files from their metadata (:func:`costs_from_metadata`, by ``model_kind``).
+    """
+    from bnc_deploy.profiling.costs import COST_MODELS, analytic_costs, costs_from_metadata
 
     p = Path(path)
     suffix = p.suffix.lower()
@@ -189,12 +196,16 @@ def model_facts(path) -> dict:
         meta = count.metadata
         if not meta:
             raise ValueError(f"{p}: not a bnc-deploy export (no 'bnc_deploy' metadata)")
-        if meta.get("model_kind", "bnc") != "bnc":
-            raise ValueError(f"{p}: no analytic cost model for model kind {meta.get('model_kind')!r}")
-        costs = bnc_costs_from_metadata(meta)
-        facts.update(model_kind=meta.get("model_kind", "bnc"), structure=meta["structure"], lowering=meta["lowering"],
-                     bits=meta["bits"], quantized=meta["quantized"], input=meta["input"],
-                     cardinalities=list(meta["cardinalities"]), graph=count)
+        kind = meta.get("model_kind", "bnc")
+        if kind not in COST_MODELS:
+            raise ValueError(f"{p}: no analytic cost model for model kind {kind!r}")
+        try:
+            costs = costs_from_metadata(meta)
+            facts.update(model_kind=kind, structure=meta["structure"], lowering=meta.get("lowering"),
+                         bits=meta["bits"], quantized=meta["quantized"], input=meta["input"],
+                         cardinalities=list(meta["cardinalities"]), graph=count)
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"{p}: incomplete {kind} metadata (no {exc})") from None
     facts["costs"] = costs
     return facts
 

@@ -223,7 +223,10 @@ def dnn_costs(layers, bits: int) -> CostReport:
         lines.append((f"layer {k}", m, note))
     size = int(bits) * weights + DNN_BATCH_NORM_BITS * bn_units + DNN_BIAS_BITS * biases
     ops = macs + bn_outputs + bias_outputs
-    report = CostReport(kind="dnn", n_parameters=weights, bits_per_parameter=int(bits), size_bits=size, n_ops=ops)
+    outputs = [layer.n_out if isinstance(layer, Dense) else layer.out_channels
+               for layer in layers if isinstance(layer, (Dense, Conv2D))]
+    report = CostReport(kind="dnn", n_parameters=weights, bits_per_parameter=int(bits), size_bits=size, n_ops=ops,
+                        argmax_comparisons=max(outputs[-1] - 1, 0) if outputs else 0)
     report.lines = lines + [
         ("weights", weights, f"x {bits} bits"),
         ("batch-norm units", bn_units, f"x {DNN_BATCH_NORM_BITS} bits, {bn_outputs:,} ops"),

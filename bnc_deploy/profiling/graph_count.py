@@ -76,6 +76,55 @@ unpacking). Elements = that tensor's size, restricted to used columns and, for a
 product's weights, to rows an index can reach (the ``equal-cast`` padding is not counted).
 ``param_bits = elements * bits`` (the metadata's ``bits``; else the tensor's dtype width);
 ``storage_bits`` are the stored initializers' bytes (uint8 codes, int32 prior, bit-planes).
+
+DNN graphs (``model_kind = "dnn"`` in the metadata)
+-------------------------------------------------
+The same forward/backward passes, with DNN roles: encoded inputs (lookups of the input-code table,
+one-hots) and the outputs of products are activations; a comparison of a layer's values with a
+per-unit constant that feeds ``Where(cond, const, const)`` is a sign activation and carries data
+(it is not a guard condition); an ``Add``/``Mul`` of the logits with the invalid-row penalty or
+mask is guard work. Then every *weight product* (``Gemm``/``MatMul``/``FullyConnected``/
+``Conv``/``DepthwiseConv`` with constant weights, in execution order) is matched with the
+metadata's ``layers`` one to one, by position and type (a different number of products, or a
+dense layer carried by a ``Conv``, leaves the layer uncounted: ``ops`` None, ``complete`` False,
+``breakdown["problems"]`` says why). Per layer ``k``, with ``n`` = the product's output elements
+per row (conv: channels x output positions, before pooling):
+
+* **MACs** (graph): ``numel(out) x K`` of the product, ``K`` = its reduction length (ONNX Conv
+  ``C_in/groups x 3 x 3`` from the OIHW weights, TFLite CONV_2D ``3 x 3 x C_in`` from OHWI).
+  One-hot inputs count their full MACs (the paper's convention; no effective-addition shortcut).
+  A product whose input is a ``Concat`` of one tensor ``c`` times along the last axis (TFLite
+  B = 8: codes split into ``c`` int8 parts that sum to the code) does ``c`` times the layer's
+  MACs: the paper counts the logical layer, so its MACs are divided by ``c`` and its ``c`` weight
+  parts are one weight. ``c`` comes from the graph and must equal the metadata's
+  ``tflite_layers[k]["input_copies"]`` where that is given (else the layer is not counted).
+  ``macs``/``graph_macs`` keep the executed MACs; ``ops`` and ``breakdown["macs"]`` the logical ones.
+* **Batch norm** (metadata ``layers[k].batch_norm``): ``n`` ops, one per output, counted at the
+  node that adds the folded shift: the last ``Add``/``Sub``/comparison of the layer's values
+  with a constant before the next product (ONNX ReLU: ``layer{k}/bn_shift``, its ``bn_scale``
+  ``Mul`` being the other half of the pair, 0 ops; ONNX sign: the ``layer{k}/threshold``
+  comparison, the ``direction`` ``Mul`` 0 ops), else the product's own bias (TFLite: batch norm
+  folded into the weights and the int32 bias). Without batch norm the same threshold comparison
+  (threshold of ``y = z``) and a hidden product's bias are part of the activation: free.
+* **Output bias** (metadata ``layers[k].bias``): ``n`` ops at the same kind of node (ONNX
+  ``layer{L}/bias``; TFLite float output ``ADD``, int8 output the ``FULLY_CONNECTED``'s int32
+  bias). A ``Mul`` by a constant before it (sign nets' ``output_scale``) is a rescale.
+* Anything else: activations, pooling, flatten, (de)quantize and the encoding are free (lookups
+  of the input-code table are reported as lookups, index offsets and one-hot construction as
+  addressing); the guard (range checks, clamps, NaN penalty / mask, label select) is guard; the
+  argmax is reported apart. A second per-unit addition in a layer, or one in a layer whose
+  metadata has neither batch norm nor bias, has no paper meaning and is counted as arithmetic,
+  so that a graph/analytic mismatch shows instead of vanishing.
+
+``paper_ops`` = MACs + batch-norm outputs + bias outputs (``breakdown`` has the per-layer terms).
+Parameter bits: weights x ``B`` (``weight_bits`` from the metadata: the stored int8/int16/float32
+codes do not say ``B``), 64 bits per element of the constant that carries a layer's folded batch
+norm (ONNX ``bn_shift`` or ``threshold``, TFLite the int32 bias; one element per channel), 32
+bits per element of the output bias. Not parameters: the input-code table (preprocessing, like
+the BN exporters' cut points), the guard's constants, the output scale, the ``direction``/
+``bn_scale`` halves (their storage is listed with the batch-norm entry).
+What comes from the metadata: ``B``, the per-layer ``batch_norm``/``bias`` flags and their order
+(``layers``), and the cross-check of ``input_copies``; everything else is read off the graph.
 """
 
 from __future__ import annotations
@@ -161,6 +210,7 @@ class GraphCount:
     nodes: list
     params: list
     metadata: dict | None = None
+    breakdown: dict | None = None   # DNN graphs: per-layer MACs, batch-norm and bias terms
 
     # -- totals -----------------------------------------------------------------------------------
     def total(self, category: str) -> int | None:
@@ -241,8 +291,11 @@ class GraphCount:
                           "equal": n_ops is not None and self.paper_ops == n_ops}}
 
     def to_dict(self) -> dict:
-        return {"path": self.path, "format": self.format, "totals": self.totals(), "check": self.compare(),
-                "nodes": [asdict(n) for n in self.nodes], "params": [asdict(p) for p in self.params]}
+        out = {"path": self.path, "format": self.format, "totals": self.totals(), "check": self.compare(),
+               "nodes": [asdict(n) for n in self.nodes], "params": [asdict(p) for p in self.params]}
+        if self.breakdown is not None:
+            out["breakdown"] = self.breakdown
+        return out
 
     def table(self) -> str:
         """Per-node table and totals, for people."""
@@ -265,6 +318,14 @@ class GraphCount:
                      f"+ folded at load {t['folded_additions']:,} = {_fmt(t['paper_ops'])}")
         lines.append(f"parameters: {_fmt(t['param_elements'])} elements, {_fmt(t['param_bits'])} parameter bits "
                      f"({t['storage_bits']:,} bits stored)")
+        b = self.breakdown
+        if b is not None:
+            macs = _fmt(b["macs"]) + ("" if b["graph_macs"] == b["macs"] else f" (graph {_fmt(b['graph_macs'])})")
+            lines.append(f"DNN: ops = MACs {macs} + batch-norm outputs {_fmt(b['batch_norm_outputs'])} "
+                         f"+ bias outputs {_fmt(b['bias_outputs'])}; bits = {_fmt(b['weights'])} weights x "
+                         f"{b['weight_bits']} + {_fmt(b['batch_norm_units'])} batch-norm units x 64 "
+                         f"+ {_fmt(b['biases'])} biases x 32")
+            lines += [f"NOT COUNTED: {p}" for p in b["problems"]]
         check = self.compare()
         if check["n_ops"]["analytic"] is not None:
             verdict = {True: "equal", False: "DIFFERENT"}
@@ -280,8 +341,13 @@ class GraphCount:
 # Analysis
 # ================================================================================================
 def count_graph(source) -> GraphCount:
-    """Count a file (``.onnx``/``.tflite``), bytes, ModelProto or :class:`Graph`."""
+    """Count a file (``.onnx``/``.tflite``), bytes, ModelProto or :class:`Graph`.
+
+    Files whose metadata says ``model_kind = "dnn"`` get the DNN rules (module docstring).
+    """
     graph = source if isinstance(source, Graph) else load_graph(source)
+    if (graph.metadata or {}).get("model_kind") == "dnn":
+        return _DNNCounter(graph).run()
     return _Counter(graph).run()
 
 
@@ -338,9 +404,17 @@ class _Counter:
         self.used = self.backward()
         for node in self.g.nodes:
             self.apply_data_use(node)
+        self.post_pass()
         params = self.find_params()
         nodes = [self.records[n.index] for n in self.g.nodes]
-        return GraphCount(self.g.path, self.g.format, nodes, params, self.g.metadata)
+        return GraphCount(self.g.path, self.g.format, nodes, params, self.g.metadata, self.breakdown())
+
+    def post_pass(self) -> None:
+        """Model-kind specific pass after data use (BN graphs: none)."""
+
+    def breakdown(self) -> dict | None:
+        """Model-kind specific breakdown of the paper's operations and bits (BN graphs: none)."""
+        return None
 
     # -- forward ------------------------------------------------------------------------------------
     def forward(self, node: GNode) -> None:
@@ -1130,6 +1204,288 @@ class _Counter:
             return [s for i in operands for s in self.storage_of(i)]
         largest = max(operands, key=lambda i: self.numel(i) or 0)
         return self.storage_of(largest)
+
+
+# ================================================================================================
+# DNN graphs (model_kind "dnn"): the same passes, DNN roles, then one pass per weight layer
+# ================================================================================================
+#: Products that carry a dense / convolution layer's MACs.
+DENSE_OPS = ("Gemm", "MatMul", "FullyConnected")
+CONV_OPS = ("Conv", "DepthwiseConv")
+#: Bits per batch-norm unit and per output bias (the paper's DNN conventions, profiling.costs).
+DNN_BATCH_NORM_BITS = 64
+DNN_BIAS_BITS = 32
+
+
+class _DNNCounter(_Counter):
+    """Counts an exported DNN (see *DNN graphs* in the module docstring).
+
+    Forward roles differ from BN graphs in four places: encoded inputs (table lookups, one-hots)
+    and products are activations (``value``), not scores; a product with constant weights is a
+    weight layer whatever its input is (one-hot inputs too: full MACs); a comparison of a layer's
+    values with a per-unit constant feeding ``Where(cond, const, const)`` is a sign activation,
+    which carries data (not a guard condition); and an ``Add``/``Mul`` of the logits with the
+    invalid-row penalty or mask is guard work. :meth:`post_pass` then matches the weight
+    products with the metadata's ``layers`` in order and decides each layer's terms.
+    """
+
+    def __init__(self, graph: Graph) -> None:
+        super().__init__(graph)
+        self.products: list[GNode] = []
+        self.layer_facts: list[dict] = []
+        self.dnn_params: list[ParamTensor] = []
+        self.problems: list[str] = []
+        self.position = {n.index: k for k, n in enumerate(graph.nodes)}
+
+    # -- forward: DNN roles ---------------------------------------------------------------------------
+    def _f_gather(self, node, rec, roles):
+        super()._f_gather(node, rec, roles)
+        if self.role.get(node.outputs[0]) == "score":
+            self.set_role(node, "value")
+            rec.note = f"encoding lookup: {rec.lookups} values per row from a constant table (no arithmetic)"
+
+    def _f_matmul(self, node, rec, roles):
+        weight = node.inputs[1] if len(node.inputs) > 1 else ""
+        if weight and self.is_const(weight) and not self.is_const(node.inputs[0]):
+            rec.category, rec.macs = "arithmetic", self.product_macs(node)
+            rec.ops = rec.macs
+            rec.note = "weight layer"
+            self.set_role(node, "value")
+            self.products.append(node)
+            return
+        super()._f_matmul(node, rec, roles)
+
+    _f_conv = _f_matmul
+
+    def _f_compare(self, node, rec, roles):
+        data = self.data_inputs(node)
+        consts = [i for i in node.inputs if i and self.is_const(i)]
+        if len(data) == 1 and consts and self.role.get(data[0]) == "value" \
+                and self.numel(node.outputs[0]) == self.numel(data[0]):
+            rec.category, rec.ops, rec.note = "free", 0, "threshold of a sign activation"
+            self.set_role(node, "threshold")
+            return
+        super()._f_compare(node, rec, roles)
+
+    def _f_where(self, node, rec, roles):
+        cond, branches = node.inputs[0], [i for i in node.inputs[1:3]]
+        if self.role.get(cond) == "threshold" and len(branches) == 2 and all(self.is_const(b) for b in branches):
+            rec.category, rec.ops, rec.note = "free", 0, "sign activation: +-1 by the threshold (free)"
+            self.set_role(node, "value")
+            return
+        super()._f_where(node, rec, roles)
+
+    def _penalty(self, node, rec, roles) -> bool:
+        if "value" in roles and ("penalty" in roles or "mask" in roles):
+            rec.category, rec.ops = "guard", self.numel(node.outputs[0])
+            rec.note = "applies the invalid-row penalty / mask to the logits (NaN for invalid rows)"
+            self.set_role(node, "value")
+            return True
+        return False
+
+    def _f_add(self, node, rec, roles):
+        if not self._penalty(node, rec, roles):
+            super()._f_add(node, rec, roles)
+
+    def _f_mul(self, node, rec, roles):
+        if not self._penalty(node, rec, roles):
+            super()._f_mul(node, rec, roles)
+
+    # -- layers ------------------------------------------------------------------------------------------
+    def post_pass(self) -> None:
+        meta = self.g.metadata or {}
+        specs = list(meta.get("layers") or [])
+        if len(self.products) != len(specs):
+            msg = (f"the graph has {len(self.products)} products with constant weights, the metadata "
+                   f"{len(specs)} layers")
+            self.problems.append(msg)
+            for node in self.products:
+                rec = self.records[node.index]
+                rec.ops, rec.note = None, f"cannot match the layers: {msg}"
+            return
+        bits = meta.get("weight_bits", meta.get("bits"))
+        tflite_layers = meta.get("tflite_layers") or []
+        for k, (node, spec) in enumerate(zip(self.products, specs)):
+            following = self.products[k + 1] if k + 1 < len(self.products) else None
+            extra = tflite_layers[k] if k < len(tflite_layers) and isinstance(tflite_layers[k], dict) else {}
+            self.layer_facts.append(self.count_layer(k, node, spec, following, extra, bits))
+
+    def input_copies(self, node) -> int:
+        """``c`` when the product's input is a ``Concat`` of one tensor ``c`` times (TFLite B = 8)."""
+        src = self.producer.get(node.inputs[0])
+        if src is None or src.op != "Concat" or src.index in self.load_time:
+            return 1
+        parts = [i for i in src.inputs if i]
+        rank = len(self.shape(src.outputs[0]) or ())
+        axis = int(src.attrs.get("axis", -1))
+        if len(parts) > 1 and len(set(parts)) == 1 and rank and axis % rank == rank - 1:
+            return len(parts)
+        return 1
+
+    def tail(self, node, following) -> list:
+        """Per-row nodes fed (through data) by a product, up to the next weight product."""
+        reach, out = set(node.outputs), []
+        for n in self.g.nodes[self.position[node.index] + 1:]:
+            if following is not None and n.index == following.index:
+                break
+            if n.index in self.load_time or not any(i in reach for i in n.inputs if i):
+                continue
+            out.append(n)
+            reach.update(n.outputs)
+        return out
+
+    def affine(self, n) -> bool:
+        """An elementwise ``Add``/``Sub``/``Mul``/``Div``/comparison of layer values with a constant."""
+        if KINDS.get(n.op) not in ("add", "mul", "compare") or self.records[n.index].category == "guard":
+            return False
+        data = self.data_inputs(n)
+        return len(data) == 1 and self.role.get(data[0]) == "value" and any(i and self.is_const(i) for i in n.inputs)
+
+    def constant_operand(self, n) -> str:
+        if KINDS.get(n.op) in ("matmul", "conv"):
+            return n.inputs[2]
+        return next(i for i in n.inputs if i and self.is_const(i))
+
+    def count_layer(self, k, node, spec, following, extra, bits) -> dict:
+        rec = self.records[node.index]
+        out = node.outputs[0]
+        n_out = self.numel(out)
+        problems = []
+        layer_type = spec.get("type")
+        if node.op not in (CONV_OPS if layer_type == "conv2d" else DENSE_OPS):
+            problems.append(f"metadata layer {k} is {layer_type!r}, the graph has {node.source_op}")
+        if out in self.used and not self.used[out].any():
+            problems.append("its output does not reach the logits as data")
+        copies = self.input_copies(node)
+        meta_copies = extra.get("input_copies")
+        if meta_copies is not None and int(meta_copies) != copies:
+            problems.append(f"input copies: {copies} in the graph, {meta_copies} in the metadata")
+        graph_macs = rec.macs
+        macs = None
+        if graph_macs is None or n_out is None:
+            problems.append("shapes unknown")
+        elif graph_macs % copies:
+            problems.append(f"{graph_macs} MACs do not split into {copies} input copies")
+        else:
+            macs = graph_macs // copies
+        rec.category = "arithmetic"
+        rec.guard_share = 0
+        rec.effective_additions = None
+        rec.ops = macs
+        what = "conv" if node.op in CONV_OPS else "dense"
+        notes = [f"layer {k} ({what}): {_fmt(macs)} MACs"]
+        if copies > 1:
+            notes.append(f"graph MACs {_fmt(graph_macs)} = {copies} input copies (B = 8 split weights) "
+                         f"x {_fmt(macs)} of the layer")
+
+        bn, bias = bool(spec.get("batch_norm")), bool(spec.get("bias"))
+        if bn and bias:
+            problems.append("a layer with both batch norm and a bias has no counting rule")
+        term = "batch_norm" if bn else ("bias" if bias else None)
+        tail = self.tail(node, following)
+        candidates = [n for n in tail if self.affine(n)]
+        shifts = [n for n in candidates if KINDS[n.op] in ("add", "compare")]
+        carrier = shifts[-1] if shifts else (node if self.has_bias(node) else None)
+        for n in shifts[:-1]:               # nothing in the metadata explains a second addition
+            r = self.records[n.index]
+            r.category, r.ops = "arithmetic", self.numel(n.outputs[0])
+            r.note = "per-row addition on the data path that no metadata term explains (counted, so it shows)"
+        before = [n for n in candidates if KINDS[n.op] == "mul" and (not shifts or n.index < shifts[-1].index)]
+        after = [n for n in candidates if KINDS[n.op] == "mul" and shifts and n.index > shifts[-1].index]
+
+        fact = {"layer": k, "type": layer_type, "node": node.index, "op": node.source_op, "input_copies": copies,
+                "graph_macs": graph_macs, "macs": macs, "outputs": n_out, "batch_norm_outputs": 0,
+                "bias_outputs": 0, "weights": None, "batch_norm_units": 0, "biases": 0, "term_node": None}
+        # weights: B bits each (metadata); split parts of a B = 8 TFLite layer are one weight
+        weight = node.inputs[1]
+        w_elements = self.t[weight].value.size if self.value(weight) is not None else self.numel(weight)
+        if w_elements is not None:
+            if w_elements % copies:
+                problems.append(f"{w_elements} weights do not split into {copies} input copies")
+            w_elements //= copies
+        w_bits = int(bits) if bits else np.dtype(self.t[weight].dtype).itemsize * 8
+        fact["weights"] = w_elements
+        self.dnn_params.append(ParamTensor(
+            weight, self.shape(weight), w_elements, w_bits, None if w_elements is None else w_elements * w_bits,
+            [(s, self.t[s].dtype, int(self.t[s].value.size), np.dtype(self.t[s].dtype).itemsize * 8)
+             for s in self.storage_of(weight)],
+            f"layer {k} weights ({w_bits} bits each from the metadata)"
+            + (f"; {copies} int8 parts per weight" if copies > 1 else "")))
+
+        if term is not None and carrier is None:
+            problems.append(f"the metadata says {term.replace('_', ' ')}, but no per-unit addition, threshold or "
+                            "bias follows the product")
+        elif term is not None:
+            n_term = n_out if carrier is node else self.numel(carrier.outputs[0])
+            const = self.constant_operand(carrier)
+            units = int(self.value(const).size) if self.value(const) is not None else self.numel(const)
+            per_unit = DNN_BATCH_NORM_BITS if term == "batch_norm" else DNN_BIAS_BITS
+            label = "batch-norm" if term == "batch_norm" else "output-bias"
+            fact["term_node"] = carrier.index
+            fact["batch_norm_outputs" if term == "batch_norm" else "bias_outputs"] = n_term
+            fact["batch_norm_units" if term == "batch_norm" else "biases"] = units
+            if carrier is node:
+                rec.ops = None if macs is None or n_term is None else macs + n_term
+                notes.append(f"+ {_fmt(n_term)} {label} outputs (in its bias)")
+            else:
+                r = self.records[carrier.index]
+                r.category, r.ops = "arithmetic", n_term
+                r.note = f"layer {k} {label}: 1 op per output" + (
+                    f" (with the scale #{', #'.join(str(n.index) for n in before)})"
+                    if before and term == "batch_norm" else "")
+            storage_names = self.storage_of(const)
+            if term == "batch_norm":
+                for n in before:
+                    storage_names += self.storage_of(self.constant_operand(n))
+            self.dnn_params.append(ParamTensor(
+                const, self.shape(const), units, per_unit, None if units is None else units * per_unit,
+                [(s, self.t[s].dtype, int(self.t[s].value.size), np.dtype(self.t[s].dtype).itemsize * 8)
+                 for s in storage_names],
+                f"layer {k} {label} ({per_unit} bits per unit)"))
+        elif carrier is not None and carrier is not node:
+            r = self.records[carrier.index]
+            if KINDS[carrier.op] == "compare":
+                r.category, r.ops = "free", 0
+                r.note = f"layer {k} sign activation threshold (no batch norm: part of the activation, free)"
+            else:
+                r.category, r.ops = "arithmetic", self.numel(carrier.outputs[0])
+                r.note = "per-row addition on the data path that no metadata term explains (counted, so it shows)"
+        elif carrier is node:
+            notes.append("its bias is no paper term (the metadata has no batch norm or output bias here: a sign "
+                         "threshold, or the converter's bias): free")
+        for n in before + after:
+            r = self.records[n.index]
+            if term == "batch_norm" and n in before:
+                r.category, r.ops = "arithmetic", 0
+                r.note = f"layer {k} batch-norm scale / direction: with #{carrier.index} 1 op per output"
+            else:
+                r.category, r.ops = "rescale", self.numel(n.outputs[0])
+                r.note = f"layer {k}: scales by a constant (a rescale, not a paper op)"
+        if problems:
+            rec.ops = None
+            self.problems.extend(f"layer {k}: {p}" for p in problems)
+            notes.append("NOT COUNTED: " + "; ".join(problems))
+        act = node.attrs.get("fusedActivationFunction")
+        if act in FUSED_ACTIVATIONS:
+            notes.append(f"fused {FUSED_ACTIVATIONS[act]} (free)")
+        rec.note = "; ".join(notes)
+        return fact
+
+    def find_params(self) -> list[ParamTensor]:
+        return self.dnn_params
+
+    def breakdown(self) -> dict | None:
+        facts = self.layer_facts
+
+        def total(key):
+            values = [f[key] for f in facts]
+            return None if any(v is None for v in values) else int(sum(values))
+
+        return {"layers": facts, "macs": total("macs"), "graph_macs": total("graph_macs"),
+                "batch_norm_outputs": total("batch_norm_outputs"), "bias_outputs": total("bias_outputs"),
+                "weights": total("weights"), "batch_norm_units": total("batch_norm_units"),
+                "biases": total("biases"), "weight_bits": (self.g.metadata or {}).get("weight_bits"),
+                "problems": list(self.problems)}
 
 
 # ================================================================================================

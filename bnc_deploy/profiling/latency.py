@@ -2,8 +2,10 @@
 
 What is timed (``mode="session"``, the default): the bare runtime call on input already converted
 to the file's dtype - ``InferenceSession.run`` (onnxruntime), ``set_tensor + invoke + get_tensor``
-(LiteRT), ``ReferencePredictor.log_joint + argmax`` (numpy). The adapters' input validation and
-dtype conversion are excluded, so the number is the runtime's. ``mode="adapter"`` times
+(LiteRT), ``ReferencePredictor.log_joint + argmax`` (numpy; a DNN's reference predictor gives its
+logits there). The outputs are the ones the file's metadata names (BN: ``log_joint``, DNN: ``logits``;
+and ``label``). The adapters' input validation and dtype conversion are excluded, so the number is
+the runtime's. ``mode="adapter"`` times
 ``adapter.run(x)`` instead (validation included), which is what an application calling the
 adapter sees.
 
@@ -98,7 +100,8 @@ class _Caller:
     _ORT_DTYPES = {"tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(float)": np.float32}
 
     def __init__(self, adapter, mode: str) -> None:
-        from bnc_deploy.exporters.common import INPUT_NAME, OUTPUT_LABEL, OUTPUT_LOG_JOINT
+        from bnc_deploy.exporters.common import INPUT_NAME
+        from bnc_deploy.runtimes.base import contract_outputs
 
         if mode not in MODES:
             raise ValueError(f"unknown latency mode {mode!r}; choose one of {', '.join(MODES)}")
@@ -111,7 +114,8 @@ class _Caller:
             x = next(d for d in it.get_input_details() if d["name"] == INPUT_NAME)
             outputs = {d["name"]: d["index"] for d in it.get_output_details()}
             self.input_index, self.dtype = x["index"], np.dtype(x["dtype"])
-            self.output_indices = [outputs[OUTPUT_LOG_JOINT], outputs[OUTPUT_LABEL]]
+            # BN exports: log_joint/label; DNN exports: logits/label (the metadata's ``outputs``)
+            self.output_indices = [outputs[name] for name in contract_outputs(getattr(adapter, "metadata", None))]
             signature = x.get("shape_signature", x["shape"])
             self.static_batch = None if int(signature[0]) == -1 else int(x["shape"][0])
         else:
@@ -147,8 +151,8 @@ class _Caller:
             it.set_tensor(self.input_index, x)
             it.invoke()
             return [it.get_tensor(i) for i in self.output_indices]
-        log_joint = a.predictor.log_joint(x)
-        return log_joint, np.argmax(log_joint, axis=1)
+        scores = a.predictor.log_joint(x)      # DNNReferencePredictor: log_joint is its logits
+        return scores, np.argmax(scores, axis=1)
 
 
 def measure_latency(adapter, x: np.ndarray, *, runs: int = 200, warmup: int = 20, repeats: int = 3,
