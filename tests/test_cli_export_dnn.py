@@ -86,3 +86,14 @@ def test_tflite_export_report(tmp_path, capsys, kw):
         assert r["lowering"] == "int8-ptq" and r["exact_expected"] is False and r["agreement"] >= 0.95
     rt = load_runtime(out)
     np.testing.assert_array_equal(rt.predict(art.check_x), rt.run(art.check_x)[1])
+
+
+def test_tflite_relu_output_layer_flag(tmp_path, capsys):
+    _, path = _model(tmp_path, architecture="fc", activation="relu", bits=2)
+    out = tmp_path / "m.tflite"
+    assert main([str(path), "--format", "tflite", "--output-layer", "float32", "-o", str(out), "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert load_runtime(out).metadata["output_layer"] == "float32" and r["agreement"] >= 0.95
+    sign, sign_path = _model(tmp_path, architecture="fc", activation="sign", bits=2)
+    assert main([str(sign_path), "--format", "tflite", "--output-layer", "float32", "-o", str(out)]) == 2
+    assert "ReLU DNN models only" in capsys.readouterr().err

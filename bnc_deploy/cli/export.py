@@ -4,7 +4,7 @@ Usage::
 
     bnc-export MODEL --format {onnx,tflite} [--lowering {gather,onehot-fc}] [--raw-inputs]
                -o OUT [--data PATH_OR_NAME [--fold K]] [--opset N] [--pack-bits]
-               [--onehot {equal-cast,relu}] [--json]
+               [--onehot {equal-cast,relu}] [--output-layer {int8,float32}] [--json]
 
 After writing ``OUT`` the file is run in its runtime (onnxruntime / LiteRT, one thread) on the
 verification rows — the TEST split of ``--data``, else the check set stored in the artifact —
@@ -61,6 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "ops the Edge TPU maps (FC+ReLU, MINIMUM, SUB, MUL; cardinalities <= 128, codes input)")
     p.add_argument("--pack-bits", action="store_true",
                    help="ONNX, quantized models: store the B-bit codes as bit-planes instead of one byte each")
+    p.add_argument("--output-layer", choices=("int8", "float32"), default=None,
+                   help="TFLite, ReLU DNNs: the output layer in int8 (default, full-integer) or float32 "
+                        "(int8 logits can merge near-ties; float32 keeps them apart)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
     return p
 
@@ -74,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--opset and --pack-bits apply to --format onnx only")
     if args.onehot != "equal-cast" and not (args.format == "tflite" and args.lowering == "onehot-fc"):
         parser.error("--onehot applies to --format tflite --lowering onehot-fc only")
+    if args.output_layer is not None and args.format != "tflite":
+        parser.error("--output-layer applies to --format tflite only")
     try:
         report = run(args)
     except CLIError as exc:
@@ -100,6 +105,9 @@ def run(args: argparse.Namespace) -> dict:
         artifact = load_artifact(args.model)
     except ArtifactError as exc:
         raise CLIError(str(exc)) from None
+    if args.output_layer is not None and not (artifact.kind == "dnn" and artifact.activation == "relu"):
+        raise CLIError("--output-layer applies to ReLU DNN models only (sign networks always compute their "
+                       "output layer exactly in float32; BN classifiers have none)")
     x, y, data_desc = verification_rows(artifact, args.data, args.fold)
     if artifact.kind == "dnn":
         return run_dnn(artifact, args, x, y, data_desc)
@@ -135,7 +143,8 @@ def run_dnn(artifact, args: argparse.Namespace, x, y, data_desc: str) -> dict:
                 raise CLIError(f"TFLite export is not available ({exc}); install the export extras: "
                                "pip install 'bnc-deploy[export]'") from None
             representative = _representative_rows(artifact, args)
-            facts = export_tflite_dnn(artifact, args.output, representative=representative)
+            facts = export_tflite_dnn(artifact, args.output, representative=representative,
+                                      output_layer=args.output_layer or "int8")
     except ExportError as exc:
         raise CLIError(str(exc)) from None
     except OSError as exc:
