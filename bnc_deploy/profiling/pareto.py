@@ -188,12 +188,16 @@ def plot_error_vs_ops(ax, records: list[dict], max_area: float = 900.0) -> None:
 
 
 def _log_axis(axis, label) -> None:
-    """Plain tick labels on a log axis: ``label(value)`` at 1, 2 and 5 times powers of ten."""
+    """Plain tick labels on a log axis: ``label(value)`` at 1, 2 and 5 times powers of ten (every
+    tick when the axis spans less than a factor of 4, where those may all fall outside)."""
     from matplotlib.ticker import FuncFormatter
 
     def text(value, _pos):
         if value <= 0:
             return ""
+        low, high = sorted(axis.get_view_interval())
+        if low > 0 and high / low < 4:
+            return f"{value:,.0f}"   # a narrow range (models of one budget): every tick, all digits
         lead = value / 10.0 ** np.floor(np.log10(value) + 1e-9)
         return label(value) if any(abs(lead - d) < 1e-6 for d in (1, 2, 5)) else ""
 
