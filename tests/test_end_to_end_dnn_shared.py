@@ -70,3 +70,21 @@ def test_usps_relu_cnn_int8_tflite_agrees(tmp_path, capsys, shared_datasets, mon
     # Well-trained nets reach 99.84-99.95 % (closing note); two epochs leave more near-ties.
     assert tflite["agreement"] >= 0.99 and abs(tflite["accuracy_change"]) < 0.01
     assert np.isfinite(tflite["max_abs_logit_diff"])
+
+
+def test_mnist_cnn_image_path_exports_exactly(tmp_path, capsys, shared_datasets, monkeypatch):
+    """mnist (14x14, row-major after the loader's 2x2 downscale): an untrained sign CNN, so only
+    the data path, the image reshape and the exports are exercised, on every test row."""
+    monkeypatch.setenv("BNC_DEPLOY_DATA_DIR", str(shared_datasets))
+    model = tmp_path / "cnn.bnc"
+    assert train_main(["--data", "mnist", "--json", "--quiet", "-o", str(model), "--model", "cnn", "--layers", "2",
+                       "--activation", "sign", "--batch-norm", "--weight-bits", "3", "--hidden", "4",
+                       "--epochs", "0"]) == 0
+    trained = json.loads(capsys.readouterr().out)
+    art = load_artifact(model)
+    assert art.image_shape == (14, 14) and art.pixel_order == "row-major" and trained["hidden_widths"] == [4, 8]
+    for fmt in ("onnx", "tflite"):
+        code = export_main([str(model), "--format", fmt, "--data", "mnist", "-o", str(tmp_path / f"cnn.{fmt}"),
+                            "--json"])
+        r = json.loads(capsys.readouterr().out)
+        assert code == 0 and r["exact"] and r["n_rows"] > 20000, (fmt, r)
