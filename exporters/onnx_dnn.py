@@ -105,6 +105,17 @@ records the opset actually used in the file and its metadata (``opset``, with th
 B <= 7, so B = 8 sign networks are exact too (codes up to 255 only make the accumulator bound
 larger; it is checked all the same) and B = 8 ReLU networks are float like the others.
 
+``pack_bits=True`` (``bnc-export --pack-bits``)
+-----------------------------------------------
+Each layer's weights are stored as ``B`` bit-planes of ``level = (code + 2**B - 1) / 2`` (uint8
+``layer{k}.bitplanes``, ``B`` bits per weight instead of 8 or 16) and rebuilt from constants only
+(BitShift, Mod, Cast, Slice, MatMul with ``2 * 2**b``, Add ``-(2**B - 1)``, Reshape, Mul by the
+dequantize scale), which runtimes fold once at session creation: the weights are bit for bit
+those of ``DequantizeLinear``, so sign networks stay exact. Per-feature int64 index constants
+(guard bounds, table offsets, pixel order, one-hot pattern) are stored in the smallest integer
+type and widened by a load-time ``Cast``. The usps budget FC net (25,870 bits) shrinks from
+27,383 to 17,735 bytes; ``weight_storage`` in the metadata says ``bitplanesB``.
+
 The model's ``metadata_props`` carry the export metadata as JSON under ``"bnc_deploy"``
 (:func:`bnc_deploy.exporters.dnn_common.dnn_export_metadata`) plus the flat keys of
 :func:`bnc_deploy.exporters.common.flat_metadata`. :func:`export_onnx_dnn` runs the written file
@@ -154,7 +165,8 @@ N_VERIFY_RANDOM = 256
 # ================================================================================================
 # Public API
 # ================================================================================================
-def export_onnx_dnn(artifact, path: str | os.PathLike, *, opset: int = DEFAULT_OPSET, verify: bool = True) -> dict:
+def export_onnx_dnn(artifact, path: str | os.PathLike, *, opset: int = DEFAULT_OPSET, verify: bool = True,
+                    pack_bits: bool = False) -> dict:
     """Write ``artifact`` (a DNNArtifact) as an ONNX model to ``path`` after verifying it.
 
     The model is written to a temporary file next to ``path``, run in onnxruntime on the
@@ -166,7 +178,7 @@ def export_onnx_dnn(artifact, path: str | os.PathLike, *, opset: int = DEFAULT_O
     None}``. Raises ExportError for an unsupported opset, a sign network whose accumulators
     could leave the exact float32 range, or a verification failure.
     """
-    model = build_onnx_dnn(artifact, opset=opset)
+    model = build_onnx_dnn(artifact, opset=opset, pack_bits=pack_bits)
     meta = read_dnn_metadata(model)
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -183,8 +195,13 @@ def export_onnx_dnn(artifact, path: str | os.PathLike, *, opset: int = DEFAULT_O
             "metadata": meta, "verification": facts}
 
 
-def build_onnx_dnn(artifact, *, opset: int = DEFAULT_OPSET) -> onnx.ModelProto:
-    """The ONNX ModelProto of :func:`export_onnx_dnn`, checked with ``onnx.checker`` (full_check)."""
+def build_onnx_dnn(artifact, *, opset: int = DEFAULT_OPSET, pack_bits: bool = False) -> onnx.ModelProto:
+    """The ONNX ModelProto of :func:`export_onnx_dnn`, checked with ``onnx.checker`` (full_check).
+
+    ``pack_bits``: store each layer's weights as ``B`` bit-planes of ``(code + 2**B - 1) / 2``
+    (``B`` bits per weight instead of 8 or 16) and rebuild the codes in the graph from constants
+    only, so runtimes do it once at session creation (see :func:`_unpacked_weights`).
+    """
     if getattr(artifact, "kind", None) != "dnn":
         raise ExportError(f"build_onnx_dnn exports DNN artifacts, got {type(artifact).__name__}")
     used_opset = effective_opset(artifact, opset)
@@ -192,9 +209,10 @@ def build_onnx_dnn(artifact, *, opset: int = DEFAULT_OPSET) -> onnx.ModelProto:
     max_acc = check_accumulators(artifact) if sign else None
 
     g = _Graph()
+    g.compact = pack_bits
     codes, penalty = _guard(g, artifact)
     a = _encode(g, artifact, codes, sign)
-    raw = _layers(g, artifact, a, sign)
+    raw = _layers(g, artifact, a, sign, pack_bits)
     logits = g.op("Add", [raw, penalty], OUTPUT_LOGITS)
     _label(g, logits)
 
@@ -212,7 +230,7 @@ def build_onnx_dnn(artifact, *, opset: int = DEFAULT_OPSET) -> onnx.ModelProto:
     extra = {
         "n_nodes": len(g.nodes),
         "requested_opset": int(opset),
-        "weight_storage": storage,
+        "weight_storage": f"bitplanes{artifact.weight_bits}" if pack_bits else storage,
         # what the file's DequantizeLinear multiplies the codes by (the real scale is 1/(2**B - 1))
         "dequantize_scale": 1.0 if sign else float(np.float32(artifact.weight_scale)),
         "weight_scale": artifact.weight_scale,
@@ -349,6 +367,7 @@ class _Graph:
         self.nodes: list = []
         self.initializers: list = []
         self._consts: set[str] = set()
+        self.compact = False          # index_const: smallest integer storage (the pack_bits file)
 
     def const(self, name: str, value, dtype=None) -> str:
         if name not in self._consts:
@@ -360,13 +379,28 @@ class _Graph:
         self.nodes.append(helper.make_node(op_type, inputs, [name], name=name, **attrs))
         return name
 
+    def index_const(self, name: str, values) -> str:
+        """An int64 index constant; with ``compact`` stored in the smallest integer type that
+        holds it and widened by a load-time Cast (per-feature constants are D x 8 bytes)."""
+        values = np.asarray(values, dtype=np.int64)
+        if not self.compact or name in self._consts:
+            return self.const(name, values)
+        for dtype in (np.int8, np.uint8, np.int16, np.uint16, np.int32):
+            info = np.iinfo(dtype)
+            if values.size == 0 or (values.min() >= info.min and values.max() <= info.max):
+                break
+        self._consts.add(name)
+        stored = self.const(name + ".stored", values.astype(dtype))
+        self.nodes.append(helper.make_node("Cast", [stored], [name], name=name, to=TensorProto.INT64))
+        return name
+
 
 def _guard(g: _Graph, art) -> tuple[str, str]:
     """(clamped codes int64 [N, D], penalty float32 [N, 1]: 0 for valid rows, NaN otherwise)."""
     cards = art.cardinalities.astype(np.int64)
     zero = g.const("guard.zero", 0, np.int64)
-    g.const("guard.cardinalities", cards)
-    g.const("guard.max_code", cards - 1)
+    g.index_const("guard.cardinalities", cards)
+    g.index_const("guard.max_code", cards - 1)
     g.const("axis1", [1], np.int64)
     valid = g.op("And", [g.op("GreaterOrEqual", [INPUT_NAME, zero], "guard/nonnegative"),
                          g.op("Less", [INPUT_NAME, "guard.cardinalities"], "guard/below_cardinality")],
@@ -393,7 +427,7 @@ def _encode(g: _Graph, art, codes: str, sign: bool) -> str:
         if np.array_equal(perm, np.arange(d)):
             perm = None
         else:
-            codes = g.op("Gather", [codes, g.const("input.pixel_feature", perm)], "input/pixels", axis=1)
+            codes = g.op("Gather", [codes, g.index_const("input.pixel_feature", perm)], "input/pixels", axis=1)
         g.const("input.image_shape", [0, 1, h, w], np.int64)
     feature = perm if perm is not None else np.arange(d, dtype=np.int64)   # feature at each position
 
@@ -405,7 +439,7 @@ def _encode(g: _Graph, art, codes: str, sign: bool) -> str:
         g.const("input.flat_shape", [-1], np.int64)
         table = g.op("DequantizeLinear", ["input.codes", "input.scale", "input.zero_point"], "input/table")
         flat = g.op("Reshape", [table, "input.flat_shape"], "input/table_flat")
-        index = g.op("Add", [codes, g.const("input.offsets", feature * k)], "input/index")
+        index = g.op("Add", [codes, g.index_const("input.offsets", feature * k)], "input/index")
         values = g.op("Gather", [flat, index], "input/values" if cnn else "input/encoded", axis=0)
         if cnn:
             return g.op("Reshape", [values, "input.image_shape"], "input/image")
@@ -418,7 +452,7 @@ def _encode(g: _Graph, art, codes: str, sign: bool) -> str:
         hot = g.op("Equal", [image, "input.channel_pattern"], "input/onehot")
         return g.op("Cast", [hot], "input/image", to=TensorProto.FLOAT)
     pattern = np.where(np.arange(kmax)[None, :] < art.cardinalities[:, None], np.arange(kmax)[None, :], -1)
-    g.const("input.onehot_pattern", pattern.astype(np.int64))                    # [D, K]; -1: no slot
+    g.index_const("input.onehot_pattern", pattern)                               # [D, K]; -1: no slot
     g.const("axis2", [2], np.int64)
     g.const("input.grid_shape", [0, d * kmax], np.int64)
     column = g.op("Unsqueeze", [codes, "axis2"], "input/code_column")            # [N, D, 1]
@@ -430,11 +464,47 @@ def _encode(g: _Graph, art, codes: str, sign: bool) -> str:
     return g.op("Cast", [hot], "input/encoded", to=TensorProto.FLOAT)
 
 
-def _layers(g: _Graph, art, a: str, sign: bool) -> str:
+def _unpacked_weights(g: _Graph, p: str, codes: np.ndarray, bits: int) -> str:
+    """Layer weights from bit-planes, float32, equal to ``DequantizeLinear(codes, weight.scale)``.
+
+    Stored: ``level = (code + M) / 2`` in ``0 .. 2**B - 1`` (``M = 2**B - 1``; codes are odd),
+    as ``B`` bit-planes (:func:`bnc_deploy.exporters.onnx_bnc.pack_bitplanes`). In the graph,
+    from constants only (load-time): bits by BitShift + Mod, ``2 * level`` by a MatMul with the
+    weights ``2 * 2**b`` (sums of powers of two: exact), ``code = 2 * level - M`` (exact), then
+    one Mul by ``weight.scale``: the single rounding DequantizeLinear makes.
+    """
+    from bnc_deploy.exporters.onnx_bnc import pack_bitplanes
+
+    m = 2 ** bits - 1
+    levels = ((codes.astype(np.int64) + m) // 2).astype(np.uint8)
+    n = int(codes.size)
+    g.const(f"{p}.bitplanes", pack_bitplanes(levels, bits))                     # uint8 [B, ceil(n / 8)]
+    g.const("unpack.bit_shifts", np.arange(7, -1, -1, dtype=np.uint8))          # MSB first, as packbits
+    g.const("unpack.two", 2, np.uint8)
+    g.const("unpack.axis2", [2], np.int64)
+    g.const("unpack.axis1", [1], np.int64)
+    g.const("unpack.begin", [0], np.int64)
+    g.const(f"{p}.plane_shape", [bits, -1], np.int64)
+    g.const(f"{p}.end", [n], np.int64)
+    g.const(f"{p}.plane_weights", (2.0 * 2.0 ** np.arange(bits)).astype(np.float32)[None, :])   # [1, B]
+    g.const(f"{p}.minus_m", -float(m), np.float32)
+    g.const(f"{p}.shape", list(codes.shape), np.int64)
+    shifted = g.op("BitShift", [g.op("Unsqueeze", [f"{p}.bitplanes", "unpack.axis2"], f"{p}/unpack/planes"),
+                                "unpack.bit_shifts"], f"{p}/unpack/shift", direction="RIGHT")      # [B, M8, 8]
+    bit = g.op("Cast", [g.op("Mod", [shifted, "unpack.two"], f"{p}/unpack/bit")], f"{p}/unpack/bitf",
+               to=TensorProto.FLOAT)
+    planes = g.op("Slice", [g.op("Reshape", [bit, f"{p}.plane_shape"], f"{p}/unpack/flat"), "unpack.begin",
+                            f"{p}.end", "unpack.axis1"], f"{p}/unpack/slice")                      # [B, n]
+    twice = g.op("MatMul", [f"{p}.plane_weights", planes], f"{p}/unpack/levels")                   # [1, n]
+    code = g.op("Add", [twice, f"{p}.minus_m"], f"{p}/unpack/codes")
+    shaped = g.op("Reshape", [code, f"{p}.shape"], f"{p}/unpack/reshape")
+    return g.op("Mul", [shaped, "weight.scale"], f"{p}/weights")
+
+
+def _layers(g: _Graph, art, a: str, sign: bool, pack_bits: bool = False) -> str:
     """Every weight layer; returns the output layer's logits before the guard penalty."""
     dtype = weight_code_dtype(art.weight_bits)
     g.const("weight.scale", 1.0 if sign else art.weight_scale, np.float32)
-    g.const("weight.zero_point", 0, dtype)
     spatial = art.architecture == "cnn"
     last = len(art.layers) - 1
     for k, layer in enumerate(art.layers):
@@ -442,8 +512,12 @@ def _layers(g: _Graph, art, a: str, sign: bool) -> str:
         if layer.type == "dense" and spatial:
             a = g.op("Flatten", [a], f"{p}/flatten", axis=1)                    # (C, H, W) order
             spatial = False
-        g.const(f"{p}.codes", layer.codes)                                       # the artifact's codes
-        weights = g.op("DequantizeLinear", [f"{p}.codes", "weight.scale", "weight.zero_point"], f"{p}/weights")
+        if pack_bits:
+            weights = _unpacked_weights(g, p, layer.codes, art.weight_bits)
+        else:
+            g.const("weight.zero_point", 0, dtype)
+            g.const(f"{p}.codes", layer.codes)                                   # the artifact's codes
+            weights = g.op("DequantizeLinear", [f"{p}.codes", "weight.scale", "weight.zero_point"], f"{p}/weights")
         if layer.type == "dense":
             acc = g.op("Gemm", [a, weights], f"{p}/gemm", transB=1)
             unit_shape = (layer.n_out,)

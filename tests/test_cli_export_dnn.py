@@ -46,7 +46,7 @@ def test_human_table(tmp_path, capsys):
     assert "EXACT" in text and "bit-identical" in text and "FC 8,6" in text
 
 
-@pytest.mark.parametrize("flags", [["--raw-inputs"], ["--lowering", "onehot-fc"], ["--pack-bits"]])
+@pytest.mark.parametrize("flags", [["--raw-inputs"], ["--lowering", "onehot-fc"]])
 def test_bn_only_flags_are_refused(tmp_path, capsys, flags):
     _, path = _model(tmp_path)
     assert main([str(path), "--format", "onnx", "-o", str(tmp_path / "m.onnx"), *flags]) == 2
@@ -97,3 +97,15 @@ def test_tflite_relu_output_layer_flag(tmp_path, capsys):
     sign, sign_path = _model(tmp_path, architecture="fc", activation="sign", bits=2)
     assert main([str(sign_path), "--format", "tflite", "--output-layer", "float32", "-o", str(out)]) == 2
     assert "ReLU DNN models only" in capsys.readouterr().err
+
+
+def test_onnx_pack_bits(tmp_path, capsys):
+    art, path = _model(tmp_path, architecture="fc", activation="sign", bits=2, hidden=(64, 64), n_features=40)
+    plain, packed = tmp_path / "plain.onnx", tmp_path / "packed.onnx"
+    assert main([str(path), "--format", "onnx", "-o", str(plain), "--json"]) == 0
+    capsys.readouterr()
+    assert main([str(path), "--format", "onnx", "--pack-bits", "-o", str(packed), "--json"]) == 0
+    r = json.loads(capsys.readouterr().out)
+    assert r["exact"] is True and r["label_mismatches"] == 0
+    assert load_runtime(packed).metadata["weight_storage"] == "bitplanes2"
+    assert packed.stat().st_size < plain.stat().st_size

@@ -303,7 +303,7 @@ def test_failed_verification_publishes_nothing(tmp_path, monkeypatch):
     bias.CopyFrom(onnx.numpy_helper.from_array(values, bias.name))
     with pytest.raises(ExportError, match="disagrees"):
         verify_onnx_dnn(artifact, model)
-    monkeypatch.setattr(onnx_dnn, "build_onnx_dnn", lambda a, opset: model)
+    monkeypatch.setattr(onnx_dnn, "build_onnx_dnn", lambda a, opset, pack_bits=False: model)
     with pytest.raises(ExportError, match="disagrees"):
         export_onnx_dnn(artifact, tmp_path / "m.onnx")
     assert not list(tmp_path.iterdir())
@@ -330,3 +330,53 @@ print('no torch')
                          env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "no torch" in out.stdout
+
+
+# -- pack_bits: B-bit weight bit-planes and compact index constants ------------------------------------
+@pytest.mark.parametrize("config", CONFIGS[::2], ids=[config_id(c) for c in CONFIGS[::2]])
+def test_pack_bits_computes_the_same_graph(tmp_path, config):
+    from bnc_deploy.profiling.costs import costs_from_metadata
+    from bnc_deploy.profiling.graph_count import count_graph
+
+    art = make(*config)
+    plain, packed = build_onnx_dnn(art), build_onnx_dnn(art, pack_bits=True)
+    x = verification_codes(art)
+    (lp, yp), (lk, yk) = run(plain, x), run(packed, x)
+    if art.activation == "sign":
+        np.testing.assert_array_equal(yk, yp)
+        np.testing.assert_array_equal(lk, lp)
+    else:   # same weights, but onnxruntime may pick another Conv kernel for computed weights: float
+        assert np.mean(yk == yp) >= 0.99
+        np.testing.assert_allclose(lk, lp, rtol=1e-4, atol=1e-4)
+    # the unpacked weights equal DequantizeLinear's, bit for bit
+    names = [f"layer{k}/weights" for k in range(len(art.layers))]
+    weights = []
+    for model in (plain, packed):
+        m = onnx.ModelProto.FromString(model.SerializeToString())
+        for name in names:
+            m.graph.output.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
+        weights.append(session(m, optimize=False).run(names, {"x": x.astype(np.int64)}))
+    for a, b in zip(*weights):
+        np.testing.assert_array_equal(a, b)
+    inits = {t.name: t for t in packed.graph.initializer}
+    bits = art.weight_bits
+    for k, layer in enumerate(art.layers):
+        planes = onnx.numpy_helper.to_array(inits[f"layer{k}.bitplanes"])
+        assert planes.dtype == np.uint8 and planes.shape == (bits, -(-layer.codes.size // 8))
+        assert f"layer{k}.codes" not in inits
+    path = tmp_path / "packed.onnx"
+    onnx.save_model(packed, str(path))
+    count = count_graph(path)
+    costs = costs_from_metadata(count.metadata)
+    assert count.paper_ops == costs.n_ops and count.param_bits == costs.size_bits
+    assert onnx_dnn.read_dnn_metadata(packed)["weight_storage"] == f"bitplanes{bits}"
+
+
+def test_pack_bits_shrinks_a_usps_sized_net(tmp_path):
+    art = random_dnn_artifact(0, architecture="fc", activation="relu", bits=2, hidden=(35, 35), n_features=256,
+                              max_cardinality=6, n_classes=10)
+    plain = export_onnx_dnn(art, tmp_path / "plain.onnx")
+    packed = export_onnx_dnn(art, tmp_path / "packed.onnx", pack_bits=True)
+    assert packed["verification"]["agreement"] == 1.0
+    # 10,535 weights: 10,535 bytes as int8, 2 x 1,317 bytes as bit-planes; int64 index constants shrink too
+    assert packed["bytes"] < plain["bytes"] - 8000

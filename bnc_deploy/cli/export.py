@@ -60,7 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="TFLite onehot-fc lowering: build the one-hot with EQUAL+CAST (default) or from int8 "
                         "ops the Edge TPU maps (FC+ReLU, MINIMUM, SUB, MUL; cardinalities <= 128, codes input)")
     p.add_argument("--pack-bits", action="store_true",
-                   help="ONNX, quantized models: store the B-bit codes as bit-planes instead of one byte each")
+                   help="ONNX, quantized models: store the B-bit codes (BN tables, DNN weights) as bit-planes "
+                        "instead of one byte each")
     p.add_argument("--output-layer", choices=("int8", "float32"), default=None,
                    help="TFLite, ReLU DNNs: the output layer in int8 (default, full-integer) or float32 "
                         "(int8 logits can merge near-ties; float32 keeps them apart)")
@@ -126,8 +127,8 @@ def run(args: argparse.Namespace) -> dict:
 def run_dnn(artifact, args: argparse.Namespace, x, y, data_desc: str) -> dict:
     """Export and verify a DNN artifact (FC/CNN): the same report keys as for BNs, plus the
     accuracy of the reference on the same rows and the change the export makes."""
-    bn_only = [flag for flag, used in (("--lowering", args.lowering != "gather"), ("--raw-inputs", args.raw_inputs),
-                                       ("--pack-bits", args.pack_bits)) if used]
+    bn_only = [flag for flag, used in (("--lowering", args.lowering != "gather"), ("--raw-inputs", args.raw_inputs))
+               if used]
     if bn_only:
         raise CLIError(f"{', '.join(bn_only)} {'applies' if len(bn_only) == 1 else 'apply'} to Bayesian network "
                        "classifiers only; DNN exports take feature codes and have one lowering per activation")
@@ -135,7 +136,8 @@ def run_dnn(artifact, args: argparse.Namespace, x, y, data_desc: str) -> dict:
         if args.format == "onnx":
             from bnc_deploy.exporters.onnx_dnn import DEFAULT_OPSET, export_onnx_dnn
 
-            facts = export_onnx_dnn(artifact, args.output, opset=DEFAULT_OPSET if args.opset is None else args.opset)
+            facts = export_onnx_dnn(artifact, args.output, opset=DEFAULT_OPSET if args.opset is None else args.opset,
+                                    pack_bits=args.pack_bits)
         else:
             try:
                 from bnc_deploy.exporters.tflite_dnn import export_tflite_dnn
