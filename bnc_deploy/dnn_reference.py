@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from bnc_deploy.artifacts.dnn import DNNArtifact, sign_thresholds
-from bnc_deploy.reference import RawInputMixin, ReferencePredictor
+from bnc_deploy.reference import PredictorMixin, ReferencePredictor
 from bnc_deploy.validation import check_codes
 
 #: Rows per chunk: the convolution's window view is (rows, C, H, W, 3, 3).
@@ -43,7 +43,7 @@ def max_pool2(a: np.ndarray) -> np.ndarray:
     return a.reshape(n, c, h // 2, 2, w // 2, 2).max(axis=(3, 5))
 
 
-class DNNReferencePredictor(RawInputMixin):
+class DNNReferencePredictor(PredictorMixin):
     """Predict with a :class:`DNNArtifact`.
 
     Methods take ``x`` of shape (n, n_features) with integer codes (or one row).
@@ -124,18 +124,7 @@ class DNNReferencePredictor(RawInputMixin):
             hidden.append(a)
         raise AssertionError("unreachable: the last layer is the output layer")
 
-    def predict(self, x) -> np.ndarray:
-        """First-maximum class per row, shape (n,), int64."""
-        return np.argmax(self.logits(x), axis=1).astype(np.int64)
-
-    def predict_proba(self, x) -> np.ndarray:
-        """Softmax of the logits, shape (n, C), float64."""
-        z = self.logits(x)
-        z = z - z.max(axis=1, keepdims=True)
-        p = np.exp(z)
-        return p / p.sum(axis=1, keepdims=True)
-
-    # Same name as the BN reference, so adapters and reports can treat both alike.
+    # Same name as the BN reference, so adapters, reports and PredictorMixin treat both alike.
     log_joint = logits
 
 

@@ -12,25 +12,29 @@ reported next to the target.
 
 from __future__ import annotations
 
-import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-import bnc_deploy
 from bnc_deploy.artifacts.dnn import DNNArtifact
 from bnc_deploy.datasets.base import DiscreteDataset
 from bnc_deploy.dnn_encoding import encode_integer, fit_standardized_table, image_layout
 from bnc_deploy.dnn_reference import DNNReferencePredictor
 from bnc_deploy.dnn_quantize import DoReFaWeightQuantizer
 from bnc_deploy.models.dnn import QuantCNN, QuantMLP, clamp_latent_weights
-from bnc_deploy.train_history import EpochHistory
+from bnc_deploy.train_common import (
+    EpochHistory,
+    TrainResult,
+    check_schedule,
+    check_set,
+    log_linear_rates,
+    record_errors,
+    run_metadata,
+)
 
-#: Rows of the test split stored in the artifact so exporters can verify without the data set.
-CHECK_ROWS = 1000
 #: Rows per forward pass when evaluating (bounds a CNN's activation memory).
 EVAL_ROWS = 1024
 #: The paper's learning-rate grid for DNNs.
@@ -87,27 +91,11 @@ class DNNConfig:
             value = getattr(self, name)
             if value is not None and value <= 0:
                 raise ValueError(f"--{name.replace('_', '-')} must be positive, got {value}")
-        if self.epochs < 0:
-            raise ValueError(f"epochs must be >= 0, got {self.epochs}")
-        if self.batch_size < 1:
-            raise ValueError(f"batch size must be >= 1, got {self.batch_size}")
-        if not (self.lr > 0 and math.isfinite(self.lr)):
-            raise ValueError(f"learning rate must be a positive number, got {self.lr}")
-        if not 0 < self.lr_decay <= 1:
-            raise ValueError(f"lr decay must be in (0, 1], got {self.lr_decay}")
+        check_schedule(epochs=self.epochs, batch_size=self.batch_size, lr=self.lr, lr_decay=self.lr_decay)
 
     def learning_rates(self) -> np.ndarray:
         """Per-epoch learning rates, log-linear from ``lr`` to ``lr * lr_decay``."""
-        if self.epochs <= 1:
-            return np.full(self.epochs, self.lr)
-        return self.lr * self.lr_decay ** (np.arange(self.epochs) / (self.epochs - 1))
-
-
-@dataclass
-class DNNTrainResult:
-    artifact: DNNArtifact
-    history: dict = field(default_factory=dict)
-    seconds: float = 0.0
+        return log_linear_rates(self.lr, self.lr_decay, self.epochs)
 
 
 @dataclass
@@ -184,7 +172,7 @@ def build_model(config: DNNConfig, spec: InputSpec, n_classes: int, widths: list
                     config.batch_norm, generator)
 
 
-def train_dnn(dataset: DiscreteDataset, config: DNNConfig) -> DNNTrainResult:
+def train_dnn(dataset: DiscreteDataset, config: DNNConfig) -> TrainResult:
     """Train a quantized FC/CNN on ``dataset``; return the artifact (checked against torch)."""
     config.validate()
     spec = input_spec(dataset, config)
@@ -202,7 +190,7 @@ def train_dnn(dataset: DiscreteDataset, config: DNNConfig) -> DNNTrainResult:
     model.eval()
     artifact = _to_artifact(model, spec, dataset, config, history, seconds)
     _check_reference_agrees(model, artifact, tensors["test"][0], dataset.x_test, dataset.y_test)
-    return DNNTrainResult(artifact=artifact, history=history, seconds=seconds)
+    return TrainResult(artifact=artifact, history=history, seconds=seconds)
 
 
 def _fit(model, tensors, config: DNNConfig) -> dict:
@@ -261,18 +249,8 @@ def _error(model, x: torch.Tensor, y: torch.Tensor) -> float:
 
 
 def _to_artifact(model, spec: InputSpec, dataset: DiscreteDataset, config: DNNConfig, history, seconds) -> DNNArtifact:
-    rng = np.random.default_rng(config.seed)
-    check_rows = np.sort(rng.permutation(dataset.x_test.shape[0])[:CHECK_ROWS])
-    dtype = np.uint8 if dataset.cardinalities.max(initial=1) <= 256 else np.uint16
-    metadata = {
-        "library": {"bnc_deploy": bnc_deploy.__version__, "torch": torch.__version__, "numpy": np.__version__},
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "data": dataset.describe(),
-        "config": asdict(config),
-        "sizing": config.sizing,
-        "history": history,
-        "train_seconds": seconds,
-    }
+    metadata = run_metadata(dataset, config, history, seconds, sizing=config.sizing)
+    check_x, check_y = check_set(dataset, config.seed)
     artifact = DNNArtifact(
         architecture=config.architecture, cardinalities=dataset.cardinalities, class_names=dataset.class_names,
         feature_names=dataset.feature_names, weight_bits=config.weight_bits, activation=config.activation,
@@ -280,18 +258,9 @@ def _to_artifact(model, spec: InputSpec, dataset: DiscreteDataset, config: DNNCo
         input_scale=spec.input_scale, image_shape=spec.image_shape, pixel_order=spec.pixel_order,
         input_mean=spec.mean, input_std=spec.std,
         discretizer=dataset.discretizer.to_dict() if dataset.discretizer is not None else None,
-        metadata=metadata, check_x=dataset.x_test[check_rows].astype(dtype), check_y=dataset.y_test[check_rows])
-    reference = DNNReferencePredictor(artifact)
-    errors = {"train": _ref_error(reference, dataset.x_train, dataset.y_train),
-              "test": _ref_error(reference, dataset.x_test, dataset.y_test)}
-    if dataset.x_val is not None:
-        errors["val"] = _ref_error(reference, dataset.x_val, dataset.y_val)
-    artifact.metadata["errors"] = errors
+        metadata=metadata, check_x=check_x, check_y=check_y)
+    record_errors(artifact, DNNReferencePredictor(artifact), dataset)
     return artifact
-
-
-def _ref_error(reference: DNNReferencePredictor, x, y) -> float:
-    return float(np.mean(reference.predict(x) != y)) if len(y) else float("nan")
 
 
 def _check_reference_agrees(model, artifact: DNNArtifact, x_test_encoded: torch.Tensor, x_test: np.ndarray,

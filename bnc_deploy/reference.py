@@ -13,11 +13,23 @@ from bnc_deploy.artifacts.bnc import BNCArtifact
 from bnc_deploy.validation import check_codes
 
 
-class RawInputMixin:
-    """``discretize`` / ``predict_raw`` for predictors of artifacts that may store a discretizer."""
+class PredictorMixin:
+    """What every reference predictor derives from its ``log_joint`` (class scores, (n, C)):
+    labels (first maximum), softmax probabilities, and raw inputs through a stored discretizer."""
 
     artifact: object
     _discretizer = None
+
+    def predict(self, x) -> np.ndarray:
+        """Most probable class per row (first maximum), shape (n,), int64."""
+        return np.argmax(self.log_joint(x), axis=1).astype(np.int64)
+
+    def predict_proba(self, x) -> np.ndarray:
+        """Softmax of the scores (BN: ``p(c | x)``), shape (n, C), float64."""
+        scores = self.log_joint(x)
+        scores = scores - scores.max(axis=1, keepdims=True)
+        p = np.exp(scores)
+        return p / p.sum(axis=1, keepdims=True)
 
     def discretize(self, x_raw) -> np.ndarray:
         """Raw values (n, D) -> codes with the artifact's fitted discretizer."""
@@ -33,7 +45,7 @@ class RawInputMixin:
         return self.predict(self.discretize(x_raw))
 
 
-class ReferencePredictor(RawInputMixin):
+class ReferencePredictor(PredictorMixin):
     """Predict with a :class:`BNCArtifact`.
 
     Methods take ``x`` of shape (n, n_features) with integer codes (or a single row), and raw
@@ -63,17 +75,6 @@ class ReferencePredictor(RawInputMixin):
         rows = a.row_indices(self.check(x))
         class_logp, table_logp = a.log_tables()
         return class_logp[None, :] + table_logp[rows].sum(axis=1)
-
-    def predict(self, x) -> np.ndarray:
-        """Most probable class per row, shape (n,), int64."""
-        return np.argmax(self.log_joint(x), axis=1).astype(np.int64)
-
-    def predict_proba(self, x) -> np.ndarray:
-        """``p(c | x)``, shape (n, C), float64."""
-        lj = self.log_joint(x)
-        lj = lj - lj.max(axis=1, keepdims=True)
-        p = np.exp(lj)
-        return p / p.sum(axis=1, keepdims=True)
 
     # -- raw inputs ----------------------------------------------------------------------------
     def log_joint_raw(self, x_raw) -> np.ndarray:

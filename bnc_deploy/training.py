@@ -8,15 +8,13 @@ reshuffled every epoch and the last incomplete batch is dropped; everything is s
 from __future__ import annotations
 
 import json
-import math
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 
-import bnc_deploy
 from bnc_deploy.artifacts import BNCArtifact, load_artifact
 from bnc_deploy.artifacts.bnc import _check_acyclic
 from bnc_deploy.artifacts.container import ArtifactError
@@ -27,10 +25,16 @@ from bnc_deploy.models.bnc import BayesNetClassifier
 from bnc_deploy.models.structure import chow_liu_parents
 from bnc_deploy.quantize import FixedPointLogQuantizer
 from bnc_deploy.reference import ReferencePredictor
-from bnc_deploy.train_history import EpochHistory
+from bnc_deploy.train_common import (
+    EpochHistory,
+    TrainResult,
+    check_schedule,
+    check_set,
+    log_linear_rates,
+    record_errors,
+    run_metadata,
+)
 
-#: Rows of the test split stored in the artifact so exporters can verify without the data set.
-CHECK_ROWS = 1000
 
 
 def default_int_bits(total_bits: int) -> int:
@@ -69,14 +73,7 @@ class TrainConfig:
             raise ValueError(f"unknown model {self.model!r}: use 'nb' or 'tan'")
         if self.model == "nb" and self.structure != "chow-liu":
             raise ValueError(f"--structure {self.structure} applies to --model tan only (naive Bayes has no parents)")
-        if self.epochs < 0:
-            raise ValueError(f"epochs must be >= 0, got {self.epochs}")
-        if self.batch_size < 1:
-            raise ValueError(f"batch size must be >= 1, got {self.batch_size}")
-        if not (self.lr > 0 and math.isfinite(self.lr)):
-            raise ValueError(f"learning rate must be a positive number, got {self.lr}")
-        if not 0 < self.lr_decay <= 1:
-            raise ValueError(f"lr decay must be in (0, 1], got {self.lr_decay}")
+        check_schedule(epochs=self.epochs, batch_size=self.batch_size, lr=self.lr, lr_decay=self.lr_decay)
         if self.init not in ("uniform", "ml"):
             raise ValueError(f"unknown init {self.init!r}: use 'uniform' or 'ml'")
         if not self.adam_eps > 0:
@@ -97,16 +94,7 @@ class TrainConfig:
 
     def learning_rates(self) -> np.ndarray:
         """Per-epoch learning rates, log-linear from ``lr`` to ``lr * lr_decay``."""
-        if self.epochs <= 1:
-            return np.full(self.epochs, self.lr)
-        return self.lr * self.lr_decay ** (np.arange(self.epochs) / (self.epochs - 1))
-
-
-@dataclass
-class TrainResult:
-    artifact: BNCArtifact
-    history: dict = field(default_factory=dict)
-    seconds: float = 0.0
+        return log_linear_rates(self.lr, self.lr_decay, self.epochs)
 
 
 def resolve_parents(config: TrainConfig, dataset: DiscreteDataset) -> tuple[np.ndarray, str]:
@@ -282,33 +270,13 @@ def _fit(model, loss_fn, tensors, config: TrainConfig) -> dict:
 
 def _to_artifact(model, dataset: DiscreteDataset, config: TrainConfig, parents, structure_source,
                  history, seconds) -> BNCArtifact:
-    rng = np.random.default_rng(config.seed)
-    check_rows = np.sort(rng.permutation(dataset.x_test.shape[0])[:CHECK_ROWS])
-    dtype = np.uint8 if dataset.cardinalities.max(initial=1) <= 256 else np.uint16
     discretizer = dataset.discretizer.to_dict() if dataset.discretizer is not None else None
-    metadata = {
-        "library": {"bnc_deploy": bnc_deploy.__version__, "torch": torch.__version__, "numpy": np.__version__},
-        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "data": dataset.describe(),
-        "structure_source": structure_source,
-        "config": asdict(config),
-        "history": history,
-        "train_seconds": seconds,
-    }
+    metadata = run_metadata(dataset, config, history, seconds, structure_source=structure_source)
+    check_x, check_y = check_set(dataset, config.seed)
     artifact = model.to_artifact(dataset.class_names, dataset.feature_names, discretizer=discretizer,
-                                 metadata=metadata, check_x=dataset.x_test[check_rows].astype(dtype),
-                                 check_y=dataset.y_test[check_rows])
-    reference = ReferencePredictor(artifact)
-    errors = {"train": _ref_error(reference, dataset.x_train, dataset.y_train),
-              "test": _ref_error(reference, dataset.x_test, dataset.y_test)}
-    if dataset.x_val is not None:
-        errors["val"] = _ref_error(reference, dataset.x_val, dataset.y_val)
-    artifact.metadata["errors"] = errors
+                                 metadata=metadata, check_x=check_x, check_y=check_y)
+    record_errors(artifact, ReferencePredictor(artifact), dataset)
     return artifact
-
-
-def _ref_error(reference: ReferencePredictor, x, y) -> float:
-    return float(np.mean(reference.predict(x) != y)) if len(y) else float("nan")
 
 
 def _check_reference_agrees(model, artifact, test_indices, x_test) -> None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from bnc_deploy.artifacts.common import FeatureSpaceMixin
 from bnc_deploy.artifacts.container import ArtifactError
 from bnc_deploy.quantize import FixedPointLogQuantizer, UnsupportedBitWidth
 
@@ -23,7 +24,7 @@ FLOAT_BITS = 32
 
 
 @dataclass
-class BNCArtifact:
+class BNCArtifact(FeatureSpaceMixin):
     """A trained Bayesian network classifier (naive Bayes or TAN).
 
     Attributes
@@ -65,20 +66,10 @@ class BNCArtifact:
 
     def __post_init__(self) -> None:
         self.parents = np.asarray(self.parents, dtype=np.int64)
-        self.cardinalities = np.asarray(self.cardinalities, dtype=np.int64)
-        self.class_names = [str(c) for c in self.class_names]
-        self.feature_names = [str(f) for f in self.feature_names]
+        self._normalize_feature_space()
         self.validate()
 
     # -- structure facts ----------------------------------------------------------------------
-    @property
-    def n_features(self) -> int:
-        return int(self.cardinalities.shape[0])
-
-    @property
-    def n_classes(self) -> int:
-        return len(self.class_names)
-
     @property
     def structure(self) -> str:
         """``"nb"`` when no feature has a parent feature, else ``"tan"``."""
@@ -184,14 +175,7 @@ class BNCArtifact:
                     raise ArtifactError(f"{part} log-probabilities must be float32 of shape {shapes[part]}, got {got}")
                 if not np.all(np.isfinite(array)) or (array.size and array.max() > 0):
                     raise ArtifactError(f"{part} log-probabilities must be finite and <= 0")
-        if (self.check_x is None) != (self.check_y is None):
-            raise ArtifactError("check_x and check_y must both be present or both absent")
-        if self.check_x is not None:
-            from bnc_deploy.validation import check_codes
-
-            check_codes(self.check_x, self.cardinalities, self.feature_names, where="stored check set")
-            if self.check_y.shape != (self.check_x.shape[0],):
-                raise ArtifactError("check_y does not match check_x")
+        self._validate_check_set()
 
     # -- (de)serialisation --------------------------------------------------------------------
     def to_header_and_arrays(self) -> tuple[dict, dict]:

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from bnc_deploy.artifacts.common import FeatureSpaceMixin
 from bnc_deploy.artifacts.container import ArtifactError
 
 KIND = "dnn"
@@ -113,7 +114,7 @@ class DNNLayer:
 
 
 @dataclass
-class DNNArtifact:
+class DNNArtifact(FeatureSpaceMixin):
     """A trained quantized DNN (fully connected or CNN) over discrete features.
 
     Attributes
@@ -163,22 +164,12 @@ class DNNArtifact:
     kind = KIND
 
     def __post_init__(self) -> None:
-        self.cardinalities = np.asarray(self.cardinalities, dtype=np.int64)
-        self.class_names = [str(c) for c in self.class_names]
-        self.feature_names = [str(f) for f in self.feature_names]
+        self._normalize_feature_space()
         if self.image_shape is not None:
             self.image_shape = tuple(int(v) for v in self.image_shape)
         self.validate()
 
     # -- facts ----------------------------------------------------------------------------------
-    @property
-    def n_features(self) -> int:
-        return int(self.cardinalities.shape[0])
-
-    @property
-    def n_classes(self) -> int:
-        return len(self.class_names)
-
     @property
     def structure(self) -> str:
         """``"fc"`` or ``"cnn"`` (the BN artifact's ``structure`` is ``"nb"``/``"tan"``)."""
@@ -361,14 +352,7 @@ class DNNArtifact:
                     raise ArtifactError(f"{where}: activation {layer.activation!r}, the network uses {self.activation!r}")
                 if layer.bias is not None:
                     raise ArtifactError(f"{where}: hidden layers have no bias (fold it into the batch-norm shift)")
-        if (self.check_x is None) != (self.check_y is None):
-            raise ArtifactError("check_x and check_y must both be present or both absent")
-        if self.check_x is not None:
-            from bnc_deploy.validation import check_codes
-
-            check_codes(self.check_x, self.cardinalities, self.feature_names, where="stored check set")
-            if self.check_y.shape != (self.check_x.shape[0],):
-                raise ArtifactError("check_y does not match check_x")
+        self._validate_check_set()
 
     def _validate_input(self) -> None:
         d = self.n_features

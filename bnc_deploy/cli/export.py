@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -132,25 +133,17 @@ def run_dnn(artifact, args: argparse.Namespace, x, y, data_desc: str) -> dict:
     if bn_only:
         raise CLIError(f"{', '.join(bn_only)} {'applies' if len(bn_only) == 1 else 'apply'} to Bayesian network "
                        "classifiers only; DNN exports take feature codes and have one lowering per activation")
-    try:
+    with _export_errors(args.output):
         if args.format == "onnx":
             from bnc_deploy.exporters.onnx_dnn import DEFAULT_OPSET, export_onnx_dnn
 
             facts = export_onnx_dnn(artifact, args.output, opset=DEFAULT_OPSET if args.opset is None else args.opset,
                                     pack_bits=args.pack_bits)
         else:
-            try:
-                from bnc_deploy.exporters.tflite_dnn import export_tflite_dnn
-            except ImportError as exc:
-                raise CLIError(f"TFLite export is not available ({exc}); install the export extras: "
-                               "pip install 'bnc-deploy[export]'") from None
+            export_tflite_dnn = _tflite_exporter("tflite_dnn", "export_tflite_dnn")
             representative = _representative_rows(artifact, args)
             facts = export_tflite_dnn(artifact, args.output, representative=representative,
                                       output_layer=args.output_layer or "int8")
-    except ExportError as exc:
-        raise CLIError(str(exc)) from None
-    except OSError as exc:
-        raise CLIError(f"cannot write {args.output}: {exc}") from None
     output = Path(args.output)
     meta = facts.get("metadata", {}) if isinstance(facts, dict) else {}
     report = {
@@ -182,14 +175,8 @@ def _representative_rows(artifact, args: argparse.Namespace):
 def verify_dnn(artifact, output: Path, args: argparse.Namespace, x, y) -> dict:
     """Run a DNN export in its runtime on ``x``; compare labels and logits with the reference."""
     from bnc_deploy.dnn_reference import DNNReferencePredictor
-    from bnc_deploy.runtimes.base import RuntimeLoadError, load_runtime
 
-    try:
-        rt = load_runtime(output, VERIFY_RUNTIME[args.format], threads=1)
-    except ImportError as exc:
-        raise CLIError(f"wrote {output} but cannot verify it: {exc}") from None
-    except RuntimeLoadError as exc:
-        raise CLIError(f"wrote {output} but its runtime cannot load it: {exc}") from None
+    rt = _open_runtime(output, args.format)
     result = {"n_rows": 0, "agreement": None, "exact": None, "exact_expected": bool(rt.metadata.get("exact")),
               "label_mismatches": None, "log_joint_identical": None, "max_abs_log_joint_diff": None,
               "logits_identical": None, "max_abs_logit_diff": None, "accuracy": None,
@@ -238,39 +225,59 @@ def verification_rows(artifact, spec: str | None, fold: int | None) -> tuple[np.
 
 def export(artifact, args: argparse.Namespace) -> Path:
     """Write the file with the chosen exporter; return its path. Raises CLIError."""
-    try:
+    with _export_errors(args.output):
         if args.format == "onnx":
             from bnc_deploy.exporters.onnx_bnc import DEFAULT_OPSET, export_onnx
 
             opset = DEFAULT_OPSET if args.opset is None else args.opset
             return Path(export_onnx(artifact, args.output, raw_inputs=args.raw_inputs,
                                     lowering=args.lowering, opset=opset, pack_bits=args.pack_bits))
-        try:
-            from bnc_deploy.exporters.tflite_bnc import export_tflite
-        except ImportError as exc:
-            hint = ("this bnc-deploy has no TFLite exporter" if (exc.name or "").startswith("bnc_deploy")
-                    else "install the export extras: pip install 'bnc-deploy[export]'")
-            raise CLIError(f"TFLite export is not available ({exc}); {hint}") from None
+        export_tflite = _tflite_exporter("tflite_bnc", "export_tflite")
         return Path(export_tflite(artifact, args.output, lowering=args.lowering, raw_inputs=args.raw_inputs,
                                   onehot=args.onehot))
+
+
+@contextmanager
+def _export_errors(output):
+    """An exporter's refusal or a write failure becomes a one-line CLIError."""
+    try:
+        yield
     except ExportError as exc:
         raise CLIError(str(exc)) from None
     except OSError as exc:
-        raise CLIError(f"cannot write {args.output}: {exc}") from None
+        raise CLIError(f"cannot write {output}: {exc}") from None
+
+
+def _tflite_exporter(module: str, function: str):
+    """``bnc_deploy.exporters.<module>.<function>``; CLIError saying what to install if TensorFlow is missing."""
+    import importlib
+
+    try:
+        return getattr(importlib.import_module(f"bnc_deploy.exporters.{module}"), function)
+    except ImportError as exc:
+        hint = ("this bnc-deploy has no TFLite exporter" if (exc.name or "").startswith("bnc_deploy")
+                else "install the export extras: pip install 'bnc-deploy[export]'")
+        raise CLIError(f"TFLite export is not available ({exc}); {hint}") from None
+
+
+def _open_runtime(output: Path, fmt: str):
+    """The runtime adapter that verifies ``output`` (1 thread); CLIError if it cannot load it."""
+    from bnc_deploy.runtimes.base import RuntimeLoadError, load_runtime
+
+    try:
+        return load_runtime(output, VERIFY_RUNTIME[fmt], threads=1)
+    except ImportError as exc:
+        raise CLIError(f"wrote {output} but cannot verify it: {exc}") from None
+    except RuntimeLoadError as exc:
+        raise CLIError(f"wrote {output} but its runtime cannot load it: {exc}") from None
 
 
 def verify(artifact, output: Path, args: argparse.Namespace, x, y) -> dict:
     """Run ``output`` in its runtime on ``x`` and compare with the reference predictor."""
     from bnc_deploy.reference import ReferencePredictor
-    from bnc_deploy.runtimes.base import RuntimeLoadError, load_runtime
     from bnc_deploy.validation import InputError
 
-    try:
-        rt = load_runtime(output, VERIFY_RUNTIME[args.format], threads=1)
-    except ImportError as exc:
-        raise CLIError(f"wrote {output} but cannot verify it: {exc}") from None
-    except RuntimeLoadError as exc:
-        raise CLIError(f"wrote {output} but its runtime cannot load it: {exc}") from None
+    rt = _open_runtime(output, args.format)
     expected_exact = bool(rt.metadata.get("exact", is_exact_lowering(artifact, args.lowering)))
     result = {"n_rows": 0, "agreement": None, "exact": None, "exact_expected": expected_exact,
               "label_mismatches": None, "log_joint_identical": None, "max_abs_log_joint_diff": None,

@@ -132,7 +132,6 @@ def run(args) -> dict:
     """Load data, train, save; return the JSON summary."""
     import torch
 
-    from bnc_deploy.artifacts import save_artifact
     from bnc_deploy.datasets import load_dataset
     from bnc_deploy.training import TrainConfig, train_bnc
 
@@ -162,9 +161,26 @@ def run(args) -> dict:
     else:
         result = train_bnc(dataset, config)
     artifact = result.artifact
+    summary = saved_summary(args, dataset, result, config.epochs)
+    q = artifact.quantizer
+    return summary | {
+        "structure": artifact.structure,
+        "parents": artifact.parents.tolist(),
+        "bits": q.total_bits if q else None,
+        "int_bits": q.int_bits if q else None,
+        "frac_bits": q.frac_bits if q else None,
+        "structure_source": artifact.metadata.get("structure_source"),
+        "n_parameters_nb_multiple": artifact.n_parameters / (dataset.n_classes * (1 + int(dataset.cardinalities.sum()))),
+    }
+
+
+def saved_summary(args, dataset, result, epochs: int) -> dict:
+    """Save the trained model to ``--output``; the JSON keys every model kind reports."""
+    from bnc_deploy.artifacts import save_artifact
+
+    artifact = result.artifact
     digest = save_artifact(artifact, args.output)
     errors = artifact.metadata["errors"]
-    q = artifact.quantizer
     return {
         "model": str(args.output),
         "test_error": errors["test"],
@@ -173,26 +189,18 @@ def run(args) -> dict:
         "n_parameters": artifact.n_parameters,
         "size_bits": artifact.size_bits,
         "n_ops": artifact.n_ops,
-        "structure": artifact.structure,
-        "parents": artifact.parents.tolist(),
-        "bits": q.total_bits if q else None,
-        "int_bits": q.int_bits if q else None,
-        "frac_bits": q.frac_bits if q else None,
         "dataset": dataset.name,
         "fold": dataset.fold,
         "n_features": dataset.n_features,
         "n_classes": dataset.n_classes,
-        "epochs": config.epochs,
+        "epochs": epochs,
         "seconds": round(result.seconds, 3),
         "content_sha256": digest,
-        "structure_source": artifact.metadata.get("structure_source"),
-        "n_parameters_nb_multiple": artifact.n_parameters / (dataset.n_classes * (1 + int(dataset.cardinalities.sum()))),
     }
 
 
 def run_dnn(args) -> dict:
     """``--model fc|cnn``: train a quantized DNN baseline, save it, return the JSON summary."""
-    from bnc_deploy.artifacts import save_artifact
     from bnc_deploy.datasets import load_dataset
     from bnc_deploy.dnn_encoding import parse_image_shape
     from bnc_deploy.dnn_training import DNNConfig, train_dnn
@@ -223,18 +231,10 @@ def run_dnn(args) -> dict:
     dataset = load_dataset(args.data, fold=args.fold, seed=args.seed, validation_fraction=args.validation)
     result = train_dnn(dataset, config)
     artifact = result.artifact
-    digest = save_artifact(artifact, args.output)
-    errors = artifact.metadata["errors"]
+    summary = saved_summary(args, dataset, result, config.epochs)
     sizing = config.sizing or {}
-    return {
-        "model": str(args.output),
+    return summary | {
         "model_kind": "dnn",
-        "test_error": errors["test"],
-        "train_error": errors["train"],
-        "val_error": errors.get("val"),
-        "n_parameters": artifact.n_parameters,
-        "size_bits": artifact.size_bits,
-        "n_ops": artifact.n_ops,
         "structure": artifact.architecture,
         "architecture": artifact.architecture,
         "hidden_widths": artifact.hidden_widths,
@@ -250,14 +250,7 @@ def run_dnn(args) -> dict:
         "achieved_bits": artifact.size_bits,
         "achieved_ops": artifact.n_ops,
         "torch_reference_agreement": artifact.metadata.get("torch_reference_agreement"),
-        "dataset": dataset.name,
-        "fold": dataset.fold,
-        "n_features": dataset.n_features,
-        "n_classes": dataset.n_classes,
-        "epochs": config.epochs,
         "lr": config.lr,
-        "seconds": round(result.seconds, 3),
-        "content_sha256": digest,
     }
 
 

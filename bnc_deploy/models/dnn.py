@@ -50,20 +50,14 @@ class QuantMLP(nn.Module):
         self.hidden = nn.ModuleList()
         width = int(n_inputs)
         for h in hidden:
-            block = nn.ModuleDict({"linear": QuantDense(width, int(h), bits)})
-            if batch_norm:
-                block["bn"] = nn.BatchNorm1d(int(h), momentum=BN_MOMENTUM)
-            block["act"] = Activation(activation, generator)
-            self.hidden.append(block)
+            bn = nn.BatchNorm1d(int(h), momentum=BN_MOMENTUM) if batch_norm else None
+            self.hidden.append(_block("linear", QuantDense(width, int(h), bits), bn, Activation(activation, generator)))
             width = int(h)
         self.output = QuantDense(width, int(n_classes), bits, bias=True)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for block in self.hidden:
-            x = block["linear"](x)
-            if "bn" in block:
-                x = block["bn"](x)
-            x = block["act"](x)
+            x = _run_block(block, "linear", x)
         return self.output(x)
 
     def to_layers(self) -> list[DNNLayer]:
@@ -94,11 +88,8 @@ class QuantCNN(nn.Module):
         self.convs = nn.ModuleList()
         width, (h, w) = int(in_channels), tuple(int(v) for v in image_shape)
         for ch in channels:
-            block = nn.ModuleDict({"conv": QuantConv2d(width, int(ch), bits)})
-            if batch_norm:
-                block["bn"] = nn.BatchNorm2d(int(ch), momentum=BN_MOMENTUM)
-            block["act"] = Activation(activation, generator)
-            self.convs.append(block)
+            bn = nn.BatchNorm2d(int(ch), momentum=BN_MOMENTUM) if batch_norm else None
+            self.convs.append(_block("conv", QuantConv2d(width, int(ch), bits), bn, Activation(activation, generator)))
             width, h, w = int(ch), h // 2, w // 2
         if h < 1 or w < 1:
             raise ValueError(f"image {tuple(image_shape)} is too small for {len(channels)} pooling layers")
@@ -107,15 +98,28 @@ class QuantCNN(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for block in self.convs:
-            x = block["conv"](x)
-            if "bn" in block:
-                x = block["bn"](x)
-            x = self.pool(block["act"](x))
+            x = self.pool(_run_block(block, "conv", x))
         return self.output(torch.flatten(x, 1))      # (C, H, W) order, as the artifact says
 
     def to_layers(self) -> list[DNNLayer]:
         layers = [_hidden_layer("conv2d", block, pool=True) for block in self.convs]
         return layers + [_output_layer(self.output)]
+
+
+def _block(key: str, linear: nn.Module, bn: nn.Module | None, act: nn.Module) -> nn.ModuleDict:
+    """One hidden layer: ``key`` (``"linear"``/``"conv"``) -> optional ``"bn"`` -> ``"act"``."""
+    block = nn.ModuleDict({key: linear})
+    if bn is not None:
+        block["bn"] = bn
+    block["act"] = act
+    return block
+
+
+def _run_block(block: nn.ModuleDict, key: str, x: torch.Tensor) -> torch.Tensor:
+    x = block[key](x)
+    if "bn" in block:
+        x = block["bn"](x)
+    return block["act"](x)
 
 
 def clamp_latent_weights(model: nn.Module) -> None:
