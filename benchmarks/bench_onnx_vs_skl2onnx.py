@@ -41,7 +41,7 @@ if str(REPO) not in sys.path:  # run from a checkout without installing
     sys.path.insert(0, str(REPO))
 
 from bnc_deploy.artifacts import BNCArtifact  # noqa: E402
-from bnc_deploy.quantize import FixedPointLogQuantizer  # noqa: E402
+from bnc_deploy.quantizers import FixedPointLogQuantizer
 
 
 def load_letter() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -134,7 +134,7 @@ def main(argv=None) -> None:
     from sklearn.naive_bayes import CategoricalNB
 
     from bnc_deploy.exporters.onnx_bnc import export_onnx
-    from bnc_deploy.reference import ReferencePredictor
+    from bnc_deploy.reference.bnc import ReferencePredictor
 
     x_tr, y_tr, x_te, y_te, cards = load_letter()
     n_classes = int(max(y_tr.max(), y_te.max())) + 1

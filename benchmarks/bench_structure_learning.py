@@ -15,8 +15,12 @@ import time
 import torch
 
 from bnc_deploy.datasets import load_dataset
-from bnc_deploy.models.structure_learning import StructureLearningConfig, naive_bayes_parameters, train_learned_tan
-from bnc_deploy.training import TrainConfig
+from bnc_deploy.train.structure_learning import (
+    StructureLearningConfig,
+    naive_bayes_parameters,
+    train_learned_tan,
+)
+from bnc_deploy.train.bnc import TrainConfig
 
 
 def bench(name: str, epochs: int, size_penalty: float, init: str, batch_size: int = 100) -> dict:

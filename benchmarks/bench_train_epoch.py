@@ -22,10 +22,11 @@ import torch
 from torch import nn
 
 from bnc_deploy.datasets import load_dataset
-from bnc_deploy.losses import HybridLoss
+from bnc_deploy.train.losses import HybridLoss
 from bnc_deploy.models.bnc import BayesNetClassifier
-from bnc_deploy.quantize import FixedPointLogQuantizer
-from bnc_deploy.training import make_optimizer, train_epoch
+from bnc_deploy.models.ste import fixed_point_ste
+from bnc_deploy.quantizers import FixedPointLogQuantizer
+from bnc_deploy.train.bnc import make_optimizer, train_epoch
 
 
 class PerFeatureLoopNB(nn.Module):
@@ -40,11 +41,11 @@ class PerFeatureLoopNB(nn.Module):
     def forward(self, x):
         out = torch.log_softmax(self.class_rho, dim=0)
         if self.quantizer:
-            out = self.quantizer(out)
+            out = fixed_point_ste(out, self.quantizer)
         for i, rho in enumerate(self.tables):
             theta = torch.log_softmax(rho, dim=0)
             if self.quantizer:
-                theta = self.quantizer(theta)
+                theta = fixed_point_ste(theta, self.quantizer)
             out = out + theta[x[:, i]]
         return out
 

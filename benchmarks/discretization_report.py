@@ -21,7 +21,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run from a checkout without installing
 from bnc_deploy.datasets import DatasetError, find_data_dir, load_dataset, loaders, splits  # noqa: E402
-from bnc_deploy.discretize import FayyadIraniDiscretizer  # noqa: E402
+from bnc_deploy.datasets.discretize import FayyadIraniDiscretizer
 
 #: name -> (raw reader, files under the data dir, protocol, paper's average, published npz name)
 CASES = {

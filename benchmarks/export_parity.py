@@ -86,7 +86,7 @@ def check_one(artifact_path: Path, dataset: str, fold: int, workdir: Path) -> di
     from bnc_deploy.datasets import load_dataset
     from bnc_deploy.exporters.onnx_bnc import export_onnx
     from bnc_deploy.exporters.tflite_bnc import export_tflite
-    from bnc_deploy.reference import ReferencePredictor
+    from bnc_deploy.reference.bnc import ReferencePredictor
     from bnc_deploy.runtimes.base import load_runtime
 
     artifact = load_artifact(artifact_path)
@@ -109,7 +109,7 @@ def check_one(artifact_path: Path, dataset: str, fold: int, workdir: Path) -> di
 
 
 def _read_meta(path) -> dict:
-    from bnc_deploy.exporters.tflite_bnc import read_tflite_metadata
+    from bnc_deploy.formats.tflite import read_tflite_metadata
 
     return read_tflite_metadata(path)
 

@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))   # run from a checkout without installing
 from bnc_deploy.cli import export as export_cli  # noqa: E402
 from bnc_deploy.cli import profile as profile_cli  # noqa: E402
 from bnc_deploy.cli import train as train_cli  # noqa: E402
-from bnc_deploy.profiling.costs import analytic_costs  # noqa: E402
+from bnc_deploy.costs import analytic_costs
 from bnc_deploy.profiling.graph_count import count_graph  # noqa: E402
 from bnc_deploy.profiling.latency import environment  # noqa: E402
 from bnc_deploy.profiling.pareto import mark_pareto, plot_all  # noqa: E402

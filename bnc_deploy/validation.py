@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from bnc_deploy.errors import InputError
 
-class InputError(ValueError):
-    """Inputs to a model do not match its features (shape, dtype or value range)."""
+__all__ = ["InputError", "check_codes"]
 
 
 def check_codes(x, cardinalities: np.ndarray, feature_names=None, where: str = "input") -> np.ndarray:

@@ -55,20 +55,22 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 import bnc_deploy
-from bnc_deploy.exporters.common import (
+from bnc_deploy.formats.metadata import (
     INPUT_NAME,
     INVALID_LABEL,
     METADATA_KEY,
     OUTPUT_LABEL,
-    OUTPUT_LOG_JOINT,
-    ExportError,
-    check_lowering,
     dump_metadata,
-    export_metadata,
     flat_metadata,
+)
+from bnc_deploy.formats.bnc import (
+    OUTPUT_LOG_JOINT,
+    check_lowering,
+    export_metadata,
     lookup_constants,
     padded_thresholds,
 )
+from bnc_deploy.errors import ExportError
 
 #: Default opset: 17 runs on every onnxruntime since 1.12 and has everything the graph needs.
 DEFAULT_OPSET = 17
@@ -316,8 +318,3 @@ def _label(g: _Graph, log_joint: str) -> None:
     best = g.op("ArgMax", [log_joint], axis=1, keepdims=0, select_last_index=0)
     invalid = g.op("IsNaN", [g.op("Gather", [log_joint, "class0"], axis=1)])
     g.op("Where", [invalid, "invalid_label", best], OUTPUT_LABEL)
-
-
-def read_onnx_metadata(model: onnx.ModelProto) -> dict[str, str]:
-    """``metadata_props`` of a model as a plain dict."""
-    return {p.key: p.value for p in model.metadata_props}

@@ -5,7 +5,7 @@ stored as the artifact's integer codes (int8 initializers; int16 for B = 8) behi
 ``DequantizeLinear``. Only standard ``ai.onnx`` operators are used, so the file runs in any
 onnxruntime (and other ONNX runtimes) without contrib ops.
 
-Contract of the exported graph (the common DNN contract of :mod:`bnc_deploy.exporters.dnn_common`)
+Contract of the exported graph (the common DNN contract of :mod:`bnc_deploy.formats.dnn`)
 ---------------------------------------------------------------------------------------------------
 Input
     ``x``: int64 [N, D] feature codes (dynamic N).
@@ -117,15 +117,14 @@ type and widened by a load-time ``Cast``. The usps budget FC net (25,870 bits) s
 27,383 to 17,735 bytes; ``weight_storage`` in the metadata says ``bitplanesB``.
 
 The model's ``metadata_props`` carry the export metadata as JSON under ``"bnc_deploy"``
-(:func:`bnc_deploy.exporters.dnn_common.dnn_export_metadata`) plus the flat keys of
-:func:`bnc_deploy.exporters.common.flat_metadata`. :func:`export_onnx_dnn` runs the written file
+(:func:`bnc_deploy.formats.dnn.dnn_export_metadata`) plus the flat keys of
+:func:`bnc_deploy.formats.bnc.flat_metadata`. :func:`export_onnx_dnn` runs the written file
 in onnxruntime on the artifact's check set plus random codes before publishing it
 (:func:`verify_onnx_dnn`).
 """
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
@@ -135,16 +134,17 @@ from onnx import TensorProto, helper, numpy_helper
 
 import bnc_deploy
 from bnc_deploy.artifacts.dnn import accumulator_bound, sign_thresholds, weight_code_dtype
-from bnc_deploy.exporters.common import (
+from bnc_deploy.formats.metadata import (
     INPUT_NAME,
     INVALID_LABEL,
     METADATA_KEY,
     OUTPUT_LABEL,
-    ExportError,
     dump_metadata,
     flat_metadata,
 )
-from bnc_deploy.exporters.dnn_common import INT8_EXACT_MAX_BITS, OUTPUT_LOGITS, dnn_export_metadata
+from bnc_deploy.errors import ExportError
+from bnc_deploy.formats.dnn import INT8_EXACT_MAX_BITS, OUTPUT_LOGITS, dnn_export_metadata
+from bnc_deploy.formats.onnx import read_dnn_metadata
 
 #: Default opset (raised to :data:`INT16_MIN_OPSET` for B = 8).
 DEFAULT_OPSET = 17
@@ -262,7 +262,7 @@ def verify_onnx_dnn(artifact, path_or_model, *, n_random: int = N_VERIFY_RANDOM,
     """
     import onnxruntime as ort
 
-    from bnc_deploy.dnn_reference import DNNReferencePredictor
+    from bnc_deploy.reference.dnn import DNNReferencePredictor
 
     if isinstance(path_or_model, onnx.ModelProto):
         source, meta = path_or_model.SerializeToString(), read_dnn_metadata(path_or_model)
@@ -349,12 +349,6 @@ def verification_codes(artifact, n_random: int = N_VERIFY_RANDOM, seed: int = 0)
     if artifact.check_x is not None and len(artifact.check_x):
         parts.insert(0, np.asarray(artifact.check_x, dtype=np.int64))
     return np.concatenate(parts).astype(np.int64)
-
-
-def read_dnn_metadata(model: onnx.ModelProto) -> dict | None:
-    """The JSON metadata blob of an exported model, parsed (None if absent)."""
-    props = {p.key: p.value for p in model.metadata_props}
-    return json.loads(props[METADATA_KEY]) if METADATA_KEY in props else None
 
 
 # ================================================================================================

@@ -82,7 +82,6 @@ and :func:`check_contract` refuses any int8 comparison before a file is run.
 
 from __future__ import annotations
 
-import json
 import os
 import warnings
 from collections import Counter
@@ -91,20 +90,22 @@ from pathlib import Path
 
 import numpy as np
 
-from bnc_deploy.exporters.common import (
-    INPUT_NAME,
-    INVALID_LABEL,
-    METADATA_KEY,
-    OUTPUT_LABEL,
+from bnc_deploy.formats.tflite import (
+    TFLiteSummary,
+    finish_flatbuffer,
+    inspect_tflite,
+    tflite_op_names,
+)
+from bnc_deploy.formats.metadata import INPUT_NAME, INVALID_LABEL, OUTPUT_LABEL
+from bnc_deploy.formats.bnc import (
     OUTPUT_LOG_JOINT,
-    ExportError,
     check_lowering,
-    dump_metadata,
     export_metadata,
     is_exact_lowering,
     lookup_constants,
     padded_thresholds,
 )
+from bnc_deploy.errors import ExportError
 
 #: Static batch size of the ``onehot-fc`` lowering (the Edge TPU needs static shapes).
 ONEHOT_FC_BATCH = 1
@@ -120,8 +121,6 @@ RELU_MAX_CARDINALITY = 128
 COMPARISON_OPS = ("EQUAL", "NOT_EQUAL", "GREATER", "GREATER_EQUAL", "LESS", "LESS_EQUAL")
 #: Operators that must never appear in an exported file (see the module docstring).
 FORBIDDEN_OPS = ("ONE_HOT", "CUSTOM", "DELEGATE")
-#: TFLite file identifier (bytes 4..8 of every model file).
-TFLITE_IDENTIFIER = b"TFL3"
 
 
 # ================================================================================================
@@ -181,7 +180,7 @@ def build_tflite_model(artifact, *, lowering: str = "gather", raw_inputs: bool =
     input_dtype = "int8" if plan is not None and plan.builder == "relu" else "int32"
     meta = export_metadata(artifact, format="tflite", lowering=lowering, raw_inputs=raw_inputs,
                            input_dtype=input_dtype, extra=extra)
-    model = _finish_flatbuffer(converted, meta)
+    model = finish_flatbuffer(converted, meta)
     check_contract(model, artifact, plan)
     return model
 
@@ -192,8 +191,8 @@ def verify_export(artifact, path: str | os.PathLike, *, lowering: str, raw_input
     Returns ``{"n_rows", "label_mismatches", "log_joint_identical", "exact_expected"}``; raises
     ExportError when a lowering that is exact by design disagrees on any row.
     """
-    from bnc_deploy.exporters.common import raw_representatives
-    from bnc_deploy.reference import ReferencePredictor
+    from bnc_deploy.formats.bnc import raw_representatives
+    from bnc_deploy.reference.bnc import ReferencePredictor
     from bnc_deploy.runtimes.litert_adapter import LiteRTAdapter
 
     codes = verification_codes(artifact)
@@ -586,182 +585,6 @@ def _relu_joint_onehot(tf, artifact, value_onehot):
                     bias[row] = -1.0
     joint = tf.nn.relu(tf.matmul(value_onehot, _int8_weights(tf, join, 1.0)) + tf.constant(bias))
     return _int8_counts(tf, joint)
-
-
-# ================================================================================================
-# Flatbuffer post-processing and inspection (no TensorFlow: the schema module only)
-# ================================================================================================
-def _schema():
-    """The TFLite flatbuffer schema module (LiteRT's copy, else TensorFlow's)."""
-    try:
-        from ai_edge_litert import schema_py_generated as schema
-    except ImportError:  # pragma: no cover - depends on the environment
-        from tensorflow.lite.python import schema_py_generated as schema
-    return schema
-
-
-def _load_model_t(model: bytes):
-    schema = _schema()
-    if len(model) < 8 or model[4:8] != TFLITE_IDENTIFIER:
-        raise ValueError("not a TFLite flatbuffer (missing the TFL3 identifier)")
-    return schema, schema.ModelT.InitFromPackedBuf(bytearray(model), 0)
-
-
-def _finish_flatbuffer(converted: bytes, meta: dict,
-                      output_names: tuple[str, str] = (OUTPUT_LOG_JOINT, OUTPUT_LABEL)) -> bytes:
-    """Name the I/O tensors, add the ``serving_default`` signature and the metadata buffer.
-
-    ``output_names``: names of the two outputs, in order (DNN exports: ``logits``, ``label``).
-    """
-    import flatbuffers
-
-    schema, m = _load_model_t(converted)
-    sub = m.subgraphs[0]
-    if len(sub.inputs) != 1 or len(sub.outputs) != 2:
-        raise ExportError(f"converted graph has {len(sub.inputs)} inputs and {len(sub.outputs)} outputs, "
-                          "expected 1 and 2")
-    first, second = output_names
-    names = {int(sub.inputs[0]): INPUT_NAME, int(sub.outputs[0]): first, int(sub.outputs[1]): second}
-    for index, name in names.items():
-        sub.tensors[index].name = name.encode()
-    signature = schema.SignatureDefT()
-    signature.signatureKey = b"serving_default"
-    signature.subgraphIndex = 0
-    signature.inputs = [_tensor_map(schema, INPUT_NAME, sub.inputs[0])]
-    signature.outputs = [_tensor_map(schema, first, sub.outputs[0]),
-                         _tensor_map(schema, second, sub.outputs[1])]
-    m.signatureDefs = [signature]
-    buffer = schema.BufferT()
-    buffer.data = np.frombuffer(dump_metadata(meta).encode("utf-8"), dtype=np.uint8)
-    m.buffers.append(buffer)
-    entry = schema.MetadataT()
-    entry.name = METADATA_KEY.encode()
-    entry.buffer = len(m.buffers) - 1
-    m.metadata = [e for e in (m.metadata or []) if e.name != entry.name] + [entry]
-    builder = flatbuffers.Builder(1024 + len(converted))
-    builder.Finish(m.Pack(builder), file_identifier=TFLITE_IDENTIFIER)
-    return bytes(builder.Output())
-
-
-def _tensor_map(schema, name: str, index) -> object:
-    t = schema.TensorMapT()
-    t.name = name.encode()
-    t.tensorIndex = int(index)
-    return t
-
-
-def _as_bytes(model) -> bytes:
-    if isinstance(model, (bytes, bytearray, memoryview)):
-        return bytes(model)
-    return Path(model).read_bytes()
-
-
-def _enum_names(enum_class) -> dict[int, str]:
-    return {v: k for k, v in vars(enum_class).items() if not k.startswith("_") and isinstance(v, int)}
-
-
-@dataclass
-class TensorInfo:
-    """One tensor of a TFLite subgraph (shape_signature has -1 for dynamic dimensions)."""
-
-    index: int
-    name: str
-    dtype: str
-    shape: list
-    shape_signature: list
-    scale: list
-    zero_point: list
-    data: bytes  # constant contents (empty for activations)
-
-    @property
-    def is_constant(self) -> bool:
-        return bool(self.data)
-
-
-@dataclass
-class OpInfo:
-    """One operator: builtin name (or ``CUSTOM:<code>``), version and tensor indices."""
-
-    index: int
-    name: str
-    version: int
-    inputs: list
-    outputs: list
-
-
-@dataclass
-class TFLiteSummary:
-    """What a TFLite file contains, read from the flatbuffer alone."""
-
-    ops: list
-    tensors: list
-    inputs: list
-    outputs: list
-    metadata: dict  # metadata buffer name -> bytes
-
-    @property
-    def op_names(self) -> list[str]:
-        return [op.name for op in self.ops]
-
-
-def inspect_tflite(model) -> TFLiteSummary:
-    """Operators, tensors and metadata of the first subgraph of a TFLite file (path or bytes)."""
-    schema, m = _load_model_t(_as_bytes(model))
-    op_names = _enum_names(schema.BuiltinOperator)
-    type_names = _enum_names(schema.TensorType)
-    sub = m.subgraphs[0]
-
-    def buffer_bytes(i):
-        data = m.buffers[i].data if 0 <= i < len(m.buffers) else None
-        return b"" if data is None else np.asarray(data, dtype=np.uint8).tobytes()
-
-    ops = []
-    for k, op in enumerate(sub.operators or []):
-        code = m.operatorCodes[op.opcodeIndex]
-        builtin = max(int(code.builtinCode), int(code.deprecatedBuiltinCode))
-        name = op_names.get(builtin, f"UNKNOWN_{builtin}")
-        if name == "CUSTOM":
-            name = f"CUSTOM:{(code.customCode or b'').decode(errors='replace')}"
-        ops.append(OpInfo(k, name, int(code.version), _ints(op.inputs), _ints(op.outputs)))
-    tensors = []
-    for k, t in enumerate(sub.tensors or []):
-        q = t.quantization
-        scale = _floats(q.scale) if q is not None and q.scale is not None else []
-        zero = _ints(q.zeroPoint) if q is not None and q.zeroPoint is not None else []
-        shape = _ints(t.shape)
-        signature = _ints(t.shapeSignature) if t.shapeSignature is not None else shape
-        tensors.append(TensorInfo(k, (t.name or b"").decode(errors="replace"), type_names.get(int(t.type), str(t.type)),
-                                  shape, signature, scale, zero, buffer_bytes(int(t.buffer))))
-    metadata = {(e.name.decode() if isinstance(e.name, bytes) else str(e.name)): buffer_bytes(int(e.buffer))
-                for e in (m.metadata or [])}
-    return TFLiteSummary(ops, tensors, _ints(sub.inputs), _ints(sub.outputs), metadata)
-
-
-def _ints(values) -> list[int]:
-    return [] if values is None else [int(v) for v in values]
-
-
-def _floats(values) -> list[float]:
-    return [] if values is None else [float(v) for v in values]
-
-
-def tflite_op_names(model) -> list[str]:
-    """Operator names of a TFLite file in execution order (``CUSTOM:<code>`` for custom/Flex ops)."""
-    return inspect_tflite(model).op_names
-
-
-def read_tflite_metadata(model) -> dict:
-    """The ``bnc_deploy`` metadata dict of an exported file (path or bytes), unvalidated.
-
-    Raises ValueError when the file is not a TFLite flatbuffer or has no such metadata.
-    """
-    summary = inspect_tflite(model)
-    if METADATA_KEY not in summary.metadata:
-        raise ValueError(f"not a bnc-deploy export (no {METADATA_KEY!r} metadata buffer)")
-    try:
-        return json.loads(summary.metadata[METADATA_KEY].decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise ValueError(f"corrupt {METADATA_KEY} metadata ({exc})") from None
 
 
 def check_contract(model: bytes, artifact, plan: OneHotFCPlan | None = None) -> TFLiteSummary:

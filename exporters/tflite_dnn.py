@@ -1,7 +1,7 @@
 """TFLite exporter for DNN artifacts (fully connected and CNN, sign or ReLU): int8 weights.
 
 The computation is the contract of :mod:`bnc_deploy.artifacts.dnn`; the I/O contract is the one of
-:mod:`bnc_deploy.exporters.dnn_common`. TFLite builtin operators only (no Flex/select-TF, no
+:mod:`bnc_deploy.formats.dnn`. TFLite builtin operators only (no Flex/select-TF, no
 custom ops), converted with ``TFLITE_BUILTINS`` and ``optimizations = [DEFAULT]``. Every int8
 quantization parameter is set by the exporter through fake-quant ranges in the traced graph (no
 converter calibration); :func:`check_dnn_contract` re-reads the flatbuffer and asserts them, and
@@ -14,7 +14,7 @@ Input ``x``
     int32 [N, D] feature codes; the batch dimension is dynamic (shape signature [-1, D]).
 Outputs
     ``logits`` float32 [N, C] and ``label`` int64 [N] (first maximum), in this order, also named in
-    the ``serving_default`` signature. Metadata (:func:`~bnc_deploy.exporters.dnn_common.dnn_export_metadata`)
+    the ``serving_default`` signature. Metadata (:func:`~bnc_deploy.formats.dnn.dnn_export_metadata`)
     in the flatbuffer metadata buffer ``"bnc_deploy"``, as for BN exports.
 Guard
     ``clipped = max(min(x, |X_j| - 1), 0)`` (int32 MINIMUM/MAXIMUM) feeds every lookup, so an
@@ -119,18 +119,22 @@ from pathlib import Path
 import numpy as np
 
 from bnc_deploy.artifacts.dnn import accumulator_bound, sign_thresholds
-from bnc_deploy.exporters.common import INPUT_NAME, INVALID_LABEL, OUTPUT_LABEL, ExportError
-from bnc_deploy.exporters.dnn_common import DNN_OUTPUTS, OUTPUT_LOGITS, dnn_export_metadata
+from bnc_deploy.formats.metadata import INPUT_NAME, INVALID_LABEL, OUTPUT_LABEL
+from bnc_deploy.errors import ExportError
+from bnc_deploy.formats.dnn import DNN_OUTPUTS, OUTPUT_LOGITS, dnn_export_metadata
 from bnc_deploy.exporters.tflite_bnc import (
     COMPARISON_OPS,
     FORBIDDEN_OPS,
     INT8_WEIGHT_MAX,
-    TFLiteSummary,
-    _finish_flatbuffer,
-    _load_model_t,
     _tensorflow,
-    inspect_tflite,
     verification_codes,
+)
+from bnc_deploy.formats.tflite import (
+    TFLiteSummary,
+    finish_flatbuffer,
+    load_model_t,
+    model_bytes,
+    inspect_tflite,
 )
 
 LOWERING_SIGN = "int8-sign"
@@ -198,7 +202,7 @@ def export_tflite_dnn(artifact, path: str | os.PathLike, *, representative=None,
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     tmp.write_bytes(model)
-    from bnc_deploy.exporters.tflite_bnc import read_tflite_metadata
+    from bnc_deploy.formats.tflite import read_tflite_metadata
 
     facts = {"format": "tflite", "lowering": plan.lowering, "exact": plan.exact, "bytes": len(model),
              "ops": dict(Counter(inspect_tflite(model).op_names)), "metadata": read_tflite_metadata(model),
@@ -235,10 +239,10 @@ def verify_tflite_dnn(artifact, model, *, x=None, y=None, plan: "DNNTFLitePlan |
     differs from the reference in any label, any logit bit or (sign networks) any hidden
     activation.
     """
-    from bnc_deploy.dnn_reference import DNNReferencePredictor
-    from bnc_deploy.exporters.tflite_bnc import read_tflite_metadata
+    from bnc_deploy.reference.dnn import DNNReferencePredictor
+    from bnc_deploy.formats.tflite import read_tflite_metadata
 
-    model = _model_bytes(model)
+    model = model_bytes(model)
     meta = read_tflite_metadata(model)
     exact = bool(meta.get("exact"))
     if x is None:
@@ -294,7 +298,7 @@ def run_tflite_dnn(model, x, *, resolver: str = "auto", threads: int = 1) -> tup
     ``x``: codes [N, D] (cast to int32; no validation: invalid rows exercise the guard).
     ``resolver``: ``"auto"`` (LiteRT default, XNNPACK), ``"builtin"`` or ``"reference"`` kernels.
     """
-    it, index = _interpreter(_model_bytes(model), resolver, threads)
+    it, index = _interpreter(model_bytes(model), resolver, threads)
     return _invoke(it, index, x)
 
 
@@ -302,7 +306,7 @@ def tflite_hidden_activations(model, plan: "DNNTFLitePlan", x) -> list[np.ndarra
     """Every hidden layer's +-1 output as the file computes it (sign networks), in the reference's
     layout (dense [N, out], conv [N, C, H, W] after pooling), int64; read from the int8 tensors
     with LiteRT's builtin kernels and all intermediate tensors preserved."""
-    model = _model_bytes(model)
+    model = model_bytes(model)
     summary = inspect_tflite(model)
     tensors = _hidden_output_tensors(summary, plan)
     it, index = _interpreter(model, "builtin", 1, preserve=True)
@@ -486,7 +490,7 @@ def _sign_plan(artifact, permutations) -> DNNTFLitePlan:
 
 
 def _relu_plan(artifact, permutations, representative, output_layer: str) -> DNNTFLitePlan:
-    from bnc_deploy.dnn_reference import DNNReferencePredictor
+    from bnc_deploy.reference.dnn import DNNReferencePredictor
 
     if representative is not None:
         rows, source = np.asarray(representative), "caller"
@@ -541,7 +545,7 @@ def _build(artifact, plan: DNNTFLitePlan) -> bytes:
         extra["calibration"] = plan.calibration
     meta = dnn_export_metadata(artifact, format="tflite", exact=plan.exact, input_dtype="int32",
                                lowering=plan.lowering, extra=extra)
-    model = _finish_flatbuffer(converted, meta, output_names=DNN_OUTPUTS)
+    model = finish_flatbuffer(converted, meta, output_names=DNN_OUTPUTS)
     check_dnn_contract(model, artifact, plan)
     return model
 
@@ -709,14 +713,14 @@ def _relu_network(tf, artifact, plan: DNNTFLitePlan, a, mask):
 # Contract check (flatbuffer only)
 # ================================================================================================
 def _activation_names() -> dict[int, str]:
-    from bnc_deploy.exporters.tflite_bnc import _enum_names, _schema
+    from bnc_deploy.formats.tflite import enum_names, schema_module
 
-    return _enum_names(_schema().ActivationFunctionType)
+    return enum_names(schema_module().ActivationFunctionType)
 
 
 def fused_activations(model) -> dict[int, str]:
     """``{op index: fused activation name}`` of every operator with a fused activation option."""
-    _, m = _load_model_t(_model_bytes(model))
+    _, m = load_model_t(model_bytes(model))
     names = _activation_names()
     out = {}
     for k, op in enumerate(m.subgraphs[0].operators or []):
@@ -846,19 +850,13 @@ def _check_ptq(summary, artifact, plan, int8_macs) -> None:
 # ================================================================================================
 # LiteRT helpers
 # ================================================================================================
-def _model_bytes(model) -> bytes:
-    if isinstance(model, (bytes, bytearray, memoryview)):
-        return bytes(model)
-    return Path(model).read_bytes()
-
-
 def _interpreter(model: bytes, resolver: str, threads: int, preserve: bool = False):
     """A LiteRT interpreter on ``model`` and ``{"x", "logits", "label"}`` tensor indices."""
-    from bnc_deploy.runtimes.litert_adapter import RESOLVERS, _interpreter_module
+    from bnc_deploy.runtimes.litert_adapter import RESOLVERS, interpreter_module
 
     if resolver not in RESOLVERS:
         raise ValueError(f"unknown resolver {resolver!r}; choose one of {', '.join(RESOLVERS)}")
-    interpreter_class, resolver_type, _ = _interpreter_module()
+    interpreter_class, resolver_type, _ = interpreter_module()
     kind = {"auto": resolver_type.AUTO, "builtin": resolver_type.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
             "reference": resolver_type.BUILTIN_REF}[resolver]
     it = interpreter_class(model_content=model, num_threads=threads, experimental_op_resolver_type=kind,

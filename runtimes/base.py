@@ -31,15 +31,13 @@ from pathlib import Path
 
 import numpy as np
 
-from bnc_deploy.exporters.common import INPUT_RAW, INVALID_LABEL, OUTPUT_LABEL, OUTPUT_LOG_JOINT, parse_metadata
-from bnc_deploy.validation import InputError, check_codes
+from bnc_deploy.formats.metadata import INPUT_RAW, INVALID_LABEL, OUTPUT_LABEL, parse_metadata
+from bnc_deploy.formats.bnc import OUTPUT_LOG_JOINT
+from bnc_deploy.errors import InputError, RuntimeLoadError
+from bnc_deploy.validation import check_codes
 
 __all__ = ["RuntimeAdapter", "RuntimeLoadError", "RUNTIMES", "register_runtime", "load_runtime",
            "runtime_class", "InputError"]
-
-
-class RuntimeLoadError(ValueError):
-    """An exported model file cannot be loaded (missing, corrupt, not a bnc-deploy export)."""
 
 
 class RuntimeAdapter:

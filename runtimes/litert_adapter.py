@@ -16,15 +16,16 @@ from pathlib import Path
 
 import numpy as np
 
-from bnc_deploy.exporters.common import INPUT_NAME
-from bnc_deploy.runtimes.base import RuntimeAdapter, RuntimeLoadError, contract_outputs
+from bnc_deploy.formats.metadata import INPUT_NAME
+from bnc_deploy.runtimes.base import RuntimeAdapter, RuntimeLoadError
+from bnc_deploy.formats.metadata import contract_outputs
 
 #: Op resolvers by name: ``auto`` (LiteRT's default, XNNPACK for float ops), ``builtin`` (optimized
 #: builtin kernels, no default delegates), ``reference`` (the reference kernels: slow, for checks).
 RESOLVERS = ("auto", "builtin", "reference")
 
 
-def _interpreter_module():
+def interpreter_module():
     """``(Interpreter class, OpResolverType enum, backend name)``: LiteRT, else TensorFlow Lite."""
     try:
         from ai_edge_litert import interpreter as litert
@@ -60,9 +61,9 @@ class LiteRTAdapter(RuntimeAdapter):
         super().__init__(path, threads=threads)
 
     def _load(self, path: Path) -> dict:
-        from bnc_deploy.exporters.tflite_bnc import read_tflite_metadata
+        from bnc_deploy.formats.tflite import read_tflite_metadata
 
-        interpreter_class, resolver_type, self.backend = _interpreter_module()
+        interpreter_class, resolver_type, self.backend = interpreter_module()
         try:
             meta = read_tflite_metadata(path)
         except ValueError as exc:

@@ -12,8 +12,9 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from bnc_deploy.exporters.common import INPUT_NAME, METADATA_KEY
-from bnc_deploy.runtimes.base import RuntimeAdapter, RuntimeLoadError, contract_outputs
+from bnc_deploy.formats.metadata import INPUT_NAME, METADATA_KEY
+from bnc_deploy.runtimes.base import RuntimeAdapter, RuntimeLoadError
+from bnc_deploy.formats.metadata import contract_outputs
 
 # onnxruntime raises its own exception types (InvalidProtobuf, InvalidArgument, Fail, ...; plain
 # Exception subclasses, not RuntimeError) for bad files: collect them all from its binding module.

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 
 from bnc_deploy.artifacts import ArtifactError, load_artifact
-from bnc_deploy.exporters.common import export_metadata, raw_cut_points
-from bnc_deploy.reference import ReferencePredictor
+from bnc_deploy.formats.bnc import export_metadata, raw_cut_points
+from bnc_deploy.reference.bnc import ReferencePredictor
 from bnc_deploy.runtimes.base import RuntimeAdapter, RuntimeLoadError
 
 
@@ -53,8 +53,8 @@ class ReferenceAdapter(RuntimeAdapter):
         return meta
 
     def _load_dnn(self, path: Path) -> dict:
-        from bnc_deploy.dnn_reference import DNNReferencePredictor
-        from bnc_deploy.exporters.dnn_common import dnn_export_metadata
+        from bnc_deploy.reference.dnn import DNNReferencePredictor
+        from bnc_deploy.formats.dnn import dnn_export_metadata
 
         if self._raw_inputs:
             raise RuntimeLoadError(f"{path}: DNN models take feature codes; raw inputs are not supported")

@@ -6,8 +6,8 @@ import pytest
 
 from bnc_deploy.artifacts import ArtifactError, BNCArtifact, load_artifact, save_artifact
 from bnc_deploy.artifacts import container
-from bnc_deploy.quantize import FixedPointLogQuantizer
-from bnc_deploy.reference import ReferencePredictor
+from bnc_deploy.quantizers import FixedPointLogQuantizer
+from bnc_deploy.reference.bnc import ReferencePredictor
 from bnc_deploy.validation import InputError
 
 

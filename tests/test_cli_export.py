@@ -19,7 +19,7 @@ from test_export_onnx import discretizer_dict, random_artifact  # noqa: E402
 
 from bnc_deploy.artifacts import BNCArtifact, save_artifact  # noqa: E402
 from bnc_deploy.cli.export import main  # noqa: E402
-from bnc_deploy.quantize import FixedPointLogQuantizer  # noqa: E402
+from bnc_deploy.quantizers import FixedPointLogQuantizer
 
 REPO = Path(__file__).resolve().parent.parent
 JSON_KEYS = {"agreement", "exact", "file_bytes", "size_bits", "n_ops", "format", "lowering", "output",

@@ -8,9 +8,9 @@ import numpy as np
 import pytest
 
 from bnc_deploy.artifacts import save_artifact
-from bnc_deploy.artifacts.dnn_examples import random_dnn_artifact
+from bnc_deploy.testing import random_dnn_artifact
 from bnc_deploy.cli.export import main
-from bnc_deploy.dnn_reference import DNNReferencePredictor
+from bnc_deploy.reference.dnn import DNNReferencePredictor
 from bnc_deploy.runtimes.base import load_runtime
 from bnc_deploy.validation import InputError
 

@@ -13,7 +13,7 @@ from bnc_deploy.artifacts import save_artifact  # noqa: E402
 from bnc_deploy.artifacts.bnc import BNCArtifact  # noqa: E402
 from bnc_deploy.cli.profile import JSON_KEYS, main  # noqa: E402
 from bnc_deploy.exporters.onnx_bnc import export_onnx  # noqa: E402
-from bnc_deploy.quantize import FixedPointLogQuantizer  # noqa: E402
+from bnc_deploy.quantizers import FixedPointLogQuantizer
 
 #: Keys the issue names; scripts rely on them.
 REQUIRED = ("file", "runtime", "test_error", "size_bits", "n_ops", "latency_us_p50_batch1", "throughput_rows_per_s")

@@ -18,14 +18,14 @@ pytest.importorskip("ai_edge_litert")
 
 from bnc_deploy.artifacts import save_artifact  # noqa: E402
 from bnc_deploy.artifacts.bnc import BNCArtifact  # noqa: E402
-from bnc_deploy.artifacts.dnn_examples import random_dnn_artifact  # noqa: E402
+from bnc_deploy.testing import random_dnn_artifact
 from bnc_deploy.cli.profile import JSON_KEYS, main  # noqa: E402
 from bnc_deploy.datasets import load_dataset  # noqa: E402
-from bnc_deploy.dnn_reference import DNNReferencePredictor  # noqa: E402
+from bnc_deploy.reference.dnn import DNNReferencePredictor
 from bnc_deploy.exporters.onnx_bnc import export_onnx  # noqa: E402
 from bnc_deploy.exporters.onnx_dnn import export_onnx_dnn  # noqa: E402
 from bnc_deploy.exporters.tflite_dnn import export_tflite_dnn  # noqa: E402
-from bnc_deploy.quantize import FixedPointLogQuantizer  # noqa: E402
+from bnc_deploy.quantizers import FixedPointLogQuantizer
 
 QUICK = ["--runs", "5", "--repeats", "1", "--warmup", "1", "--throughput-repeats", "1"]
 
@@ -44,7 +44,7 @@ def digits_bn_artifact(bits=3, seed=0) -> BNCArtifact:
 
 @pytest.fixture(scope="module")
 def models(tmp_path_factory):
-    from bnc_deploy.dnn_training import DNNConfig, train_dnn
+    from bnc_deploy.train.dnn import DNNConfig, train_dnn
 
     root = tmp_path_factory.mktemp("profile_dnn")
     ds = load_dataset("digits")

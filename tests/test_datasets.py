@@ -14,7 +14,7 @@ import scipy.io
 from bnc_deploy.datasets import (DATA_DIR_ENV, DatasetError, DiscreteDataset, dataset_names, find_data_dir,
                                  load_dataset)
 from bnc_deploy.datasets import loaders, splits
-from bnc_deploy.discretize import FayyadIraniDiscretizer
+from bnc_deploy.datasets.discretize import FayyadIraniDiscretizer
 
 
 def _write(path: Path, text: str) -> Path:

@@ -9,7 +9,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from bnc_deploy.discretize import ENTROPY_TIE_TOLERANCE, FayyadIraniDiscretizer
+from bnc_deploy.datasets.discretize import ENTROPY_TIE_TOLERANCE, FayyadIraniDiscretizer
 
 
 # -- brute-force reference: plain Python, one candidate at a time ----------------------------

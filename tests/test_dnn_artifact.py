@@ -11,9 +11,9 @@ import pytest
 from bnc_deploy.artifacts import ArtifactError, load_artifact, save_artifact
 from bnc_deploy.artifacts.container import write_container
 from bnc_deploy.artifacts.dnn import DNNArtifact, DNNLayer, accumulator_bound, sign_thresholds
-from bnc_deploy.artifacts.dnn_examples import random_dnn_artifact
-from bnc_deploy.dnn_encoding import encode_integer, fit_standardized_table, image_layout, pixel_index
-from bnc_deploy.dnn_reference import DNNReferencePredictor, conv3x3_same, max_pool2
+from bnc_deploy.testing import random_dnn_artifact
+from bnc_deploy.artifacts.encoding import encode_integer, fit_standardized_table, image_layout, pixel_index
+from bnc_deploy.reference.dnn import DNNReferencePredictor, conv3x3_same, max_pool2
 from bnc_deploy.validation import InputError
 
 VARIANTS = [

@@ -10,9 +10,9 @@ import torch
 
 from bnc_deploy.artifacts import DNNArtifact, load_artifact
 from bnc_deploy.cli.train import main
-from bnc_deploy.dnn_reference import DNNReferencePredictor
-from bnc_deploy.dnn_training import DNNConfig, input_spec, predict_torch, train_dnn
-from bnc_deploy.quantize import UnsupportedBitWidth
+from bnc_deploy.reference.dnn import DNNReferencePredictor
+from bnc_deploy.train.dnn import DNNConfig, input_spec, predict_torch, train_dnn
+from bnc_deploy.quantizers import UnsupportedBitWidth
 from tests.conftest import make_synthetic_dataset
 
 
@@ -62,7 +62,7 @@ def test_torch_and_reference_see_the_same_pixels():
                        epochs=0, progress=False, image_shape=(4, 4), pixel_order="column-major")
     result = train_dnn(ds, config)
     spec = input_spec(ds, config)
-    from bnc_deploy.dnn_training import build_model
+    from bnc_deploy.train.dnn import build_model
 
     torch.manual_seed(config.seed)
     model = build_model(config, spec, ds.n_classes, [2])

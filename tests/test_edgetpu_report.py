@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("tensorflow")
 pytest.importorskip("ai_edge_litert")
 
-from bnc_deploy.exporters.edgetpu_report import (  # noqa: E402
+from bnc_deploy.targets.edgetpu import (
     EDGETPU_SUPPORTED_OPS,
     STATUS_AFTER_CPU,
     STATUS_MAPPED,

@@ -7,7 +7,7 @@ import pytest
 
 from bnc_deploy.artifacts import load_artifact
 from bnc_deploy.cli.train import main
-from bnc_deploy.reference import ReferencePredictor
+from bnc_deploy.reference.bnc import ReferencePredictor
 
 pytestmark = pytest.mark.shared_data
 

@@ -20,16 +20,12 @@ onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
 from bnc_deploy.artifacts import BNCArtifact  # noqa: E402
-from bnc_deploy.exporters.common import (  # noqa: E402
-    INVALID_LABEL,
-    METADATA_KEY,
-    ExportError,
-    float32_thresholds,
-    parse_metadata,
-)
+from bnc_deploy.formats.metadata import INVALID_LABEL, METADATA_KEY, parse_metadata
+from bnc_deploy.errors import ExportError
+from bnc_deploy.formats.bnc import float32_thresholds
 from bnc_deploy.exporters.onnx_bnc import build_onnx_model, export_onnx  # noqa: E402
-from bnc_deploy.quantize import MAX_INT_BITS, FixedPointLogQuantizer  # noqa: E402
-from bnc_deploy.reference import ReferencePredictor  # noqa: E402
+from bnc_deploy.quantizers import MAX_INT_BITS, FixedPointLogQuantizer
+from bnc_deploy.reference.bnc import ReferencePredictor
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -281,9 +277,9 @@ def test_graph_guard_onehot_fc(tmp_path):
 # -- raw inputs -----------------------------------------------------------------------------------------
 def discretizer_dict(cuts: list[list[float]]) -> dict:
     """A FayyadIraniDiscretizer.to_dict() for given cut points (built with the real class)."""
-    discretize = pytest.importorskip("bnc_deploy.discretize")
+    discretize = pytest.importorskip("bnc_deploy.datasets.discretize")
     if not hasattr(discretize, "FayyadIraniDiscretizer"):
-        pytest.skip("bnc_deploy.discretize.FayyadIraniDiscretizer not available yet")
+        pytest.skip("bnc_deploy.datasets.discretize.FayyadIraniDiscretizer not available yet")
     model = discretize.FayyadIraniDiscretizer.from_dict(
         {"method": "fayyad-irani-mdl", "n_features_in": len(cuts), "cut_points": cuts})
     return model.to_dict()
@@ -364,7 +360,7 @@ import sys
 import numpy as np
 import bnc_deploy.exporters.onnx_bnc, bnc_deploy.runtimes.onnxruntime_adapter
 from bnc_deploy.artifacts import BNCArtifact
-from bnc_deploy.quantize import FixedPointLogQuantizer
+from bnc_deploy.quantizers import FixedPointLogQuantizer
 from bnc_deploy.runtimes.base import load_runtime
 a = BNCArtifact(parents=[-1, 0], cardinalities=[2, 3], class_names=['a', 'b'], feature_names=['u', 'v'],
                 quantizer=FixedPointLogQuantizer(3, 2), class_codes=np.array([1, 2], np.uint8),

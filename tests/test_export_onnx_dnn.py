@@ -15,10 +15,11 @@ import pytest
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
-from bnc_deploy.artifacts.dnn_examples import random_dnn_artifact  # noqa: E402
-from bnc_deploy.dnn_reference import DNNReferencePredictor  # noqa: E402
+from bnc_deploy.testing import random_dnn_artifact
+from bnc_deploy.reference.dnn import DNNReferencePredictor
 from bnc_deploy.exporters import onnx_dnn  # noqa: E402
-from bnc_deploy.exporters.common import INVALID_LABEL, METADATA_KEY, ExportError, parse_metadata  # noqa: E402
+from bnc_deploy.formats.metadata import INVALID_LABEL, METADATA_KEY, parse_metadata
+from bnc_deploy.errors import ExportError
 from bnc_deploy.exporters.onnx_dnn import (  # noqa: E402
     build_onnx_dnn,
     export_onnx_dnn,
@@ -131,7 +132,7 @@ def test_sign_of_zero_is_plus_one(tmp_path):
 @pytest.mark.parametrize("act", ["sign", "relu"])
 @pytest.mark.parametrize("enc", ["standardized", "onehot"])
 def test_output_layer_only_and_unpooled_conv(act, enc):
-    from bnc_deploy.artifacts.dnn_examples import random_codes
+    from bnc_deploy.testing import random_codes
 
     plain = random_dnn_artifact(1, activation=act, encoding=enc, hidden=())
     cnn = random_dnn_artifact(2, architecture="cnn", activation=act, encoding=enc, hidden=(4, 3))
@@ -318,7 +319,7 @@ def test_not_a_dnn_artifact():
 def test_exporter_does_not_import_torch(tmp_path):
     code = f"""
 import sys
-from bnc_deploy.artifacts.dnn_examples import random_dnn_artifact
+from bnc_deploy.testing import random_dnn_artifact
 from bnc_deploy.exporters.onnx_dnn import export_onnx_dnn
 r = export_onnx_dnn(random_dnn_artifact(1, architecture="cnn"), {str(tmp_path / 'nt.onnx')!r})
 print(r["verification"]["label_mismatches"])
@@ -335,7 +336,7 @@ print('no torch')
 # -- pack_bits: B-bit weight bit-planes and compact index constants ------------------------------------
 @pytest.mark.parametrize("config", CONFIGS[::2], ids=[config_id(c) for c in CONFIGS[::2]])
 def test_pack_bits_computes_the_same_graph(tmp_path, config):
-    from bnc_deploy.profiling.costs import costs_from_metadata
+    from bnc_deploy.costs import costs_from_metadata
     from bnc_deploy.profiling.graph_count import count_graph
 
     art = make(*config)

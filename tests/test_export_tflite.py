@@ -16,18 +16,18 @@ pytest.importorskip("tensorflow")
 pytest.importorskip("ai_edge_litert")
 
 from bnc_deploy.artifacts.bnc import BNCArtifact  # noqa: E402
-from bnc_deploy.exporters.common import INVALID_LABEL, ExportError  # noqa: E402
-from bnc_deploy.exporters.tflite_bnc import (  # noqa: E402
+from bnc_deploy.formats.metadata import INVALID_LABEL
+from bnc_deploy.errors import ExportError
+from bnc_deploy.exporters.tflite_bnc import (
     INT8_OUTPUT_LEVELS,
     _pack_groups,
     build_tflite_model,
     export_tflite,
-    inspect_tflite,
     onehot_fc_plan,
-    read_tflite_metadata,
 )
-from bnc_deploy.quantize import FixedPointLogQuantizer  # noqa: E402
-from bnc_deploy.reference import ReferencePredictor  # noqa: E402
+from bnc_deploy.formats.tflite import inspect_tflite, read_tflite_metadata
+from bnc_deploy.quantizers import FixedPointLogQuantizer
+from bnc_deploy.reference.bnc import ReferencePredictor
 from bnc_deploy.runtimes.base import load_runtime  # noqa: E402
 from bnc_deploy.runtimes.litert_adapter import LiteRTAdapter  # noqa: E402
 from bnc_deploy.validation import InputError  # noqa: E402
@@ -389,7 +389,7 @@ def test_adapter_rejects_files_that_are_not_exports(tmp_path):
 # -- raw inputs ------------------------------------------------------------------------------------------
 def test_raw_inputs_equal_discretize_then_codes(tmp_path):
     """The graph bins float32 values exactly like the discretizer (searchsorted, side='left')."""
-    from bnc_deploy.discretize import FayyadIraniDiscretizer
+    from bnc_deploy.datasets.discretize import FayyadIraniDiscretizer
 
     cuts = [[0.5, 2.5, 7.25], [], [0.1, 0.2], [-1e30, 3.0000001, 1e30], [1.0 / 3.0]]
     disc = {"method": "fayyad-irani-mdl", "n_features_in": len(cuts), "cut_points": cuts}

@@ -17,9 +17,10 @@ pytest.importorskip("tensorflow")
 pytest.importorskip("ai_edge_litert")
 
 from bnc_deploy.artifacts.dnn import sign_thresholds  # noqa: E402
-from bnc_deploy.artifacts.dnn_examples import random_dnn_artifact  # noqa: E402
-from bnc_deploy.dnn_reference import DNNReferencePredictor  # noqa: E402
-from bnc_deploy.exporters.common import METADATA_KEY, ExportError, parse_metadata  # noqa: E402
+from bnc_deploy.testing import random_dnn_artifact
+from bnc_deploy.reference.dnn import DNNReferencePredictor
+from bnc_deploy.formats.metadata import METADATA_KEY, parse_metadata
+from bnc_deploy.errors import ExportError
 from bnc_deploy.exporters.tflite_dnn import (  # noqa: E402
     LOWERING_PTQ,
     LOWERING_SIGN,
@@ -181,7 +182,7 @@ def test_sign_edge_shapes_are_exact(tmp_path, kw):
 def cnn_with_dense_hidden(activation, seed=17):
     """conv (pooled) -> dense hidden -> output: the (C, H, W) flatten feeds a hidden int8 layer."""
     from bnc_deploy.artifacts.dnn import DNNArtifact, DNNLayer
-    from bnc_deploy.artifacts.dnn_examples import _calibrate, random_codes
+    from bnc_deploy.testing import _calibrate, random_codes
 
     base = random_dnn_artifact(seed, architecture="cnn", activation=activation, bits=3, hidden=(4,),
                                image_shape=(6, 7), n_check=200)

@@ -12,9 +12,9 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from bnc_deploy.artifacts.bnc import BNCArtifact  # noqa: E402
 from bnc_deploy.exporters.onnx_bnc import build_onnx_model  # noqa: E402
-from bnc_deploy.profiling.costs import Dense, analytic_costs, dnn_costs  # noqa: E402
+from bnc_deploy.costs import Dense, analytic_costs, dnn_costs
 from bnc_deploy.profiling.graph_count import count_graph, load_graph  # noqa: E402
-from bnc_deploy.quantize import FixedPointLogQuantizer  # noqa: E402
+from bnc_deploy.quantizers import FixedPointLogQuantizer
 
 
 # -- helpers ------------------------------------------------------------------------------------------------
@@ -350,7 +350,7 @@ def test_onnx_exports_equal_analytic(kind, bits):
 
 
 def test_onnx_raw_input_export_counts_binning():
-    from bnc_deploy.discretize import FayyadIraniDiscretizer
+    from bnc_deploy.datasets.discretize import FayyadIraniDiscretizer
 
     cuts = [[0.5], [0.5, 1.5, 2.5], [1.0]]
     a = artifact([2, 4, 2], [-1, 0, 1], 3, bits=4)
@@ -392,7 +392,7 @@ def paper_artifacts(request):
     if not (SHARED_DATASETS / "discretized").is_dir():
         pytest.skip(f"real datasets not found at {SHARED_DATASETS}")
     from bnc_deploy.datasets import load_dataset
-    from bnc_deploy.models.structure import chow_liu_parents
+    from bnc_deploy.train.chow_liu import chow_liu_parents
 
     out = {}
     for name in ("letter", "satimage", "usps"):

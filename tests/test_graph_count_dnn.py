@@ -18,9 +18,9 @@ onnx = pytest.importorskip("onnx")
 from onnx import helper  # noqa: E402
 
 from bnc_deploy.artifacts.dnn import DNNArtifact, DNNLayer  # noqa: E402
-from bnc_deploy.artifacts.dnn_examples import random_codes, random_dnn_artifact  # noqa: E402
+from bnc_deploy.testing import random_codes, random_dnn_artifact
 from bnc_deploy.exporters.onnx_dnn import build_onnx_dnn  # noqa: E402
-from bnc_deploy.profiling.costs import analytic_costs, costs_from_metadata  # noqa: E402
+from bnc_deploy.costs import analytic_costs, costs_from_metadata
 from bnc_deploy.profiling.graph_count import count_graph, load_graph  # noqa: E402
 
 ARCHS, ACTS, ENCODINGS, BITS, BATCH_NORM = ("fc", "cnn"), ("sign", "relu"), ("standardized", "onehot"), \
@@ -43,7 +43,7 @@ def tflite_bytes(art, **options) -> bytes:
 
 def expected_terms(art) -> dict:
     """MACs, batch-norm outputs and bias outputs of the analytic cost model, from its layer list."""
-    from bnc_deploy.profiling.costs import Conv2D, Dense
+    from bnc_deploy.costs import Conv2D, Dense
 
     macs = bn = bias = 0
     for layer in art.cost_layers():

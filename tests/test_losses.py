@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import torch
 
-from bnc_deploy.losses import CLLLoss, HybridLoss, NLLLoss, make_loss
+from bnc_deploy.train.losses import CLLLoss, HybridLoss, NLLLoss, make_loss
 
 
 def hybrid_direct(log_joint, labels, lam, gamma, eta):

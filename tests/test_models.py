@@ -3,13 +3,13 @@ import pytest
 import torch
 
 from bnc_deploy.models.bnc import BayesNetClassifier
-from bnc_deploy.models.structure import (
+from bnc_deploy.train.chow_liu import (
     chow_liu_parents,
     conditional_mutual_information,
     maximum_spanning_tree_parents,
 )
-from bnc_deploy.quantize import FixedPointLogQuantizer
-from bnc_deploy.reference import ReferencePredictor
+from bnc_deploy.quantizers import FixedPointLogQuantizer
+from bnc_deploy.reference.bnc import ReferencePredictor
 from tests.conftest import make_synthetic_dataset
 
 

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bnc_deploy.artifacts.bnc import BNCArtifact
-from bnc_deploy.profiling.costs import (
+from bnc_deploy.costs import (
     COST_MODELS,
     Conv2D,
     CostReport,
@@ -21,7 +21,7 @@ from bnc_deploy.profiling.costs import (
     fc_dnn_costs,
     register_cost_model,
 )
-from bnc_deploy.quantize import FixedPointLogQuantizer
+from bnc_deploy.quantizers import FixedPointLogQuantizer
 
 # letter: 16 features with 146 values in all, 26 classes; usps: 256 features, 864 values, 10 classes.
 LETTER_CARDS = [10, 10] + [9] * 14

@@ -13,9 +13,9 @@ onnx = pytest.importorskip("onnx")
 from test_export_onnx import discretizer_dict, random_artifact, random_codes  # noqa: E402
 
 from bnc_deploy.artifacts import save_artifact  # noqa: E402
-from bnc_deploy.exporters.common import METADATA_KEY  # noqa: E402
+from bnc_deploy.formats.metadata import METADATA_KEY
 from bnc_deploy.exporters.onnx_bnc import export_onnx  # noqa: E402
-from bnc_deploy.reference import ReferencePredictor  # noqa: E402
+from bnc_deploy.reference.bnc import ReferencePredictor
 from bnc_deploy.runtimes.base import (  # noqa: E402
     RUNTIMES,
     RuntimeAdapter,

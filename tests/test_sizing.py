@@ -6,9 +6,19 @@ from fractions import Fraction
 
 import pytest
 
-from bnc_deploy.profiling.costs import Conv2D, Dense, Free, dnn_costs
-from bnc_deploy.sizing import (CostPolynomial, SizingResult, cnn_costs, cnn_layers, cnn_polynomial, fc_costs,
-                               fc_layers, fc_polynomial, match_cnn, match_fc)
+from bnc_deploy.costs import Conv2D, Dense, Free, dnn_costs
+from bnc_deploy.train.sizing import (
+    CostPolynomial,
+    SizingResult,
+    cnn_costs,
+    cnn_layers,
+    cnn_polynomial,
+    fc_costs,
+    fc_layers,
+    fc_polynomial,
+    match_cnn,
+    match_fc,
+)
 
 
 # -- hand-computed cases ----------------------------------------------------------------------------

@@ -9,14 +9,27 @@ import numpy as np
 import pytest
 import torch
 
-from bnc_deploy.artifacts.bnc import _check_acyclic
+from bnc_deploy.artifacts.bnc import check_acyclic as _check_acyclic
 from bnc_deploy.datasets.base import DiscreteDataset
+from bnc_deploy.train.structure_learning import (
+    NO_PARENT,
+    UNUSED_SLOT,
+    StructureLearningConfig,
+    candidate_parameter_counts,
+    candidate_parents,
+    feature_order,
+    naive_bayes_parameters,
+    parse_candidates,
+    tan_parameters,
+    train_learned_tan,
+)
 from bnc_deploy.models.structure_learning import (
-    NO_PARENT, UNUSED_SLOT, StructureLearningConfig, StructureLearningTAN, candidate_parameter_counts,
-    candidate_parents, expected_size_penalty, feature_order, gumbel_softmax_st, naive_bayes_parameters,
-    parse_candidates, tan_parameters, train_learned_tan)
-from bnc_deploy.reference import ReferencePredictor
-from bnc_deploy.training import TrainConfig
+    StructureLearningTAN,
+    expected_size_penalty,
+    gumbel_softmax_st,
+)
+from bnc_deploy.reference.bnc import ReferencePredictor
+from bnc_deploy.train.bnc import TrainConfig
 
 
 @pytest.fixture(autouse=True)
@@ -289,7 +302,7 @@ def test_bnc_train_learn_flags_need_structure_learn(capsys):
 
 def test_sweep_cli_writes_trajectory_and_plots(tmp_path):
     from bnc_deploy.cli.sweep import main
-    from bnc_deploy.structure_sweep import parse_grid
+    from bnc_deploy.train.structure_sweep import parse_grid
 
     assert parse_grid("1e-7:10:9")[0] == pytest.approx(1e-7) and parse_grid("1e-7:10:9")[-1] == pytest.approx(10)
     data = _write_csv(tmp_path, chain_dataset(n=300))
@@ -305,7 +318,7 @@ def test_sweep_cli_writes_trajectory_and_plots(tmp_path):
 
 
 def test_chow_liu_order_puts_every_tree_edge_forward():
-    from bnc_deploy.models.structure import chow_liu_parents
+    from bnc_deploy.train.chow_liu import chow_liu_parents
 
     data = chain_dataset(n=300, d=6)
     args = (data.x_train, data.y_train, data.cardinalities, data.n_classes)

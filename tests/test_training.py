@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 
 from bnc_deploy.artifacts import load_artifact, save_artifact
-from bnc_deploy.reference import ReferencePredictor
-from bnc_deploy.quantize import UnsupportedBitWidth
-from bnc_deploy.training import TrainConfig, default_int_bits, load_structure_file, train_bnc
+from bnc_deploy.reference.bnc import ReferencePredictor
+from bnc_deploy.quantizers import UnsupportedBitWidth
+from bnc_deploy.train.bnc import TrainConfig, default_int_bits, load_structure_file, train_bnc
 from tests.conftest import make_synthetic_dataset
 
 
@@ -118,10 +118,10 @@ def test_closed_form_step_equals_autograd(bits, model_kind):
     """The training fast path (no autograd) must produce autograd's gradients of the hybrid loss."""
     import torch
 
-    from bnc_deploy.losses import HybridLoss
+    from bnc_deploy.train.losses import HybridLoss
     from bnc_deploy.models.bnc import BayesNetClassifier
-    from bnc_deploy.quantize import FixedPointLogQuantizer
-    from bnc_deploy.training import closed_form_step
+    from bnc_deploy.quantizers import FixedPointLogQuantizer
+    from bnc_deploy.train.bnc import closed_form_step
 
     ds = make_synthetic_dataset(seed=4)
     parents = None if model_kind == "nb" else [-1, 0, 1, 2, 0, 4]

@@ -17,7 +17,7 @@ import numpy as np
 
 from bnc_deploy.artifacts.common import FeatureSpaceMixin
 from bnc_deploy.artifacts.container import ArtifactError
-from bnc_deploy.quantize import FixedPointLogQuantizer, UnsupportedBitWidth
+from bnc_deploy.quantizers import FixedPointLogQuantizer, UnsupportedBitWidth
 
 KIND = "bnc"
 FLOAT_BITS = 32
@@ -156,7 +156,7 @@ class BNCArtifact(FeatureSpaceMixin):
         if d and (self.parents.min() < -1 or self.parents.max() >= d):
             i = int(np.argmax((self.parents < -1) | (self.parents >= d)))
             raise ArtifactError(f"feature {i} has parent {int(self.parents[i])}, outside -1..{d - 1}")
-        _check_acyclic(self.parents)
+        check_acyclic(self.parents)
         shapes = {"class": (c,), "table": (self.n_rows, c)}
         if self.quantizer is not None:
             arrays = {"class": self.class_codes, "table": self.table_codes}
@@ -228,7 +228,7 @@ class BNCArtifact(FeatureSpaceMixin):
             raise ArtifactError(f"{where}: malformed header ({exc!r})") from None
 
 
-def _check_acyclic(parents: np.ndarray) -> None:
+def check_acyclic(parents: np.ndarray) -> None:
     """Raise ArtifactError if following parents ever loops (TAN structures are forests)."""
     d = parents.shape[0]
     state = np.zeros(d, dtype=np.int8)  # 0 unseen, 1 on current path, 2 done

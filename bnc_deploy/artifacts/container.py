@@ -24,15 +24,13 @@ from pathlib import Path
 
 import numpy as np
 
+from bnc_deploy.errors import ArtifactError
+
 FORMAT_NAME = "bnc-deploy-model"
 #: Version of the container and of the header keys written by this toolkit.
 FORMAT_VERSION = 1
 HEADER_ENTRY = "header.json"
 ARRAY_PREFIX = "arrays/"
-
-
-class ArtifactError(ValueError):
-    """A model file is missing, corrupt, tampered with, of a newer version, or inconsistent."""
 
 
 def _canonical_json(obj) -> bytes:

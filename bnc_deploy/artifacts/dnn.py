@@ -45,8 +45,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from bnc_deploy.costs import Conv2D, Dense, Free, dnn_costs
 from bnc_deploy.artifacts.common import FeatureSpaceMixin
 from bnc_deploy.artifacts.container import ArtifactError
+from bnc_deploy.artifacts.encoding import INPUT_CODE_MAX, encode_integer, pixel_index
 
 KIND = "dnn"
 ARCHITECTURES = ("fc", "cnn")
@@ -54,8 +56,6 @@ ACTIVATIONS = ("relu", "sign")
 ENCODINGS = ("standardized", "onehot")
 PIXEL_ORDERS = ("row-major", "column-major")
 MIN_WEIGHT_BITS, MAX_WEIGHT_BITS = 1, 8
-#: Standardized inputs are int8 codes within +-63 (7 bits): the TFLite exporter doubles them.
-INPUT_CODE_MAX = 63
 LAYER_TYPES = ("dense", "conv2d")
 
 
@@ -231,9 +231,8 @@ class DNNArtifact(FeatureSpaceMixin):
             shapes.append((h, w))
         return shapes
 
-    # -- costs (the paper's conventions, bnc_deploy.profiling.costs) -----------------------------
+    # -- costs (the paper's conventions, bnc_deploy.costs) -----------------------------
     def cost_layers(self) -> list:
-        from bnc_deploy.profiling.costs import Conv2D, Dense, Free
 
         out, shapes = [], self.spatial_shapes()
         for k, layer in enumerate(self.layers):
@@ -248,7 +247,6 @@ class DNNArtifact(FeatureSpaceMixin):
         return out
 
     def costs(self):
-        from bnc_deploy.profiling.costs import dnn_costs
 
         return dnn_costs(self.cost_layers(), self.weight_bits)
 
@@ -390,7 +388,6 @@ class DNNArtifact(FeatureSpaceMixin):
     # -- encoding (numpy; shared by the reference predictor and the exporters) -------------------
     def pixel_index(self) -> np.ndarray:
         """``index[r, c]`` = feature at image pixel (r, c), shape (H, W) (CNN only)."""
-        from bnc_deploy.dnn_encoding import pixel_index
 
         return pixel_index(self.image_shape, self.pixel_order)
 
@@ -403,7 +400,6 @@ class DNNArtifact(FeatureSpaceMixin):
 
         ``x`` : validated codes (n, D). Returns FC: (n, n_inputs); CNN: (n, E, H, W).
         """
-        from bnc_deploy.dnn_encoding import encode_integer
 
         return encode_integer(x, architecture=self.architecture, encoding=self.input_encoding,
                               cardinalities=self.cardinalities, input_codes=self.input_codes,

@@ -50,7 +50,7 @@ def demo_model(name: str, flags: list[str], data: str, out: Path) -> dict:
     from bnc_deploy.artifacts import load_artifact
     from bnc_deploy.cli import train as train_cli
     from bnc_deploy.datasets import load_dataset
-    from bnc_deploy.dnn_reference import reference_predictor
+    from bnc_deploy.reference import reference_predictor
     from bnc_deploy.runtimes.base import load_runtime
 
     stem = out / f"{data}-{name}"

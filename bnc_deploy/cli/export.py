@@ -30,7 +30,8 @@ from pathlib import Path
 import numpy as np
 
 from bnc_deploy.cli.common import EXIT_USAGE
-from bnc_deploy.exporters.common import LOWERINGS, ExportError, is_exact_lowering, raw_representatives
+from bnc_deploy.formats.bnc import LOWERINGS, is_exact_lowering, raw_representatives
+from bnc_deploy.errors import ExportError
 
 FORMATS = ("onnx", "tflite")
 #: Runtime used to verify each format.
@@ -174,7 +175,7 @@ def _representative_rows(artifact, args: argparse.Namespace):
 
 def verify_dnn(artifact, output: Path, args: argparse.Namespace, x, y) -> dict:
     """Run a DNN export in its runtime on ``x``; compare labels and logits with the reference."""
-    from bnc_deploy.dnn_reference import DNNReferencePredictor
+    from bnc_deploy.reference.dnn import DNNReferencePredictor
 
     rt = _open_runtime(output, args.format)
     result = {"n_rows": 0, "agreement": None, "exact": None, "exact_expected": bool(rt.metadata.get("exact")),
@@ -274,7 +275,7 @@ def _open_runtime(output: Path, fmt: str):
 
 def verify(artifact, output: Path, args: argparse.Namespace, x, y) -> dict:
     """Run ``output`` in its runtime on ``x`` and compare with the reference predictor."""
-    from bnc_deploy.reference import ReferencePredictor
+    from bnc_deploy.reference.bnc import ReferencePredictor
     from bnc_deploy.validation import InputError
 
     rt = _open_runtime(output, args.format)

@@ -12,7 +12,7 @@ them), or a JSON result file (rows of an earlier ``--json`` run or ``bnc-train -
 as they are, for tables and plots over many runs). BN classifiers and quantized DNNs alike: the
 costs follow the model kind (``model_kind`` ``"bnc"``/``"dnn"``; DNNs: ``structure`` ``fc``/``cnn``,
 ``bits`` = bits per weight, size and operations by the paper's DNN conventions, see
-:mod:`bnc_deploy.profiling.costs`), and so does the graph count (:mod:`bnc_deploy.profiling.graph_count`).
+:mod:`bnc_deploy.costs`), and so does the graph count (:mod:`bnc_deploy.profiling.graph_count`).
 
 Each model file is run in every selected runtime that reads it: ``.bnc`` -> numpy;
 ``.onnx`` -> onnxruntime with 1 thread and with its default threads; ``.tflite`` -> LiteRT with
@@ -173,7 +173,7 @@ def model_facts(path) -> dict:
     BN classifiers and DNNs alike: ``.bnc`` artifacts by their kind (:func:`analytic_costs`),
     exported files from their metadata (:func:`costs_from_metadata`, by ``model_kind``).
     """
-    from bnc_deploy.profiling.costs import COST_MODELS, analytic_costs, costs_from_metadata
+    from bnc_deploy.costs import COST_MODELS, analytic_costs, costs_from_metadata
 
     p = Path(path)
     suffix = p.suffix.lower()

@@ -65,9 +65,20 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(args) -> dict:
     from bnc_deploy.datasets import load_dataset
-    from bnc_deploy.models.structure_learning import StructureLearningConfig, naive_bayes_parameters, parse_candidates
-    from bnc_deploy.structure_sweep import parse_grid, parse_lambdas, reference_point, sweep, sweep_meta, write_outputs
-    from bnc_deploy.training import TrainConfig
+    from bnc_deploy.train.structure_learning import (
+        StructureLearningConfig,
+        naive_bayes_parameters,
+        parse_candidates,
+    )
+    from bnc_deploy.train.structure_sweep import (
+        parse_grid,
+        parse_lambdas,
+        reference_point,
+        sweep,
+        sweep_meta,
+        write_outputs,
+    )
+    from bnc_deploy.train.bnc import TrainConfig
 
     lambdas = parse_lambdas(args.lambdas) if args.lambdas is not None else parse_grid(args.grid)
     if args.jobs < 1:

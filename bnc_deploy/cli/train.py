@@ -112,7 +112,7 @@ _BN_ONLY = {"bits": None, "int_bits": None, "candidates": None, "size_penalty": 
 
 
 def _defaults():
-    from bnc_deploy.training import TrainConfig
+    from bnc_deploy.train.bnc import TrainConfig
 
     return TrainConfig()
 
@@ -133,7 +133,7 @@ def run(args) -> dict:
     import torch
 
     from bnc_deploy.datasets import load_dataset
-    from bnc_deploy.training import TrainConfig, train_bnc
+    from bnc_deploy.train.bnc import TrainConfig, train_bnc
 
     if args.threads < 1:
         raise ValueError(f"--threads must be >= 1, got {args.threads}")
@@ -155,7 +155,7 @@ def run(args) -> dict:
     learn = _structure_learning_config(args)
     dataset = load_dataset(args.data, fold=args.fold, seed=args.seed, validation_fraction=args.validation)
     if learn is not None:
-        from bnc_deploy.models.structure_learning import train_learned_tan
+        from bnc_deploy.train.structure_learning import train_learned_tan
 
         result = train_learned_tan(dataset, config, learn)
     else:
@@ -202,8 +202,8 @@ def saved_summary(args, dataset, result, epochs: int) -> dict:
 def run_dnn(args) -> dict:
     """``--model fc|cnn``: train a quantized DNN baseline, save it, return the JSON summary."""
     from bnc_deploy.datasets import load_dataset
-    from bnc_deploy.dnn_encoding import parse_image_shape
-    from bnc_deploy.dnn_training import DNNConfig, train_dnn
+    from bnc_deploy.artifacts.encoding import parse_image_shape
+    from bnc_deploy.train.dnn import DNNConfig, train_dnn
 
     used = [f"--{name.replace('_', '-')}" for name, default in _BN_ONLY.items() if getattr(args, name) != default]
     if args.structure != "chow-liu":
@@ -264,7 +264,7 @@ def _structure_learning_config(args):
         if used:
             raise ValueError(f"{', '.join(used)} {'applies' if len(used) == 1 else 'apply'} only to --structure learn")
         return None
-    from bnc_deploy.models.structure_learning import StructureLearningConfig, parse_candidates
+    from bnc_deploy.train.structure_learning import StructureLearningConfig, parse_candidates
 
     sl = StructureLearningConfig()
     if args.candidates is not None:

@@ -7,11 +7,10 @@ from typing import Any
 
 import numpy as np
 
-from bnc_deploy.validation import InputError, check_codes
+from bnc_deploy.errors import DatasetError, InputError
+from bnc_deploy.validation import check_codes
 
-
-class DatasetError(ValueError):
-    """A dataset file or specification is wrong; the message names the file and the problem."""
+__all__ = ["DatasetError", "DiscreteDataset"]
 
 
 @dataclass
@@ -35,7 +34,7 @@ class DiscreteDataset:
     fold, n_folds : int
         1-based fold index and number of folds of the protocol (1 and 1 for a single split).
     discretizer : object or None
-        The fitted discretizer (``bnc_deploy.discretize.FayyadIraniDiscretizer``) that mapped raw
+        The fitted discretizer (``bnc_deploy.datasets.discretize.FayyadIraniDiscretizer``) that mapped raw
         values to these codes, or None when the data came discrete.
     source : str
         Where the data came from (path or ``"sklearn:digits"``), for the model's metadata.

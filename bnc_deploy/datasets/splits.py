@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..discretize import FayyadIraniDiscretizer
+from .discretize import FayyadIraniDiscretizer
 from .base import DatasetError, DiscreteDataset
 from .loaders import RawData
 

@@ -7,7 +7,7 @@ same values and gradients in closed form. They serve two callers:
 
 * the autograd Functions ``BNLogJoint`` and ``HybridLossFn`` (one graph node each), used whenever
   a caller wants ``loss.backward()``;
-* ``closed_form_step`` in ``bnc_deploy.training``, which skips autograd entirely.
+* ``closed_form_step`` in ``bnc_deploy.train.bnc``, which skips autograd entirely.
 
 Tests check both against autograd of the plain torch expressions.
 """
@@ -95,7 +95,7 @@ class BNLogJoint(torch.autograd.Function):
 
 # -- hybrid loss -----------------------------------------------------------------------------------
 def hybrid_forward(log_joint, labels, lam, gamma, eta, exclude_true):
-    """Mean hybrid loss (``bnc_deploy.losses.HybridLoss``) and what its gradient needs.
+    """Mean hybrid loss (``bnc_deploy.train.losses.HybridLoss``) and what its gradient needs.
 
     ``exclude_true`` is the (C, C) matrix with -inf on the diagonal and 0 elsewhere.
     """

@@ -19,10 +19,11 @@ from torch import nn
 
 from bnc_deploy.artifacts.bnc import BNCArtifact
 from bnc_deploy.models._kernels import BNLogJoint
-from bnc_deploy.quantize import FixedPointLogQuantizer
+from bnc_deploy.models.ste import fixed_point_ste
+from bnc_deploy.quantizers import FixedPointLogQuantizer
 
 #: Value of padded ``rho`` entries: exp(-1e4) == 0 in float32, and it is finite (no NaN anywhere).
-_PAD = -1.0e4
+PAD = -1.0e4
 
 
 def ml_log_counts(x: np.ndarray, y: np.ndarray, cardinalities: np.ndarray, parents: np.ndarray,
@@ -97,7 +98,7 @@ class BayesNetClassifier(nn.Module):
         valid = (torch.arange(self.k_max)[None, None, :] < torch.as_tensor(cardinalities)[:, None, None]) & \
                 (torch.arange(self.p_max)[None, :, None] < torch.as_tensor(p_card)[:, None, None])
         self.register_buffer("valid", valid[..., None].expand(shape).contiguous(), persistent=False)
-        self.rho = nn.Parameter(torch.where(self.valid, rho, torch.full_like(rho, _PAD)))
+        self.rho = nn.Parameter(torch.where(self.valid, rho, torch.full_like(rho, PAD)))
         self.class_rho = nn.Parameter(class_rho)
         # Index pieces: flat row of (feature i, parent value p, value k) is (i * P + p) * K + k.
         self.register_buffer("_feature_base", torch.arange(d, dtype=torch.int64) * self.p_max * self.k_max,
@@ -118,12 +119,12 @@ class BayesNetClassifier(nn.Module):
     # -- parameters ---------------------------------------------------------------------------
     def log_tables(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Normalized (and, if quantizing, quantized) ``(class (C,), tables (D, P, K, C))``."""
-        # Padding entries of rho start at _PAD and never move: their gradient is exactly zero
+        # Padding entries of rho start at PAD and never move: their gradient is exactly zero
         # (never gathered, softmax weight exp(-1e4) == 0), so no masking op is needed here.
         theta = torch.log_softmax(self.rho, dim=2)
         class_theta = torch.log_softmax(self.class_rho, dim=0)
         if self.quantizer is not None:
-            theta, class_theta = self.quantizer(theta), self.quantizer(class_theta)
+            theta, class_theta = fixed_point_ste(theta, self.quantizer), fixed_point_ste(class_theta, self.quantizer)
         return class_theta, theta
 
     def forward(self, indices: torch.Tensor) -> torch.Tensor:
@@ -148,7 +149,7 @@ class BayesNetClassifier(nn.Module):
     def to_artifact(self, class_names, feature_names, discretizer=None, metadata=None,
                     check_x=None, check_y=None) -> BNCArtifact:
         """Freeze the trained model into a framework-neutral :class:`BNCArtifact`."""
-        if not torch.all(self.rho[~self.valid] == _PAD):
+        if not torch.all(self.rho[~self.valid] == PAD):
             raise RuntimeError("padding entries of rho changed during training (weight decay?); tables are invalid")
         class_theta, theta = (t.double().numpy() for t in self.log_tables())
         blocks = []

@@ -2,7 +2,7 @@
 
 One job per module:
 
-* :mod:`~bnc_deploy.profiling.costs` - the paper's cost conventions (size in bits, operations),
+* :mod:`~bnc_deploy.costs` - the paper's cost conventions (size in bits, operations),
   a registry of cost functions by artifact kind (``"bnc"``; the DNN formula is ready as a pure
   function over a layer list);
 * :mod:`~bnc_deploy.profiling.graph_count` - per-node operations and parameter bits of exported
@@ -14,7 +14,7 @@ One job per module:
 The command line is ``bnc_deploy.cli.profile`` (``bnc-profile``).
 """
 
-from bnc_deploy.profiling.costs import CostReport, analytic_costs, dnn_costs, register_cost_model
+from bnc_deploy.costs import CostReport, analytic_costs, dnn_costs, register_cost_model
 from bnc_deploy.profiling.graph_count import GraphCount, count_graph
 from bnc_deploy.profiling.latency import environment, measure_accuracy, measure_latency
 from bnc_deploy.profiling.pareto import mark_pareto, pareto_front, plot_all, plot_overview

@@ -214,7 +214,7 @@ def _tflite_schema():
 
 def load_tflite_graph(model) -> Graph:
     """TFLite file (path or bytes) -> Graph (first subgraph), with builtin options as attrs."""
-    from bnc_deploy.exporters.tflite_bnc import inspect_tflite
+    from bnc_deploy.formats.tflite import inspect_tflite
 
     path = str(model) if isinstance(model, (str, Path)) else ""
     data = Path(model).read_bytes() if path else bytes(model)

@@ -100,8 +100,8 @@ class _Caller:
     _ORT_DTYPES = {"tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(float)": np.float32}
 
     def __init__(self, adapter, mode: str) -> None:
-        from bnc_deploy.exporters.common import INPUT_NAME
-        from bnc_deploy.runtimes.base import contract_outputs
+        from bnc_deploy.formats.metadata import INPUT_NAME
+        from bnc_deploy.formats.metadata import contract_outputs
 
         if mode not in MODES:
             raise ValueError(f"unknown latency mode {mode!r}; choose one of {', '.join(MODES)}")

@@ -5,7 +5,7 @@ Cross-entropy, Adam, learning rate decaying log-linearly per epoch from ``lr`` t
 every epoch with the last incomplete batch dropped, seeded; a tqdm progress bar and the
 per-epoch history (lr, loss, train/val/test error, seconds) stored in the artifact.
 
-Widths come from ``hidden`` (explicit) or from the budget matcher in :mod:`bnc_deploy.sizing`
+Widths come from ``hidden`` (explicit) or from the budget matcher in :mod:`bnc_deploy.train.sizing`
 (``match_bits`` / ``match_ops``, the paper's accounting); the achieved bits and operations are
 reported next to the target.
 """
@@ -21,11 +21,11 @@ import torch.nn.functional as F
 
 from bnc_deploy.artifacts.dnn import DNNArtifact
 from bnc_deploy.datasets.base import DiscreteDataset
-from bnc_deploy.dnn_encoding import encode_integer, fit_standardized_table, image_layout
-from bnc_deploy.dnn_reference import DNNReferencePredictor
-from bnc_deploy.dnn_quantize import DoReFaWeightQuantizer
+from bnc_deploy.artifacts.encoding import encode_integer, fit_standardized_table, image_layout
+from bnc_deploy.reference.dnn import DNNReferencePredictor
+from bnc_deploy.quantizers import DoReFaWeightQuantizer
 from bnc_deploy.models.dnn import QuantCNN, QuantMLP, clamp_latent_weights
-from bnc_deploy.train_common import (
+from bnc_deploy.train.common import (
     EpochHistory,
     TrainResult,
     check_schedule,
@@ -142,7 +142,7 @@ def input_spec(dataset: DiscreteDataset, config: DNNConfig) -> InputSpec:
 
 def resolve_widths(config: DNNConfig, spec: InputSpec, n_classes: int) -> list[int]:
     """Hidden widths (FC) or channels (CNN): explicit, or matched to the bits/ops budget."""
-    from bnc_deploy import sizing
+    from bnc_deploy.train import sizing
 
     if config.hidden is not None:
         widths = [int(w) for w in config.hidden]

@@ -62,7 +62,7 @@ def run_point(data: str, fold: int, config, sl, lam: float, outdir: str | Path, 
 
     from bnc_deploy.artifacts import load_artifact, save_artifact
     from bnc_deploy.datasets import load_dataset
-    from bnc_deploy.models.structure_learning import train_learned_tan
+    from bnc_deploy.train.structure_learning import train_learned_tan
 
     path = model_path(outdir, lam)
     if resume and path.is_file():
@@ -82,7 +82,7 @@ def row_from_artifact(artifact, lam: float, path, seconds: float) -> dict:
     candidate and more than one value (a constant feature's table is all zeros whatever its
     parent, so the penalty alone decides it, towards no parent).
     """
-    from bnc_deploy.models.structure_learning import naive_bayes_parameters
+    from bnc_deploy.train.structure_learning import naive_bayes_parameters
 
     learned = artifact.metadata["structure_learning"]
     card = artifact.cardinalities

@@ -114,7 +114,7 @@ def edgetpu_compatibility(tflite_path) -> dict:
     (ops supported in isolation, what ``-a`` could map), ``fallback_ops`` (op name -> count on the
     CPU), ``static_shapes``, ``dynamic_tensors``, ``fully_8bit``, ``source``.
     """
-    from bnc_deploy.exporters.tflite_bnc import inspect_tflite
+    from bnc_deploy.formats.tflite import inspect_tflite
 
     summary = inspect_tflite(tflite_path)
     entries = [_check_op(summary, op) for op in summary.ops]
@@ -244,7 +244,7 @@ def format_report(report: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m bnc_deploy.exporters.edgetpu_report FILE.tflite``: print the report."""
+    """``python -m bnc_deploy.targets.edgetpu FILE.tflite``: print the report."""
     parser = argparse.ArgumentParser(description="Static Edge TPU compatibility report of a TFLite file.")
     parser.add_argument("tflite", help="a .tflite file")
     args = parser.parse_args(argv)

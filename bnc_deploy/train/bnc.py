@@ -16,16 +16,16 @@ import numpy as np
 import torch
 
 from bnc_deploy.artifacts import BNCArtifact, load_artifact
-from bnc_deploy.artifacts.bnc import _check_acyclic
+from bnc_deploy.artifacts.bnc import check_acyclic
 from bnc_deploy.artifacts.container import ArtifactError
 from bnc_deploy.datasets.base import DiscreteDataset
-from bnc_deploy.losses import HybridLoss, exclusion_mask, make_loss
+from bnc_deploy.train.losses import HybridLoss, exclusion_mask, make_loss
 from bnc_deploy.models._kernels import hybrid_backward, hybrid_forward, log_joint_backward, log_joint_forward
 from bnc_deploy.models.bnc import BayesNetClassifier
-from bnc_deploy.models.structure import chow_liu_parents
-from bnc_deploy.quantize import FixedPointLogQuantizer
-from bnc_deploy.reference import ReferencePredictor
-from bnc_deploy.train_common import (
+from bnc_deploy.train.chow_liu import chow_liu_parents
+from bnc_deploy.quantizers import FixedPointLogQuantizer
+from bnc_deploy.reference.bnc import ReferencePredictor
+from bnc_deploy.train.common import (
     EpochHistory,
     TrainResult,
     check_schedule,
@@ -135,7 +135,7 @@ def load_structure_file(path: str | Path, n_features: int) -> np.ndarray:
         i = int(np.argmax(bad))
         raise ValueError(f"structure file {path}: feature {i} has invalid parent {int(parents[i])}")
     try:
-        _check_acyclic(parents.astype(np.int64))
+        check_acyclic(parents.astype(np.int64))
     except ArtifactError as exc:
         raise ValueError(f"structure file {path}: {exc}") from None
     return parents.astype(np.int64)

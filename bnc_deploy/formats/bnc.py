@@ -1,7 +1,9 @@
-"""Exporter-neutral facts shared by the ONNX and TFLite exporters and by the runtime adapters.
+"""The exported-file contract of Bayesian network classifiers (``model_kind = "bnc"``).
 
-Everything here is plain NumPy/JSON (no onnx, no tensorflow, no torch), so a runtime can import
-it to read an exported file's metadata without pulling in an exporter's framework.
+What every exporter of a BN classifier writes and every runtime reads: the metadata keys and
+their checker, the lowerings and when they are exact, the stacked-table index constants, and the
+raw-input binning rule. Plain NumPy/JSON (no onnx, no tensorflow, no torch), so a runtime can
+import it without pulling in an exporter's framework.
 
 Contract of every exported BNC file
 -----------------------------------
@@ -24,23 +26,20 @@ that feed the bare graph.
 
 from __future__ import annotations
 
-import json
-
 import numpy as np
 
 import bnc_deploy
-from bnc_deploy.artifacts.container import content_hash
-
-#: Key of the JSON metadata blob in an exported file (ONNX metadata_props / TFLite metadata).
-METADATA_KEY = "bnc_deploy"
-#: Version of the metadata dict's layout; runtimes refuse newer ones.
-METADATA_SCHEMA_VERSION = 1
-
-INPUT_CODES = "codes"
-INPUT_RAW = "raw"
-INPUT_NAME = "x"
-OUTPUT_LOG_JOINT = "log_joint"
-OUTPUT_LABEL = "label"
+from bnc_deploy.errors import ExportError, MetadataError
+from bnc_deploy.formats.metadata import (
+    GUARD,
+    INPUT_CODES,
+    INPUT_RAW,
+    METADATA_KEY,
+    METADATA_SCHEMA_VERSION,
+    OUTPUT_LOG_JOINT,
+    artifact_hash,
+    register_kind,
+)
 
 #: Lowerings of the per-feature table lookup. ``gather`` indexes the stacked table directly;
 #: ``onehot-fc`` multiplies a one-hot encoding with the table (a fully connected layer).
@@ -49,29 +48,12 @@ LOWERINGS = ("gather", "onehot-fc")
 #: documents why). ONNX's ``onehot-fc`` is exact at every width and says so in its metadata.
 ONEHOT_FC_EXACT_MAX_BITS = 7
 
-INVALID_LABEL = -1
-#: Stored in every file's metadata (kept short: it is in every file); the module docstring has the rule.
-GUARD = {"invalid_label": INVALID_LABEL, "invalid_log_joint": "nan"}
-
 #: Keys every exported file's metadata must carry (runtimes check them on load).
 REQUIRED_METADATA_KEYS = (
     "schema_version", "toolkit_version", "format", "lowering", "input", "input_dtype",
     "structure", "quantized", "bits", "int_bits", "frac_bits", "class_names", "feature_names",
     "cardinalities", "parents", "n_parameters", "size_bits", "n_ops", "artifact_sha256", "guard",
 )
-
-
-class ExportError(ValueError):
-    """An artifact cannot be exported as asked (unsupported option, missing discretizer, ...)."""
-
-
-def artifact_hash(artifact) -> str:
-    """Content hash of the artifact: the one stored in its file, else computed the same way."""
-    stored = getattr(artifact, "content_sha256", None)
-    if stored:
-        return str(stored)
-    header, arrays = artifact.to_header_and_arrays()
-    return content_hash(header, arrays)
 
 
 def is_exact_lowering(artifact, lowering: str) -> bool:
@@ -147,56 +129,6 @@ def export_metadata(artifact, *, format: str, lowering: str = "gather", raw_inpu
     return meta
 
 
-def flat_metadata(meta: dict) -> dict[str, str]:
-    """A few top-level string keys for tools that only show flat key/value metadata.
-
-    Kept short (classes and cardinalities live in the JSON blob): the file-size budget matters.
-    """
-    return {
-        "bnc_deploy.version": str(meta["toolkit_version"]),
-        "bnc_deploy.structure": str(meta["structure"]),
-        "bnc_deploy.bits": str(meta["bits"]),
-        "bnc_deploy.input": str(meta["input"]),
-    }
-
-
-def dump_metadata(meta: dict) -> str:
-    """Canonical JSON text of the metadata (no NaN: the guard's NaN is spelled ``"nan"``)."""
-    return json.dumps(meta, sort_keys=True, separators=(",", ":"), allow_nan=False)
-
-
-def parse_metadata(text, where: str = "model") -> dict:
-    """Parse and check the metadata JSON of an exported file; ValueError naming ``where``."""
-    try:
-        meta = json.loads(text) if isinstance(text, (str, bytes, bytearray)) else dict(text)
-    except (TypeError, ValueError) as exc:
-        raise ValueError(f"{where}: corrupt {METADATA_KEY} metadata ({exc})") from None
-    if not isinstance(meta, dict):
-        raise ValueError(f"{where}: {METADATA_KEY} metadata is not a JSON object")
-    if meta.get("model_kind") == "dnn":
-        from bnc_deploy.exporters.dnn_common import check_dnn_metadata
-
-        version = meta.get("schema_version")
-        if not isinstance(version, int) or version > METADATA_SCHEMA_VERSION:
-            raise ValueError(f"{where}: metadata schema version {version!r} is newer than this bnc-deploy "
-                             f"reads ({METADATA_SCHEMA_VERSION}); upgrade bnc-deploy")
-        check_dnn_metadata(meta, where)
-        return meta
-    missing = [k for k in REQUIRED_METADATA_KEYS if k not in meta]
-    if missing:
-        raise ValueError(f"{where}: {METADATA_KEY} metadata lacks keys {missing}")
-    version = meta["schema_version"]
-    if not isinstance(version, int) or version > METADATA_SCHEMA_VERSION:
-        raise ValueError(f"{where}: metadata schema version {version!r} is newer than this bnc-deploy "
-                         f"reads ({METADATA_SCHEMA_VERSION}); upgrade bnc-deploy")
-    if meta["input"] not in (INPUT_CODES, INPUT_RAW):
-        raise ValueError(f"{where}: unknown input kind {meta['input']!r}")
-    d = len(meta["cardinalities"])
-    if len(meta["feature_names"]) != d or len(meta["parents"]) != d or any(int(c) < 1 for c in meta["cardinalities"]):
-        raise ValueError(f"{where}: inconsistent feature metadata")
-    return meta
-
-
 # -- lookup constants -------------------------------------------------------------------------
 def lookup_constants(artifact) -> dict[str, np.ndarray]:
     """Per-feature constants of the stacked-table index, each of shape (D,), int64.
@@ -225,7 +157,7 @@ def raw_cut_points(artifact) -> list[np.ndarray]:
     """
     if artifact.discretizer is None:
         raise ExportError("--raw-inputs needs a model trained on raw values: this artifact stores no discretizer")
-    from bnc_deploy.discretize import FayyadIraniDiscretizer
+    from bnc_deploy.datasets.discretize import FayyadIraniDiscretizer
 
     try:
         disc = FayyadIraniDiscretizer.from_dict(artifact.discretizer)
@@ -297,3 +229,18 @@ def raw_representatives(artifact, codes: np.ndarray) -> np.ndarray:
         edges = np.append(thresholds[i, :k], np.nextafter(thresholds[i, k - 1], np.float32(np.inf)))
         values[:, i] = edges[np.clip(codes[:, i], 0, k)]
     return values
+
+
+def check_bnc_metadata(meta: dict, where: str) -> None:
+    """Raise MetadataError naming ``where`` if a BN file's metadata is incomplete or inconsistent."""
+    missing = [k for k in REQUIRED_METADATA_KEYS if k not in meta]
+    if missing:
+        raise MetadataError(f"{where}: {METADATA_KEY} metadata lacks keys {missing}")
+    if meta["input"] not in (INPUT_CODES, INPUT_RAW):
+        raise MetadataError(f"{where}: unknown input kind {meta['input']!r}")
+    d = len(meta["cardinalities"])
+    if len(meta["feature_names"]) != d or len(meta["parents"]) != d or any(int(c) < 1 for c in meta["cardinalities"]):
+        raise MetadataError(f"{where}: inconsistent feature metadata")
+
+
+register_kind("bnc", check_bnc_metadata)

@@ -1,4 +1,4 @@
-"""Facts shared by the DNN exporters (ONNX, TFLite) and the runtime adapters. NumPy/JSON only.
+"""The exported-file contract of quantized DNNs (``model_kind = "dnn"``). NumPy/JSON only.
 
 Contract of every exported DNN file
 -----------------------------------
@@ -10,7 +10,7 @@ done in the graph.
 Outputs ``logits`` [N, C] float32 and ``label`` [N] int64 (first maximum). The metadata's
 ``outputs`` names them; adapters read the names from there (BN files: ``log_joint``, ``label``).
 
-Guard: as for BN exports (:data:`bnc_deploy.exporters.common.GUARD`), a row with a code outside
+Guard: as for BN exports (:data:`bnc_deploy.formats.metadata.GUARD`), a row with a code outside
 its feature's range gets ``label = -1`` and NaN logits, and never indexes outside its table.
 
 Exactness (``exact`` in the metadata): sign networks with ``B <= 7`` are integer machines
@@ -22,12 +22,14 @@ labels are compared, not promised.
 from __future__ import annotations
 
 import bnc_deploy
-from bnc_deploy.exporters.common import (
+from bnc_deploy.errors import MetadataError
+from bnc_deploy.formats.metadata import (
     GUARD,
     INPUT_CODES,
     METADATA_SCHEMA_VERSION,
     OUTPUT_LABEL,
     artifact_hash,
+    register_kind,
 )
 
 OUTPUT_LOGITS = "logits"
@@ -102,14 +104,17 @@ def dnn_export_metadata(artifact, *, format: str, exact: bool, input_dtype: str,
 
 
 def check_dnn_metadata(meta: dict, where: str) -> None:
-    """Raise ValueError naming ``where`` if a DNN file's metadata is incomplete or inconsistent."""
+    """Raise MetadataError naming ``where`` if a DNN file's metadata is incomplete or inconsistent."""
     missing = [k for k in REQUIRED_DNN_METADATA_KEYS if k not in meta]
     if missing:
-        raise ValueError(f"{where}: DNN metadata lacks keys {missing}")
+        raise MetadataError(f"{where}: DNN metadata lacks keys {missing}")
     d = len(meta["cardinalities"])
     if len(meta["feature_names"]) != d or any(int(c) < 1 for c in meta["cardinalities"]):
-        raise ValueError(f"{where}: inconsistent feature metadata")
+        raise MetadataError(f"{where}: inconsistent feature metadata")
     if meta["input"] != INPUT_CODES:
-        raise ValueError(f"{where}: DNN exports take feature codes, metadata says input {meta['input']!r}")
+        raise MetadataError(f"{where}: DNN exports take feature codes, metadata says input {meta['input']!r}")
     if list(meta["outputs"]) != list(DNN_OUTPUTS):
-        raise ValueError(f"{where}: DNN outputs {meta['outputs']!r}, expected {list(DNN_OUTPUTS)}")
+        raise MetadataError(f"{where}: DNN outputs {meta['outputs']!r}, expected {list(DNN_OUTPUTS)}")
+
+
+register_kind("dnn", check_dnn_metadata)

@@ -17,7 +17,8 @@ import math
 
 import numpy as np
 
-from bnc_deploy.artifacts.dnn import INPUT_CODE_MAX
+#: Standardized inputs are int8 codes within +-63 (7 bits): the TFLite exporter doubles them.
+INPUT_CODE_MAX = 63
 
 #: Fraction of training values that must fit the grid unclipped.
 COVERAGE = 0.999

@@ -36,7 +36,7 @@ class PredictorMixin:
         if self.artifact.discretizer is None:
             raise ValueError("this model was trained on discrete data and stores no discretizer")
         if self._discretizer is None:
-            from bnc_deploy.discretize import FayyadIraniDiscretizer
+            from bnc_deploy.datasets.discretize import FayyadIraniDiscretizer
 
             self._discretizer = FayyadIraniDiscretizer.from_dict(self.artifact.discretizer)
         return self._discretizer.transform(x_raw)

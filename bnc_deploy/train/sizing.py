@@ -11,7 +11,7 @@ its DNNs so that they cost about as much as a given naive Bayes classifier:
   dense output layer with bias; input ``E x S_h x S_w`` (``E = 1`` for standardized inputs, the
   largest cardinality for one-hot inputs), ``S1 = floor(S / 2)``, ``S2 = floor(S1 / 2)``.
 
-Costs follow :mod:`bnc_deploy.profiling.costs` (``B`` bits per weight, 64 per batch-norm unit, 32
+Costs follow :mod:`bnc_deploy.costs` (``B`` bits per weight, 64 per batch-norm unit, 32
 per output bias; one op per MAC, per batch-norm output and per output bias; activations and
 pooling free). For a width ``x`` (``H``, or ``C1`` with ``C2 = 2 x``) each cost is a polynomial
 ``a x**2 + b x + c`` with integer coefficients (:class:`CostPolynomial`)::
@@ -31,7 +31,7 @@ polynomial at the half-integers), not by the floating-point root. A budget whose
 1/2 (it would round to 0 units) raises ``ValueError`` naming the smallest admissible budget.
 
 The reported ``achieved_bits`` / ``achieved_ops`` always come from
-:func:`~bnc_deploy.profiling.costs.dnn_costs` on the rounded layer list (one source of truth);
+:func:`~bnc_deploy.costs.dnn_costs` on the rounded layer list (one source of truth);
 the polynomials are only used to solve, and the tests check that they agree with ``dnn_costs``.
 """
 
@@ -42,8 +42,7 @@ from dataclasses import asdict, dataclass
 from fractions import Fraction
 from numbers import Integral
 
-from bnc_deploy.profiling.costs import (DNN_BATCH_NORM_BITS, DNN_BIAS_BITS, Conv2D, CostReport, Dense, Free,
-                                        dnn_costs)
+from bnc_deploy.costs import DNN_BATCH_NORM_BITS, DNN_BIAS_BITS, Conv2D, CostReport, Dense, Free, dnn_costs
 
 KERNEL = (3, 3)
 TARGET_KINDS = ("bits", "ops")
@@ -87,7 +86,7 @@ def _target(target_bits, target_ops) -> tuple[str, int]:
 
 # -- layer lists and costs -------------------------------------------------------------------------
 def fc_layers(n_inputs: int, hidden, n_classes: int, batch_norm: bool) -> list:
-    """Layer list of the paper's FC NN for :func:`~bnc_deploy.profiling.costs.dnn_costs`.
+    """Layer list of the paper's FC NN for :func:`~bnc_deploy.costs.dnn_costs`.
 
     Parameters
     ----------
@@ -118,7 +117,7 @@ def fc_layers(n_inputs: int, hidden, n_classes: int, batch_norm: bool) -> list:
 
 
 def cnn_layers(image_hw, in_channels: int, channels, n_classes: int, batch_norm: bool) -> list:
-    """Layer list of the paper's CNN for :func:`~bnc_deploy.profiling.costs.dnn_costs`.
+    """Layer list of the paper's CNN for :func:`~bnc_deploy.costs.dnn_costs`.
 
     Parameters
     ----------

@@ -76,7 +76,7 @@ def random_dnn_artifact(seed: int = 0, *, architecture: str = "fc", activation: 
 def _calibrate(art: DNNArtifact, rng: np.random.Generator) -> None:
     """Place shifts and biases inside the data's range, layer by layer, so that units fire on some
     rows and not on others and every class gets predicted (a random net is otherwise degenerate)."""
-    from bnc_deploy.dnn_reference import DNNReferencePredictor
+    from bnc_deploy.reference.dnn import DNNReferencePredictor
 
     x = art.check_x
     for k, layer in enumerate(art.layers):

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from bnc_deploy.artifacts.dnn import DNNArtifact, sign_thresholds
-from bnc_deploy.reference import PredictorMixin, ReferencePredictor
+from bnc_deploy.reference.bnc import PredictorMixin
 from bnc_deploy.validation import check_codes
 
 #: Rows per chunk: the convolution's window view is (rows, C, H, W, 3, 3).
@@ -126,10 +126,3 @@ class DNNReferencePredictor(PredictorMixin):
 
     # Same name as the BN reference, so adapters, reports and PredictorMixin treat both alike.
     log_joint = logits
-
-
-def reference_predictor(artifact):
-    """The NumPy reference predictor for any artifact kind (BN or DNN)."""
-    if getattr(artifact, "kind", None) == "dnn":
-        return DNNReferencePredictor(artifact)
-    return ReferencePredictor(artifact)

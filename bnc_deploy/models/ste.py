@@ -18,5 +18,7 @@ class _FixedPointSTE(torch.autograd.Function):
         return grad_output, None, None
 
 
-def fixed_point_ste(theta: torch.Tensor, frac_bits: int, max_magnitude: float) -> torch.Tensor:
-    return _FixedPointSTE.apply(theta, frac_bits, max_magnitude)
+def fixed_point_ste(theta: torch.Tensor, quantizer) -> torch.Tensor:
+    """Straight-through :class:`~bnc_deploy.quantizers.FixedPointLogQuantizer`: forward ``q(theta)``
+    exactly (bit for bit the NumPy ``quantizer.quantize``), backward the identity."""
+    return _FixedPointSTE.apply(theta, quantizer.frac_bits, quantizer.max_magnitude)

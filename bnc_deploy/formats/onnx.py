@@ -1,0 +1,26 @@
+"""The ONNX file format: the bnc-deploy metadata of an ONNX ``ModelProto`` (read with ``onnx`` only).
+
+Exporters store the metadata JSON under ``metadata_props["bnc_deploy"]`` (plus a few flat keys,
+:func:`bnc_deploy.formats.metadata.flat_metadata`); readers use these functions, never an exporter.
+"""
+
+from __future__ import annotations
+
+import json
+
+from bnc_deploy.formats.metadata import METADATA_KEY
+
+
+def read_onnx_metadata(model) -> dict[str, str]:
+    """``metadata_props`` of a model (an ``onnx.ModelProto``) as a plain dict."""
+    return {p.key: p.value for p in model.metadata_props}
+
+
+def read_export_metadata(model) -> dict | None:
+    """The parsed ``bnc_deploy`` JSON blob of an exported ``onnx.ModelProto`` (None if absent), unvalidated."""
+    props = read_onnx_metadata(model)
+    return json.loads(props[METADATA_KEY]) if METADATA_KEY in props else None
+
+
+#: The DNN exporter's historical name for :func:`read_export_metadata`.
+read_dnn_metadata = read_export_metadata
