@@ -56,6 +56,11 @@ class ConfigError(BncDeployError):
     not apply to this model)."""
 
 
+class OutputError(BncDeployError):
+    """An output file cannot be written where asked (a directory, the input itself, a read-only
+    or full folder); nothing was written and any existing file is untouched."""
+
+
 class MissingExtraError(BncDeployError, ImportError):
     """A feature needs an optional dependency that is not installed; the message says which extra
     to install (``pip install 'bnc-deploy[EXTRA]'``)."""

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from bnc_deploy.errors import ArtifactError
+from bnc_deploy.fileio import atomic_write_with
 
 FORMAT_NAME = "bnc-deploy-model"
 #: Version of the container and of the header keys written by this toolkit.
@@ -55,17 +56,16 @@ def write_container(path: str | os.PathLike, header: dict, arrays: dict[str, np.
             raise ArtifactError(f"array {name!r} has dtype object; model files hold plain numeric arrays only")
     header = dict(header, format=FORMAT_NAME, format_version=FORMAT_VERSION)
     header["content_sha256"] = content_hash(header, arrays)
-    path = Path(path)
-    if path.parent and not path.parent.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
-        zf.writestr(HEADER_ENTRY, json.dumps(header, sort_keys=True, indent=1, allow_nan=False))
-        for name in sorted(arrays):
-            buffer = io.BytesIO()
-            np.save(buffer, np.ascontiguousarray(arrays[name]), allow_pickle=False)
-            zf.writestr(ARRAY_PREFIX + name + ".npy", buffer.getvalue())
-    os.replace(tmp, path)  # never leave a half-written model under the final name
+
+    def write(tmp: Path) -> None:
+        with zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as zf:
+            zf.writestr(HEADER_ENTRY, json.dumps(header, sort_keys=True, indent=1, allow_nan=False))
+            for name in sorted(arrays):
+                buffer = io.BytesIO()
+                np.save(buffer, np.ascontiguousarray(arrays[name]), allow_pickle=False)
+                zf.writestr(ARRAY_PREFIX + name + ".npy", buffer.getvalue())
+
+    atomic_write_with(path, write)  # never leave a half-written model under the final name
     return header["content_sha256"]
 
 
