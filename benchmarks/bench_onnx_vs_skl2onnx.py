@@ -133,7 +133,7 @@ def main(argv=None) -> None:
     from skl2onnx import to_onnx
     from sklearn.naive_bayes import CategoricalNB
 
-    from bnc_deploy.exporters.onnx_bnc import export_onnx
+    from bnc_deploy.verify import export_path
     from bnc_deploy.reference.bnc import ReferencePredictor
 
     x_tr, y_tr, x_te, y_te, cards = load_letter()
@@ -143,9 +143,9 @@ def main(argv=None) -> None:
 
     out_dir = args.keep or Path(tempfile.mkdtemp(prefix="bench_onnx_"))
     out_dir.mkdir(parents=True, exist_ok=True)
-    paths = {"ours": export_onnx(artifact, out_dir / "letter_nb_bnc.onnx")}
+    paths = {"ours": export_path(artifact, out_dir / "letter_nb_bnc.onnx", "onnx")}
     if quantizer is not None:  # the same graph with the codes stored as B bit-planes
-        paths["ours-packed"] = export_onnx(artifact, out_dir / "letter_nb_bnc_packed.onnx", pack_bits=True)
+        paths["ours-packed"] = export_path(artifact, out_dir / "letter_nb_bnc_packed.onnx", "onnx", pack_bits=True)
     skl = CategoricalNB(alpha=1.0, min_categories=cards).fit(x_tr, y_tr)
     paths["skl2onnx"] = out_dir / "letter_nb_skl2onnx.onnx"
     paths["skl2onnx"].write_bytes(to_onnx(skl, x_tr[:1], options={"zipmap": False}).SerializeToString())

@@ -4,7 +4,7 @@ For every dataset/fold, NB and Chow-Liu TAN, float and every bit width 1..8, a m
 artifact is trained with the CLI (``bnc-train --init ml --epochs 0``, ``--int-bits min(B, 3)``),
 exported four ways and run through the runtime adapters on every TEST row:
 
-* ONNX, gather lowering (``bnc_deploy.exporters.onnx_bnc.export_onnx``) in onnxruntime;
+* ONNX, gather lowering (built by the registered ``("bnc", "onnx")`` exporter) in onnxruntime;
 * TFLite, gather lowering (``export_tflite(..., lowering="gather")``) in LiteRT;
 * TFLite, one-hot x int8 FULLY_CONNECTED (``lowering="onehot-fc"``) in LiteRT (batch 1), with
   both one-hot builders: ``equal-cast`` (default) and ``relu`` (the all-int8 Edge TPU front end).
@@ -84,8 +84,11 @@ def check_one(artifact_path: Path, dataset: str, fold: int, workdir: Path) -> di
     """Export one artifact three ways and compare each with the reference on the test split."""
     from bnc_deploy.artifacts import load_artifact
     from bnc_deploy.datasets import load_dataset
-    from bnc_deploy.exporters.onnx_bnc import export_onnx
-    from bnc_deploy.exporters.tflite_bnc import export_tflite
+    from bnc_deploy.fileio import atomic_write_bytes
+    from bnc_deploy.verify import build, export_path
+
+    def export_unverified(path, format, **options):  # this script measures the parity itself, on every row
+        return atomic_write_bytes(path, build(artifact, format, **options)[0]).path
     from bnc_deploy.reference.bnc import ReferencePredictor
     from bnc_deploy.runtimes.base import load_runtime
 
@@ -93,10 +96,10 @@ def check_one(artifact_path: Path, dataset: str, fold: int, workdir: Path) -> di
     x = load_dataset(dataset, fold=fold).x_test
     ref_lj = ReferencePredictor(artifact).log_joint(x)
     stem = workdir / artifact_path.stem
-    onnx_path = export_onnx(artifact, stem.with_suffix(".onnx"))
-    gather_path = export_tflite(artifact, f"{stem}_gather.tflite", lowering="gather", verify=False)
-    onehot_path = export_tflite(artifact, f"{stem}_onehot.tflite", lowering="onehot-fc", verify=False)
-    relu_path = export_tflite(artifact, f"{stem}_relu.tflite", lowering="onehot-fc", onehot="relu", verify=False)
+    onnx_path = export_path(artifact, stem.with_suffix(".onnx"), "onnx")
+    gather_path = export_unverified(f"{stem}_gather.tflite", "tflite", lowering="gather")
+    onehot_path = export_unverified(f"{stem}_onehot.tflite", "tflite", lowering="onehot-fc")
+    relu_path = export_unverified(f"{stem}_relu.tflite", "tflite", lowering="onehot-fc", onehot="relu")
     return {
         "onnx": compare(load_runtime(onnx_path, "onnxruntime", threads=1), x, ref_lj),
         "tflite_gather": compare(load_runtime(gather_path, "litert", threads=1), x, ref_lj),

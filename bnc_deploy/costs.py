@@ -39,6 +39,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Callable
 
+from bnc_deploy.errors import ArtifactError
+
 #: Bits of a float32 parameter.
 FLOAT_BITS = 32
 #: DNN conventions (paper): bits per batch-norm unit and per output bias.
@@ -98,10 +100,10 @@ def register_cost_model(kind: str, function: Callable[[object], CostReport]) -> 
 
 
 def analytic_costs(artifact) -> CostReport:
-    """Costs of an artifact by its kind; ValueError naming the kind if none is registered."""
+    """Costs of an artifact by its kind; ArtifactError naming the kind if none is registered."""
     kind = getattr(artifact, "kind", None)
     if kind not in COST_MODELS:
-        raise ValueError(f"no cost model for artifact kind {kind!r} (known: {', '.join(sorted(COST_MODELS))})")
+        raise ArtifactError(f"no cost model for artifact kind {kind!r} (known: {', '.join(sorted(COST_MODELS))})")
     return COST_MODELS[kind](artifact)
 
 

@@ -1,15 +1,86 @@
-"""Small random DNN artifacts for tests, exporter parity checks and docs (no torch needed).
+"""Test support (sklearn's ``utils.estimator_checks`` in spirit): random artifacts and ``check_export``.
 
-``random_dnn_artifact`` draws odd weight codes, batch-norm scales of both signs (and some zeros,
-which make constant sign units), shifts and biases, so exporters meet every case the trainer can
-produce, and some it rarely does.
+* :func:`random_bnc_artifact` / :func:`random_dnn_artifact`: small random, valid model files of
+  every shape the trainers can produce, and some they rarely do (cardinality-1 features, odd
+  image sizes, zero and negative batch-norm scales, constant sign units). No torch needed.
+* :func:`example_artifacts`: one small artifact per case worth covering for a model kind.
+* :func:`check_export`: export through the one verifier (:mod:`bnc_deploy.verify`), then open
+  the file in **every** registered runtime that reads its extension and check it against the
+  reference predictor: identical scores and labels where the file promises exactness, label
+  agreement otherwise, metadata that matches the artifact, invalid input refused with
+  InputError. The conformance matrix (``tests/test_conformance.py``) runs it for every
+  registered (kind, format) x runtime, so a newly registered exporter is covered with no new
+  test code.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
+from bnc_deploy.artifacts.bnc import BNCArtifact
 from bnc_deploy.artifacts.dnn import INPUT_CODE_MAX, DNNArtifact, DNNLayer, weight_code_dtype
+from bnc_deploy.quantizers import FixedPointLogQuantizer
+
+
+# ================================================================================================
+# Bayesian network classifiers
+# ================================================================================================
+def random_parents(rng: np.random.Generator, d: int, tan: bool) -> np.ndarray:
+    """A random forest over ``d`` features (each parent earlier in a random order), or all -1."""
+    parents = np.full(d, -1, dtype=np.int64)
+    if tan:
+        order = rng.permutation(d)
+        for k in range(1, d):
+            if rng.random() < 0.8:
+                parents[order[k]] = order[rng.integers(0, k)]
+    return parents
+
+
+def random_bnc_artifact(rng: np.random.Generator, *, d: int | None = None, n_classes: int | None = None,
+                        tan: bool | None = None, bits: int | None = None, int_bits: int | None = None,
+                        max_card: int = 6, n_check: int = 20, discretizer: dict | None = None,
+                        cardinalities=None) -> BNCArtifact:
+    """A valid NB/TAN artifact with random tables (float when ``bits`` is None).
+
+    Cardinalities are drawn from 1..max_card (1 included on purpose) unless given.
+    """
+    d = (int(rng.integers(1, 7)) if cardinalities is None else len(cardinalities)) if d is None else d
+    c = int(rng.integers(2, 6)) if n_classes is None else n_classes
+    tan = bool(rng.integers(0, 2)) if tan is None else tan
+    card = rng.integers(1, max_card + 1, size=d) if cardinalities is None else np.asarray(cardinalities)
+    parents = random_parents(rng, d, tan)
+    safe = np.where(parents >= 0, parents, 0)
+    n_rows = int((card * np.where(parents >= 0, card[safe], 1)).sum())
+    tables = {}
+    if bits is None:
+        tables["class_logp"] = np.log(rng.dirichlet(np.ones(c))).astype(np.float32)
+        tables["table_logp"] = -rng.exponential(2.0, size=(n_rows, c)).astype(np.float32)
+    else:
+        q = FixedPointLogQuantizer(bits, int_bits if int_bits is not None else min(bits, 2))
+        tables["quantizer"] = q
+        tables["class_codes"] = rng.integers(0, q.max_code + 1, size=c).astype(np.uint8)
+        tables["table_codes"] = rng.integers(0, q.max_code + 1, size=(n_rows, c)).astype(np.uint8)
+    return BNCArtifact(
+        parents=parents, cardinalities=card, class_names=[f"class{k}" for k in range(c)],
+        feature_names=[f"feat{i}" for i in range(d)], discretizer=discretizer,
+        check_x=rng.integers(0, card, size=(n_check, d)).astype(np.uint8),
+        check_y=rng.integers(0, c, size=n_check), **tables)
+
+
+def discretizer_dict(cuts: list[list[float]]) -> dict:
+    """A ``FayyadIraniDiscretizer.to_dict()`` for given cut points (built with the real class)."""
+    from bnc_deploy.datasets.discretize import FayyadIraniDiscretizer
+
+    model = FayyadIraniDiscretizer.from_dict({"method": "fayyad-irani-mdl", "n_features_in": len(cuts),
+                                              "cut_points": cuts})
+    return model.to_dict()
+
+
+# ================================================================================================
+# DNNs
+# ================================================================================================
 
 
 def random_codes(rng: np.random.Generator, shape, bits: int) -> np.ndarray:
@@ -99,3 +170,110 @@ def _hidden(rng, kind, shape, bits, activation, batch_norm, pool) -> DNNLayer:
         # Shifts on the accumulator's scale, so units fire on some rows and not on others.
         shift = rng.normal(0, 1.0, n).astype(np.float32)
     return DNNLayer(kind, random_codes(rng, shape, bits), scale=scale, shift=shift, activation=activation, pool=pool)
+
+
+# ================================================================================================
+# Examples per kind, and the export check
+# ================================================================================================
+def example_artifacts(kind: str) -> dict[str, object]:
+    """Small artifacts of ``kind`` ("bnc" or "dnn") covering the cases an exporter must handle."""
+    if kind == "bnc":
+        rng = np.random.default_rng(2024)
+        return {
+            "nb-3bit": random_bnc_artifact(rng, d=5, n_classes=3, tan=False, bits=3, int_bits=2, n_check=40),
+            "tan-7bit": random_bnc_artifact(rng, d=6, n_classes=4, tan=True, bits=7, int_bits=3, n_check=40),
+            "tan-float": random_bnc_artifact(rng, d=4, n_classes=3, tan=True, bits=None, n_check=40),
+            "nb-1bit-card1": random_bnc_artifact(rng, n_classes=2, tan=False, bits=1, int_bits=1, n_check=40,
+                                                 cardinalities=[1, 3, 2]),
+        }
+    if kind == "dnn":
+        return {
+            "fc-sign-2bit": random_dnn_artifact(5, architecture="fc", activation="sign", bits=2),
+            "cnn-sign-onehot": random_dnn_artifact(6, architecture="cnn", activation="sign", bits=3,
+                                                   encoding="onehot", max_cardinality=3),
+            "fc-relu-4bit": random_dnn_artifact(7, architecture="fc", activation="relu", bits=4),
+        }
+    return {}
+
+
+#: Lowest label agreement accepted from a file that is not exact by design (float/int8 rounding
+#: may flip near-ties; random artifacts have many).
+MIN_INEXACT_AGREEMENT = 0.9
+
+
+def runtimes_for(extension: str) -> list[str]:
+    """Every registered runtime whose adapter reads files with ``extension`` (importable here)."""
+    from bnc_deploy.runtimes.base import RUNTIMES, runtime_class
+
+    names = []
+    for name in sorted(RUNTIMES):
+        try:
+            cls = runtime_class(name)
+        except ImportError:
+            continue
+        if extension.lower() in getattr(cls, "extensions", ()):
+            names.append(name)
+    return names
+
+
+def check_export(artifact, format: str, folder, *, runtimes=None, **options) -> dict:
+    """Export ``artifact`` as ``format`` into ``folder`` and check the file in every runtime.
+
+    Returns ``{"report": <verify report>, "runtimes": {name: {"exact", "agreement"}}}``; raises
+    AssertionError naming the runtime and the property that failed.
+    """
+    from bnc_deploy.errors import InputError
+    from bnc_deploy.exporters.base import exporter_for
+    from bnc_deploy.formats.metadata import parse_metadata
+    from bnc_deploy.reference import reference_predictor
+    from bnc_deploy.runtimes.base import load_runtime
+    from bnc_deploy.verify import export_file, verification_rows
+
+    spec = exporter_for(artifact.kind, format)
+    path = Path(folder) / f"model{spec.extension}"
+    report = export_file(artifact, path, format, **options)
+    assert report["path"] == path and path.is_file(), "the verifier did not publish the file"
+    meta = report["metadata"]
+    parse_metadata(meta, where=str(path))
+    assert meta.get("model_kind", "bnc") == artifact.kind
+    assert list(meta["class_names"]) == list(artifact.class_names)
+    assert [int(c) for c in meta["cardinalities"]] == [int(c) for c in artifact.cardinalities]
+    assert (meta["size_bits"], meta["n_ops"]) == (artifact.size_bits, artifact.n_ops), "costs differ from the model's"
+    if meta["exact"]:
+        assert report["exact"], f"{format} export promises exactness but is not exact: {report}"
+
+    x, _ = verification_rows(artifact)
+    reference = reference_predictor(artifact)
+    raw = meta.get("input") == "raw"
+    if raw:
+        from bnc_deploy.formats.bnc import raw_representatives
+
+        fed = raw_representatives(artifact, x)
+        x = reference.discretize(fed.astype(np.float64))
+    else:
+        fed = x
+    ref_scores = reference.log_joint(x)
+    ref_label = np.argmax(ref_scores, axis=1)
+    results = {}
+    for name in (runtimes or runtimes_for(spec.extension)):
+        rt = load_runtime(path, name, threads=1)
+        assert rt.n_features == artifact.n_features and rt.n_classes == artifact.n_classes, name
+        scores, label = rt.run(fed)
+        agreement = float(np.mean(label == ref_label))
+        exact = bool(np.array_equal(scores, ref_scores) and agreement == 1.0)
+        if meta["exact"]:
+            assert exact, f"{name}: {format} file promises exactness; labels agree on {agreement:.2%}, " \
+                          f"max |score diff| {np.max(np.abs(scores - ref_scores)):.3g}"
+        else:
+            assert agreement >= MIN_INEXACT_AGREEMENT, f"{name}: label agreement {agreement:.2%}"
+        if not raw:
+            bad = np.asarray(fed[:1]).copy()
+            bad[0, 0] = int(artifact.cardinalities[0])  # one past the last code
+            try:
+                rt.run(bad)
+            except InputError as exc:
+                assert "feature 0" in str(exc), f"{name}: the input error does not name the feature: {exc}"
+            else:
+                raise AssertionError(f"{name}: an out-of-range code was not refused")
+        results[name] = {"exact": exact, "agreement": agreement}
+    return {"report": report, "runtimes": results}

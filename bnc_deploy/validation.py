@@ -47,3 +47,18 @@ def check_codes(x, cardinalities: np.ndarray, feature_names=None, where: str = "
             f"{where}: feature {col}{name} has value {int(arr[row, col])} in row {row}, "
             f"outside its range 0..{int(cardinalities[col]) - 1} ({int(bad.sum())} bad value(s) in all)")
     return arr
+
+
+def random_valid_codes(cardinalities, n: int, seed: int = 0) -> np.ndarray:
+    """``n`` seeded random valid code rows, int64 (n, D), for verifying and calibrating exports.
+
+    The first two rows are the all-zero and the all-maximum codes (the first and last rows of
+    every table). The draw is ``floor(u * |X_i|)`` with ``u ~ U[0, 1)`` from
+    ``default_rng(seed).random``, so the rows are the same on every platform and version.
+    """
+    cards = np.asarray(cardinalities, dtype=np.int64)
+    rng = np.random.default_rng(seed)
+    rows = (rng.random((n, cards.shape[0])) * cards[None, :]).astype(np.int64)
+    if n >= 2:
+        rows[0], rows[1] = 0, cards - 1
+    return rows

@@ -42,13 +42,13 @@ Float models
     0/1 times ``-code * 2**-B_F``, partial sums below ``2**24`` steps.
 
 The model's ``metadata_props`` carry the export metadata as JSON under ``"bnc_deploy"`` plus a
-few flat keys (``exporters.common.flat_metadata``).
+few flat keys (``formats.metadata.flat_metadata``).
+
+Registered as the ``("bnc", "onnx")`` exporter (bottom of this module): :func:`build_onnx_bytes`
+builds the file's bytes; :mod:`bnc_deploy.verify` writes, runs, compares and publishes them.
 """
 
 from __future__ import annotations
-
-import os
-from pathlib import Path
 
 import numpy as np
 import onnx
@@ -63,7 +63,9 @@ from bnc_deploy.formats.metadata import (
     dump_metadata,
     flat_metadata,
 )
+from bnc_deploy.exporters.base import Option, register_exporter
 from bnc_deploy.formats.bnc import (
+    LOWERINGS,
     OUTPUT_LOG_JOINT,
     check_lowering,
     export_metadata,
@@ -99,34 +101,6 @@ class _Graph:
         out = out or f"t{self._count}"
         self.nodes.append(helper.make_node(op_type, inputs, [out], **attrs))
         return out
-
-
-def export_onnx(artifact, path: str | os.PathLike, *, raw_inputs: bool = False, lowering: str = "gather",
-                opset: int = DEFAULT_OPSET, pack_bits: bool = False) -> Path:
-    """Write ``artifact`` (a BNCArtifact) as an ONNX model to ``path``; return the path.
-
-    Parameters
-    ----------
-    artifact : BNCArtifact
-    path : str or PathLike
-    raw_inputs : bool
-        Embed the artifact's discretizer; the input becomes float32 raw values.
-    lowering : ``"gather"`` (default) or ``"onehot-fc"``
-    opset : int
-        ONNX default-domain opset (>= 13).
-    pack_bits : bool
-        Store quantized codes as B bit-planes instead of uint8 (smaller file, same results).
-
-    Raises ExportError for an unsupported option, a model too large for exact float32 sums, or
-    ``raw_inputs`` on an artifact without a discretizer.
-    """
-    model = build_onnx_model(artifact, raw_inputs=raw_inputs, lowering=lowering, opset=opset, pack_bits=pack_bits)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    onnx.save_model(model, str(tmp))
-    os.replace(tmp, path)  # a reader never sees a half-written model
-    return path
 
 
 def build_onnx_model(artifact, *, raw_inputs: bool = False, lowering: str = "gather",
@@ -318,3 +292,24 @@ def _label(g: _Graph, log_joint: str) -> None:
     best = g.op("ArgMax", [log_joint], axis=1, keepdims=0, select_last_index=0)
     invalid = g.op("IsNaN", [g.op("Gather", [log_joint, "class0"], axis=1)])
     g.op("Where", [invalid, "invalid_label", best], OUTPUT_LABEL)
+
+
+def build_onnx_bytes(artifact, *, raw_inputs: bool = False, lowering: str = "gather",
+                     opset: int = DEFAULT_OPSET, pack_bits: bool = False) -> bytes:
+    """The serialized file of :func:`build_onnx_model` (what ``onnx.save_model`` writes)."""
+    return build_onnx_model(artifact, raw_inputs=raw_inputs, lowering=lowering, opset=opset,
+                            pack_bits=pack_bits).SerializeToString()
+
+
+register_exporter(
+    "bnc", "onnx", build_onnx_bytes, extension=".onnx", runtime="onnxruntime",
+    description="gather + reduce-sum graph, bit-exact for quantized models",
+    options=[
+        Option("lowering", "str", "gather", LOWERINGS,
+               "table lookup as an integer gather (default, exact) or one-hot times table (FC layer)"),
+        Option("raw_inputs", "bool", False, help="embed the model's discretizer: the file takes raw float32 "
+                                                  "feature values"),
+        Option("opset", "int", DEFAULT_OPSET, help=f"ONNX opset (default: {DEFAULT_OPSET})"),
+        Option("pack_bits", "bool", False, help="quantized models: store the B-bit codes (BN tables, DNN weights) "
+                                                "as bit-planes instead of one byte each"),
+    ])

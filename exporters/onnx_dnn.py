@@ -118,15 +118,12 @@ type and widened by a load-time ``Cast``. The usps budget FC net (25,870 bits) s
 
 The model's ``metadata_props`` carry the export metadata as JSON under ``"bnc_deploy"``
 (:func:`bnc_deploy.formats.dnn.dnn_export_metadata`) plus the flat keys of
-:func:`bnc_deploy.formats.bnc.flat_metadata`. :func:`export_onnx_dnn` runs the written file
-in onnxruntime on the artifact's check set plus random codes before publishing it
-(:func:`verify_onnx_dnn`).
+:func:`bnc_deploy.formats.metadata.flat_metadata`. Registered as the ``("dnn", "onnx")`` exporter
+(bottom of this module); :mod:`bnc_deploy.verify` runs the file in onnxruntime on the check set
+plus random codes and publishes it only if a sign network comes out identical.
 """
 
 from __future__ import annotations
-
-import os
-from pathlib import Path
 
 import numpy as np
 import onnx
@@ -143,8 +140,8 @@ from bnc_deploy.formats.metadata import (
     flat_metadata,
 )
 from bnc_deploy.errors import ExportError
+from bnc_deploy.exporters.base import Option, register_exporter
 from bnc_deploy.formats.dnn import INT8_EXACT_MAX_BITS, OUTPUT_LOGITS, dnn_export_metadata
-from bnc_deploy.formats.onnx import read_dnn_metadata
 
 #: Default opset (raised to :data:`INT16_MIN_OPSET` for B = 8).
 DEFAULT_OPSET = 17
@@ -158,45 +155,13 @@ INT16_MIN_OPSET = 21
 FLOAT32_EXACT_INT = 2 ** 24
 LOWERING_SIGN = "integer-sign"
 LOWERING_FLOAT = "float"
-#: Random valid rows added to the check set when verifying an export.
-N_VERIFY_RANDOM = 256
 
 
 # ================================================================================================
 # Public API
 # ================================================================================================
-def export_onnx_dnn(artifact, path: str | os.PathLike, *, opset: int = DEFAULT_OPSET, verify: bool = True,
-                    pack_bits: bool = False) -> dict:
-    """Write ``artifact`` (a DNNArtifact) as an ONNX model to ``path`` after verifying it.
-
-    The model is written to a temporary file next to ``path``, run in onnxruntime on the
-    artifact's check set plus random codes (:func:`verify_onnx_dnn`, when ``verify``), and only
-    then moved to ``path``: a reader never sees a half-written or failed export.
-
-    Returns ``{"path": Path, "bytes": int, "format": "onnx", "opset": int (used),
-    "lowering": str, "exact": bool, "n_nodes": int, "metadata": dict, "verification": dict or
-    None}``. Raises ExportError for an unsupported opset, a sign network whose accumulators
-    could leave the exact float32 range, or a verification failure.
-    """
-    model = build_onnx_dnn(artifact, opset=opset, pack_bits=pack_bits)
-    meta = read_dnn_metadata(model)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    onnx.save_model(model, str(tmp))
-    try:
-        facts = verify_onnx_dnn(artifact, tmp) if verify else None
-        os.replace(tmp, path)
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return {"path": path, "bytes": path.stat().st_size, "format": "onnx", "opset": meta["opset"],
-            "lowering": meta["lowering"], "exact": meta["exact"], "n_nodes": meta["n_nodes"],
-            "metadata": meta, "verification": facts}
-
-
 def build_onnx_dnn(artifact, *, opset: int = DEFAULT_OPSET, pack_bits: bool = False) -> onnx.ModelProto:
-    """The ONNX ModelProto of :func:`export_onnx_dnn`, checked with ``onnx.checker`` (full_check).
+    """The ONNX ModelProto of a DNN artifact, checked with ``onnx.checker`` (full_check).
 
     ``pack_bits``: store each layer's weights as ``B`` bit-planes of ``(code + 2**B - 1) / 2``
     (``B`` bits per weight instead of 8 or 16) and rebuild the codes in the graph from constants
@@ -246,61 +211,6 @@ def build_onnx_dnn(artifact, *, opset: int = DEFAULT_OPSET, pack_bits: bool = Fa
     return model
 
 
-def verify_onnx_dnn(artifact, path_or_model, *, n_random: int = N_VERIFY_RANDOM, seed: int = 0,
-                    optimize: bool = True) -> dict:
-    """Run an exported DNN in onnxruntime and compare it with the NumPy reference predictor.
-
-    The rows are the artifact's check set plus ``n_random`` seeded random valid rows (including
-    the all-zero and all-maximum rows). ``optimize=False`` disables onnxruntime's graph
-    optimizations (the file's own arithmetic, no fusions).
-
-    Returns ``{"n_rows", "label_mismatches", "agreement", "logits_identical",
-    "max_abs_logit_error", "exact_expected", "runtime"}``. Raises ExportError when the model
-    cannot run, when the guard fires on a valid row (label -1 or NaN logits), or, for an exact
-    export (``exact`` in the file's metadata), on any label difference or any logit that is
-    not bit-identical.
-    """
-    import onnxruntime as ort
-
-    from bnc_deploy.reference.dnn import DNNReferencePredictor
-
-    if isinstance(path_or_model, onnx.ModelProto):
-        source, meta = path_or_model.SerializeToString(), read_dnn_metadata(path_or_model)
-    else:
-        source = str(path_or_model)
-        meta = read_dnn_metadata(onnx.load(source, load_external_data=False))
-    exact = bool(meta["exact"]) if meta else exact_export(artifact)
-    x = verification_codes(artifact, n_random=n_random, seed=seed)
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
-    if not optimize:
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    try:
-        session = ort.InferenceSession(source, sess_options=options, providers=["CPUExecutionProvider"])
-        logits, label = session.run([OUTPUT_LOGITS, OUTPUT_LABEL], {INPUT_NAME: x})
-    except Exception as exc:  # onnxruntime raises its own exception types
-        raise ExportError(f"the exported ONNX DNN does not run in onnxruntime {ort.__version__}: {exc}") from None
-    reference = DNNReferencePredictor(artifact)
-    ref_logits = reference.logits(x)
-    ref_label = np.argmax(ref_logits, axis=1)
-    guarded = int(np.count_nonzero((label == INVALID_LABEL) | np.isnan(logits).any(axis=1)))
-    if guarded:
-        raise ExportError(f"the exported ONNX DNN marks {guarded} valid verification row(s) invalid "
-                          "(label -1 / NaN logits): the graph is broken")
-    mismatches = int(np.count_nonzero(label != ref_label))
-    identical = bool(logits.dtype == np.float32 and np.array_equal(logits.astype(np.float64), ref_logits))
-    error = float(np.max(np.abs(logits.astype(np.float64) - ref_logits), initial=0.0))
-    if exact and (mismatches or not identical):
-        raise ExportError(f"the exported ONNX DNN ({meta.get('lowering') if meta else '?'}) disagrees with the "
-                          f"artifact on {mismatches} of {len(x)} verification rows (logits identical: {identical}, "
-                          f"max |error| {error:.3g}); onnxruntime {ort.__version__} changed the integer arithmetic "
-                          "- please report this")
-    n = int(len(x))
-    return {"n_rows": n, "label_mismatches": mismatches, "agreement": 1.0 - mismatches / n if n else 1.0,
-            "logits_identical": identical, "max_abs_logit_error": error, "exact_expected": exact,
-            "runtime": f"onnxruntime {ort.__version__}"}
-
-
 def exact_export(artifact) -> bool:
     """Whether this exporter promises identical labels and logits: sign networks (every B)."""
     return artifact.activation == "sign"
@@ -335,20 +245,6 @@ def hidden_output_names(artifact) -> list[str]:
     for k, layer in enumerate(artifact.layers[:-1]):
         names.append(f"layer{k}/pool" if layer.pool else f"layer{k}/{layer.activation}")
     return names
-
-
-def verification_codes(artifact, n_random: int = N_VERIFY_RANDOM, seed: int = 0) -> np.ndarray:
-    """Rows to verify an export on, int64 (n, D): the stored check set, then seeded random rows
-    (the first two are all-zero and all-maximum codes)."""
-    cards = np.asarray(artifact.cardinalities, dtype=np.int64)
-    rng = np.random.default_rng(seed)
-    rand = (rng.random((n_random, artifact.n_features)) * cards[None, :]).astype(np.int64)
-    if n_random >= 2:
-        rand[0], rand[1] = 0, cards - 1
-    parts = [rand]
-    if artifact.check_x is not None and len(artifact.check_x):
-        parts.insert(0, np.asarray(artifact.check_x, dtype=np.int64))
-    return np.concatenate(parts).astype(np.int64)
 
 
 # ================================================================================================
@@ -556,3 +452,19 @@ def _label(g: _Graph, logits: str) -> None:
     best = g.op("ArgMax", [logits], "label/argmax", axis=1, keepdims=0, select_last_index=0)
     invalid = g.op("IsNaN", [g.op("Gather", [logits, "label.class0"], "label/first_logit", axis=1)], "label/invalid")
     g.op("Where", [invalid, "label.invalid", best], OUTPUT_LABEL)
+
+
+def build_onnx_dnn_bytes(artifact, *, opset: int = DEFAULT_OPSET, pack_bits: bool = False) -> bytes:
+    """The serialized file of :func:`build_onnx_dnn` (what ``onnx.save_model`` writes)."""
+    return build_onnx_dnn(artifact, opset=opset, pack_bits=pack_bits).SerializeToString()
+
+
+register_exporter(
+    "dnn", "onnx", build_onnx_dnn_bytes, extension=".onnx", runtime="onnxruntime",
+    description="int8 initializers + DequantizeLinear; sign networks exact (integer sums, thresholds)",
+    options=[
+        Option("opset", "int", DEFAULT_OPSET, help=f"ONNX opset (default: {DEFAULT_OPSET}; raised to "
+                                                    f"{INT16_MIN_OPSET} for 8-bit weights)"),
+        Option("pack_bits", "bool", False, help="store the B-bit weight codes as bit-planes instead of one "
+                                                "byte each"),
+    ])

@@ -86,10 +86,10 @@ import os
 import warnings
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
+from bnc_deploy.exporters.base import Option, register_exporter
 from bnc_deploy.formats.tflite import (
     TFLiteSummary,
     finish_flatbuffer,
@@ -98,10 +98,10 @@ from bnc_deploy.formats.tflite import (
 )
 from bnc_deploy.formats.metadata import INPUT_NAME, INVALID_LABEL, OUTPUT_LABEL
 from bnc_deploy.formats.bnc import (
+    LOWERINGS,
     OUTPUT_LOG_JOINT,
     check_lowering,
     export_metadata,
-    is_exact_lowering,
     lookup_constants,
     padded_thresholds,
 )
@@ -126,45 +126,9 @@ FORBIDDEN_OPS = ("ONE_HOT", "CUSTOM", "DELEGATE")
 # ================================================================================================
 # Public API
 # ================================================================================================
-def export_tflite(artifact, path: str | os.PathLike, *, lowering: str = "gather", raw_inputs: bool = False,
-                  onehot: str = "equal-cast", verify: bool = True) -> Path:
-    """Write ``artifact`` (a BNCArtifact) as a TFLite model to ``path``; return the path.
-
-    Parameters
-    ----------
-    artifact : BNCArtifact
-    path : str or PathLike
-    lowering : ``"gather"`` (default, exact) or ``"onehot-fc"`` (int8 FULLY_CONNECTED)
-    raw_inputs : bool
-        Embed the artifact's discretizer; the input becomes float32 raw values.
-    onehot : ``"equal-cast"`` (default) or ``"relu"``
-        How ``onehot-fc`` builds its one-hot (see the module docstring); ignored for ``gather``.
-    verify : bool
-        Run the written file in LiteRT on the artifact's check set (or, without one, on 256
-        seeded random rows) before publishing it; for a lowering that is exact by design any
-        difference from the artifact raises ExportError and nothing is written.
-
-    Raises ExportError for an unsupported option, an artifact without a discretizer when
-    ``raw_inputs`` is asked for, or a converter result that breaks the contract.
-    """
-    model = build_tflite_model(artifact, lowering=lowering, raw_inputs=raw_inputs, onehot=onehot)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(model)
-    try:
-        if verify:
-            verify_export(artifact, tmp, lowering=lowering, raw_inputs=raw_inputs)
-        os.replace(tmp, path)  # a reader never sees a half-written or unverified model
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    return path
-
-
 def build_tflite_model(artifact, *, lowering: str = "gather", raw_inputs: bool = False,
                        onehot: str = "equal-cast") -> bytes:
-    """The TFLite flatbuffer of :func:`export_tflite` (metadata embedded, contract checked)."""
+    """The TFLite flatbuffer of a BN artifact (metadata embedded, contract checked, not run)."""
     check_lowering(lowering)
     if onehot not in ONEHOT_BUILDERS:
         raise ExportError(f"unknown one-hot builder {onehot!r}; choose one of {', '.join(ONEHOT_BUILDERS)}")
@@ -183,54 +147,6 @@ def build_tflite_model(artifact, *, lowering: str = "gather", raw_inputs: bool =
     model = finish_flatbuffer(converted, meta)
     check_contract(model, artifact, plan)
     return model
-
-
-def verify_export(artifact, path: str | os.PathLike, *, lowering: str, raw_inputs: bool) -> dict:
-    """Run the exported file through the LiteRT adapter and compare with the reference predictor.
-
-    Returns ``{"n_rows", "label_mismatches", "log_joint_identical", "exact_expected"}``; raises
-    ExportError when a lowering that is exact by design disagrees on any row.
-    """
-    from bnc_deploy.formats.bnc import raw_representatives
-    from bnc_deploy.reference.bnc import ReferencePredictor
-    from bnc_deploy.runtimes.litert_adapter import LiteRTAdapter
-
-    codes = verification_codes(artifact)
-    reference = ReferencePredictor(artifact)
-    if raw_inputs:
-        fed = raw_representatives(artifact, codes)
-        codes = reference.discretize(fed.astype(np.float64))
-    else:
-        fed = codes
-    ref_lj = reference.log_joint(codes)
-    try:
-        lj, label = LiteRTAdapter(path, threads=1).run(fed)
-    except (RuntimeError, ValueError) as exc:  # load failure, or the graph's guard firing on valid rows
-        raise ExportError(f"the exported TFLite model ({lowering}) does not run correctly in LiteRT: {exc}") from None
-    mismatches = int(np.count_nonzero(label != np.argmax(ref_lj, axis=1)))
-    identical = bool(np.array_equal(lj, ref_lj))
-    exact = is_exact_lowering(artifact, lowering)
-    if exact and (mismatches or not identical):
-        raise ExportError(f"the exported TFLite model ({lowering}) disagrees with the artifact on "
-                          f"{mismatches} of {len(codes)} verification rows (log_joint identical: {identical}); "
-                          "the converter changed the arithmetic - please report this with your TensorFlow version")
-    return {"n_rows": int(len(codes)), "label_mismatches": mismatches, "log_joint_identical": identical,
-            "exact_expected": exact}
-
-
-def verification_codes(artifact, n_random: int = 256, seed: int = 0) -> np.ndarray:
-    """Rows to verify an export on, int64 (n, D): the stored check set, else seeded random codes.
-
-    The random rows include the all-zero and all-maximum rows (the table's first and last rows).
-    """
-    if artifact.check_x is not None and len(artifact.check_x):
-        return np.asarray(artifact.check_x, dtype=np.int64)
-    rng = np.random.default_rng(seed)
-    cards = artifact.cardinalities
-    x = (rng.random((n_random, artifact.n_features)) * cards[None, :]).astype(np.int64)
-    x[0] = 0
-    x[1] = cards - 1
-    return x
 
 
 # ================================================================================================
@@ -638,3 +554,17 @@ def _check_fc_quantization(summary: TFLiteSummary, plan: OneHotFCPlan) -> None:
     if any(n > 0 for n in missing.values()):
         raise ExportError(f"{sum(n for n in missing.values() if n > 0)} of {len(plan.groups)} FULLY_CONNECTED "
                           "weight matrices differ from the planned int8 codes; the converter re-quantized them")
+
+
+register_exporter(
+    "bnc", "tflite", build_tflite_model, extension=".tflite", runtime="litert",
+    description="builtin-ops TFLite: uint8 gather (exact) or int8 one-hot x FULLY_CONNECTED for accelerators",
+    options=[
+        Option("lowering", "str", "gather", LOWERINGS,
+               "table lookup as an integer gather (default, exact) or one-hot times table (FC layer)"),
+        Option("raw_inputs", "bool", False, help="embed the model's discretizer: the file takes raw float32 "
+                                                  "feature values"),
+        Option("onehot", "str", "equal-cast", ONEHOT_BUILDERS,
+               "onehot-fc lowering: build the one-hot with EQUAL+CAST (default) or from int8 ops the Edge TPU "
+               "maps (FC+ReLU, MINIMUM, SUB, MUL; cardinalities <= 128, codes input)"),
+    ])

@@ -5,8 +5,8 @@ The computation is the contract of :mod:`bnc_deploy.artifacts.dnn`; the I/O cont
 custom ops), converted with ``TFLITE_BUILTINS`` and ``optimizations = [DEFAULT]``. Every int8
 quantization parameter is set by the exporter through fake-quant ranges in the traced graph (no
 converter calibration); :func:`check_dnn_contract` re-reads the flatbuffer and asserts them, and
-:func:`export_tflite_dnn` runs the file in LiteRT against :class:`DNNReferencePredictor`
-before publishing it.
+:mod:`bnc_deploy.verify` runs the file in LiteRT against :class:`DNNReferencePredictor`
+before publishing it (registered as the ``("dnn", "tflite")`` exporter at the bottom).
 
 I/O contract
 ------------
@@ -110,24 +110,22 @@ GREATER); :func:`check_dnn_contract` refuses such a file before it is ever run.
 from __future__ import annotations
 
 import math
-import os
 import warnings
-from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
 from bnc_deploy.artifacts.dnn import accumulator_bound, sign_thresholds
 from bnc_deploy.formats.metadata import INPUT_NAME, INVALID_LABEL, OUTPUT_LABEL
 from bnc_deploy.errors import ExportError
+from bnc_deploy.exporters.base import Option, register_exporter
+from bnc_deploy.validation import random_valid_codes
 from bnc_deploy.formats.dnn import DNN_OUTPUTS, OUTPUT_LOGITS, dnn_export_metadata
 from bnc_deploy.exporters.tflite_bnc import (
     COMPARISON_OPS,
     FORBIDDEN_OPS,
     INT8_WEIGHT_MAX,
     _tensorflow,
-    verification_codes,
 )
 from bnc_deploy.formats.tflite import (
     TFLiteSummary,
@@ -151,173 +149,20 @@ INT32_LIMIT = 2 ** 31 - 1
 MAC_OPS = ("FULLY_CONNECTED", "CONV_2D")
 #: How a ReLU network's output layer is computed (sign networks: always float32).
 OUTPUT_LAYERS = ("int8", "float32")
-#: Default number of random rows to verify on when the artifact has no check set.
-RANDOM_VERIFY_ROWS = 256
+#: Random rows to calibrate a ReLU network on when the artifact has no check set.
+RANDOM_CALIBRATION_ROWS = 256
 
 
 # ================================================================================================
 # Public API
 # ================================================================================================
-def export_tflite_dnn(artifact, path: str | os.PathLike, *, representative=None, output_layer: str = "int8",
-                      x=None, y=None, verify: bool = True, min_agreement: float | None = None) -> dict:
-    """Write ``artifact`` (a DNNArtifact) as a TFLite model to ``path``; return the facts.
-
-    Parameters
-    ----------
-    artifact : DNNArtifact
-    path : str or PathLike
-        Written atomically, and only after the file passed verification.
-    representative : array (n, D) of codes, optional
-        Calibration rows of a ReLU network (default: the artifact's check set, else 256 seeded
-        random rows). Ignored for sign networks, which need no calibration.
-    output_layer : ``"int8"`` (default) or ``"float32"``
-        ReLU networks: the output layer as an int8 FULLY_CONNECTED with int8 logits (full-integer),
-        or in float32 on the dequantized last hidden activations (weights: the integer codes as
-        float32), which keeps near-ties apart. Sign networks always use float32 (exact).
-    x, y : arrays, optional
-        Rows (codes) to verify on and their true labels; default: the artifact's check set and
-        check labels (else seeded random rows, no labels).
-    verify : bool
-        Run the file in LiteRT against the NumPy reference before publishing it. A sign network
-        must agree bit for bit (logits, labels, hidden activations) or ExportError is raised
-        and nothing is written; the guard is checked for both lowerings.
-    min_agreement : float, optional
-        Fail (ExportError, nothing written) when the label agreement with the reference is
-        below this fraction (ReLU networks; sign networks must agree on every row anyway).
-
-    Returns
-    -------
-    dict
-        ``path`` (Path), ``format`` ("tflite"), ``lowering``, ``exact``, ``bytes``, ``ops``
-        (TFLite op counts), ``metadata`` (the embedded dict), ``calibration_rows`` (ReLU) and
-        ``verification``: the facts of :func:`verify_tflite_dnn` (or None without ``verify``),
-        also merged in at the top level: ``n_rows``, ``label_agreement``, ``label_mismatches``,
-        ``logits_identical``, ``max_abs_logit_error``, ``guard_ok``, ``hidden_identical`` (sign
-        networks) and, when labels are known, ``accuracy_reference``, ``accuracy_tflite`` and
-        ``accuracy_change`` (TFLite minus reference).
-    """
-    plan = plan_tflite_dnn(artifact, representative=representative, output_layer=output_layer)
-    model = _build(artifact, plan)
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_bytes(model)
-    from bnc_deploy.formats.tflite import read_tflite_metadata
-
-    facts = {"format": "tflite", "lowering": plan.lowering, "exact": plan.exact, "bytes": len(model),
-             "ops": dict(Counter(inspect_tflite(model).op_names)), "metadata": read_tflite_metadata(model),
-             "verification": None}
-    if plan.calibration is not None:
-        facts["calibration_rows"] = plan.calibration["rows"]
-    try:
-        if verify:
-            facts["verification"] = verify_tflite_dnn(artifact, tmp, x=x, y=y, plan=plan)
-            facts.update(facts["verification"])
-            if min_agreement is not None and facts["label_agreement"] < min_agreement:
-                raise ExportError(f"the exported TFLite model agrees with the reference on "
-                                  f"{facts['label_agreement']:.4%} of {facts['n_rows']} rows, below the "
-                                  f"required {min_agreement:.4%}; nothing was written")
-        os.replace(tmp, path)  # a reader never sees a half-written or unverified model
-    finally:
-        if tmp.exists():
-            tmp.unlink()
-    facts["path"] = path
-    return facts
-
-
 def build_tflite_dnn(artifact, *, representative=None, output_layer: str = "int8") -> bytes:
-    """The TFLite flatbuffer of :func:`export_tflite_dnn` (metadata embedded, contract checked,
+    """The TFLite flatbuffer of a DNN artifact (metadata embedded, contract checked,
     not run)."""
+    if output_layer != "int8" and getattr(artifact, "activation", None) == "sign":
+        raise ExportError(f"--output-layer {output_layer} applies to ReLU DNN models only (sign networks always "
+                          "compute their output layer exactly in float32)")
     return _build(artifact, plan_tflite_dnn(artifact, representative=representative, output_layer=output_layer))
-
-
-def verify_tflite_dnn(artifact, model, *, x=None, y=None, plan: "DNNTFLitePlan | None" = None,
-                      resolver: str = "auto") -> dict:
-    """Run an exported file (path or bytes) in LiteRT and compare it with the reference predictor.
-
-    Raises ExportError when the guard fails, or when a file whose metadata says ``exact``
-    differs from the reference in any label, any logit bit or (sign networks) any hidden
-    activation.
-    """
-    from bnc_deploy.reference.dnn import DNNReferencePredictor
-    from bnc_deploy.formats.tflite import read_tflite_metadata
-
-    model = model_bytes(model)
-    meta = read_tflite_metadata(model)
-    exact = bool(meta.get("exact"))
-    if x is None:
-        x = verification_codes(artifact, n_random=RANDOM_VERIFY_ROWS)
-        if y is None and artifact.check_x is not None and len(artifact.check_x):
-            y = artifact.check_y
-    reference = DNNReferencePredictor(artifact)
-    x = reference.check(x)
-    ref_logits = reference.logits(x)
-    ref_label = np.argmax(ref_logits, axis=1)
-    try:
-        logits, label = run_tflite_dnn(model, x, resolver=resolver)
-        guard_ok = _guard_ok(model, artifact, x[:4], resolver)
-    except (RuntimeError, ValueError) as exc:
-        raise ExportError(f"the exported TFLite model does not run in LiteRT: {exc}") from None
-    n = len(x)
-    mismatches = int(np.count_nonzero(label != ref_label))
-    ref32 = ref_logits.astype(np.float32)
-    facts = {
-        "n_rows": int(n),
-        "label_agreement": float(1.0 - mismatches / n) if n else 1.0,
-        "label_mismatches": mismatches,
-        "logits_identical": bool(np.array_equal(logits, ref32)),
-        "max_abs_logit_error": float(np.max(np.abs(logits.astype(np.float64) - ref_logits), initial=0.0)),
-        "guard_ok": guard_ok,
-        "exact_expected": exact,
-    }
-    if artifact.activation == "sign":
-        if plan is None:
-            plan = plan_tflite_dnn(artifact)
-        pairs = zip(tflite_hidden_activations(model, plan, x), reference.hidden_activations(x))
-        facts["hidden_identical"] = bool(all(np.array_equal(a, b) for a, b in pairs))
-    if y is not None:
-        y = np.asarray(y, dtype=np.int64)
-        if y.shape != (n,):
-            raise ExportError(f"labels have shape {y.shape}, expected ({n},)")
-        facts["accuracy_reference"] = float(np.mean(ref_label == y)) if n else float("nan")
-        facts["accuracy_tflite"] = float(np.mean(label == y)) if n else float("nan")
-        facts["accuracy_change"] = facts["accuracy_tflite"] - facts["accuracy_reference"]
-    if not guard_ok:
-        raise ExportError("the exported TFLite model's guard does not mark invalid rows (label -1, NaN logits)")
-    if exact and (mismatches or not facts["logits_identical"] or not facts.get("hidden_identical", True)):
-        raise ExportError(f"the exported TFLite model ({meta.get('lowering')}) disagrees with the artifact: "
-                          f"{mismatches} of {n} labels differ, logits identical: {facts['logits_identical']}, "
-                          f"hidden activations identical: {facts.get('hidden_identical')}; the converter changed "
-                          "the arithmetic - please report this with your TensorFlow version")
-    return facts
-
-
-def run_tflite_dnn(model, x, *, resolver: str = "auto", threads: int = 1) -> tuple[np.ndarray, np.ndarray]:
-    """``(logits float32 [N, C], label int64 [N])`` of an exported file (path or bytes) in LiteRT.
-
-    ``x``: codes [N, D] (cast to int32; no validation: invalid rows exercise the guard).
-    ``resolver``: ``"auto"`` (LiteRT default, XNNPACK), ``"builtin"`` or ``"reference"`` kernels.
-    """
-    it, index = _interpreter(model_bytes(model), resolver, threads)
-    return _invoke(it, index, x)
-
-
-def tflite_hidden_activations(model, plan: "DNNTFLitePlan", x) -> list[np.ndarray]:
-    """Every hidden layer's +-1 output as the file computes it (sign networks), in the reference's
-    layout (dense [N, out], conv [N, C, H, W] after pooling), int64; read from the int8 tensors
-    with LiteRT's builtin kernels and all intermediate tensors preserved."""
-    model = model_bytes(model)
-    summary = inspect_tflite(model)
-    tensors = _hidden_output_tensors(summary, plan)
-    it, index = _interpreter(model, "builtin", 1, preserve=True)
-    _invoke(it, index, x)
-    out = []
-    for t in tensors:
-        raw = it.get_tensor(t).astype(np.int64)
-        scale = summary.tensors[t].scale[0]
-        values = np.rint(raw * scale).astype(np.int64)                       # int8 +-2 * 0.5 -> +-1
-        out.append(np.transpose(values, (0, 3, 1, 2)) if values.ndim == 4 else values)
-    return out
 
 
 # ================================================================================================
@@ -411,7 +256,7 @@ class DNNTFLitePlan:
 def plan_tflite_dnn(artifact, *, representative=None, output_layer: str = "int8") -> DNNTFLitePlan:
     """Choose every int8 tensor's contents and scale (sign) or calibrate the ranges (ReLU)."""
     if getattr(artifact, "kind", None) != "dnn":
-        raise ExportError("export_tflite_dnn takes a DNN artifact (use exporters.tflite_bnc for BN classifiers)")
+        raise ExportError("the TFLite DNN exporter takes a DNN artifact (use exporters.tflite_bnc for BN classifiers)")
     if output_layer not in OUTPUT_LAYERS:
         raise ExportError(f"unknown output layer {output_layer!r}; choose one of {', '.join(OUTPUT_LAYERS)}")
     permutations = _flatten_permutations(artifact)
@@ -497,7 +342,7 @@ def _relu_plan(artifact, permutations, representative, output_layer: str) -> DNN
     elif artifact.check_x is not None and len(artifact.check_x):
         rows, source = artifact.check_x, "check set"
     else:
-        rows, source = verification_codes(artifact, n_random=RANDOM_VERIFY_ROWS), "random codes"
+        rows, source = random_valid_codes(artifact.cardinalities, RANDOM_CALIBRATION_ROWS), "random codes"
     reference = DNNReferencePredictor(artifact)
     try:
         rows = reference.check(rows)
@@ -847,66 +692,13 @@ def _check_ptq(summary, artifact, plan, int8_macs) -> None:
         raise ExportError(f"output layer produces {logits.dtype}, expected int8 logits")
 
 
-# ================================================================================================
-# LiteRT helpers
-# ================================================================================================
-def _interpreter(model: bytes, resolver: str, threads: int, preserve: bool = False):
-    """A LiteRT interpreter on ``model`` and ``{"x", "logits", "label"}`` tensor indices."""
-    from bnc_deploy.runtimes.litert_adapter import RESOLVERS, interpreter_module
-
-    if resolver not in RESOLVERS:
-        raise ValueError(f"unknown resolver {resolver!r}; choose one of {', '.join(RESOLVERS)}")
-    interpreter_class, resolver_type, _ = interpreter_module()
-    kind = {"auto": resolver_type.AUTO, "builtin": resolver_type.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
-            "reference": resolver_type.BUILTIN_REF}[resolver]
-    it = interpreter_class(model_content=model, num_threads=threads, experimental_op_resolver_type=kind,
-                           experimental_preserve_all_tensors=preserve)
-    names = {dd["name"]: dd["index"] for dd in it.get_input_details() + it.get_output_details()}
-    wanted = (INPUT_NAME,) + DNN_OUTPUTS
-    if not set(wanted) <= set(names):
-        raise ValueError(f"graph tensors {sorted(names)} are not the DNN contract {wanted}")
-    return it, {n: names[n] for n in wanted}
-
-
-def _invoke(it, index: dict, x) -> tuple[np.ndarray, np.ndarray]:
-    x = np.ascontiguousarray(np.asarray(x).astype(np.int32))
-    it.resize_tensor_input(index[INPUT_NAME], list(x.shape), strict=True)
-    it.allocate_tensors()
-    it.set_tensor(index[INPUT_NAME], x)
-    it.invoke()
-    return it.get_tensor(index[OUTPUT_LOGITS]), it.get_tensor(index[OUTPUT_LABEL])
-
-
-def _guard_ok(model: bytes, artifact, valid: np.ndarray, resolver: str) -> bool:
-    """Rows with a code above / below its range get label -1 and all-NaN logits; the valid rows
-    run in the same batch keep their values."""
-    valid = np.asarray(valid, dtype=np.int64)
-    if len(valid) == 0:
-        valid = np.zeros((1, artifact.n_features), dtype=np.int64)
-    high = valid[:1].copy()
-    high[0, -1] = artifact.cardinalities[-1]
-    low = valid[:1].copy()
-    low[0, 0] = -1
-    x = np.concatenate([high, valid, low])
-    logits, label = run_tflite_dnn(model, x, resolver=resolver)
-    alone, alone_label = run_tflite_dnn(model, valid, resolver=resolver)
-    bad = [0, len(x) - 1]
-    return bool(np.all(label[bad] == INVALID_LABEL) and np.all(np.isnan(logits[bad]))
-                and np.array_equal(logits[1:-1], alone) and np.array_equal(label[1:-1], alone_label))
-
-
-def _hidden_output_tensors(summary: TFLiteSummary, plan: DNNTFLitePlan) -> list[int]:
-    """Tensor index of each hidden layer's output (after MAX_POOL_2D where it pools)."""
-    macs = [op for op in summary.ops if op.name in MAC_OPS and summary.tensors[op.inputs[1]].dtype == "INT8"]
-    if len(macs) != len(plan.hidden):
-        raise ValueError(f"{len(macs)} int8 layers in the file, {len(plan.hidden)} planned")
-    out = []
-    for op, layer in zip(macs, plan.hidden):
-        tensor = op.outputs[0]
-        if layer.pool:
-            pools = [p for p in summary.ops if p.name == "MAX_POOL_2D" and p.inputs[0] == tensor]
-            if len(pools) != 1:
-                raise ValueError(f"layer {layer.index}: no MAX_POOL_2D after {op.name} #{op.index}")
-            tensor = pools[0].outputs[0]
-        out.append(tensor)
-    return out
+register_exporter(
+    "dnn", "tflite", build_tflite_dnn, extension=".tflite", runtime="litert",
+    description="builtin-ops int8 TFLite: sign networks exact, ReLU networks full-integer",
+    options=[
+        Option("output_layer", "str", "int8", OUTPUT_LAYERS,
+               "ReLU DNNs: the output layer in int8 (default, full-integer) or float32 (int8 logits can merge "
+               "near-ties; float32 keeps them apart)"),
+        Option("representative", "rows", None, help="calibration rows (codes) of a ReLU network "
+                                                    "(default: the check set)"),
+    ])

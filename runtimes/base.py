@@ -13,8 +13,25 @@ the logits (output ``logits``), returned by ``log_joint``/``run`` in the same pl
 ``x`` is validated before it reaches the runtime (:meth:`RuntimeAdapter.check`): codes models
 take integer codes of shape (n, D) (or one row of shape (D,)) inside each feature's range; raw
 models take finite real values of shape (n, D), run as float32. Violations raise
-:class:`bnc_deploy.validation.InputError` naming the feature, the value and the row; a file that
+:class:`bnc_deploy.errors.InputError` naming the feature, the value and the row; a file that
 is missing, corrupt or not a bnc-deploy export raises :class:`RuntimeLoadError` naming the file.
+
+Two steps under ``run``, for callers that time the runtime itself (``profiling.latency``)::
+
+    prepared = rt.prepare(x)       # check + convert to the file's dtype + any allocation, once
+    scores, label = rt.invoke(prepared)   # the bare runtime call, nothing else
+
+``run(x)`` is exactly ``check`` -> ``prepare`` -> ``invoke`` followed by the output checks
+(shapes, dtype widening, the graph's input guard), so there is one code path. ``prepare``'s
+result is opaque and belongs to the adapter that made it; it may be invoked any number of times,
+also after other inputs were prepared (an adapter that allocates per batch size re-allocates on
+``invoke`` when the sizes differ). ``invoke`` returns the runtime's outputs as they come: the
+scores in the runtime's dtype (float32 for exported files) and the labels in theirs.
+
+Errors a user can cause are :mod:`bnc_deploy.errors` types: a bad ``threads`` value, an unknown
+runtime or an unknown file extension raise :class:`~bnc_deploy.errors.ConfigError`; a runtime
+whose framework is not installed raises :class:`~bnc_deploy.errors.MissingExtraError` (also an
+ImportError) naming the extra to install.
 
 Adapters register by name in :data:`RUNTIMES` as lazy ``"module:Class"`` targets, so choosing
 one runtime never imports another's framework. The LiteRT adapter is expected at
@@ -25,26 +42,30 @@ call :func:`register_runtime` to add or replace an entry.
 from __future__ import annotations
 
 import importlib
-import json
 import os
 from pathlib import Path
 
 import numpy as np
 
-from bnc_deploy.formats.metadata import INPUT_RAW, INVALID_LABEL, OUTPUT_LABEL, parse_metadata
-from bnc_deploy.formats.bnc import OUTPUT_LOG_JOINT
-from bnc_deploy.errors import InputError, RuntimeLoadError
+from bnc_deploy.errors import ConfigError, InputError, MissingExtraError, RuntimeLoadError
+from bnc_deploy.formats.metadata import INPUT_RAW, INVALID_LABEL, contract_outputs, parse_metadata
 from bnc_deploy.validation import check_codes
 
 __all__ = ["RuntimeAdapter", "RuntimeLoadError", "RUNTIMES", "register_runtime", "load_runtime",
-           "runtime_class", "InputError"]
+           "runtime_class", "InputError", "contract_outputs", "check_raw"]
+
+#: Runtime name -> the extra that installs its framework (``pip install 'bnc-deploy[EXTRA]'``).
+RUNTIME_EXTRAS = {"onnxruntime": "runtime", "litert": "tflite"}
 
 
 class RuntimeAdapter:
     """Base class: load a file, validate inputs, run ``log_joint``/``predict``.
 
     Subclasses set :attr:`name` and :attr:`extensions` and implement :meth:`_load` (read the
-    file, return its metadata dict) and :meth:`_run` (checked input -> ``(log_joint, label)``).
+    file, return its metadata dict), :meth:`invoke` (the bare runtime call -> ``(scores,
+    label)``) and, when the runtime wants converted or pre-allocated input, :meth:`_prepare`
+    (checked rows -> what :meth:`invoke` takes). Adapters that only override the older
+    ``_run(checked rows)`` keep working: their ``_run`` serves as ``invoke``.
 
     Parameters
     ----------
@@ -57,19 +78,23 @@ class RuntimeAdapter:
     name: str = ""
     #: File extensions this adapter reads (lower case, with the dot), for :func:`load_runtime`.
     extensions: tuple[str, ...] = ()
+    #: Rows per runtime call when the file fixes its batch size (e.g. 1 for a TFLite ``onehot-fc``
+    #: file); None when one call takes any number of rows. ``prepare``/``run`` accept any number
+    #: of rows either way (a fixed-batch adapter runs them in chunks).
+    static_batch: int | None = None
 
     def __init__(self, path: str | os.PathLike, *, threads: int | None = None) -> None:
         self.path = Path(path)
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
-            raise ValueError(f"threads must be a positive integer or None, got {threads!r}")
+            raise ConfigError(f"threads must be a positive integer or None, got {threads!r}")
         self.threads = threads
         if not self.path.is_file():
             raise RuntimeLoadError(f"{self.path}: no such model file")
         try:
             meta = self._load(self.path)
             self.metadata = parse_metadata(meta, where=str(self.path))
-        except RuntimeLoadError:
-            raise
+        except (RuntimeLoadError, MissingExtraError):
+            raise  # MissingExtraError is a ValueError too, but says "install X", not "bad file"
         except ValueError as exc:
             text = str(exc)
             raise RuntimeLoadError(text if str(self.path) in text else f"{self.path}: {text}") from None
@@ -113,7 +138,28 @@ class RuntimeAdapter:
             return check_codes(x, self.cardinalities, self.feature_names, where=where)
         return check_raw(x, self.n_features, self.feature_names, where=where)
 
+    def prepare(self, x):
+        """Validate ``x`` (as :meth:`check`), convert it to the file's input dtype and do any
+        one-time work for its batch size; return an opaque object for :meth:`invoke`.
+
+        Raises InputError for invalid input, and for zero rows (there is nothing to invoke;
+        :meth:`run` answers empty input itself).
+        """
+        checked = self.check(x)
+        if checked.shape[0] == 0:
+            raise InputError(f"{self.path.name} input: no rows to prepare (run() returns empty outputs for no rows)")
+        return self._prepare(checked)
+
     # -- running ----------------------------------------------------------------------------------
+    def invoke(self, prepared) -> tuple[np.ndarray, np.ndarray]:
+        """The bare runtime call on :meth:`prepare`'s result: ``(scores, label)`` as the runtime
+        returns them. No validation, conversion or output checks (see :meth:`run` for those)."""
+        if type(self)._run is RuntimeAdapter._run:
+            raise NotImplementedError(f"{type(self).__name__} implements neither invoke() nor _run()")
+        # An adapter written before prepare/invoke overrides _run(checked rows) instead; with the
+        # default _prepare its prepared input is those rows, so its _run is its runtime call.
+        return self._run(prepared)
+
     def run(self, x) -> tuple[np.ndarray, np.ndarray]:
         """``(log_joint (n, C) float64, label (n,) int64)`` in one pass of the runtime."""
         checked = self.check(x)
@@ -140,28 +186,25 @@ class RuntimeAdapter:
         """Most probable class (first maximum), shape (n,), int64."""
         return self.run(x)[1]
 
+    def _run(self, checked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Checked rows (at least one) -> the runtime's ``(scores, label)``: prepare, then invoke.
+
+        The one path from :meth:`run` to the runtime (tests patch it to simulate a wrong runtime).
+        """
+        return self.invoke(self._prepare(checked))
+
     def _load(self, path: Path) -> dict:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def _run(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover - abstract
-        raise NotImplementedError
+    def _prepare(self, checked: np.ndarray):
+        """Checked rows (at least one, the dtype :meth:`check` returns) -> :meth:`invoke`'s input.
+
+        Default: the checked rows themselves (for runtimes that need no conversion).
+        """
+        return checked
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({str(self.path)!r}, threads={self.threads})"
-
-
-def contract_outputs(meta) -> tuple[str, str]:
-    """Names of a file's (scores, label) outputs: ``log_joint``/``label`` for BN exports, the
-    metadata's ``outputs`` (``logits``/``label``) for DNN exports. ``meta``: dict or JSON text."""
-    if isinstance(meta, (str, bytes, bytearray)):
-        try:
-            meta = json.loads(meta)
-        except ValueError:
-            meta = {}
-    names = meta.get("outputs") if isinstance(meta, dict) else None
-    if isinstance(names, (list, tuple)) and len(names) == 2 and all(isinstance(n, str) for n in names):
-        return names[0], names[1]
-    return OUTPUT_LOG_JOINT, OUTPUT_LABEL
 
 
 def check_raw(x, n_features: int, feature_names=None, where: str = "input") -> np.ndarray:
@@ -210,20 +253,24 @@ def register_runtime(name: str, target, extensions: tuple[str, ...] = ()) -> Non
 def runtime_class(name: str) -> type[RuntimeAdapter]:
     """Resolve a runtime name to its adapter class (importing its module on first use).
 
-    Raises ValueError for an unknown name and ImportError, with what to install, when the
-    runtime's module or framework is missing.
+    Raises ConfigError for an unknown name and MissingExtraError (an ImportError), naming the
+    extra to install, when the runtime's framework is missing.
     """
     if name not in RUNTIMES:
-        raise ValueError(f"unknown runtime {name!r}; known runtimes: {', '.join(sorted(RUNTIMES))}")
+        raise ConfigError(f"unknown runtime {name!r}; known runtimes: {', '.join(sorted(RUNTIMES))}")
     target = RUNTIMES[name]
     if isinstance(target, str):
         module_name, _, class_name = target.partition(":")
         try:
             module = importlib.import_module(module_name)
+        except MissingExtraError:
+            raise
         except ImportError as exc:
-            hint = (f"this bnc-deploy has no module {module_name}" if (exc.name or "").startswith("bnc_deploy")
-                    else "install the export extras: pip install 'bnc-deploy[export]'")
-            raise ImportError(f"runtime {name!r} is not available ({exc}); {hint}") from exc
+            if (exc.name or "").startswith("bnc_deploy"):
+                # Our own module is missing: a broken install, not a missing extra.
+                raise ImportError(f"runtime {name!r} is not available: this bnc-deploy has no module "
+                                  f"{module_name} ({exc})") from exc
+            raise MissingExtraError(f"runtime {name!r}", RUNTIME_EXTRAS.get(name, "export"), exc) from exc
         target = getattr(module, class_name)
         RUNTIMES[name] = target
     return target
@@ -232,12 +279,13 @@ def runtime_class(name: str) -> type[RuntimeAdapter]:
 def load_runtime(path: str | os.PathLike, runtime: str | None = None, **options) -> RuntimeAdapter:
     """Open ``path`` with ``runtime`` (by name), or with the default runtime for its extension.
 
-    ``options`` go to the adapter (e.g. ``threads=1``).
+    ``options`` go to the adapter (e.g. ``threads=1``). Raises ConfigError when ``runtime`` is
+    unknown or cannot be told from the extension.
     """
     path = Path(path)
     if runtime is None:
         runtime = EXTENSIONS.get(path.suffix.lower())
         if runtime is None:
-            raise ValueError(f"{path}: cannot tell the runtime from the extension {path.suffix!r}; "
-                             f"pass one of {', '.join(sorted(RUNTIMES))}")
+            raise ConfigError(f"{path}: cannot tell the runtime from the extension {path.suffix!r}; "
+                              f"pass one of {', '.join(sorted(RUNTIMES))}")
     return runtime_class(runtime)(path, **options)

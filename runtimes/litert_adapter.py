@@ -1,13 +1,19 @@
-"""LiteRT adapter (name ``"litert"``): runs an exported ``.tflite`` BNC file.
+"""LiteRT adapter (name ``"litert"``): runs an exported ``.tflite`` BNC or DNN file.
 
 The interpreter is ``ai_edge_litert.interpreter.Interpreter``; when the ``ai-edge-litert``
 package is missing, ``tf.lite.Interpreter`` from TensorFlow is used instead (same kernels).
 The metadata comes from the file's ``"bnc_deploy"`` metadata buffer (read with the flatbuffer
-schema, see ``exporters.tflite_bnc.read_tflite_metadata``); no artifact is needed.
+schema, :func:`bnc_deploy.formats.tflite.read_tflite_metadata`); no artifact is needed. A file
+that the flatbuffer reader or the interpreter cannot read (truncated, random bytes, empty)
+raises RuntimeLoadError naming the file, whatever the reader's own exception was.
 
 Batching: a file with a dynamic batch dimension (``gather`` lowering) is resized to the whole
 input and run once; a static-batch file (``onehot-fc``, batch 1 for the Edge TPU) is run in
 chunks of its batch size, the last chunk padded with code 0 rows whose outputs are dropped.
+
+``prepare`` does the conversion, the chunking and the (re)allocation for the batch size;
+``invoke`` is ``set_tensor + invoke + get_tensor`` per chunk (one chunk for a dynamic-batch file),
+re-allocating first only when another batch size was allocated since ``prepare``.
 """
 
 from __future__ import annotations
@@ -16,9 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-from bnc_deploy.formats.metadata import INPUT_NAME
+from bnc_deploy.errors import ConfigError, MissingExtraError
+from bnc_deploy.formats.metadata import INPUT_NAME, contract_outputs
 from bnc_deploy.runtimes.base import RuntimeAdapter, RuntimeLoadError
-from bnc_deploy.formats.metadata import contract_outputs
 
 #: Op resolvers by name: ``auto`` (LiteRT's default, XNNPACK for float ops), ``builtin`` (optimized
 #: builtin kernels, no default delegates), ``reference`` (the reference kernels: slow, for checks).
@@ -26,7 +32,10 @@ RESOLVERS = ("auto", "builtin", "reference")
 
 
 def interpreter_module():
-    """``(Interpreter class, OpResolverType enum, backend name)``: LiteRT, else TensorFlow Lite."""
+    """``(Interpreter class, OpResolverType enum, backend name)``: LiteRT, else TensorFlow Lite.
+
+    Raises MissingExtraError (an ImportError) when neither is installed.
+    """
     try:
         from ai_edge_litert import interpreter as litert
 
@@ -34,10 +43,20 @@ def interpreter_module():
     except ImportError:
         try:
             import tensorflow as tf
-        except ImportError:
-            raise ImportError("the litert runtime needs ai-edge-litert (or TensorFlow): "
-                              "pip install 'bnc-deploy[export]'") from None
+        except ImportError as exc:
+            raise MissingExtraError("the litert runtime (ai-edge-litert or TensorFlow)", "tflite", exc) from None
         return tf.lite.Interpreter, tf.lite.experimental.OpResolverType, "tensorflow.lite"
+
+
+class _Prepared:
+    """Input made ready for :meth:`LiteRTAdapter.invoke`: ``chunks`` of exactly ``batch`` rows
+    each, in the file's input dtype and C order; ``rows`` real rows (the rest is padding)."""
+
+    __slots__ = ("chunks", "batch", "rows", "padded")
+
+    def __init__(self, chunks: tuple, batch: int, rows: int) -> None:
+        self.chunks, self.batch, self.rows = chunks, batch, rows
+        self.padded = rows != len(chunks) * batch
 
 
 class LiteRTAdapter(RuntimeAdapter):
@@ -56,7 +75,7 @@ class LiteRTAdapter(RuntimeAdapter):
 
     def __init__(self, path, *, threads: int | None = 1, resolver: str = "auto") -> None:
         if resolver not in RESOLVERS:
-            raise ValueError(f"unknown resolver {resolver!r}; choose one of {', '.join(RESOLVERS)}")
+            raise ConfigError(f"unknown resolver {resolver!r}; choose one of {', '.join(RESOLVERS)}")
         self.resolver = resolver
         super().__init__(path, threads=threads)
 
@@ -66,14 +85,18 @@ class LiteRTAdapter(RuntimeAdapter):
         interpreter_class, resolver_type, self.backend = interpreter_module()
         try:
             meta = read_tflite_metadata(path)
-        except ValueError as exc:
+        except ValueError as exc:       # MetadataError: not a TFLite file, or no/corrupt metadata
             raise RuntimeLoadError(f"{path}: {exc}") from None
+        except Exception as exc:        # noqa: BLE001 - untrusted bytes: truncated data makes the
+            # flatbuffer reader fail with struct.error, IndexError, ...; any of them means a bad file.
+            raise RuntimeLoadError(f"{path}: not a readable TFLite file ({type(exc).__name__}: "
+                                   f"{_first_line(exc)})") from None
         resolver = {"auto": resolver_type.AUTO, "builtin": resolver_type.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
                     "reference": resolver_type.BUILTIN_REF}[self.resolver]
         try:
             self.interpreter = interpreter_class(model_path=str(path), num_threads=self.threads,
                                                  experimental_op_resolver_type=resolver)
-        except (ValueError, RuntimeError) as exc:
+        except (ValueError, RuntimeError, OSError) as exc:
             raise RuntimeLoadError(f"{path}: not a loadable TFLite model ({_first_line(exc)})") from None
         self._bind_io(path, contract_outputs(meta))
         return meta
@@ -94,39 +117,56 @@ class LiteRTAdapter(RuntimeAdapter):
         self.static_batch = None if int(signature[0]) == -1 else int(x["shape"][0])
         self._allocated_rows = None
 
-    def _run(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _prepare(self, checked: np.ndarray) -> _Prepared:
         if self._input_dtype.kind in "iu":
             # Checked codes are in 0..|X_i|-1, so the cast to the file's integer type is exact.
-            x = x.astype(self._input_dtype, copy=False)
+            x = checked.astype(self._input_dtype, copy=False)
         else:
-            x = x.astype(np.float32, copy=False)
-        if self.static_batch is None:
-            return self._invoke(x)
-        return self._run_chunks(x, self.static_batch)
-
-    def _run_chunks(self, x: np.ndarray, batch: int) -> tuple[np.ndarray, np.ndarray]:
-        """Static-batch file: run ``batch`` rows at a time, padding the last chunk with zeros."""
+            x = checked.astype(np.float32, copy=False)
         n = x.shape[0]
-        pad = (-n) % batch
-        if pad:
-            x = np.concatenate([x, np.zeros((pad, x.shape[1]), dtype=x.dtype)])
-        parts = [self._invoke(x[i:i + batch]) for i in range(0, x.shape[0], batch)]
-        log_joint = np.concatenate([p[0] for p in parts])[:n]
-        label = np.concatenate([p[1] for p in parts])[:n]
-        return log_joint, label
+        if self.static_batch is None:
+            prepared = _Prepared((np.ascontiguousarray(x),), n, n)
+        else:
+            batch = self.static_batch
+            pad = (-n) % batch
+            if pad:  # code 0 (or 0.0) is valid for every feature; the padded rows' outputs are dropped
+                x = np.concatenate([x, np.zeros((pad, x.shape[1]), dtype=x.dtype)])
+            chunks = tuple(np.ascontiguousarray(x[i:i + batch]) for i in range(0, x.shape[0], batch))
+            prepared = _Prepared(chunks, batch, n)
+        self._allocate(prepared.batch)
+        return prepared
 
-    def _invoke(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """One interpreter call on ``x`` [n, D] (resizing a dynamic batch when n changes)."""
+    def _allocate(self, rows: int) -> None:
+        """Size the input for ``rows`` (a dynamic batch) and allocate, unless already done."""
+        if self._allocated_rows == rows:
+            return
+        if self.static_batch is None:
+            self.interpreter.resize_tensor_input(self._input_index, [rows, self.n_features], strict=True)
+        self.interpreter.allocate_tensors()
+        self._allocated_rows = rows
+
+    def invoke(self, prepared: _Prepared) -> tuple[np.ndarray, np.ndarray]:
+        """``set_tensor + invoke + get_tensor`` per chunk: ``(scores, label)`` in the file's dtypes."""
         it = self.interpreter
-        if self._allocated_rows != x.shape[0]:
-            if self.static_batch is None:
-                it.resize_tensor_input(self._input_index, list(x.shape), strict=True)
-            it.allocate_tensors()
-            self._allocated_rows = x.shape[0]
-        it.set_tensor(self._input_index, np.ascontiguousarray(x))
-        it.invoke()
-        # get_tensor copies, so the next invoke cannot overwrite returned arrays.
-        return it.get_tensor(self._output_index[0]), it.get_tensor(self._output_index[1])
+        if self._allocated_rows != prepared.batch:  # another batch size was prepared since
+            self._allocate(prepared.batch)
+        scores_index, label_index = self._output_index
+        if len(prepared.chunks) == 1:
+            it.set_tensor(self._input_index, prepared.chunks[0])
+            it.invoke()
+            # get_tensor copies, so the next invoke cannot overwrite returned arrays.
+            scores, label = it.get_tensor(scores_index), it.get_tensor(label_index)
+        else:
+            parts = []
+            for chunk in prepared.chunks:
+                it.set_tensor(self._input_index, chunk)
+                it.invoke()
+                parts.append((it.get_tensor(scores_index), it.get_tensor(label_index)))
+            scores = np.concatenate([p[0] for p in parts])
+            label = np.concatenate([p[1] for p in parts])
+        if prepared.padded:
+            return scores[:prepared.rows], label[:prepared.rows]
+        return scores, label
 
     def __repr__(self) -> str:
         return f"LiteRTAdapter({str(self.path)!r}, threads={self.threads}, resolver={self.resolver!r})"

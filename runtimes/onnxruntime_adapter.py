@@ -3,6 +3,9 @@
 Sessions run sequentially (``ExecutionMode.ORT_SEQUENTIAL``) with ``threads`` intra-op threads
 (None: onnxruntime's default) and one inter-op thread, so latency numbers are reproducible.
 The metadata comes from the file's ``metadata_props["bnc_deploy"]``; no artifact is needed.
+
+``prepare`` builds the feed (``{"x": rows in the graph's input dtype}``); ``invoke`` is one
+``InferenceSession.run`` for the contract's two outputs.
 """
 
 from __future__ import annotations
@@ -12,9 +15,8 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from bnc_deploy.formats.metadata import INPUT_NAME, METADATA_KEY
+from bnc_deploy.formats.metadata import INPUT_NAME, METADATA_KEY, contract_outputs
 from bnc_deploy.runtimes.base import RuntimeAdapter, RuntimeLoadError
-from bnc_deploy.formats.metadata import contract_outputs
 
 # onnxruntime raises its own exception types (InvalidProtobuf, InvalidArgument, Fail, ...; plain
 # Exception subclasses, not RuntimeError) for bad files: collect them all from its binding module.
@@ -56,9 +58,13 @@ class OnnxRuntimeAdapter(RuntimeAdapter):
             raise RuntimeLoadError(f"{path}: unsupported input type {inputs[INPUT_NAME].type}")
         return props[METADATA_KEY]
 
-    def _run(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        log_joint, label = self.session.run(self._outputs, {INPUT_NAME: x.astype(self._input_dtype, copy=False)})
-        return log_joint, label
+    def _prepare(self, checked: np.ndarray) -> dict:
+        # Checked codes are in 0..|X_i|-1, so the cast to an integer input type is exact.
+        return {INPUT_NAME: np.ascontiguousarray(checked, dtype=self._input_dtype)}
+
+    def invoke(self, prepared: dict) -> list:
+        """One ``InferenceSession.run``: ``[scores, label]`` as onnxruntime returns them."""
+        return self.session.run(self._outputs, prepared)
 
 
 def _first_line(exc: Exception) -> str:

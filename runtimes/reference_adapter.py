@@ -4,6 +4,10 @@
 The one adapter that reads artifacts: it is the ground truth the others are compared with. Its
 metadata is the same dict an exporter would write (``exporters.common.export_metadata`` with
 ``format="bnc"``), so code written against the interface cannot tell the difference.
+
+Its "runtime call" (:meth:`ReferenceAdapter.invoke`) is the predictor itself: the discretizer
+(raw inputs), ``log_joint`` (a DNN's logits) and the argmax. ``prepare`` only converts: codes
+stay int64, raw values (checked as float32) are widened to float64 for the discretizer.
 """
 
 from __future__ import annotations
@@ -61,9 +65,14 @@ class ReferenceAdapter(RuntimeAdapter):
         self.predictor = DNNReferencePredictor(self.artifact)
         return dnn_export_metadata(self.artifact, format="bnc", exact=True, input_dtype="int64", lowering="reference")
 
-    def _run(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _prepare(self, checked: np.ndarray) -> np.ndarray:
+        # Raw values were checked as float32 (what an exported file sees); the widening to the
+        # discretizer's float64 is exact, so the cut points compare the same values.
+        return np.ascontiguousarray(checked, dtype=np.float64 if self.raw_inputs else np.int64)
+
+    def invoke(self, prepared: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         # The discretizer itself (float64 searchsorted), not the exporters' float32 thresholds:
         # this adapter is the ground truth those thresholds are checked against.
-        codes = self.predictor.discretize(x.astype(np.float64)) if self.raw_inputs else x
+        codes = self.predictor.discretize(prepared) if self._raw_inputs else prepared
         log_joint = self.predictor.log_joint(codes)
         return log_joint, np.argmax(log_joint, axis=1)

@@ -12,7 +12,7 @@ pytest.importorskip("onnxruntime")
 from bnc_deploy.artifacts import save_artifact  # noqa: E402
 from bnc_deploy.artifacts.bnc import BNCArtifact  # noqa: E402
 from bnc_deploy.cli.profile import JSON_KEYS, main  # noqa: E402
-from bnc_deploy.exporters.onnx_bnc import export_onnx  # noqa: E402
+from exports import export_onnx  # noqa: E402
 from bnc_deploy.quantizers import FixedPointLogQuantizer
 
 #: Keys the issue names; scripts rely on them.

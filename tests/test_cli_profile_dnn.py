@@ -22,9 +22,9 @@ from bnc_deploy.testing import random_dnn_artifact
 from bnc_deploy.cli.profile import JSON_KEYS, main  # noqa: E402
 from bnc_deploy.datasets import load_dataset  # noqa: E402
 from bnc_deploy.reference.dnn import DNNReferencePredictor
-from bnc_deploy.exporters.onnx_bnc import export_onnx  # noqa: E402
-from bnc_deploy.exporters.onnx_dnn import export_onnx_dnn  # noqa: E402
-from bnc_deploy.exporters.tflite_dnn import export_tflite_dnn  # noqa: E402
+from exports import export_onnx  # noqa: E402
+from onnx_dnn_probes import export_onnx_dnn  # noqa: E402
+from tflite_dnn_probes import export_tflite_dnn  # noqa: E402
 from bnc_deploy.quantizers import FixedPointLogQuantizer
 
 QUICK = ["--runs", "5", "--repeats", "1", "--warmup", "1", "--throughput-repeats", "1"]

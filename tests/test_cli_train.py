@@ -105,3 +105,72 @@ def test_sample_csv_from_the_repository(tmp_path, capsys):
     assert art.feature_names == ["accel_rms", "heart_rate", "step_hz", "skin_temp"]
     assert len(art.discretizer["cut_points"]) == 4
     assert result["size_bits"] == 2 * art.n_parameters
+
+
+def test_output_is_checked_before_training(tmp_path, capsys):
+    """A directory, or the structure file the run reads, is refused in one line before any work."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--epochs", "1", "-o", str(tmp_path)])
+    assert exit_info.value.code == 2 and "is a directory" in capsys.readouterr().err
+    parents = tmp_path / "parents.json"
+    parents.write_text(json.dumps([-1] + list(range(63))))
+    before = parents.read_bytes()
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--model", "tan", "--structure", str(parents), "--epochs", "1", "-o", str(parents)])
+    assert exit_info.value.code == 2 and "is the input file" in capsys.readouterr().err
+    assert parents.read_bytes() == before
+
+
+class _ToyFamily:
+    """A model family added by registration alone: naive Bayes under another name, with one flag."""
+
+    def add_arguments(self, parser, model_group):
+        parser.add_argument_group("toy").add_argument("--toy-level", type=int, default=None)
+
+    def flags_given(self, args):
+        return ["--toy-level"] if args.toy_level is not None else []
+
+    def foreign_flag_hint(self, flags):
+        return ""
+
+    def config_from_args(self, args, *, progress):
+        from bnc_deploy.train.bnc import TrainConfig
+
+        config = TrainConfig(init="ml", epochs=args.epochs, progress=False)
+        config.toy_level = args.toy_level
+        return config
+
+    def input_paths(self, args):
+        return ()
+
+    def train(self, dataset, config):
+        from bnc_deploy.train.bnc import train_bnc
+
+        return train_bnc(dataset, config)
+
+    def summary(self, result, dataset, config):
+        return {"toy_level": config.toy_level}
+
+    def format_summary(self, summary):
+        return f"toy {summary['toy_level']}"
+
+
+def test_a_new_family_needs_only_a_registration(tmp_path, capsys, monkeypatch):
+    import types
+
+    from bnc_deploy.train import TRAINERS, TrainerSpec
+
+    module = types.ModuleType("toy_family")
+    module.FAMILY = _ToyFamily()
+    monkeypatch.setitem(sys.modules, "toy_family", module)
+    monkeypatch.setitem(TRAINERS, "toy", TrainerSpec("toy", "toy", "toy_family:FAMILY", "a toy"))
+
+    result = run_json(capsys, "--model", "toy", "--toy-level", "3", "--epochs", "0", "-o", str(tmp_path / "t.bnc"))
+    assert result["toy_level"] == 3 and REQUIRED_KEYS <= result.keys()
+    assert main(["--model", "toy", "--toy-level", "4", "--epochs", "0", "-o", str(tmp_path / "t.bnc")]) == 0
+    assert capsys.readouterr().out.strip() == "toy 4"
+    for args, message in ((["--model", "nb", "--toy-level", "3"], "--toy-level applies only to --model toy"),
+                          (["--model", "toy", "--bits", "3"], "--bits applies only to --model nb or tan")):
+        with pytest.raises(SystemExit) as exit_info:
+            main([*args, "--epochs", "0", "-o", str(tmp_path / "x.bnc")])
+        assert exit_info.value.code == 2 and message in capsys.readouterr().err

@@ -19,7 +19,7 @@ from bnc_deploy.targets.edgetpu import (
     format_report,
     main,
 )
-from bnc_deploy.exporters.tflite_bnc import export_tflite  # noqa: E402
+from exports import export_tflite  # noqa: E402
 from test_export_tflite import random_artifact  # noqa: E402
 
 

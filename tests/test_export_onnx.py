@@ -23,7 +23,8 @@ from bnc_deploy.artifacts import BNCArtifact  # noqa: E402
 from bnc_deploy.formats.metadata import INVALID_LABEL, METADATA_KEY, parse_metadata
 from bnc_deploy.errors import ExportError
 from bnc_deploy.formats.bnc import float32_thresholds
-from bnc_deploy.exporters.onnx_bnc import build_onnx_model, export_onnx  # noqa: E402
+from bnc_deploy.exporters.onnx_bnc import build_onnx_model  # noqa: E402
+from exports import export_onnx  # noqa: E402
 from bnc_deploy.quantizers import MAX_INT_BITS, FixedPointLogQuantizer
 from bnc_deploy.reference.bnc import ReferencePredictor
 
@@ -358,14 +359,14 @@ def test_exporter_and_runtime_do_not_import_torch(tmp_path):
     code = f"""
 import sys
 import numpy as np
-import bnc_deploy.exporters.onnx_bnc, bnc_deploy.runtimes.onnxruntime_adapter
+import bnc_deploy.verify, bnc_deploy.runtimes.onnxruntime_adapter
 from bnc_deploy.artifacts import BNCArtifact
 from bnc_deploy.quantizers import FixedPointLogQuantizer
 from bnc_deploy.runtimes.base import load_runtime
 a = BNCArtifact(parents=[-1, 0], cardinalities=[2, 3], class_names=['a', 'b'], feature_names=['u', 'v'],
                 quantizer=FixedPointLogQuantizer(3, 2), class_codes=np.array([1, 2], np.uint8),
                 table_codes=np.arange(16, dtype=np.uint8).reshape(8, 2) % 8)
-p = bnc_deploy.exporters.onnx_bnc.export_onnx(a, {str(tmp_path / 'nt.onnx')!r})
+p = bnc_deploy.verify.export_path(a, {str(tmp_path / 'nt.onnx')!r}, 'onnx')
 print(load_runtime(p).predict(np.array([[1, 2], [0, 0]])))
 bad = [m for m in sys.modules if m == 'torch' or m.startswith('torch.')]
 assert not bad, bad

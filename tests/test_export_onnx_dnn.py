@@ -20,13 +20,10 @@ from bnc_deploy.reference.dnn import DNNReferencePredictor
 from bnc_deploy.exporters import onnx_dnn  # noqa: E402
 from bnc_deploy.formats.metadata import INVALID_LABEL, METADATA_KEY, parse_metadata
 from bnc_deploy.errors import ExportError
-from bnc_deploy.exporters.onnx_dnn import (  # noqa: E402
-    build_onnx_dnn,
-    export_onnx_dnn,
-    hidden_output_names,
-    verification_codes,
-    verify_onnx_dnn,
-)
+from bnc_deploy.exporters.onnx_dnn import build_onnx_dnn, hidden_output_names  # noqa: E402
+from bnc_deploy.formats.onnx import read_dnn_metadata  # noqa: E402
+from onnx_dnn_probes import export_onnx_dnn, verification_codes, verify_onnx_dnn  # noqa: E402
+from bnc_deploy.verify import N_RANDOM_ROWS  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -111,7 +108,7 @@ def test_export_parity_on_small_random_nets(tmp_path, config):
         scale = max(1.0, float(np.abs(expected).max()))
         np.testing.assert_allclose(logits, expected, rtol=1e-5, atol=1e-5 * scale)
         assert v["agreement"] >= 0.99
-    assert v["n_rows"] == len(artifact.check_x) + onnx_dnn.N_VERIFY_RANDOM and v["exact_expected"] == result["exact"]
+    assert v["n_rows"] == len(artifact.check_x) + N_RANDOM_ROWS and v["exact_expected"] == result["exact"]
 
 
 def test_sign_of_zero_is_plus_one(tmp_path):
@@ -320,9 +317,9 @@ def test_exporter_does_not_import_torch(tmp_path):
     code = f"""
 import sys
 from bnc_deploy.testing import random_dnn_artifact
-from bnc_deploy.exporters.onnx_dnn import export_onnx_dnn
-r = export_onnx_dnn(random_dnn_artifact(1, architecture="cnn"), {str(tmp_path / 'nt.onnx')!r})
-print(r["verification"]["label_mismatches"])
+from bnc_deploy.verify import export_file
+r = export_file(random_dnn_artifact(1, architecture="cnn"), {str(tmp_path / 'nt.onnx')!r}, "onnx")
+print(r["label_mismatches"])
 bad = [m for m in sys.modules if m == 'torch' or m.startswith('torch.')]
 assert not bad, bad
 print('no torch')
@@ -370,7 +367,7 @@ def test_pack_bits_computes_the_same_graph(tmp_path, config):
     count = count_graph(path)
     costs = costs_from_metadata(count.metadata)
     assert count.paper_ops == costs.n_ops and count.param_bits == costs.size_bits
-    assert onnx_dnn.read_dnn_metadata(packed)["weight_storage"] == f"bitplanes{bits}"
+    assert read_dnn_metadata(packed)["weight_storage"] == f"bitplanes{bits}"
 
 
 def test_pack_bits_shrinks_a_usps_sized_net(tmp_path):

@@ -22,9 +22,9 @@ from bnc_deploy.exporters.tflite_bnc import (
     INT8_OUTPUT_LEVELS,
     _pack_groups,
     build_tflite_model,
-    export_tflite,
     onehot_fc_plan,
 )
+from exports import export_tflite  # noqa: E402
 from bnc_deploy.formats.tflite import inspect_tflite, read_tflite_metadata
 from bnc_deploy.quantizers import FixedPointLogQuantizer
 from bnc_deploy.reference.bnc import ReferencePredictor

@@ -27,12 +27,14 @@ from bnc_deploy.exporters.tflite_dnn import (  # noqa: E402
     MAC_OPS,
     build_tflite_dnn,
     check_dnn_contract,
-    export_tflite_dnn,
     fused_activations,
     inspect_tflite,
     plan_tflite_dnn,
-    run_tflite_dnn,
     split_codes,
+)
+from tflite_dnn_probes import (  # noqa: E402
+    export_tflite_dnn,
+    run_tflite_dnn,
     tflite_hidden_activations,
     verify_tflite_dnn,
 )

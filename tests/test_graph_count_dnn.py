@@ -156,7 +156,7 @@ def test_onnx_opsets(opset):
 
 def test_exported_file_on_disk(tmp_path):
     """A written, verified export counts the same as the in-memory graph (path input)."""
-    from bnc_deploy.exporters.onnx_dnn import export_onnx_dnn
+    from onnx_dnn_probes import export_onnx_dnn
 
     art = random_dnn_artifact(5, architecture="cnn", activation="sign", bits=2)
     path = tmp_path / "net.onnx"

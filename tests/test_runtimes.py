@@ -14,7 +14,7 @@ from test_export_onnx import discretizer_dict, random_artifact, random_codes  # 
 
 from bnc_deploy.artifacts import save_artifact  # noqa: E402
 from bnc_deploy.formats.metadata import METADATA_KEY
-from bnc_deploy.exporters.onnx_bnc import export_onnx  # noqa: E402
+from exports import export_onnx  # noqa: E402
 from bnc_deploy.reference.bnc import ReferencePredictor
 from bnc_deploy.runtimes.base import (  # noqa: E402
     RUNTIMES,
@@ -26,6 +26,7 @@ from bnc_deploy.runtimes.base import (  # noqa: E402
 )
 from bnc_deploy.runtimes.onnxruntime_adapter import OnnxRuntimeAdapter  # noqa: E402
 from bnc_deploy.runtimes.reference_adapter import ReferenceAdapter  # noqa: E402
+from bnc_deploy.errors import ConfigError, MissingExtraError  # noqa: E402
 from bnc_deploy.validation import InputError  # noqa: E402
 
 CARDS = [3, 1, 4, 2]
@@ -85,6 +86,49 @@ def test_threads_option(files):
     assert load_runtime(files[2], threads=2).session.get_session_options().intra_op_num_threads == 2
     with pytest.raises(ValueError, match="threads"):
         load_runtime(files[2], threads=0)
+
+
+def test_user_errors_are_config_errors(files):
+    """Bad arguments are the user's: ConfigError (still a ValueError), never a bare ValueError."""
+    _, bnc, onnx_path = files
+    for threads in (0, -1, 1.5, True, "2"):
+        with pytest.raises(ConfigError, match="threads"):
+            load_runtime(onnx_path, threads=threads)
+    with pytest.raises(ConfigError, match="unknown runtime 'tvm'.*known runtimes: .*numpy"):
+        runtime_class("tvm")
+    with pytest.raises(ConfigError, match=r"m\.bin.*extension '\.bin'"):
+        load_runtime(bnc.with_suffix(".bin"))
+
+
+def test_runtime_load_error_is_the_shared_type():
+    import bnc_deploy.errors
+    import bnc_deploy.runtimes.base as base
+
+    assert RuntimeLoadError is bnc_deploy.errors.RuntimeLoadError is base.RuntimeLoadError
+    assert issubclass(RuntimeLoadError, ValueError)
+
+
+def test_missing_framework_names_the_extra(files, monkeypatch):
+    """onnxruntime not installed: MissingExtraError (an ImportError) saying which extra installs it."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)          # `import onnxruntime` now fails
+    monkeypatch.delitem(sys.modules, "bnc_deploy.runtimes.onnxruntime_adapter")
+    monkeypatch.setitem(RUNTIMES, "onnxruntime", "bnc_deploy.runtimes.onnxruntime_adapter:OnnxRuntimeAdapter")
+    with pytest.raises(MissingExtraError, match=r"runtime 'onnxruntime'.*pip install 'bnc-deploy\[runtime\]'") as info:
+        load_runtime(files[2])
+    assert isinstance(info.value, ImportError) and info.value.extra == "runtime"
+
+
+def test_prepare_invoke_is_run(adapter, files):
+    """The two steps under run (tests/test_runtime_invoke.py covers every adapter and model kind)."""
+    x = random_codes(np.random.default_rng(4), files[0], 50)
+    scores, label = adapter.invoke(adapter.prepare(x))
+    expected = adapter.run(x)
+    assert np.array_equal(np.asarray(scores, dtype=np.float64), expected[0])
+    np.testing.assert_array_equal(np.asarray(label).reshape(-1), expected[1])
+    with pytest.raises(InputError, match="feature 0 .*value 3.*row 0"):
+        adapter.prepare(np.array([[3, 0, 0, 0]]))
 
 
 # -- one interface, same answers ------------------------------------------------------------------------

@@ -145,3 +145,79 @@ def test_closed_form_step_equals_autograd(bits, model_kind):
     assert float(loss) == pytest.approx(plain_loss.item(), rel=1e-5)
     assert torch.allclose(fast[0], model.rho.grad, atol=1e-6)
     assert torch.allclose(fast[1], model.class_rho.grad, atol=1e-6)
+
+
+# -- the shared epoch loop (train/loop.py) ----------------------------------------------------------
+def _recording_step(seen, optimizer, n_classes=2):
+    """A step that records (lr, batch rows) and reports loss = call number, every row right."""
+    import torch
+
+    def step(x, y):
+        seen.append((optimizer.param_groups[0]["lr"], x[:, 0].long().tolist()))
+        return torch.tensor(float(len(seen))), torch.nn.functional.one_hot(y, n_classes).float()
+    return step
+
+
+@pytest.mark.parametrize("gather_per_epoch", [False, True])
+def test_epoch_loop_schedule_shuffle_and_dropped_batch(gather_per_epoch):
+    import torch
+
+    from bnc_deploy.train.loop import fit_epochs
+
+    rows = torch.arange(10)
+    inputs, labels = rows.float()[:, None], rows % 2
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    seen, records = [], []
+    fit_epochs(inputs, labels, step=_recording_step(seen, optimizer), record=records.append, optimizer=optimizer,
+               learning_rates=np.array([0.5, 0.25]), batch_size=4, seed=7, gather_per_epoch=gather_per_epoch)
+    # Per epoch: the rate of the schedule, a fresh randperm from the seed + 1 generator, two full
+    # batches of 4 (the last 2 rows dropped).
+    shuffle = torch.Generator().manual_seed(8)
+    expected = []
+    for lr in (0.5, 0.25):
+        order = torch.randperm(10, generator=shuffle).tolist()
+        expected += [(lr, order[0:4]), (lr, order[4:8])]
+    assert seen == expected
+    assert [(r.epoch, r.lr, r.train_loss, r.train_error) for r in records] == [(1, 0.5, 1.5, 0.0), (2, 0.25, 3.5, 0.0)]
+
+
+def test_epoch_loop_counts_wrong_rows_and_checks_the_batch_size():
+    import torch
+
+    from bnc_deploy.errors import ConfigError
+    from bnc_deploy.train.loop import fit_epochs
+
+    inputs, labels = torch.zeros(6, 1), torch.tensor([0, 1, 1, 1, 0, 1])
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
+    always_zero = lambda x, y: (torch.tensor(0.0), torch.tensor([[1.0, 0.0]]).expand(len(y), 2))  # noqa: E731
+    records = []
+    fit_epochs(inputs, labels, step=always_zero, record=records.append, optimizer=optimizer,
+               learning_rates=np.array([1.0]), batch_size=6, seed=0)
+    assert records[0].train_error == pytest.approx(4 / 6)
+    with pytest.raises(ConfigError, match="larger than the training set"):
+        fit_epochs(inputs, labels, step=always_zero, record=records.append, optimizer=optimizer,
+                   learning_rates=np.array([1.0]), batch_size=7, seed=0)
+    # No epochs: nothing runs and nothing is checked (the maximum-likelihood model with --epochs 0).
+    fit_epochs(inputs, labels, step=always_zero, record=records.append, optimizer=optimizer,
+               learning_rates=np.array([]), batch_size=7, seed=0)
+    assert len(records) == 1
+
+
+def test_user_caused_training_errors_are_config_errors(tmp_path):
+    """Bad flag values and structure files are ConfigError: the CLI reports them in one line (exit 2)."""
+    from bnc_deploy.errors import ConfigError
+    from bnc_deploy.train.dnn import DNNConfig
+    from bnc_deploy.train.sizing import match_fc
+    from bnc_deploy.train.structure_learning import StructureLearningConfig, parse_candidates
+    from bnc_deploy.train.structure_sweep import parse_grid, parse_lambdas
+
+    ds = make_synthetic_dataset()
+    bad = tmp_path / "parents.txt"
+    bad.write_text("0 0 x")
+    for call in (lambda: train_bnc(ds, quick(int_bits=2)), lambda: train_bnc(ds, quick(batch_size=10_000)),
+                 lambda: train_bnc(ds, quick(loss="mse")), lambda: load_structure_file(bad, 6),
+                 lambda: DNNConfig(layers=9, hidden=[4]).validate(), lambda: parse_candidates("x"),
+                 lambda: StructureLearningConfig(size_penalty=-1).validate(), lambda: parse_lambdas("a"),
+                 lambda: parse_grid("1:2"), lambda: match_fc(64, 10, 2, 2, False, target_bits=1)):
+        with pytest.raises(ConfigError):
+            call()

@@ -63,6 +63,8 @@ class BNCArtifact(FeatureSpaceMixin):
     check_y: np.ndarray | None = None
 
     kind = KIND
+    #: How messages name models of this kind (plural).
+    kind_description = "Bayesian network classifiers"
 
     def __post_init__(self) -> None:
         self.parents = np.asarray(self.parents, dtype=np.int64)
@@ -117,6 +119,10 @@ class BNCArtifact(FeatureSpaceMixin):
     def n_ops(self) -> int:
         """Additions to accumulate ``D + 1`` terms per class: ``D * C`` (argmax not counted)."""
         return self.n_features * self.n_classes
+
+    def report_facts(self) -> dict:
+        """What a report (bnc-export, bnc-profile) says about the model beyond its costs."""
+        return {"model_kind": self.kind, "structure": self.structure}
 
     # -- tables -----------------------------------------------------------------------------
     def row_indices(self, x: np.ndarray) -> np.ndarray:

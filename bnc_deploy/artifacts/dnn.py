@@ -162,6 +162,8 @@ class DNNArtifact(FeatureSpaceMixin):
     check_y: np.ndarray | None = None
 
     kind = KIND
+    #: How messages name models of this kind (plural).
+    kind_description = "DNN models"
 
     def __post_init__(self) -> None:
         self._normalize_feature_space()
@@ -247,7 +249,6 @@ class DNNArtifact(FeatureSpaceMixin):
         return out
 
     def costs(self):
-
         return dnn_costs(self.cost_layers(), self.weight_bits)
 
     @property
@@ -266,6 +267,11 @@ class DNNArtifact(FeatureSpaceMixin):
     @property
     def bits_per_parameter(self) -> int:
         return int(self.weight_bits)
+
+    def report_facts(self) -> dict:
+        """What a report (bnc-export, bnc-profile) says about the model beyond its costs."""
+        return {"model_kind": self.kind, "architecture": self.architecture, "activation": self.activation,
+                "hidden_widths": self.hidden_widths, "weight_bits": self.weight_bits}
 
     # -- validation --------------------------------------------------------------------------
     def validate(self) -> None:

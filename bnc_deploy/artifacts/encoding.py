@@ -17,6 +17,8 @@ import math
 
 import numpy as np
 
+from bnc_deploy.errors import ConfigError
+
 #: Standardized inputs are int8 codes within +-63 (7 bits): the TFLite exporter doubles them.
 INPUT_CODE_MAX = 63
 
@@ -67,31 +69,31 @@ def fit_standardized_table(x_train: np.ndarray, cardinalities: np.ndarray) -> di
 
 
 def image_layout(name: str, n_features: int, image_shape=None, pixel_order: str | None = None):
-    """``((H, W), pixel_order)`` for a CNN on dataset ``name``; ValueError if unknown or inconsistent."""
+    """``((H, W), pixel_order)`` for a CNN on dataset ``name``; ConfigError if unknown or inconsistent."""
     known = IMAGE_LAYOUTS.get(name)
     if image_shape is None:
         if known is None:
-            raise ValueError(f"dataset {name!r} is not a known image dataset ({', '.join(sorted(IMAGE_LAYOUTS))}); "
-                             "pass --image-shape HxW (and --pixel-order) to train a CNN on it")
+            raise ConfigError(f"dataset {name!r} is not a known image dataset ({', '.join(sorted(IMAGE_LAYOUTS))}); "
+                              "pass --image-shape HxW (and --pixel-order) to train a CNN on it")
         image_shape = known[0]
     shape = tuple(int(v) for v in image_shape)
     order = pixel_order or (known[1] if known else "row-major")
     if len(shape) != 2 or min(shape) < 1 or shape[0] * shape[1] != n_features:
-        raise ValueError(f"image shape {shape} does not hold the {n_features} features of {name!r}")
+        raise ConfigError(f"image shape {shape} does not hold the {n_features} features of {name!r}")
     if order not in ("row-major", "column-major"):
-        raise ValueError(f"unknown pixel order {order!r}: use row-major or column-major")
+        raise ConfigError(f"unknown pixel order {order!r}: use row-major or column-major")
     return shape, order
 
 
 def parse_image_shape(text: str) -> tuple[int, int]:
-    """``"16x16"`` -> (16, 16); ValueError naming the text otherwise."""
+    """``"16x16"`` -> (16, 16); ConfigError naming the text otherwise."""
     parts = text.lower().replace(",", "x").split("x")
     try:
         h, w = (int(p) for p in parts)
     except ValueError:
-        raise ValueError(f"image shape {text!r} must look like HxW, e.g. 16x16") from None
+        raise ConfigError(f"image shape {text!r} must look like HxW, e.g. 16x16") from None
     if h < 1 or w < 1:
-        raise ValueError(f"image shape {text!r} must be positive")
+        raise ConfigError(f"image shape {text!r} must be positive")
     return h, w
 
 

@@ -51,7 +51,9 @@ def demo_model(name: str, flags: list[str], data: str, out: Path) -> dict:
     from bnc_deploy.cli import train as train_cli
     from bnc_deploy.datasets import load_dataset
     from bnc_deploy.reference import reference_predictor
+    from bnc_deploy.exporters.base import exporter_for
     from bnc_deploy.runtimes.base import load_runtime
+    from bnc_deploy.verify import export_path
 
     stem = out / f"{data}-{name}"
     print(f"{name}: training ...", flush=True)
@@ -64,29 +66,16 @@ def demo_model(name: str, flags: list[str], data: str, out: Path) -> dict:
     row = {"name": name, "bits": trained["bits"], "size_bits": artifact.size_bits, "n_ops": artifact.n_ops,
            "test_error": float(np.mean(ref_labels != test.y_test)), "kind": artifact.kind,
            "exact_expected": artifact.is_quantized if artifact.kind == "bnc" else artifact.activation == "sign"}
-    for fmt, runtime in (("onnx", "onnxruntime"), ("tflite", "litert")):
+    for fmt in ("onnx", "tflite"):
+        runtime = exporter_for(artifact.kind, fmt).runtime
         print(f"{name}: exporting {fmt} and running it in {runtime} ...", flush=True)
-        path = Path(f"{stem}.{fmt}")
-        _exporter(artifact.kind, fmt)(artifact, path)
+        path = export_path(artifact, f"{stem}.{fmt}", fmt)  # verified against the model before it is published
         adapter = load_runtime(path, runtime=runtime, threads=1)
         scores, labels = adapter.run(test.x_test)
         row[f"{fmt}_bytes"] = path.stat().st_size
         row[f"{fmt}_agreement"] = float(np.mean(labels == ref_labels))
         row[f"{fmt}_exact"] = bool(row["exact_expected"] and np.array_equal(scores, ref_scores))
     return row
-
-
-def _exporter(kind: str, fmt: str):
-    if kind == "dnn":
-        if fmt == "onnx":
-            from bnc_deploy.exporters.onnx_dnn import export_onnx_dnn as export
-        else:
-            from bnc_deploy.exporters.tflite_dnn import export_tflite_dnn as export
-    elif fmt == "onnx":
-        from bnc_deploy.exporters.onnx_bnc import export_onnx as export
-    else:
-        from bnc_deploy.exporters.tflite_bnc import export_tflite as export
-    return export
 
 
 def format_table(rows: list[dict]) -> str:

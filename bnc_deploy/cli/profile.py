@@ -26,7 +26,8 @@ keys (only ever added to): ``file``, ``runtime``, ``threads``, ``test_error``, `
 ``graph_ops``, ``graph_param_bits``, ``graph_matches_analytic``, ``pareto``, ``cpu``.
 
 Exit status 0; 2 with a one-line message for a missing file, an unknown file type or runtime,
-data that does not fit a model, or a runtime that is not installed.
+data that does not fit a model, or a runtime that is not installed (any other error is a bug and
+shows its traceback); 130 after ^C; 141, silently, when stdout's reader goes away (``| head``).
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ from pathlib import Path
 
 import numpy as np
 
-from bnc_deploy.cli.common import print_json, user_errors
+from bnc_deploy.cli.common import cli_main, print_json
+from bnc_deploy.errors import ConfigError, InputError, MetadataError, RuntimeLoadError
 
 PROG = "bnc-profile"
 MODEL_SUFFIXES = (".bnc", ".onnx", ".tflite")
@@ -88,13 +90,13 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+@cli_main(PROG)
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.fold is not None and args.data is None:
         parser.error("--fold needs --data")
-    with user_errors(PROG):
-        rows, tables = run(args)
+    rows, tables = run(args)
     if args.json:
         print_json(rows)
     else:
@@ -112,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
 
 # -- orchestration ---------------------------------------------------------------------------------------
 def parse_runtimes(spec: str | None) -> list[str]:
-    """Runtime names from ``--runtime`` (ValueError naming an unknown one)."""
+    """Runtime names from ``--runtime`` (ConfigError naming an unknown one)."""
     from bnc_deploy.runtimes.base import RUNTIMES
 
     if spec is None:
@@ -120,8 +122,8 @@ def parse_runtimes(spec: str | None) -> list[str]:
     names = [s.strip() for s in spec.split(",") if s.strip()]
     unknown = [n for n in names if n not in RUNTIMES]
     if unknown or not names:
-        raise ValueError(f"--runtime: unknown runtime {', '.join(map(repr, unknown)) or repr(spec)}; "
-                         f"choose from {', '.join(sorted(RUNTIMES))}")
+        raise ConfigError(f"--runtime: unknown runtime {', '.join(map(repr, unknown)) or repr(spec)}; "
+                          f"choose from {', '.join(sorted(RUNTIMES))}")
     return names
 
 
@@ -129,8 +131,8 @@ def check_files(files) -> None:
     for f in files:
         p = Path(f)
         if p.suffix.lower() not in MODEL_SUFFIXES + RESULT_SUFFIXES:
-            raise ValueError(f"{p}: unknown file type {p.suffix or '(none)'!r}; expected "
-                             f"{', '.join(MODEL_SUFFIXES + RESULT_SUFFIXES)}")
+            raise ConfigError(f"{p}: unknown file type {p.suffix or '(none)'!r}; expected "
+                              f"{', '.join(MODEL_SUFFIXES + RESULT_SUFFIXES)}")
         if not p.is_file():
             raise FileNotFoundError(f"{p}: no such file")
 
@@ -195,17 +197,17 @@ def model_facts(path) -> dict:
         count = count_graph(p)
         meta = count.metadata
         if not meta:
-            raise ValueError(f"{p}: not a bnc-deploy export (no 'bnc_deploy' metadata)")
+            raise MetadataError(f"{p}: not a bnc-deploy export (no 'bnc_deploy' metadata)")
         kind = meta.get("model_kind", "bnc")
         if kind not in COST_MODELS:
-            raise ValueError(f"{p}: no analytic cost model for model kind {kind!r}")
+            raise MetadataError(f"{p}: no analytic cost model for model kind {kind!r}")
         try:
             costs = costs_from_metadata(meta)
             facts.update(model_kind=kind, structure=meta["structure"], lowering=meta.get("lowering"),
                          bits=meta["bits"], quantized=meta["quantized"], input=meta["input"],
                          cardinalities=list(meta["cardinalities"]), graph=count)
         except (KeyError, TypeError) as exc:
-            raise ValueError(f"{p}: incomplete {kind} metadata (no {exc})") from None
+            raise MetadataError(f"{p}: incomplete {kind} metadata (no {exc})") from None
     facts["costs"] = costs
     return facts
 
@@ -275,14 +277,14 @@ def run_one(path, runtime, threads, facts, row, data, *, latency, runs, warmup, 
     try:
         adapter = load_runtime(path, runtime, threads=threads)
     except ImportError as exc:
-        raise ValueError(f"{path}: runtime {runtime!r} is not available ({exc})") from None
+        raise RuntimeLoadError(f"{path}: runtime {runtime!r} is not available ({exc})") from None
     row.update(runtime=runtime, threads=threads if runtime != "numpy" else None)
     if data is not None:
         x, y = data[0], data[1]
         try:
             acc = measure_accuracy(adapter, x, y)
-        except ValueError as exc:
-            raise ValueError(f"{path}: --data does not fit this model: {exc}") from None
+        except InputError as exc:  # the adapter's input check: codes outside the model's features
+            raise InputError(f"{path}: --data does not fit this model: {exc}") from None
         row.update(test_error=acc["test_error"], test_error_source=f"{runtime} on the test split")
         timed, how = x, "test split rows"
     else:

@@ -2,6 +2,9 @@
 
 Writes one model file per lambda, ``trajectory.csv``, ``trajectory.json`` and the plots
 (``trajectory.png/.svg``: error and parameters over lambda; ``pareto.png/.svg``: Pareto front).
+
+Exit status 0; 2 with a one-line message for bad options, data or reference models; 130 after ^C
+(the lambdas finished so far stay in OUTDIR; ``--resume`` continues).
 """
 
 from __future__ import annotations
@@ -10,9 +13,12 @@ import argparse
 import sys
 import time
 
-from bnc_deploy.cli.common import print_json, user_errors
+from bnc_deploy.cli.common import cli_main, print_json
+from bnc_deploy.errors import ConfigError
 
 PROG = "bnc-structure-sweep"
+#: After ^C: the lambdas finished so far are complete model files in OUTDIR.
+INTERRUPTED = "interrupted; finished lambdas stay in OUTDIR (rerun with --resume to continue)"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -54,10 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+@cli_main(PROG, interrupted=INTERRUPTED)
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    with user_errors(PROG):
-        result = run(args)
+    result = run(args)
     if args.json:
         print_json(result)
     return 0
@@ -82,7 +88,7 @@ def run(args) -> dict:
 
     lambdas = parse_lambdas(args.lambdas) if args.lambdas is not None else parse_grid(args.grid)
     if args.jobs < 1:
-        raise ValueError(f"--jobs must be >= 1, got {args.jobs}")
+        raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")
     config = TrainConfig(model="tan", structure="learn", bits=args.bits, int_bits=args.int_bits, init=args.init,
                          epochs=args.epochs, batch_size=args.batch_size, seed=args.seed, progress=False)
     config.validate()

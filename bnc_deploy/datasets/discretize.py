@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from bnc_deploy.errors import ArtifactError, DatasetError, InputError
+
 #: Candidate cuts whose weighted entropy is within this many bits of the minimum count as ties,
 #: broken towards the smallest cut point; this makes the choice independent of float summation order.
 ENTROPY_TIE_TOLERANCE = 1e-9
@@ -115,23 +117,23 @@ def _feature_cut_points(values: np.ndarray, labels: np.ndarray, n_classes: int) 
     return np.array([_midpoint(distinct[i - 1], distinct[i]) for i in boundaries], dtype=np.float64)
 
 
-def _check_finite(x: np.ndarray, what: str) -> None:
-    """Raise ValueError naming the first row/feature of ``x`` that is NaN or infinite."""
+def _check_finite(x: np.ndarray, what: str, error: type[ValueError] = ValueError) -> None:
+    """Raise ``error`` naming the first row/feature of ``x`` that is NaN or infinite."""
     bad = ~np.isfinite(x)
     if bad.any():
         row, col = map(int, np.argwhere(bad)[0])
-        raise ValueError(f"{what}: feature {col} has non-finite value {x[row, col]} in row {row}")
+        raise error(f"{what}: feature {col} has non-finite value {x[row, col]} in row {row}")
 
 
-def _as_float_matrix(x: Any, what: str) -> np.ndarray:
-    """``x`` as a finite float64 array of shape (n_samples, n_features), or ValueError."""
+def _as_float_matrix(x: Any, what: str, error: type[ValueError] = ValueError) -> np.ndarray:
+    """``x`` as a finite float64 array of shape (n_samples, n_features), or ``error`` naming the problem."""
     try:
         x = np.asarray(x, dtype=np.float64)
     except (TypeError, ValueError) as exc:
-        raise ValueError(f"{what}: features must be numeric ({exc})") from None
+        raise error(f"{what}: features must be numeric ({exc})") from None
     if x.ndim != 2:
-        raise ValueError(f"{what}: expected features of shape (n_samples, n_features), got shape {x.shape}")
-    _check_finite(x, what)
+        raise error(f"{what}: expected features of shape (n_samples, n_features), got shape {x.shape}")
+    _check_finite(x, what, error)
     return x
 
 
@@ -154,12 +156,12 @@ class FayyadIraniDiscretizer:
         X : array-like of shape (n_samples, n_features), finite floats
         y : array-like of shape (n_samples,), class labels (any hashable values)
         """
-        x = _as_float_matrix(X, "fit")
+        x = _as_float_matrix(X, "fit", DatasetError)
         y = np.asarray(y)
         if y.ndim != 1 or y.shape[0] != x.shape[0]:
-            raise ValueError(f"fit: expected labels of shape ({x.shape[0]},), got shape {y.shape}")
+            raise DatasetError(f"fit: expected labels of shape ({x.shape[0]},), got shape {y.shape}")
         if x.shape[0] == 0:
-            raise ValueError("fit: no training rows")
+            raise DatasetError("fit: no training rows")
         classes, labels = np.unique(y, return_inverse=True)
         labels = labels.ravel().astype(np.int64)
         self.cut_points_ = [_feature_cut_points(x[:, j], labels, len(classes)) for j in range(x.shape[1])]
@@ -179,9 +181,9 @@ class FayyadIraniDiscretizer:
         """
         if not hasattr(self, "cut_points_"):
             raise ValueError("transform: the discretizer is not fitted; call fit first")
-        x = _as_float_matrix(X, "transform")
+        x = _as_float_matrix(X, "transform", InputError)
         if x.shape[1] != self.n_features_in_:
-            raise ValueError(f"transform: expected {self.n_features_in_} features, got {x.shape[1]} "
+            raise InputError(f"transform: expected {self.n_features_in_} features, got {x.shape[1]} "
                              f"(X of shape {x.shape})")
         codes = np.empty(x.shape, dtype=np.int64)
         for j, cuts in enumerate(self.cut_points_):
@@ -206,22 +208,23 @@ class FayyadIraniDiscretizer:
 
     @classmethod
     def from_dict(cls, data: dict) -> "FayyadIraniDiscretizer":
-        """Rebuild a fitted discretizer from ``to_dict()`` output; ValueError if it is inconsistent."""
+        """Rebuild a fitted discretizer from ``to_dict()`` output (as stored in a model file); ArtifactError
+        if it is inconsistent."""
         try:
             n_features = int(data["n_features_in"])
             raw_cuts = data["cut_points"]
         except (KeyError, TypeError, ValueError) as exc:
-            raise ValueError(f"from_dict: expected keys 'n_features_in' and 'cut_points' ({exc!r})") from None
+            raise ArtifactError(f"from_dict: expected keys 'n_features_in' and 'cut_points' ({exc!r})") from None
         if data.get("method", "fayyad-irani-mdl") != "fayyad-irani-mdl":
-            raise ValueError(f"from_dict: unknown method {data.get('method')!r}")
+            raise ArtifactError(f"from_dict: unknown method {data.get('method')!r}")
         if len(raw_cuts) != n_features:
-            raise ValueError(f"from_dict: n_features_in is {n_features} but {len(raw_cuts)} cut lists are given")
+            raise ArtifactError(f"from_dict: n_features_in is {n_features} but {len(raw_cuts)} cut lists are given")
         cut_points = []
         for j, cuts in enumerate(raw_cuts):
             cuts = np.asarray(cuts, dtype=np.float64).reshape(-1)
             if not np.all(np.isfinite(cuts)) or np.any(np.diff(cuts) <= 0):
-                raise ValueError(f"from_dict: cut points of feature {j} must be finite and strictly increasing, "
-                                 f"got {cuts.tolist()}")
+                raise ArtifactError(f"from_dict: cut points of feature {j} must be finite and strictly "
+                                    f"increasing, got {cuts.tolist()}")
             cut_points.append(cuts)
         model = cls()
         model.cut_points_ = cut_points

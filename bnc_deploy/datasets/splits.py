@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from .discretize import FayyadIraniDiscretizer
+from bnc_deploy.errors import InputError
+
 from .base import DatasetError, DiscreteDataset
+from .discretize import FayyadIraniDiscretizer
 from .loaders import RawData
 
 HOLDOUT_PROTOCOL = "2/3-1/3"
@@ -77,7 +79,7 @@ def discretize_split(name: str, raw: RawData, protocol: str, *, fold: int = 1, s
     try:
         discretizer = FayyadIraniDiscretizer().fit(raw.x[train], raw.y[train])
         x_train, x_test = discretizer.transform(raw.x[train]), discretizer.transform(raw.x[test])
-    except ValueError as exc:
+    except (DatasetError, InputError) as exc:  # fit: the training part; transform: the test part
         raise DatasetError(f"{raw.source}: {exc}") from None
     info = _protocol_info(raw, protocol, seed, raw.x.shape[0])
     info["discretization"] = "Fayyad-Irani MDL fitted on the training part"

@@ -29,7 +29,7 @@ from __future__ import annotations
 import numpy as np
 
 import bnc_deploy
-from bnc_deploy.errors import ExportError, MetadataError
+from bnc_deploy.errors import ArtifactError, ExportError, MetadataError
 from bnc_deploy.formats.metadata import (
     GUARD,
     INPUT_CODES,
@@ -161,7 +161,7 @@ def raw_cut_points(artifact) -> list[np.ndarray]:
 
     try:
         disc = FayyadIraniDiscretizer.from_dict(artifact.discretizer)
-    except ValueError as exc:
+    except ArtifactError as exc:
         raise ExportError(f"the artifact's discretizer is invalid: {exc}") from None
     cuts = [np.asarray(c, dtype=np.float64) for c in disc.cut_points_]
     if len(cuts) != artifact.n_features:
@@ -227,6 +227,9 @@ def raw_representatives(artifact, codes: np.ndarray) -> np.ndarray:
         if k == 0:
             continue
         edges = np.append(thresholds[i, :k], np.nextafter(thresholds[i, k - 1], np.float32(np.inf)))
+        # A cut at or beyond the float32 range leaves no finite float32 above it: feed the largest
+        # finite value instead (the discretizer then says which bin float32 inputs can reach).
+        edges = np.clip(edges, -np.finfo(np.float32).max, np.finfo(np.float32).max)
         values[:, i] = edges[np.clip(codes[:, i], 0, k)]
     return values
 

@@ -6,7 +6,8 @@ One job per module:
   a registry of cost functions by artifact kind (``"bnc"``; the DNN formula is ready as a pure
   function over a layer list);
 * :mod:`~bnc_deploy.profiling.graph_count` - per-node operations and parameter bits of exported
-  ONNX/TFLite graphs, by generic per-op rules; unknown ops are reported, never counted as 0;
+  ONNX/TFLite graphs, by generic per-op rules; unknown ops are reported, never counted as 0
+  (a package: graph reader, op table, forward rules, interval / one-hot / data-use passes, parameters);
 * :mod:`~bnc_deploy.profiling.latency` - batch-1 p50/p99 latency, throughput, accuracy per runtime,
   and the machine and library versions;
 * :mod:`~bnc_deploy.profiling.pareto` - the non-dominated set in (size, ops, error) and the plots.

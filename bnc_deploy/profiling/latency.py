@@ -1,19 +1,24 @@
 """Latency, throughput and accuracy of a model file in each runtime, and the machine it ran on.
 
-What is timed (``mode="session"``, the default): the bare runtime call on input already converted
-to the file's dtype - ``InferenceSession.run`` (onnxruntime), ``set_tensor + invoke + get_tensor``
-(LiteRT), ``ReferencePredictor.log_joint + argmax`` (numpy; a DNN's reference predictor gives its
-logits there). The outputs are the ones the file's metadata names (BN: ``log_joint``, DNN: ``logits``;
-and ``label``). The adapters' input validation and dtype conversion are excluded, so the number is
-the runtime's. ``mode="adapter"`` times
-``adapter.run(x)`` instead (validation included), which is what an application calling the
-adapter sees.
+Every adapter is timed through its public two-step interface only (``RuntimeAdapter.prepare`` /
+``invoke``, see ``bnc_deploy.runtimes.base``): this module never touches a runtime's session or
+interpreter and never branches on the runtime's name, so a newly registered adapter is timed the
+same way as the built-in ones.
+
+What is timed (``mode="session"``, the default): ``adapter.invoke(prepared)``, the bare runtime
+call on input already validated, converted to the file's dtype and allocated for by
+``adapter.prepare`` outside the timed region - ``InferenceSession.run`` (onnxruntime),
+``set_tensor + invoke + get_tensor`` (LiteRT), the reference predictor's ``log_joint + argmax``
+(numpy; a DNN's reference predictor gives its logits there). So the number is the runtime's.
+``mode="adapter"`` times ``adapter.run(x)`` instead (validation, conversion and output checks
+included), which is what an application calling the adapter sees.
 
 Protocol: ``warmup`` untimed calls, then ``repeats`` blocks of ``runs`` batch-1 calls, each on the
 next test row (cycling), timed one by one with ``perf_counter_ns``; p50/p99/mean are over all
 ``repeats * runs`` calls, and the per-block medians show the spread. Throughput: the whole batch
-(every row given) in one call - row by row for a static batch-1 file (TFLite ``onehot-fc``) -
-after one warm-up call, the median of ``throughput_repeats`` calls.
+(every row given) in one call - in session mode, for a file with a static batch
+(``adapter.static_batch``, e.g. TFLite ``onehot-fc`` batch 1), one call per full chunk of that
+size - after one warm-up pass, the median of ``throughput_repeats`` passes.
 
 Accuracy always goes through the adapter (validated input), exactly as a user would run it.
 """
@@ -29,6 +34,8 @@ from importlib import metadata as importlib_metadata
 from pathlib import Path
 
 import numpy as np
+
+from bnc_deploy.errors import ConfigError
 
 #: Runtime -> thread settings profiled (None = the runtime's default), per the profiling issue.
 THREAD_CONFIGS = {"numpy": (None,), "onnxruntime": (1, None), "litert": (1,)}
@@ -90,69 +97,15 @@ class Timing:
         return asdict(self)
 
 
-class _Caller:
-    """The bare runtime call of an adapter on prepared input (see the module docstring).
-
-    Uses only the adapters' public handles (``session``, ``interpreter``, ``predictor``) and the
-    file contract's tensor names, so it does not depend on adapter internals.
-    """
-
-    _ORT_DTYPES = {"tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(float)": np.float32}
-
-    def __init__(self, adapter, mode: str) -> None:
-        from bnc_deploy.formats.metadata import INPUT_NAME
-        from bnc_deploy.formats.metadata import contract_outputs
-
-        if mode not in MODES:
-            raise ValueError(f"unknown latency mode {mode!r}; choose one of {', '.join(MODES)}")
-        self.adapter, self.mode, self.static_batch, self._rows = adapter, mode, None, None
-        if adapter.name == "onnxruntime":
-            inputs = {i.name: i for i in adapter.session.get_inputs()}
-            self.dtype = self._ORT_DTYPES[inputs[INPUT_NAME].type]
-        elif adapter.name == "litert":
-            it = adapter.interpreter
-            x = next(d for d in it.get_input_details() if d["name"] == INPUT_NAME)
-            outputs = {d["name"]: d["index"] for d in it.get_output_details()}
-            self.input_index, self.dtype = x["index"], np.dtype(x["dtype"])
-            # BN exports: log_joint/label; DNN exports: logits/label (the metadata's ``outputs``)
-            self.output_indices = [outputs[name] for name in contract_outputs(getattr(adapter, "metadata", None))]
-            signature = x.get("shape_signature", x["shape"])
-            self.static_batch = None if int(signature[0]) == -1 else int(x["shape"][0])
-        else:
-            self.dtype = None
-
-    def prepare(self, x: np.ndarray) -> np.ndarray:
-        """Convert once, outside the timed region (what a deployed caller would hold already)."""
-        if self.mode == "adapter" or self.dtype is None:
-            return np.ascontiguousarray(x)
-        return np.ascontiguousarray(x.astype(self.dtype))
-
-    def resize(self, n_rows: int) -> None:
-        """LiteRT: (re)allocate for ``n_rows`` outside the timed region."""
-        if self.mode != "session" or self.adapter.name != "litert" or self._rows == n_rows:
-            return
-        it = self.adapter.interpreter
-        if self.static_batch is None:
-            it.resize_tensor_input(self.input_index, [n_rows, self.adapter.n_features], strict=True)
-        it.allocate_tensors()
-        # The adapter tracks its own allocation; make it re-allocate on its next call.
-        if hasattr(self.adapter, "_allocated_rows"):
-            self.adapter._allocated_rows = None
-        self._rows = n_rows
-
-    def __call__(self, x: np.ndarray):
-        a = self.adapter
-        if self.mode == "adapter":
-            return a.run(x)
-        if a.name == "onnxruntime":
-            return a.session.run(None, {"x": x})
-        if a.name == "litert":
-            it = a.interpreter
-            it.set_tensor(self.input_index, x)
-            it.invoke()
-            return [it.get_tensor(i) for i in self.output_indices]
-        scores = a.predictor.log_joint(x)      # DNNReferencePredictor: log_joint is its logits
-        return scores, np.argmax(scores, axis=1)
+def _timed_call(adapter, mode: str):
+    """``(prepare, call)`` for ``mode``: ``prepare`` runs outside the timed region on checked rows,
+    ``call`` is what is timed. Only the adapter's public interface is used."""
+    if mode == "session":
+        return adapter.prepare, adapter.invoke
+    if mode == "adapter":
+        # run() validates and converts on every call: that cost is what this mode measures.
+        return np.ascontiguousarray, adapter.run
+    raise ConfigError(f"unknown latency mode {mode!r}; choose one of {', '.join(MODES)}")
 
 
 def measure_latency(adapter, x: np.ndarray, *, runs: int = 200, warmup: int = 20, repeats: int = 3,
@@ -162,24 +115,23 @@ def measure_latency(adapter, x: np.ndarray, *, runs: int = 200, warmup: int = 20
     Parameters
     ----------
     adapter : RuntimeAdapter
-        From ``load_runtime(path, runtime, threads=...)``.
+        From ``load_runtime(path, runtime, threads=...)``; any registered adapter.
     x : ndarray (n, D)
         Input rows (a test split); batch-1 calls cycle through them.
     runs, warmup, repeats : int
         Batch-1 protocol (see the module docstring); ``runs >= 1``.
     throughput_repeats : int
-        Full-batch calls timed (0: skip throughput).
+        Full-batch passes timed (0: skip throughput).
     mode : ``"session"`` or ``"adapter"``
     """
     if runs < 1 or repeats < 1 or warmup < 0:
-        raise ValueError(f"need runs >= 1, repeats >= 1 and warmup >= 0 (got {runs}, {repeats}, {warmup})")
+        raise ConfigError(f"need runs >= 1, repeats >= 1 and warmup >= 0 (got {runs}, {repeats}, {warmup})")
+    prepare, call = _timed_call(adapter, mode)
     x = adapter.check(x)      # invalid input would make the bare runtime call meaningless
     if x.shape[0] == 0:
         raise ValueError("no rows to time")
-    call = _Caller(adapter, mode)
-    prepared = call.prepare(x)
-    rows = [prepared[i:i + 1] for i in range(min(len(prepared), max(runs, 1)))]
-    call.resize(1)
+    # Prepared before timing; a runtime that allocates per batch size is left allocated for 1 row.
+    rows = [prepare(x[i:i + 1]) for i in range(min(len(x), runs))]
     for k in range(warmup):
         call(rows[k % len(rows)])
     samples = np.empty((repeats, runs), dtype=np.float64)
@@ -196,28 +148,30 @@ def measure_latency(adapter, x: np.ndarray, *, runs: int = 200, warmup: int = 20
                     mean_us=float(flat.mean()), min_us=float(flat.min()),
                     block_p50_us=[float(np.median(b)) for b in samples])
     if throughput_repeats > 0:
-        timing.throughput_rows_per_s, timing.throughput_batch = _throughput(call, prepared, throughput_repeats)
-        timing.throughput_rows = int(len(prepared))
+        static = adapter.static_batch if mode == "session" else None
+        timing.throughput_rows_per_s, timing.throughput_batch = _throughput(prepare, call, x, static,
+                                                                            throughput_repeats)
+        timing.throughput_rows = int(len(x))
     return timing
 
 
-def _throughput(call: _Caller, x: np.ndarray, repeats: int) -> tuple[float, str]:
-    """Rows per second over the whole of ``x`` (median of ``repeats`` timed passes)."""
-    static = call.static_batch if call.mode == "session" else None
+def _throughput(prepare, call, x: np.ndarray, static: int | None, repeats: int) -> tuple[float, str]:
+    """Rows per second over the whole of ``x`` (median of ``repeats`` timed passes).
+
+    ``static``: the file's fixed batch size in session mode - one call per full chunk of that
+    size, as a deployed caller of such a file would make them (a partial last chunk is left out).
+    """
     if static:
-        chunks = [x[i:i + static] for i in range(0, len(x) - len(x) % static, static)]
-        call.resize(static)
-
-        def one_pass():
-            for chunk in chunks:
-                call(chunk)
-        n, how = len(chunks) * static, f"static batch {static}: {len(chunks)} calls"
+        batches = [prepare(x[i:i + static]) for i in range(0, len(x) - len(x) % static, static)]
+        n, how = len(batches) * static, f"static batch {static}: {len(batches)} calls"
     else:
-        call.resize(len(x))
-
-        def one_pass():
-            call(x)
+        batches = [prepare(x)]
         n, how = len(x), f"one call of {len(x)} rows"
+
+    def one_pass():
+        for batch in batches:
+            call(batch)
+
     one_pass()                                   # warm-up at this batch size
     seconds = []
     for _ in range(repeats):

@@ -18,16 +18,22 @@ from pathlib import Path
 
 import numpy as np
 
+from bnc_deploy.errors import BncDeployError
+
 #: Objectives, all minimized.
 OBJECTIVES = ("size_bits", "n_ops", "test_error")
 FLOAT_BITS = 32
 
 
 # -- records -------------------------------------------------------------------------------------------
+class ResultFileError(BncDeployError):
+    """A JSON result file (``--json`` rows) is not valid JSON or not a list of objects."""
+
+
 def load_records(paths) -> list[dict]:
     """Records from JSON files: a list of objects, one object, or ``{"records": [...]}``.
 
-    Raises FileNotFoundError / ValueError naming the file.
+    Raises FileNotFoundError / ResultFileError naming the file.
     """
     records = []
     for path in paths:
@@ -37,11 +43,11 @@ def load_records(paths) -> list[dict]:
         try:
             data = json.loads(p.read_text())
         except (OSError, ValueError) as exc:
-            raise ValueError(f"{p}: not a JSON result file ({exc})") from None
+            raise ResultFileError(f"{p}: not a JSON result file ({exc})") from None
         if isinstance(data, dict):
             data = data.get("records", [data])
         if not isinstance(data, list) or not all(isinstance(r, dict) for r in data):
-            raise ValueError(f"{p}: expected a JSON object or a list of objects")
+            raise ResultFileError(f"{p}: expected a JSON object or a list of objects")
         for r in data:
             r.setdefault("file", str(p))
         records.extend(data)

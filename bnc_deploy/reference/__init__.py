@@ -8,6 +8,7 @@ artifact's ``kind`` from :data:`REFERENCE_PREDICTORS`; a new model family regist
 
 from __future__ import annotations
 
+from bnc_deploy.errors import ArtifactError
 from bnc_deploy.reference.bnc import ReferencePredictor
 from bnc_deploy.reference.dnn import DNNReferencePredictor
 
@@ -25,7 +26,7 @@ def reference_predictor(artifact):
     try:
         return REFERENCE_PREDICTORS[artifact.kind](artifact)
     except KeyError:
-        raise ValueError(f"no reference predictor for model kind {artifact.kind!r}; known kinds: "
+        raise ArtifactError(f"no reference predictor for model kind {artifact.kind!r}; known kinds: "
                          f"{', '.join(sorted(REFERENCE_PREDICTORS))}") from None
 
 

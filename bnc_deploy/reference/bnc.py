@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from bnc_deploy.artifacts.bnc import BNCArtifact
+from bnc_deploy.errors import InputError
 from bnc_deploy.validation import check_codes
 
 
@@ -34,7 +35,7 @@ class PredictorMixin:
     def discretize(self, x_raw) -> np.ndarray:
         """Raw values (n, D) -> codes with the artifact's fitted discretizer."""
         if self.artifact.discretizer is None:
-            raise ValueError("this model was trained on discrete data and stores no discretizer")
+            raise InputError("this model was trained on discrete data and stores no discretizer")
         if self._discretizer is None:
             from bnc_deploy.datasets.discretize import FayyadIraniDiscretizer
 

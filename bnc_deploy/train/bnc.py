@@ -2,7 +2,9 @@
 
 The schedule follows the paper's reference code: Adam; the learning rate decays log-linearly
 per epoch from ``lr`` to ``lr * lr_decay`` (default 1e-3) over the run; the training set is
-reshuffled every epoch and the last incomplete batch is dropped; everything is seeded.
+reshuffled every epoch and the last incomplete batch is dropped; everything is seeded. The
+epochs run in :func:`bnc_deploy.train.loop.fit_epochs`; this module supplies the step
+(:func:`bnc_step`) and the per-epoch record.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -17,14 +20,13 @@ import torch
 
 from bnc_deploy.artifacts import BNCArtifact, load_artifact
 from bnc_deploy.artifacts.bnc import check_acyclic
-from bnc_deploy.artifacts.container import ArtifactError
 from bnc_deploy.datasets.base import DiscreteDataset
-from bnc_deploy.train.losses import HybridLoss, exclusion_mask, make_loss
+from bnc_deploy.errors import ArtifactError, ConfigError
 from bnc_deploy.models._kernels import hybrid_backward, hybrid_forward, log_joint_backward, log_joint_forward
 from bnc_deploy.models.bnc import BayesNetClassifier
-from bnc_deploy.train.chow_liu import chow_liu_parents
 from bnc_deploy.quantizers import FixedPointLogQuantizer
 from bnc_deploy.reference.bnc import ReferencePredictor
+from bnc_deploy.train.chow_liu import chow_liu_parents
 from bnc_deploy.train.common import (
     EpochHistory,
     TrainResult,
@@ -34,6 +36,8 @@ from bnc_deploy.train.common import (
     record_errors,
     run_metadata,
 )
+from bnc_deploy.train.loop import fit_epochs, run_epoch
+from bnc_deploy.train.losses import HybridLoss, exclusion_mask, make_loss
 
 
 
@@ -70,18 +74,18 @@ class TrainConfig:
 
     def validate(self) -> None:
         if self.model not in ("nb", "tan"):
-            raise ValueError(f"unknown model {self.model!r}: use 'nb' or 'tan'")
+            raise ConfigError(f"unknown model {self.model!r}: use 'nb' or 'tan'")
         if self.model == "nb" and self.structure != "chow-liu":
-            raise ValueError(f"--structure {self.structure} applies to --model tan only (naive Bayes has no parents)")
+            raise ConfigError(f"--structure {self.structure} applies to --model tan only (naive Bayes has no parents)")
         check_schedule(epochs=self.epochs, batch_size=self.batch_size, lr=self.lr, lr_decay=self.lr_decay)
         if self.init not in ("uniform", "ml"):
-            raise ValueError(f"unknown init {self.init!r}: use 'uniform' or 'ml'")
+            raise ConfigError(f"unknown init {self.init!r}: use 'uniform' or 'ml'")
         if not self.adam_eps > 0:
-            raise ValueError(f"Adam eps must be > 0, got {self.adam_eps}")
+            raise ConfigError(f"Adam eps must be > 0, got {self.adam_eps}")
         if self.smoothing < 0:
-            raise ValueError(f"smoothing must be >= 0, got {self.smoothing}")
+            raise ConfigError(f"smoothing must be >= 0, got {self.smoothing}")
         if self.int_bits is not None and self.bits is None:
-            raise ValueError("--int-bits needs --bits (a float model has no integer bits)")
+            raise ConfigError("--int-bits needs --bits (a float model has no integer bits)")
         self.quantizer()  # raises UnsupportedBitWidth for bad widths
         make_loss(self.loss, hybrid_lambda=self.hybrid_lambda, hybrid_gamma=self.hybrid_gamma,
                   hybrid_eta=self.hybrid_eta)
@@ -112,7 +116,7 @@ def load_structure_file(path: str | Path, n_features: int) -> np.ndarray:
     """Parents from a file: a model file (``.bnc``), JSON (a list, or ``{"parents": [...]}``), or text ints."""
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"structure file {path} does not exist (use --structure chow-liu or a file of parents)")
+        raise ConfigError(f"structure file {path} does not exist (use --structure chow-liu or a file of parents)")
     if path.suffix == ".bnc":
         parents = load_artifact(path).parents
     else:
@@ -124,20 +128,22 @@ def load_structure_file(path: str | Path, n_features: int) -> np.ndarray:
             try:
                 parents = [int(tok) for tok in text.replace(",", " ").split()]
             except ValueError as exc:
-                raise ValueError(f"structure file {path}: not JSON and not a list of integers ({exc})") from None
+                raise ConfigError(f"structure file {path}: not JSON and not a list of integers ({exc})") from None
         except (KeyError, TypeError):
-            raise ValueError(f"structure file {path}: JSON must be a list of parents or have a 'parents' key") from None
+            raise ConfigError(f"structure file {path}: JSON must be a list of parents or have a 'parents' key") \
+                from None
     parents = np.asarray(parents)
     if parents.shape != (n_features,) or not np.issubdtype(parents.dtype, np.integer):
-        raise ValueError(f"structure file {path}: expected {n_features} integer parents, got {parents.tolist()[:10]}...")
+        raise ConfigError(f"structure file {path}: expected {n_features} integer parents, "
+                          f"got {parents.tolist()[:10]}...")
     bad = (parents < -1) | (parents >= n_features) | (parents == np.arange(n_features))
     if bad.any():
         i = int(np.argmax(bad))
-        raise ValueError(f"structure file {path}: feature {i} has invalid parent {int(parents[i])}")
+        raise ConfigError(f"structure file {path}: feature {i} has invalid parent {int(parents[i])}")
     try:
         check_acyclic(parents.astype(np.int64))
     except ArtifactError as exc:
-        raise ValueError(f"structure file {path}: {exc}") from None
+        raise ConfigError(f"structure file {path}: {exc}") from None
     return parents.astype(np.int64)
 
 
@@ -184,10 +190,33 @@ def _load_rho(model: BayesNetClassifier, class_rho, rho) -> None:
     """Start ``model`` from given unnormalized tables; padding entries are reset to the model's own."""
     rho, class_rho = torch.as_tensor(rho, dtype=torch.float32), torch.as_tensor(class_rho, dtype=torch.float32)
     if rho.shape != model.rho.shape or class_rho.shape != model.class_rho.shape:
+        # A caller's bug (no flag reaches this), so a plain ValueError with its traceback.
         raise ValueError(f"init_rho shapes {tuple(class_rho.shape)}, {tuple(rho.shape)} do not match the model's "
                          f"{tuple(model.class_rho.shape)}, {tuple(model.rho.shape)}")
     model.rho.copy_(torch.where(model.valid, rho, model.rho))
     model.class_rho.copy_(class_rho)
+
+
+def bnc_step(model, optimizer, loss_fn):
+    """The loop's ``step(indices, labels) -> (loss, log_joint)`` for a BN classifier.
+
+    With the hybrid loss the closed-form step sets the gradients (no autograd engine; same
+    gradients, see ``models._kernels``); anything else goes through autograd.
+    """
+    if isinstance(model, BayesNetClassifier) and isinstance(loss_fn, HybridLoss):
+        def step(indices, labels):
+            loss, log_joint = closed_form_step(model, loss_fn, indices, labels)
+            optimizer.step()
+            return loss, log_joint
+    else:
+        def step(indices, labels):
+            log_joint = model(indices)
+            loss = loss_fn(log_joint, labels)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            return loss, log_joint
+    return step
 
 
 def train_epoch(model, optimizer, loss_fn, indices: torch.Tensor, labels: torch.Tensor, order: torch.Tensor,
@@ -196,27 +225,9 @@ def train_epoch(model, optimizer, loss_fn, indices: torch.Tensor, labels: torch.
 
     Returns the summed batch losses and the number of misclassified training rows, both
     measured on the fly (before each update), as the paper's reference code reports them.
-    BN classifiers with the hybrid loss take the closed-form step (no autograd engine; same
-    gradients, see ``models._kernels``); anything else goes through autograd.
+    (The epoch of :func:`_fit`, callable alone: ``benchmarks/bench_train_epoch.py`` times it.)
     """
-    fast = isinstance(model, BayesNetClassifier) and isinstance(loss_fn, HybridLoss)
-    loss_sum, wrong = 0.0, 0
-    # One gather per epoch; the batches below are then views (no per-step indexing).
-    shuffled_indices, shuffled_labels = indices[order], labels[order]
-    for b in range(order.shape[0] // batch_size):
-        rows = slice(b * batch_size, (b + 1) * batch_size)
-        batch_indices, batch_labels = shuffled_indices[rows], shuffled_labels[rows]
-        if fast:
-            loss, log_joint = closed_form_step(model, loss_fn, batch_indices, batch_labels)
-        else:
-            log_joint = model(batch_indices)
-            loss = loss_fn(log_joint, batch_labels)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-        optimizer.step()
-        loss_sum += loss.item()
-        wrong += int((log_joint.detach().argmax(dim=1) != batch_labels).sum())
-    return loss_sum, wrong
+    return run_epoch(bnc_step(model, optimizer, loss_fn), indices, labels, order, batch_size, gather_per_epoch=True)
 
 
 @torch.no_grad()
@@ -240,31 +251,13 @@ def make_optimizer(model, eps: float = 1e-7) -> torch.optim.Optimizer:
 
 
 def _fit(model, loss_fn, tensors, config: TrainConfig) -> dict:
-    from tqdm.auto import tqdm
-
-    idx_train, y_train = tensors["train"]
-    n = y_train.shape[0]
-    n_batches = n // config.batch_size
     history = EpochHistory()
-    if config.epochs == 0:
-        return history.finish()
-    if n_batches == 0:
-        raise ValueError(f"batch size {config.batch_size} is larger than the training set ({n} rows)")
-    generator = torch.Generator().manual_seed(config.seed + 1)
     optimizer = make_optimizer(model, config.adam_eps)
-    bar = tqdm(config.learning_rates(), desc="train", unit="epoch", disable=not config.progress, leave=False)
-    for epoch, lr in enumerate(bar, start=1):
-        tick = time.perf_counter()
-        for group in optimizer.param_groups:
-            group["lr"] = float(lr)
-        order = torch.randperm(n, generator=generator)
-        loss_sum, wrong = train_epoch(model, optimizer, loss_fn, idx_train, y_train, order, config.batch_size)
-        history.record(epoch, lr=lr, train_loss=loss_sum / n_batches,
-                       train_error=wrong / (n_batches * config.batch_size), test_error=_error(model, *tensors["test"]),
-                       val_error=_error(model, *tensors["val"]) if "val" in tensors else None,
-                       seconds=time.perf_counter() - tick)
-        bar.set_postfix(**history.postfix())
-    bar.close()
+    # gather_per_epoch: the index tensors are small, and one gather per epoch is the fastest.
+    fit_epochs(*tensors["train"], step=bnc_step(model, optimizer, loss_fn),
+               record=history.recorder(partial(_error, model), tensors), optimizer=optimizer,
+               learning_rates=config.learning_rates(), batch_size=config.batch_size, seed=config.seed,
+               gather_per_epoch=True, progress=config.progress, postfix=history.postfix)
     return history.finish()
 
 

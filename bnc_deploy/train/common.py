@@ -1,5 +1,8 @@
 """Pieces shared by the BN and DNN trainers: the learning-rate schedule and its checks, the
-per-epoch history (stored in every model file) and the result type."""
+per-epoch history (stored in every model file), the result type, the check set and metadata
+every model file stores.
+
+torch is imported lazily here (only where a function needs it), so importing this is cheap."""
 
 from __future__ import annotations
 
@@ -10,6 +13,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 import bnc_deploy
+from bnc_deploy.errors import ConfigError
 
 #: Rows of the test split stored in every artifact so exporters can verify without the data set.
 CHECK_ROWS = 1000
@@ -19,15 +23,15 @@ HISTORY_KEYS = ("lr", "train_loss", "train_error", "val_error", "test_error", "s
 
 
 def check_schedule(*, epochs: int, batch_size: int, lr: float, lr_decay: float) -> None:
-    """ValueError naming the flag's value if the training schedule is impossible."""
+    """ConfigError naming the flag's value if the training schedule is impossible."""
     if epochs < 0:
-        raise ValueError(f"epochs must be >= 0, got {epochs}")
+        raise ConfigError(f"epochs must be >= 0, got {epochs}")
     if batch_size < 1:
-        raise ValueError(f"batch size must be >= 1, got {batch_size}")
+        raise ConfigError(f"batch size must be >= 1, got {batch_size}")
     if not (lr > 0 and math.isfinite(lr)):
-        raise ValueError(f"learning rate must be a positive number, got {lr}")
+        raise ConfigError(f"learning rate must be a positive number, got {lr}")
     if not 0 < lr_decay <= 1:
-        raise ValueError(f"lr decay must be in (0, 1], got {lr_decay}")
+        raise ConfigError(f"lr decay must be in (0, 1], got {lr_decay}")
 
 
 def log_linear_rates(lr: float, lr_decay: float, epochs: int) -> np.ndarray:
@@ -64,6 +68,16 @@ class EpochHistory:
         if val_error is not None:
             self.data["val_error"].append(float(val_error))
         self.data["seconds"].append(float(seconds))
+
+    def recorder(self, error, tensors: dict):
+        """A ``record`` for :func:`~bnc_deploy.train.loop.fit_epochs`: the loop's figures plus the
+        model's errors ``error(x, y)`` on ``tensors["test"]`` (and ``tensors["val"]`` if present)."""
+        def record(stats) -> None:
+            self.record(stats.epoch, lr=stats.lr, train_loss=stats.train_loss, train_error=stats.train_error,
+                        test_error=error(*tensors["test"]),
+                        val_error=error(*tensors["val"]) if "val" in tensors else None,
+                        seconds=stats.seconds())
+        return record
 
     def postfix(self) -> dict:
         """The progress bar's live figures of the last epoch."""

@@ -3,7 +3,8 @@
 Cross-entropy, Adam, learning rate decaying log-linearly per epoch from ``lr`` to
 ``lr * lr_decay`` (paper: ``lr0 in {3e-2, 3e-3, 3e-4}`` decaying to ``lr0 * 1e-4``), reshuffled
 every epoch with the last incomplete batch dropped, seeded; a tqdm progress bar and the
-per-epoch history (lr, loss, train/val/test error, seconds) stored in the artifact.
+per-epoch history (lr, loss, train/val/test error, seconds) stored in the artifact. The epochs
+run in :func:`bnc_deploy.train.loop.fit_epochs`; this module supplies the step and the record.
 
 Widths come from ``hidden`` (explicit) or from the budget matcher in :mod:`bnc_deploy.train.sizing`
 (``match_bits`` / ``match_ops``, the paper's accounting); the achieved bits and operations are
@@ -14,17 +15,19 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
 from bnc_deploy.artifacts.dnn import DNNArtifact
-from bnc_deploy.datasets.base import DiscreteDataset
 from bnc_deploy.artifacts.encoding import encode_integer, fit_standardized_table, image_layout
-from bnc_deploy.reference.dnn import DNNReferencePredictor
-from bnc_deploy.quantizers import DoReFaWeightQuantizer
+from bnc_deploy.datasets.base import DiscreteDataset
+from bnc_deploy.errors import ConfigError
 from bnc_deploy.models.dnn import QuantCNN, QuantMLP, clamp_latent_weights
+from bnc_deploy.quantizers import DoReFaWeightQuantizer
+from bnc_deploy.reference.dnn import DNNReferencePredictor
 from bnc_deploy.train.common import (
     EpochHistory,
     TrainResult,
@@ -34,6 +37,7 @@ from bnc_deploy.train.common import (
     record_errors,
     run_metadata,
 )
+from bnc_deploy.train.loop import fit_epochs
 
 #: Rows per forward pass when evaluating (bounds a CNN's activation memory).
 EVAL_ROWS = 1024
@@ -71,26 +75,26 @@ class DNNConfig:
 
     def validate(self) -> None:
         if self.architecture not in ("fc", "cnn"):
-            raise ValueError(f"unknown architecture {self.architecture!r}: use fc or cnn")
+            raise ConfigError(f"unknown architecture {self.architecture!r}: use fc or cnn")
         lo, hi = (2, 5) if self.architecture == "fc" else (1, 2)
         if not lo <= self.layers <= hi:
             what = "weight layers" if self.architecture == "fc" else "convolution layers"
-            raise ValueError(f"--layers {self.layers}: a {self.architecture} network has {lo}..{hi} {what}")
+            raise ConfigError(f"--layers {self.layers}: a {self.architecture} network has {lo}..{hi} {what}")
         DoReFaWeightQuantizer(self.weight_bits)     # UnsupportedBitWidth names the value
         if self.activation not in ("relu", "sign"):
-            raise ValueError(f"unknown activation {self.activation!r}: use relu or sign")
+            raise ConfigError(f"unknown activation {self.activation!r}: use relu or sign")
         given = [name for name in ("hidden", "match_bits", "match_ops") if getattr(self, name) is not None]
         if len(given) != 1:
-            raise ValueError("give exactly one of explicit widths (--hidden), --match-bits or --match-ops"
-                             + (f" (got {', '.join(given)})" if given else ""))
+            raise ConfigError("give exactly one of explicit widths (--hidden), --match-bits or --match-ops"
+                              + (f" (got {', '.join(given)})" if given else ""))
         if self.hidden is not None:
             widths = list(self.hidden)
             if not widths or any(int(w) < 1 for w in widths):
-                raise ValueError(f"widths must be positive integers, got {widths}")
+                raise ConfigError(f"widths must be positive integers, got {widths}")
         for name in ("match_bits", "match_ops"):
             value = getattr(self, name)
             if value is not None and value <= 0:
-                raise ValueError(f"--{name.replace('_', '-')} must be positive, got {value}")
+                raise ConfigError(f"--{name.replace('_', '-')} must be positive, got {value}")
         check_schedule(epochs=self.epochs, batch_size=self.batch_size, lr=self.lr, lr_decay=self.lr_decay)
 
     def learning_rates(self) -> np.ndarray:
@@ -150,7 +154,7 @@ def resolve_widths(config: DNNConfig, spec: InputSpec, n_classes: int) -> list[i
         if len(widths) == 1 and want > 1:
             widths = widths * want if config.architecture == "fc" else [widths[0], 2 * widths[0]]
         if len(widths) != want:
-            raise ValueError(f"{len(widths)} widths given for {want} hidden layers")
+            raise ConfigError(f"{len(widths)} widths given for {want} hidden layers")
         config.sizing = {"target_kind": None, "widths": widths}
         return widths
     if config.architecture == "fc":
@@ -194,43 +198,25 @@ def train_dnn(dataset: DiscreteDataset, config: DNNConfig) -> TrainResult:
 
 
 def _fit(model, tensors, config: DNNConfig) -> dict:
-    from tqdm.auto import tqdm
-
-    x_train, y_train = tensors["train"]
-    n = y_train.shape[0]
-    n_batches = n // config.batch_size
     history = EpochHistory()
-    if config.epochs == 0:
-        return history.finish()
-    if n_batches == 0:
-        raise ValueError(f"batch size {config.batch_size} is larger than the training set ({n} rows)")
-    generator = torch.Generator().manual_seed(config.seed + 1)
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, eps=config.adam_eps)
-    bar = tqdm(config.learning_rates(), desc="train", unit="epoch", disable=not config.progress, leave=False)
-    for epoch, lr in enumerate(bar, start=1):
-        tick = time.perf_counter()
-        for group in optimizer.param_groups:
-            group["lr"] = float(lr)
-        model.train()
-        order = torch.randperm(n, generator=generator)
-        loss_sum, wrong = 0.0, 0
-        for b in range(n_batches):
-            rows = order[b * config.batch_size:(b + 1) * config.batch_size]
-            xb, yb = x_train[rows], y_train[rows]
-            logits = model(xb)
-            loss = F.cross_entropy(logits, yb)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            clamp_latent_weights(model)
-            loss_sum += float(loss.detach())
-            wrong += int((logits.detach().argmax(dim=1) != yb).sum())
-        history.record(epoch, lr=lr, train_loss=loss_sum / n_batches,
-                       train_error=wrong / (n_batches * config.batch_size), test_error=_error(model, *tensors["test"]),
-                       val_error=_error(model, *tensors["val"]) if "val" in tensors else None,
-                       seconds=time.perf_counter() - tick)
-        bar.set_postfix(**history.postfix())
-    bar.close()
+
+    def step(x, y):
+        logits = model(x)
+        loss = F.cross_entropy(logits, y)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        clamp_latent_weights(model)
+        return loss, logits
+
+    # Evaluation puts the net in eval mode, so every epoch starts by switching back to training
+    # (batch statistics, stochastic sign). Batches are gathered one at a time: a CNN's encoded
+    # inputs can be large, and a per-epoch shuffled copy would double them.
+    fit_epochs(*tensors["train"], step=step, record=history.recorder(partial(_error, model), tensors),
+               optimizer=optimizer, learning_rates=config.learning_rates(), batch_size=config.batch_size,
+               seed=config.seed, start_epoch=lambda epoch: model.train(), progress=config.progress,
+               postfix=history.postfix)
     return history.finish()
 
 

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 
 import torch
 
+from bnc_deploy.errors import ConfigError
+
 
 @dataclass(frozen=True)
 class NLLLoss:
@@ -49,9 +51,9 @@ class HybridLoss:
 
     def __post_init__(self) -> None:
         if self.eta <= 0:
-            raise ValueError(f"hybrid eta must be > 0, got {self.eta}")
+            raise ConfigError(f"hybrid eta must be > 0, got {self.eta}")
         if self.lam < 0:
-            raise ValueError(f"hybrid lambda must be >= 0, got {self.lam}")
+            raise ConfigError(f"hybrid lambda must be >= 0, got {self.lam}")
 
     def __call__(self, log_joint: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         # logsumexp_{c != c_n} eta*(gamma + lj_c - lj_cn) = eta*(gamma - lj_cn) + logsumexp_{c != c_n} eta*lj_c;
@@ -82,4 +84,4 @@ def make_loss(name: str, *, hybrid_lambda: float = 18.70, hybrid_gamma: float = 
         return NLLLoss()
     if name == "cll":
         return CLLLoss()
-    raise ValueError(f"unknown loss {name!r}: use 'hybrid', 'nll' or 'cll'")
+    raise ConfigError(f"unknown loss {name!r}: use 'hybrid', 'nll' or 'cll'")

@@ -28,7 +28,7 @@ rounded to the nearest integer, **ties up** (``floor(x* + 1/2)``); for two convo
 ``C1 = round(x*)`` and ``C2 = round(2 x*)`` are rounded separately (the paper's rule), so ``C2``
 is not always ``2 C1``. The rounding is decided exactly (integer/rational comparisons of the
 polynomial at the half-integers), not by the floating-point root. A budget whose root is below
-1/2 (it would round to 0 units) raises ``ValueError`` naming the smallest admissible budget.
+1/2 (it would round to 0 units) raises ``ConfigError`` (a ValueError) naming the smallest admissible budget.
 
 The reported ``achieved_bits`` / ``achieved_ops`` always come from
 :func:`~bnc_deploy.costs.dnn_costs` on the rounded layer list (one source of truth);
@@ -43,6 +43,7 @@ from fractions import Fraction
 from numbers import Integral
 
 from bnc_deploy.costs import DNN_BATCH_NORM_BITS, DNN_BIAS_BITS, Conv2D, CostReport, Dense, Free, dnn_costs
+from bnc_deploy.errors import ConfigError
 
 KERNEL = (3, 3)
 TARGET_KINDS = ("bits", "ops")
@@ -51,9 +52,9 @@ TARGET_KINDS = ("bits", "ops")
 # -- validation ------------------------------------------------------------------------------------
 def _positive_int(name: str, value, minimum: int = 1) -> int:
     if isinstance(value, bool) or not isinstance(value, Integral):
-        raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}")
+        raise ConfigError(f"{name} must be an integer >= {minimum}, got {value!r}")
     if value < minimum:
-        raise ValueError(f"{name} must be >= {minimum}, got {value}")
+        raise ConfigError(f"{name} must be >= {minimum}, got {value}")
     return int(value)
 
 
@@ -61,7 +62,7 @@ def _image_hw(image_hw) -> tuple[int, int]:
     try:
         h, w = image_hw
     except (TypeError, ValueError):
-        raise ValueError(f"image_hw must be a pair (height, width), got {image_hw!r}") from None
+        raise ConfigError(f"image_hw must be a pair (height, width), got {image_hw!r}") from None
     return _positive_int("image height", h), _positive_int("image width", w)
 
 
@@ -75,12 +76,12 @@ def _pooled(hw: tuple[int, int], n_pool: int) -> tuple[int, int]:
 
 def _target(target_bits, target_ops) -> tuple[str, int]:
     if (target_bits is None) == (target_ops is None):
-        raise ValueError("give exactly one of target_bits and target_ops")
+        raise ConfigError("give exactly one of target_bits and target_ops")
     kind, value = ("bits", target_bits) if target_bits is not None else ("ops", target_ops)
     if isinstance(value, bool) or not isinstance(value, Integral):
-        raise ValueError(f"target_{kind} must be a positive integer, got {value!r}")
+        raise ConfigError(f"target_{kind} must be a positive integer, got {value!r}")
     if value <= 0:
-        raise ValueError(f"target_{kind} must be positive, got {value}")
+        raise ConfigError(f"target_{kind} must be positive, got {value}")
     return kind, int(value)
 
 
@@ -107,7 +108,7 @@ def fc_layers(n_inputs: int, hidden, n_classes: int, batch_norm: bool) -> list:
     d, c = _positive_int("n_inputs", n_inputs), _positive_int("n_classes", n_classes)
     widths = [_positive_int(f"hidden[{i}]", h) for i, h in enumerate(hidden)]
     if not widths:
-        raise ValueError("an FC NN needs at least one hidden layer (L >= 2 weight layers)")
+        raise ConfigError("an FC NN needs at least one hidden layer (L >= 2 weight layers)")
     layers, previous = [], d
     for h in widths:
         layers += [Dense(previous, h, batch_norm=bool(batch_norm), bias=False), Free("activation")]
@@ -141,11 +142,11 @@ def cnn_layers(image_hw, in_channels: int, channels, n_classes: int, batch_norm:
     e, c = _positive_int("in_channels", in_channels), _positive_int("n_classes", n_classes)
     chans = [_positive_int(f"channels[{i}]", ch) for i, ch in enumerate(channels)]
     if len(chans) not in (1, 2):
-        raise ValueError(f"the paper's CNNs have 1 or 2 convolutions, got {len(chans)} channel counts")
+        raise ConfigError(f"the paper's CNNs have 1 or 2 convolutions, got {len(chans)} channel counts")
     pooled = _pooled(hw, len(chans))
     if min(pooled) < 1:
-        raise ValueError(f"a {hw[0]}x{hw[1]} image is too small for {len(chans)} 2x2 max-pooling(s) "
-                         f"(size after pooling: {pooled[0]}x{pooled[1]})")
+        raise ConfigError(f"a {hw[0]}x{hw[1]} image is too small for {len(chans)} 2x2 max-pooling(s) "
+                          f"(size after pooling: {pooled[0]}x{pooled[1]})")
     layers, previous, size = [], e, hw
     for ch in chans:
         # 'same' padding, stride 1: the convolution outputs one position per input pixel.
@@ -213,7 +214,7 @@ def fc_polynomial(n_inputs: int, n_classes: int, n_layers: int, bits: int, batch
     if kind == "ops":
         # MACs D·H + (L-2)·H^2 + H·C; (L-1)·H batch-norm outputs; C bias outputs.
         return CostPolynomial(L - 2, d + c + (L - 1) * bn, c)
-    raise ValueError(f"kind must be one of {TARGET_KINDS}, got {kind!r}")
+    raise ConfigError(f"kind must be one of {TARGET_KINDS}, got {kind!r}")
 
 
 def cnn_polynomial(image_hw, in_channels: int, n_classes: int, n_conv: int, bits: int, batch_norm: bool,
@@ -232,7 +233,7 @@ def cnn_polynomial(image_hw, in_channels: int, n_classes: int, n_conv: int, bits
         if n_conv == 1:
             return CostPolynomial(0, first + p1 * c, c)
         return CostPolynomial(18 * p1, first + 2 * bn * p1 + 2 * p2 * c, c)
-    raise ValueError(f"kind must be one of {TARGET_KINDS}, got {kind!r}")
+    raise ConfigError(f"kind must be one of {TARGET_KINDS}, got {kind!r}")
 
 
 # -- matching -------------------------------------------------------------------------------------
@@ -303,7 +304,7 @@ def _match(architecture: str, polynomial_for, layers_for, factors: tuple, input_
     if target < smallest:
         # For reference: the network at real width 1 (CNN: C1 = 1, C2 = 2).
         one_unit = dnn_costs(layers_for(list(factors)), bits)
-        raise ValueError(
+        raise ConfigError(
             f"target_{kind}={target:,} is too small for {what}: the width would round to 0 units; "
             f"the smallest admissible budget is {math.ceil(smallest):,} {kind} "
             f"(widths {tuple(factors)} cost {one_unit.size_bits if kind == 'bits' else one_unit.n_ops:,} {kind})")
@@ -375,10 +376,10 @@ def match_cnn(image_hw, in_channels: int, n_classes: int, n_conv: int, bits: int
     e, c = _positive_int("in_channels", in_channels), _positive_int("n_classes", n_classes)
     b = _positive_int("bits", bits)
     if n_conv not in (1, 2) or isinstance(n_conv, bool):
-        raise ValueError(f"n_conv must be 1 or 2, got {n_conv!r}")
+        raise ConfigError(f"n_conv must be 1 or 2, got {n_conv!r}")
     pooled = _pooled(hw, n_conv)
     if min(pooled) < 1:
-        raise ValueError(f"a {hw[0]}x{hw[1]} image is too small for {n_conv} 2x2 max-pooling(s)")
+        raise ConfigError(f"a {hw[0]}x{hw[1]} image is too small for {n_conv} 2x2 max-pooling(s)")
     factors = (1,) if n_conv == 1 else (1, 2)
     return _match("cnn", lambda kind: cnn_polynomial(hw, e, c, n_conv, b, batch_norm, kind),
                   lambda widths: cnn_layers(hw, e, widths, c, batch_norm), factors, (e, *hw), c, b,

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, replace
 import numpy as np
 import torch
 
+from bnc_deploy.errors import ConfigError
 from bnc_deploy.models.structure_learning import (
     NO_PARENT,
     UNUSED_SLOT,
@@ -22,6 +23,7 @@ from bnc_deploy.models.structure_learning import (
     expected_size_penalty,
     gumbel_softmax_st,
 )
+from bnc_deploy.train.loop import fit_epochs
 
 # -- candidate sets and their costs -----------------------------------------------------------------
 def feature_order(n_features: int, how: str = "identity", seed: int = 0, data=None) -> np.ndarray:
@@ -38,14 +40,14 @@ def feature_order(n_features: int, how: str = "identity", seed: int = 0, data=No
     if how == "chow-liu":
         from bnc_deploy.train.chow_liu import chow_liu_parents
 
-        if data is None:
+        if data is None:  # a caller's bug (no flag reaches this): plain ValueError
             raise ValueError('order "chow-liu" needs the training data (x, y, cardinalities, n_classes)')
         parents = chow_liu_parents(*data)
         depth = np.zeros(n_features, dtype=np.int64)
         for _ in range(n_features):  # depth in the tree; a tree is at most D deep
             depth = np.where(parents >= 0, depth[np.maximum(parents, 0)] + 1, 0)
         return np.argsort(depth, kind="stable").astype(np.int64)
-    raise ValueError(f"unknown feature order {how!r}: use 'identity', 'random' or 'chow-liu'")
+    raise ConfigError(f"unknown feature order {how!r}: use 'identity', 'random' or 'chow-liu'")
 
 
 def candidate_parents(order: np.ndarray, max_candidates: int | None = 8, seed: int = 0,
@@ -62,10 +64,10 @@ def candidate_parents(order: np.ndarray, max_candidates: int | None = 8, seed: i
     """
     order = np.asarray(order, dtype=np.int64)
     d = order.shape[0]
-    if sorted(order.tolist()) != list(range(d)):
+    if sorted(order.tolist()) != list(range(d)):  # a caller's bug: plain ValueError
         raise ValueError(f"order must be a permutation of 0..{d - 1}")
     if max_candidates is not None and max_candidates < 1:
-        raise ValueError(f"max_candidates must be >= 1 or None (all predecessors), got {max_candidates}")
+        raise ConfigError(f"max_candidates must be >= 1 or None (all predecessors), got {max_candidates}")
     k = d - 1 if max_candidates is None else min(max_candidates, max(d - 1, 0))
     position = np.empty(d, dtype=np.int64)
     position[order] = np.arange(d)
@@ -90,9 +92,9 @@ def parse_candidates(text) -> int | None:
     try:
         k = int(text)
     except ValueError:
-        raise ValueError(f"--candidates must be a positive integer, 0 or 'all', got {text!r}") from None
+        raise ConfigError(f"--candidates must be a positive integer, 0 or 'all', got {text!r}") from None
     if k < 0:
-        raise ValueError(f"--candidates must be a positive integer, 0 or 'all', got {k}")
+        raise ConfigError(f"--candidates must be a positive integer, 0 or 'all', got {k}")
     return k
 
 
@@ -106,7 +108,7 @@ def candidate_parameter_counts(cardinalities: np.ndarray, candidates: np.ndarray
     shifts the penalty by a constant, so both give the same gradients (only the value differs).
     """
     if mode not in ("added", "absolute"):
-        raise ValueError(f"unknown size penalty mode {mode!r}: use 'added' or 'absolute'")
+        raise ConfigError(f"unknown size penalty mode {mode!r}: use 'added' or 'absolute'")
     card = np.asarray(cardinalities, dtype=np.float64)
     used = candidates != UNUSED_SLOT
     parent_card = np.where(candidates >= 0, card[np.maximum(candidates, 0)], 1.0)
@@ -156,17 +158,17 @@ class StructureLearningConfig:
 
     def validate(self) -> None:
         if self.candidates is not None and self.candidates < 1:
-            raise ValueError(f"--candidates must be >= 1 (or 0/all for every predecessor), got {self.candidates}")
+            raise ConfigError(f"--candidates must be >= 1 (or 0/all for every predecessor), got {self.candidates}")
         if not (self.size_penalty >= 0 and math.isfinite(self.size_penalty)):
-            raise ValueError(f"--size-penalty must be a finite number >= 0, got {self.size_penalty}")
+            raise ConfigError(f"--size-penalty must be a finite number >= 0, got {self.size_penalty}")
         if self.size_penalty_mode not in ("added", "absolute"):
-            raise ValueError(f"unknown size penalty mode {self.size_penalty_mode!r}: use 'added' or 'absolute'")
+            raise ConfigError(f"unknown size penalty mode {self.size_penalty_mode!r}: use 'added' or 'absolute'")
         if self.order not in ("identity", "random", "chow-liu"):
-            raise ValueError(f"unknown feature order {self.order!r}: use 'identity', 'random' or 'chow-liu'")
+            raise ConfigError(f"unknown feature order {self.order!r}: use 'identity', 'random' or 'chow-liu'")
         if not (self.structure_lr > 0 and self.tau_start > 0 and self.tau_end > 0):
-            raise ValueError("structure learning rate and temperatures must be > 0")
+            raise ConfigError("structure learning rate and temperatures must be > 0")
         if self.finetune_epochs < 0:
-            raise ValueError(f"--finetune-epochs must be >= 0, got {self.finetune_epochs}")
+            raise ConfigError(f"--finetune-epochs must be >= 0, got {self.finetune_epochs}")
 
 
 def build_structure_model(dataset, config, sl: StructureLearningConfig) -> StructureLearningTAN:
@@ -195,53 +197,61 @@ def fit_structure(model: StructureLearningTAN, dataset, config, sl: StructureLea
                             dtype=torch.float32)
     idx_train, y_train = model.flat_indices(dataset.x_train), torch.as_tensor(dataset.y_train, dtype=torch.int64)
     idx_test, y_test = model.flat_indices(dataset.x_test), torch.as_tensor(dataset.y_test, dtype=torch.int64)
-    n, n_batches = y_train.shape[0], y_train.shape[0] // config.batch_size
-    if config.epochs and n_batches == 0:
-        raise ValueError(f"batch size {config.batch_size} is larger than the training set ({n} rows)")
-    # Two optimizers: the CPTs follow the decaying schedule, the structure logits a constant lr.
+    # Two optimizers: the CPTs follow the decaying schedule (the loop sets their rate), the
+    # structure logits keep a constant one.
     cpt_opt = torch.optim.Adam([model.rho, model.class_rho], lr=config.lr, eps=config.adam_eps, fused=True)
     phi_opt = torch.optim.Adam([model.phi], lr=sl.structure_lr, eps=config.adam_eps)
-    shuffle = torch.Generator().manual_seed(config.seed + 1)
-    gumbel = torch.Generator().manual_seed(config.seed + 2)
+    step = _StructureStep(model, loss_fn, counts, sl.size_penalty, (cpt_opt, phi_opt),
+                          gumbel=torch.Generator().manual_seed(config.seed + 2))
+    taus = temperatures(config.epochs, sl.tau_start, sl.tau_end)
     history = {key: [] for key in ("lr", "tau", "train_loss", "train_error", "test_error",
                                    "expected_added_parameters", "n_parameters", "n_with_parent", "seconds")}
-    for lr, tau in zip(config.learning_rates(), temperatures(config.epochs, sl.tau_start, sl.tau_end)):
-        tick = time.perf_counter()
-        for group in cpt_opt.param_groups:
-            group["lr"] = float(lr)
-        order = torch.randperm(n, generator=shuffle)
-        loss_sum, wrong = 0.0, 0
-        for b in range(n_batches):
-            batch = order[b * config.batch_size:(b + 1) * config.batch_size]
-            loss, log_joint = _step(model, loss_fn, idx_train[batch], y_train[batch], counts, sl.size_penalty,
-                                    float(tau), gumbel, (cpt_opt, phi_opt))
-            loss_sum += loss
-            wrong += int((log_joint.argmax(dim=1) != y_train[batch]).sum())
-        if not math.isfinite(loss_sum):
-            raise FloatingPointError(f"structure learning loss became {loss_sum} at tau={tau:.3g}; try a smaller --lr")
-        _record_epoch(history, model, added, idx_test, y_test, lr=lr, tau=tau, loss=loss_sum / max(n_batches, 1),
-                      train_error=wrong / max(n_batches * config.batch_size, 1), seconds=time.perf_counter() - tick)
-        if config.progress and len(history["lr"]) % max(1, config.epochs // 10) == 0:
-            print(f"  epoch {len(history['lr'])}: loss {history['train_loss'][-1]:.4g}, test error "
+
+    def start_epoch(epoch: int) -> None:
+        step.tau = float(taus[epoch - 1])
+
+    def record(stats) -> None:
+        if not math.isfinite(stats.train_loss):
+            raise FloatingPointError(f"structure learning loss became {stats.train_loss} at tau={step.tau:.3g}; "
+                                     "try a smaller --lr")
+        # Measured before the evaluation below, as this history always has been.
+        seconds = stats.seconds()
+        _record_epoch(history, model, added, idx_test, y_test, lr=stats.lr, tau=taus[stats.epoch - 1],
+                      loss=stats.train_loss, train_error=stats.train_error, seconds=seconds)
+        if config.progress and stats.epoch % max(1, config.epochs // 10) == 0:
+            print(f"  epoch {stats.epoch}: loss {history['train_loss'][-1]:.4g}, test error "
                   f"{history['test_error'][-1]:.4f}, {history['n_parameters'][-1]} parameters",
                   file=sys.stderr, flush=True)
+
+    # This trainer reports progress as a line every tenth of the run (as it always has), not as a bar.
+    fit_epochs(idx_train, y_train, step=step, record=record, optimizer=cpt_opt,
+               learning_rates=config.learning_rates(), batch_size=config.batch_size, seed=config.seed,
+               start_epoch=start_epoch, progress=False)
     return history
 
 
-def _step(model, loss_fn, indices, labels, counts, size_penalty: float, tau: float, gumbel, optimizers):
-    """One update of CPTs and structure logits on a batch; returns (loss value, detached log_joint (n, C))."""
-    logits = model.structure_logits()
-    log_joint = model(indices, gumbel_softmax_st(logits, tau, gumbel))   # one sampled structure per step
-    loss = loss_fn(log_joint, labels)
-    if size_penalty:
-        # Expected size under softmax(phi) (not the sample): a smooth, low-variance gradient.
-        loss = loss + size_penalty * expected_size_penalty(logits, counts)
-    for optimizer in optimizers:
-        optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    for optimizer in optimizers:
-        optimizer.step()
-    return loss.item(), log_joint.detach()
+class _StructureStep:
+    """The loop's step: one update of CPTs and structure logits on a batch, at the epoch's ``tau``."""
+
+    def __init__(self, model, loss_fn, counts, size_penalty: float, optimizers, gumbel: torch.Generator) -> None:
+        self.model, self.loss_fn, self.counts, self.size_penalty = model, loss_fn, counts, size_penalty
+        self.optimizers, self.gumbel = optimizers, gumbel
+        self.tau = float("nan")   # set by the loop's start_epoch
+
+    def __call__(self, indices, labels):
+        """Returns (loss value, detached log_joint (n, C)) of one sampled structure."""
+        logits = self.model.structure_logits()
+        log_joint = self.model(indices, gumbel_softmax_st(logits, self.tau, self.gumbel))
+        loss = self.loss_fn(log_joint, labels)
+        if self.size_penalty:
+            # Expected size under softmax(phi) (not the sample): a smooth, low-variance gradient.
+            loss = loss + self.size_penalty * expected_size_penalty(logits, self.counts)
+        for optimizer in self.optimizers:
+            optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        for optimizer in self.optimizers:
+            optimizer.step()
+        return loss.item(), log_joint.detach()
 
 
 @torch.no_grad()
@@ -273,7 +283,7 @@ def train_learned_tan(dataset, config, sl: StructureLearningConfig | None = None
     sl.validate()
     config.validate()
     if config.model != "tan":
-        raise ValueError("structure learning needs --model tan")
+        raise ConfigError("structure learning needs --model tan")
     started = time.perf_counter()
     torch.manual_seed(config.seed)
     model = build_structure_model(dataset, config, sl)

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from bnc_deploy.errors import ArtifactError, ConfigError
+
 CSV_COLUMNS = ("lambda", "n_parameters", "nb_multiple", "test_error", "train_error", "n_with_parent",
                "n_features_with_candidates", "seconds", "model", "structure")
 
@@ -28,9 +30,9 @@ def parse_lambdas(text: str) -> list[float]:
     try:
         values = [float(tok) for tok in text.replace(" ", "").split(",") if tok]
     except ValueError:
-        raise ValueError(f"--lambdas must be comma-separated numbers, got {text!r}") from None
+        raise ConfigError(f"--lambdas must be comma-separated numbers, got {text!r}") from None
     if not values or any(not (math.isfinite(v) and v >= 0) for v in values):
-        raise ValueError(f"--lambdas needs finite values >= 0, got {text!r}")
+        raise ConfigError(f"--lambdas needs finite values >= 0, got {text!r}")
     return values
 
 
@@ -42,9 +44,9 @@ def parse_grid(text: str) -> list[float]:
         if len(parts) != 3:
             raise IndexError
     except (IndexError, ValueError):
-        raise ValueError(f"--grid must look like LOW:HIGH:N (e.g. 1e-7:10:9), got {text!r}") from None
+        raise ConfigError(f"--grid must look like LOW:HIGH:N (e.g. 1e-7:10:9), got {text!r}") from None
     if not (0 < low <= high and math.isfinite(high) and count >= 1):
-        raise ValueError(f"--grid needs 0 < LOW <= HIGH and N >= 1, got {text!r}")
+        raise ConfigError(f"--grid needs 0 < LOW <= HIGH and N >= 1, got {text!r}")
     return np.geomspace(low, high, count).tolist() if count > 1 else [low]
 
 
@@ -217,7 +219,7 @@ def reference_point(path: str | Path, nb_parameters: int) -> dict:
     artifact = load_artifact(path)
     error = artifact.metadata.get("errors", {}).get("test")
     if error is None:
-        raise ValueError(f"reference model {path} has no recorded test error")
+        raise ArtifactError(f"reference model {path} has no recorded test error")
     source = artifact.metadata.get("structure_source", artifact.structure)
     epochs = artifact.metadata.get("config", {}).get("epochs")
     name = f"{Path(path).stem} ({source}, {epochs} epochs)"

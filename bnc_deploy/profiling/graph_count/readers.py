@@ -1,16 +1,23 @@
-"""A small format-neutral graph read from an exported ONNX or TFLite file.
+"""Read an exported ``.onnx`` or ``.tflite`` file into the format-neutral :class:`~.ir.Graph`.
 
-Op types are canonical ONNX names (TFLite builtins are mapped onto them), constants carry their
-values, and shapes are per row: the batch dimension is symbolic. The op counter
-(``graph_count``) works on this form only, so each file format needs just a reader here.
+Contract: :func:`load_graph` accepts a path, TFLite bytes or an ``onnx.ModelProto``; a missing
+file raises ``FileNotFoundError``, an unreadable one or another suffix
+:class:`~bnc_deploy.errors.RuntimeLoadError` (a ``ValueError``; the command line reports it in
+one line). Shapes
+that cannot be inferred are None (the counts then report them as unknown). TFLite files are
+read through :mod:`bnc_deploy.formats.tflite` (no TensorFlow, no exporter import); ONNX needs
+the ``onnx`` package, imported only when an ONNX graph is read.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import json
 from pathlib import Path
 
 import numpy as np
+
+from bnc_deploy.errors import RuntimeLoadError
+from bnc_deploy.profiling.graph_count.ir import GNode, Graph, GTensor
 
 #: TFLite builtin -> canonical op.
 TFLITE_OPS = {
@@ -28,69 +35,9 @@ TFLITE_OPS = {
     "FLOOR_MOD": "Mod", "LEAKY_RELU": "LeakyRelu",
 }
 
-
 _TFLITE_DTYPES = {"FLOAT32": "float32", "FLOAT16": "float16", "FLOAT64": "float64", "INT32": "int32",
                   "INT64": "int64", "INT16": "int16", "INT8": "int8", "UINT8": "uint8", "BOOL": "bool",
                   "UINT32": "uint32", "UINT16": "uint16"}
-FUSED_ACTIVATIONS = {1: "relu", 2: "relu_n1_to_1", 3: "relu6", 4: "tanh"}
-
-# ================================================================================================
-# Format-neutral graph
-# ================================================================================================
-@dataclass
-class GTensor:
-    """A tensor: ``shape`` has None for the batch dimension (None as a whole: unknown)."""
-
-    name: str
-    dtype: str
-    shape: tuple | None
-    value: np.ndarray | None = None   # stored constant (initializer / TFLite buffer)
-    scale: tuple = ()                 # TFLite quantization scale(s): real = scale * (q - zero point)
-
-    def real_value(self) -> np.ndarray | None:
-        """The constant as real numbers (per-tensor scale applied; zero points of weights are 0)."""
-        if self.value is None:
-            return None
-        return self.value.astype(np.float64) * (self.scale[0] if len(self.scale) == 1 else 1.0)
-
-    @property
-    def row_shape(self) -> tuple | None:
-        """Shape of one row (batch dimension counted as 1), or None if unknown."""
-        return None if self.shape is None else tuple(1 if d is None else int(d) for d in self.shape)
-
-    @property
-    def numel(self) -> int | None:
-        return None if self.shape is None else int(np.prod(self.row_shape, dtype=np.int64))
-
-    @property
-    def last_dim(self) -> int:
-        rs = self.row_shape
-        return int(rs[-1]) if rs else 1
-
-
-@dataclass
-class GNode:
-    """An operator: canonical op name (the rule table's key), the file's name, tensor names."""
-
-    index: int
-    op: str              # canonical op
-    source_op: str       # the file's op name
-    inputs: list         # tensor names ("" for an absent optional input)
-    outputs: list
-    attrs: dict = field(default_factory=dict)
-
-
-@dataclass
-class Graph:
-    """A format-neutral graph: nodes in execution order, tensors by name, bnc-deploy metadata if any."""
-
-    format: str
-    nodes: list
-    tensors: dict
-    inputs: list
-    outputs: list
-    metadata: dict | None = None
-    path: str = ""
 
 
 def load_graph(path) -> Graph:
@@ -107,9 +54,18 @@ def load_graph(path) -> Graph:
         return load_onnx_graph(p)
     if suffix == ".tflite":
         return load_tflite_graph(p)
-    raise ValueError(f"{p}: cannot count a {suffix or 'extension-less'} file (expected .onnx or .tflite)")
+    raise RuntimeLoadError(f"{p}: cannot count a {suffix or 'extension-less'} file (expected .onnx or .tflite)")
 
 
+def _metadata(text: str | bytes) -> dict | None:
+    """The ``bnc_deploy`` metadata entry as a dict; None when it is not valid UTF-8 JSON."""
+    try:
+        return json.loads(text.decode("utf-8") if isinstance(text, bytes) else text)
+    except ValueError:
+        return None
+
+
+# -- ONNX -----------------------------------------------------------------------------------------------
 def load_onnx_graph(model) -> Graph:
     """ONNX model (path or ModelProto) -> Graph, shapes from ``onnx.shape_inference`` (data_prop)."""
     import onnx
@@ -121,8 +77,8 @@ def load_onnx_graph(model) -> Graph:
         try:
             model = onnx.load(str(model))
         except Exception as exc:  # onnx raises DecodeError and friends for non-ONNX bytes
-            raise ValueError(f"{path}: not a readable ONNX model ({str(exc).splitlines()[0] if str(exc) else exc!r})") \
-                from None
+            first_line = str(exc).splitlines()[0] if str(exc) else repr(exc)
+            raise RuntimeLoadError(f"{path}: not a readable ONNX model ({first_line})") from None
     g = model.graph
     try:
         inferred = shape_inference.infer_shapes(model, data_prop=True)
@@ -178,15 +134,8 @@ def load_onnx_graph(model) -> Graph:
             tensors.setdefault(o, GTensor(o, "float32", None))
     for name in inputs:
         tensors.setdefault(name, GTensor(name, "float32", None))
-    metadata = None
     props = {p.key: p.value for p in model.metadata_props}
-    if "bnc_deploy" in props:
-        import json
-
-        try:
-            metadata = json.loads(props["bnc_deploy"])
-        except ValueError:
-            metadata = None
+    metadata = _metadata(props["bnc_deploy"]) if "bnc_deploy" in props else None
     return Graph("onnx", nodes, tensors, inputs, [o.name for o in g.output], metadata, path)
 
 
@@ -204,27 +153,20 @@ def _onnx_constant_value(attrs: dict):
     return None
 
 
-def _tflite_schema():
-    try:
-        from ai_edge_litert import schema_py_generated as schema
-    except ImportError:  # pragma: no cover - depends on the environment
-        from tensorflow.lite.python import schema_py_generated as schema
-    return schema
-
-
+# -- TFLite ---------------------------------------------------------------------------------------------
 def load_tflite_graph(model) -> Graph:
     """TFLite file (path or bytes) -> Graph (first subgraph), with builtin options as attrs."""
-    from bnc_deploy.formats.tflite import inspect_tflite
+    from bnc_deploy.formats.tflite import inspect_tflite, load_model_t
 
     path = str(model) if isinstance(model, (str, Path)) else ""
     data = Path(model).read_bytes() if path else bytes(model)
     try:
         summary = inspect_tflite(data)
     except Exception as exc:  # flatbuffer decoding errors have many types
-        raise ValueError(f"{path or 'model'}: not a readable TFLite model ({exc})") from None
-    schema = _tflite_schema()
-    operators = schema.ModelT.InitFromPackedBuf(bytearray(data), 0).subgraphs[0].operators or []
-    options = [op.builtinOptions for op in operators]   # inspect_tflite does not expose them
+        raise RuntimeLoadError(f"{path or 'model'}: not a readable TFLite model ({exc})") from None
+    _, model_t = load_model_t(data)     # inspect_tflite does not expose builtin options
+    operators = model_t.subgraphs[0].operators or []
+    options = [op.builtinOptions for op in operators]
     inputs = list(summary.inputs)
     static_batch = None
     if inputs:
@@ -257,11 +199,6 @@ def load_tflite_graph(model) -> Graph:
                            [names[i] for i in op.outputs], attrs))
     metadata = None
     if "bnc_deploy" in summary.metadata:
-        import json
-
-        try:
-            metadata = json.loads(summary.metadata["bnc_deploy"].decode("utf-8"))
-        except ValueError:
-            metadata = None
+        metadata = _metadata(summary.metadata["bnc_deploy"])
     return Graph("tflite", nodes, tensors, [names[i] for i in inputs], [names[i] for i in summary.outputs],
                  metadata, path)

@@ -1,0 +1,123 @@
+"""Parameter tensors of a BN graph, and the per-row additions folded into them at load time.
+
+Parameter tensors are found from the per-row arithmetic that reads them (table of a lookup
+``Gather``, weights/bias of a product, constant addend of a score), traced back through
+load-time structure (``Slice``, ``Concat``, folding ``Add``; a scalar ``Expand`` is a fill, not
+a parameter) to the first decoded tensor (after ``Cast``/``Mul`` by the step, bit-plane
+unpacking). Elements = that tensor's size, restricted to used columns and, for a one-hot
+product's weights, to rows an index can reach (the ``equal-cast`` padding is not counted).
+``param_bits = elements * bits`` (the metadata's ``bits``; else the tensor's dtype width);
+``storage_bits`` are the stored initializers' bytes (uint8 codes, int32 prior, bit-planes).
+
+Folded additions: a load-time ``Add``/``Sub`` of two parameter tensors of different sizes (ONNX
+adds the class prior ``[C]`` to feature 0's rows ``[|X_0|, C]``) stands for
+``numel(smaller operand)`` per-row additions, since every row reads exactly one of the folded
+rows; :func:`trace_param` records them as ``NodeCount.folded``.
+
+Contract: run after data use (it reads ``state.used``); :func:`storage_of` and
+:func:`storage_entries` are shared with the DNN layer pass.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from bnc_deploy.profiling.graph_count.op_counts import KINDS
+from bnc_deploy.profiling.graph_count.results import ParamTensor
+from bnc_deploy.profiling.graph_count.selectors import reachable_rows
+
+
+def find_params(state) -> list[ParamTensor]:
+    """Trace the tables that per-row arithmetic reads back to their decoded sources."""
+    sources: dict[str, dict] = {}
+    for node in state.graph.nodes:
+        rec = state.records[node.index]
+        if node.index in state.load_time or rec.category != "arithmetic":
+            continue
+        operands = []
+        if KINDS.get(node.op) in ("matmul", "conv"):
+            weight = node.inputs[1] if len(node.inputs) > 1 else ""
+            rows = reachable_rows(state, node)
+            operands = [(weight, rows)] + [(b, None) for b in node.inputs[2:3] if b]
+        elif KINDS.get(node.op) in ("add", "mul", "batchnorm"):
+            operands = [(i, None) for i in node.inputs if i and state.is_const(i)]
+        for name, rows in operands:
+            if name and state.is_const(name):
+                trace_param(state, name, rows, sources, node)
+    # the lookup tables of Gather nodes are classified free; their tables are parameters too
+    for node in state.graph.nodes:
+        rec = state.records[node.index]
+        if node.op == "Gather" and node.index not in state.load_time and rec.lookups and \
+                state.is_const(node.inputs[0]):
+            trace_param(state, node.inputs[0], None, sources, node)
+    meta_bits = (state.graph.metadata or {}).get("bits")
+    params = []
+    for name, info in sources.items():
+        t = state.tensors[name]
+        used = state.used.get(name)
+        frac_cols = 1.0 if used is None or used.shape[0] != t.last_dim else used.sum() / used.shape[0]
+        elements = t.numel if t.value is None else int(t.value.size)
+        if info["rows"] is not None and t.value is not None and t.value.ndim == 2:
+            # FullyConnected weights are [M, K], MatMul weights [K, M]: count the reachable K rows
+            m = t.value.shape[0] if info["fc"] else int(round(t.value.shape[1] * frac_cols))
+            elements = int(info["rows"].sum()) * m
+        elif elements is not None:
+            elements = int(round(elements * frac_cols))
+        bits = int(meta_bits) if meta_bits else np.dtype(t.dtype).itemsize * 8
+        params.append(ParamTensor(name, t.row_shape, elements, bits, None if elements is None else elements * bits,
+                                  storage_entries(state, storage_of(state, name)),
+                                  info["note"] if elements is not None else "size unknown (no shape)"))
+    return params
+
+
+def trace_param(state, name, rows, sources, consumer) -> None:
+    """Walk back through load-time structure (Slice, Concat, folding Add) to decoded tensors."""
+    node = state.producer.get(name)
+    if node is None or node.index not in state.load_time:
+        if name not in sources:
+            direct = state.producer.get(name) is None and rows is not None
+            sources[name] = {"rows": rows if direct else None, "fc": consumer.op == "FullyConnected",
+                             "note": f"read by {consumer.source_op} #{consumer.index}"}
+        return
+    op = node.op
+    if op in ("Slice", "StridedSlice", "Identity", "Squeeze", "Unsqueeze"):
+        trace_param(state, node.inputs[0], None, sources, consumer)
+    elif op == "Concat":
+        for i in node.inputs:
+            if i and state.used.get(i, np.ones(1, bool)).any():
+                trace_param(state, i, None, sources, consumer)
+    elif op in ("Add", "Sub"):
+        a, b = node.inputs[0], node.inputs[1]
+        for i in (a, b):
+            trace_param(state, i, None, sources, consumer)
+        na, nb = state.numel(a), state.numel(b)
+        rec = state.records[node.index]
+        if na is not None and nb is not None and na != nb and state.used[node.outputs[0]].any():
+            rec.folded = min(na, nb)
+            rec.note = f"folds a {min(na, nb)}-term addend into a lookup table: {min(na, nb)} per-row " \
+                       "additions done once at load"
+    elif op in ("Expand", "ConstantOfShape", "Tile") and (state.numel(node.inputs[0]) or 0) <= 1:
+        return   # a fill (the NaN row), not a parameter
+    else:
+        if name not in sources:
+            sources[name] = {"rows": None, "fc": False, "note": f"decoded at load by {node.source_op}"}
+
+
+def storage_of(state, name) -> list[str]:
+    """Stored initializers behind a (decoded) parameter: follow the largest operand of decode ops."""
+    node = state.producer.get(name)
+    if node is None:
+        return [name] if state.value(name) is not None else []
+    operands = [i for i in node.inputs if i and state.is_const(i)]
+    if not operands:
+        return []
+    if node.op in ("Concat", "Add", "Sub"):
+        return [s for i in operands for s in storage_of(state, i)]
+    largest = max(operands, key=lambda i: state.numel(i) or 0)
+    return storage_of(state, largest)
+
+
+def storage_entries(state, names) -> list[tuple]:
+    """``ParamTensor.storage`` rows: (initializer, dtype, elements, bits per element) of stored tensors."""
+    return [(s, state.tensors[s].dtype, int(state.tensors[s].value.size), np.dtype(state.tensors[s].dtype).itemsize * 8)
+            for s in names]

@@ -1,0 +1,170 @@
+"""The one verifier: build an export, run it in its runtime, compare it with the reference, publish.
+
+Every exported file reaches disk through :func:`export_file`, whatever its model kind or format::
+
+    build (the registered exporter: artifact -> bytes, nothing written, nothing run)
+    -> write a unique temporary file beside the target (bnc_deploy.fileio)
+    -> open it in the format's runtime adapter (1 thread)
+    -> run the verification rows, compare scores and labels with the artifact's reference predictor
+    -> publish atomically (os.replace) only if a file that promises exactness is exact
+
+Verification rows are the caller's rows (``bnc-export --data``'s test split), else the check set
+stored in the model, plus :data:`N_RANDOM_ROWS` seeded random valid rows (the first two are the
+all-zero and all-maximum rows: the first and last table rows). Raw-input files (metadata ``input
+= "raw"``) are fed the raw value on the upper edge of each row's bins
+(:func:`bnc_deploy.formats.bnc.raw_representatives`), and the reference codes are what the
+artifact's discretizer makes of those values.
+
+Exactness is the file's own promise (metadata ``exact``): quantized BN gather/one-hot lowerings
+within their bit range, sign DNNs. Such a file must reproduce every label and every score bit for
+bit on every verification row; otherwise :class:`VerificationError` is raised with the full report
+and **nothing is published** (an existing file at the target stays as it was). Files that are
+not exact by design (float tables, int8 ReLU nets) are compared on labels and published, unless
+``min_agreement`` asks for more.
+
+Report keys (a dict): ``path``, ``format``, ``model_kind``, ``lowering``, ``runtime``,
+``file_bytes``, ``sha256``, ``owned`` (the file on disk is still this call's, see
+:mod:`bnc_deploy.fileio`), ``exact_expected``, ``exact``, ``n_rows`` (the caller's or check-set
+rows), ``n_random_rows``, ``label_mismatches`` and ``agreement`` (on those rows),
+``scores_identical`` and ``max_abs_score_diff`` (all verification rows), ``accuracy``,
+``reference_accuracy``, ``accuracy_change`` (when labels are known), ``metadata`` (the file's).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+import numpy as np
+
+from bnc_deploy.errors import ExportError, InputError, RuntimeLoadError
+from bnc_deploy.exporters.base import exporter_for
+from bnc_deploy.fileio import atomic_path, publish
+from bnc_deploy.formats.metadata import INPUT_RAW
+from bnc_deploy.reference import reference_predictor
+from bnc_deploy.validation import random_valid_codes
+
+#: Seeded random valid rows added to every verification.
+N_RANDOM_ROWS = 256
+
+
+class VerificationError(ExportError):
+    """An export that promises exactness differs from the reference (or agrees on too few labels);
+    nothing was published. ``report`` holds the full comparison."""
+
+    def __init__(self, message: str, report: dict) -> None:
+        super().__init__(message)
+        self.report = report
+
+
+def random_rows(artifact, n: int = N_RANDOM_ROWS, seed: int = 0) -> np.ndarray:
+    """``n`` seeded random valid code rows, int64 (n, D); the first two are all-zero and all-maximum."""
+    return random_valid_codes(artifact.cardinalities, n, seed)
+
+
+def verification_rows(artifact, rows=None, n_random: int = N_RANDOM_ROWS, seed: int = 0) -> tuple[np.ndarray, int]:
+    """``(rows (n, D) int64, n_given)``: the given rows (else the check set), then random rows."""
+    given = rows if rows is not None else artifact.check_x
+    parts = [] if given is None else [np.asarray(given, dtype=np.int64).reshape(-1, artifact.n_features)]
+    n_given = int(parts[0].shape[0]) if parts else 0
+    parts.append(random_rows(artifact, n_random, seed))
+    return np.concatenate(parts), n_given
+
+
+def build(artifact, format: str, **options) -> tuple[bytes, dict]:
+    """The exported file's bytes and the resolved options (nothing written, nothing run)."""
+    spec = exporter_for(artifact.kind, format)
+    resolved = spec.resolve_options(options)
+    return spec.build(artifact, **resolved), resolved
+
+
+def export_file(artifact, path: str | os.PathLike, format: str, *, rows=None, labels=None,
+                min_agreement: float | None = None, n_random: int = N_RANDOM_ROWS, **options) -> dict:
+    """Build, verify and publish ``artifact`` as a ``format`` file at ``path``; return the report.
+
+    ``rows``/``labels``: rows to verify on and their true labels (default: the check set stored
+    in the artifact). ``options``: the exporter's declared options. Raises ExportError when the
+    exporter refuses the options or the file cannot be loaded by its runtime, VerificationError
+    (an ExportError) when an exact file is not exact or agreement is below ``min_agreement``,
+    OutputError when ``path`` cannot be written. In every failure nothing is published.
+    """
+    spec = exporter_for(artifact.kind, format)
+    data, _ = build(artifact, format, **options)
+    digest = hashlib.sha256(data).hexdigest()
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
+        report = verify_file(artifact, tmp, spec.runtime, rows=rows, labels=labels, n_random=n_random)
+        report.update(format=format, file_bytes=len(data), sha256=digest)
+        if report["exact_expected"] and not report["exact"]:
+            raise VerificationError(
+                f"the exported {format} file disagrees with the artifact: {report['label_mismatches_all']} of "
+                f"{report['n_verified']} verification rows differ in their label, scores identical: "
+                f"{report['scores_identical']} (max |diff| {report['max_abs_score_diff']:.3g}); nothing was "
+                f"written to {path}. The runtime changed the arithmetic - please report this with its version",
+                report)
+        if min_agreement is not None and report["agreement"] is not None and report["agreement"] < min_agreement:
+            raise VerificationError(
+                f"the exported {format} file agrees with the reference on {report['agreement']:.4%} of "
+                f"{report['n_rows']} rows, below the required {min_agreement:.4%}; nothing was written to {path}",
+                report)
+        published = publish(tmp, path, expected_sha256=digest)
+    report.update(path=published.path, owned=published.owned)
+    return report
+
+
+def verify_file(artifact, path: str | os.PathLike, runtime: str, *, rows=None, labels=None,
+                n_random: int = N_RANDOM_ROWS) -> dict:
+    """Run ``path`` in ``runtime`` on the verification rows and compare with the reference."""
+    from bnc_deploy.runtimes.base import load_runtime
+
+    try:
+        rt = load_runtime(path, runtime, threads=1)
+    except RuntimeLoadError as exc:
+        raise ExportError(f"the exported file does not load in {runtime}: {exc}") from None
+    meta = rt.metadata
+    x, n_given = verification_rows(artifact, rows, n_random)
+    reference = reference_predictor(artifact)
+    fed, codes = x, x
+    if meta.get("input") == INPUT_RAW:
+        from bnc_deploy.formats.bnc import raw_representatives
+
+        fed = raw_representatives(artifact, x)
+        codes = reference.discretize(fed.astype(np.float64))
+    ref_scores = reference.log_joint(codes)
+    ref_label = np.argmax(ref_scores, axis=1)
+    try:
+        scores, label = rt.run(fed)
+    except InputError as exc:  # e.g. a raw representative beyond float32 range: the data, not the file
+        raise ExportError(f"cannot verify the export: {exc}") from None
+    except RuntimeError as exc:  # the graph's guard fired on valid rows, or wrong output shapes
+        raise ExportError(f"the exported file does not run correctly in {runtime}: {exc}") from None
+    differ = label != ref_label
+    identical = bool(np.array_equal(scores, ref_scores))
+    exact_expected = bool(meta.get("exact"))
+    report = {
+        "model_kind": artifact.kind, "lowering": meta.get("lowering"), "runtime": runtime, "metadata": meta,
+        "exact_expected": exact_expected, "exact": bool(identical and not differ.any()),
+        "n_rows": n_given, "n_random_rows": int(len(x) - n_given), "n_verified": int(len(x)),
+        "label_mismatches_all": int(differ.sum()), "scores_identical": identical,
+        "max_abs_score_diff": float(np.max(np.abs(scores - ref_scores), initial=0.0)),
+        "label_mismatches": None, "agreement": None, "accuracy": None, "reference_accuracy": None,
+        "accuracy_change": None,
+    }
+    if n_given:
+        mismatches = int(differ[:n_given].sum())
+        report.update(label_mismatches=mismatches, agreement=1.0 - mismatches / n_given)
+        y = labels if labels is not None else (artifact.check_y if rows is None else None)
+        if y is not None:
+            y = np.asarray(y).reshape(-1)
+            if y.shape != (n_given,):
+                raise ExportError(f"labels have shape {y.shape}, expected ({n_given},)")
+            accuracy = float(np.mean(label[:n_given] == y))
+            ref_accuracy = float(np.mean(ref_label[:n_given] == y))
+            report.update(accuracy=accuracy, reference_accuracy=ref_accuracy, accuracy_change=accuracy - ref_accuracy)
+    return report
+
+
+def export_path(artifact, path: str | os.PathLike, format: str, **options) -> Path:
+    """:func:`export_file` returning only the published path (for scripts and tests)."""
+    return Path(export_file(artifact, path, format, **options)["path"])
