@@ -69,3 +69,13 @@ class MissingExtraError(BncDeployError, ImportError):
         detail = f" ({cause})" if cause else ""
         super().__init__(f"{what} needs the '{extra}' extra{detail}: pip install 'bnc-deploy[{extra}]'")
         self.extra = extra
+
+
+def require_extra(what: str, extra: str, *modules: str) -> None:
+    """Raise :class:`MissingExtraError` for ``what`` when a top-level module of ``modules`` is not
+    installed (looked up without importing it, so the check costs nothing when it passes)."""
+    import importlib.util
+
+    missing = [name for name in modules if importlib.util.find_spec(name) is None]
+    if missing:
+        raise MissingExtraError(what, extra, ModuleNotFoundError(f"No module named {missing[0]!r}"))

@@ -82,13 +82,20 @@ and :func:`check_contract` refuses any int8 comparison before a file is run.
 
 from __future__ import annotations
 
-import os
 import warnings
 from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from bnc_deploy.exporters._tflite import (
+    COMPARISON_OPS,
+    FORBIDDEN_OPS,
+    INT8_WEIGHT_MAX,
+    fake_quant,
+    int8_weights,
+    tensorflow,
+)
 from bnc_deploy.exporters.base import Option, register_exporter
 from bnc_deploy.formats.tflite import (
     TFLiteSummary,
@@ -111,16 +118,10 @@ from bnc_deploy.errors import ExportError
 ONEHOT_FC_BATCH = 1
 #: Largest integer partial sum an int8 output with zero point -128 and scale 1 can hold.
 INT8_OUTPUT_LEVELS = 255
-#: Largest int8 weight (TFLite int8 weights are symmetric: -127..127, zero point 0).
-INT8_WEIGHT_MAX = 127
 #: How ``onehot-fc`` builds its one-hot (see the module docstring).
 ONEHOT_BUILDERS = ("equal-cast", "relu")
 #: Largest cardinality the ``relu`` builder takes: its input codes are int8 (0..127).
 RELU_MAX_CARDINALITY = 128
-#: Comparison operators LiteRT must only see on non-int8 operands (an int8 GREATER aborts the process).
-COMPARISON_OPS = ("EQUAL", "NOT_EQUAL", "GREATER", "GREATER_EQUAL", "LESS", "LESS_EQUAL")
-#: Operators that must never appear in an exported file (see the module docstring).
-FORBIDDEN_OPS = ("ONE_HOT", "CUSTOM", "DELEGATE")
 
 
 # ================================================================================================
@@ -274,20 +275,9 @@ def _pack_groups(bounds: np.ndarray, capacity: int) -> list[tuple[int, int]]:
 # ================================================================================================
 # TensorFlow graph and conversion (TensorFlow is imported here only)
 # ================================================================================================
-def _tensorflow():
-    """Import TensorFlow lazily (an export-time dependency only), quietly."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-    try:
-        import tensorflow as tf
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise ExportError(f"TFLite export needs TensorFlow ({exc}); install the export extras: "
-                          "pip install 'bnc-deploy[export]'") from None
-    return tf
-
-
 def _convert(artifact, lowering: str, raw_inputs: bool, plan: OneHotFCPlan | None) -> bytes:
     """Trace the graph as a tf.function and convert it with TFLITE_BUILTINS only."""
-    tf = _tensorflow()
+    tf = tensorflow()
     relu = plan is not None and plan.builder == "relu"
     batch = ONEHOT_FC_BATCH if plan is not None else None
     # The relu builder traces float32 codes and lets the converter make the input int8 (scale 1).
@@ -391,27 +381,16 @@ def _gather_lookup(tf, artifact, clipped):
     return log_joint, tf.argmax(log_joint, axis=1, output_type=tf.int64)
 
 
-def _fake_quant(tf, value, low: float, high: float, narrow: bool = False):
-    """Fix a tensor's int8 quantization through its range (8 bits: scale = (high - low) / levels)."""
-    return tf.quantization.fake_quant_with_min_max_args(value, min=low, max=high, num_bits=8, narrow_range=narrow)
-
-
-def _int8_weights(tf, units: np.ndarray, scale: float):
-    """Constant int8 FC weights: ``units`` (integers in -127..127) with quantization scale ``scale``."""
-    w = tf.constant(np.asarray(units, dtype=np.float32) * np.float32(scale))
-    return _fake_quant(tf, w, -INT8_WEIGHT_MAX * scale, INT8_WEIGHT_MAX * scale, narrow=True)  # zero point 0
-
-
 def _int8_counts(tf, value, scale: float = 1.0):
     """An int8 activation holding integers 0..255 (times ``scale``): zero point -128."""
-    return _fake_quant(tf, value, 0.0, INT8_OUTPUT_LEVELS * scale)
+    return fake_quant(tf, value, 0.0, INT8_OUTPUT_LEVELS * scale)
 
 
 def _group_partials(tf, plan: OneHotFCPlan, onehot) -> list:
     """One int8 FULLY_CONNECTED per feature group: partial code sums, each [1, C] int8 (scale s)."""
     partial = []
     for k, (lo, hi) in enumerate(plan.slices):
-        acc = tf.matmul(onehot[:, lo:hi], _int8_weights(tf, plan.group_weights(k), plan.scale))
+        acc = tf.matmul(onehot[:, lo:hi], int8_weights(tf, plan.group_weights(k), plan.scale))
         partial.append(_int8_counts(tf, acc, plan.scale))
     return partial
 
@@ -437,7 +416,7 @@ def _onehot_fc_lookup(tf, artifact, plan: OneHotFCPlan, clipped):
     # Compare k + 1 with the shifted pattern (0 on padding): never an iota, so never fused into ONE_HOT.
     hot = tf.equal(tf.expand_dims(local + 1, 2), tf.constant(plan.pattern)[None])    # bool [1, D, r]
     onehot = tf.reshape(tf.cast(hot, tf.float32), [ONEHOT_FC_BATCH, d * r])
-    onehot = _fake_quant(tf, onehot, -128.0, 127.0)                                  # QUANTIZE: int8, scale 1, zp 0
+    onehot = fake_quant(tf, onehot, -128.0, 127.0)                                  # QUANTIZE: int8, scale 1, zp 0
     partial = _group_partials(tf, plan, onehot)
     return _finish_log_joint(tf, artifact, plan, tf.concat(partial, axis=1) if len(partial) > 1 else partial[0])
 
@@ -455,10 +434,10 @@ def _relu_onehot_lookup(tf, artifact, plan: OneHotFCPlan, x):
     """
     c, s = artifact.n_classes, plan.scale
     max_code = (artifact.cardinalities - 1).astype(np.float32)
-    xq = _fake_quant(tf, x, -128.0, 127.0)
-    clipped = _fake_quant(tf, tf.minimum(tf.maximum(xq, 0.0), tf.constant(max_code)), -128.0, 127.0)
-    moved = _fake_quant(tf, xq - clipped, -128.0, 127.0)
-    flag = tf.matmul(_int8_counts(tf, moved * moved), _int8_weights(tf, np.ones((artifact.n_features, 1)), s))
+    xq = fake_quant(tf, x, -128.0, 127.0)
+    clipped = fake_quant(tf, tf.minimum(tf.maximum(xq, 0.0), tf.constant(max_code)), -128.0, 127.0)
+    moved = fake_quant(tf, xq - clipped, -128.0, 127.0)
+    flag = tf.matmul(_int8_counts(tf, moved * moved), int8_weights(tf, np.ones((artifact.n_features, 1)), s))
     onehot = _relu_value_onehot(tf, artifact, clipped)
     if artifact.structure == "tan":
         onehot = _relu_joint_onehot(tf, artifact, onehot)
@@ -479,8 +458,8 @@ def _relu_value_onehot(tf, artifact, clipped):
     value = np.concatenate([np.arange(k) for k in cards]).astype(np.float32)
     spread = np.zeros((artifact.n_features, feature.size), dtype=np.float32)
     spread[feature, np.arange(feature.size)] = 1.0
-    up = tf.nn.relu(tf.matmul(clipped, _int8_weights(tf, spread, 1.0)) + tf.constant(1.0 - value))
-    down = tf.nn.relu(tf.matmul(clipped, _int8_weights(tf, -spread, 1.0)) + tf.constant(1.0 + value))
+    up = tf.nn.relu(tf.matmul(clipped, int8_weights(tf, spread, 1.0)) + tf.constant(1.0 - value))
+    down = tf.nn.relu(tf.matmul(clipped, int8_weights(tf, -spread, 1.0)) + tf.constant(1.0 + value))
     return _int8_counts(tf, tf.minimum(_int8_counts(tf, up), _int8_counts(tf, down)))
 
 
@@ -499,7 +478,7 @@ def _relu_joint_onehot(tf, artifact, value_onehot):
                 if parent >= 0:                     # relu(own + parent - 1) = own AND parent
                     join[start[parent] + b, row] = 1.0
                     bias[row] = -1.0
-    joint = tf.nn.relu(tf.matmul(value_onehot, _int8_weights(tf, join, 1.0)) + tf.constant(bias))
+    joint = tf.nn.relu(tf.matmul(value_onehot, int8_weights(tf, join, 1.0)) + tf.constant(bias))
     return _int8_counts(tf, joint)
 
 

@@ -116,37 +116,32 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from bnc_deploy.artifacts.dnn import accumulator_bound, sign_thresholds
-from bnc_deploy.formats.metadata import INPUT_NAME, INVALID_LABEL, OUTPUT_LABEL
+from bnc_deploy.formats.metadata import INPUT_NAME, INVALID_LABEL
 from bnc_deploy.errors import ExportError
+from bnc_deploy.exporters._tflite_dnn_contract import (
+    LOWERING_PTQ,
+    LOWERING_SIGN,
+    SIGN_ACTIVATION_SCALE,
+    check_dnn_contract,
+)
 from bnc_deploy.exporters.base import Option, register_exporter
 from bnc_deploy.validation import random_valid_codes
-from bnc_deploy.formats.dnn import DNN_OUTPUTS, OUTPUT_LOGITS, dnn_export_metadata
-from bnc_deploy.exporters.tflite_bnc import (
-    COMPARISON_OPS,
-    FORBIDDEN_OPS,
+from bnc_deploy.formats.dnn import DNN_OUTPUTS, dnn_export_metadata
+from bnc_deploy.exporters._tflite import (
     INT8_WEIGHT_MAX,
-    _tensorflow,
+    fake_quant,
+    int8_weights,
+    tensorflow,
 )
 from bnc_deploy.formats.tflite import (
-    TFLiteSummary,
     finish_flatbuffer,
-    load_model_t,
-    model_bytes,
     inspect_tflite,
 )
 
-LOWERING_SIGN = "int8-sign"
-LOWERING_PTQ = "int8-ptq"
-#: Real value of one int8 step of a sign activation: +-1 is stored as +-2.
-SIGN_ACTIVATION_SCALE = 0.5
-#: Requantization multiplier of every int8 sign layer (``s_in * s_w / SIGN_ACTIVATION_SCALE``).
-SIGN_REQUANT_MULTIPLIER = 2.0
 #: Integers below this magnitude are exact in float32.
 FLOAT32_EXACT_LIMIT = 2 ** 24
 #: int32 accumulator limit.
 INT32_LIMIT = 2 ** 31 - 1
-#: Ops that carry a layer's multiply-accumulates.
-MAC_OPS = ("FULLY_CONNECTED", "CONV_2D")
 #: How a ReLU network's output layer is computed (sign networks: always float32).
 OUTPUT_LAYERS = ("int8", "float32")
 #: Random rows to calibrate a ReLU network on when the artifact has no check set.
@@ -411,7 +406,7 @@ def _int8_summary(plan: DNNTFLitePlan) -> dict:
 
 def _convert(artifact, plan: DNNTFLitePlan) -> bytes:
     """Trace the graph as a tf.function and convert it (builtins, fake-quant ranges, no calibration)."""
-    tf = _tensorflow()
+    tf = tensorflow()
     spec = tf.TensorSpec([None, artifact.n_features], tf.int32, name=INPUT_NAME)
 
     def graph(x):
@@ -438,20 +433,9 @@ def _convert(artifact, plan: DNNTFLitePlan) -> bytes:
             raise ExportError(f"TFLite conversion failed ({plan.lowering}): {str(exc).splitlines()[0]}") from None
 
 
-def _fake_quant(tf, value, low: float, high: float, narrow: bool = False):
-    return tf.quantization.fake_quant_with_min_max_args(value, min=float(low), max=float(high), num_bits=8,
-                                                        narrow_range=narrow)
-
-
 def _int8_scale(tf, value, scale: float):
     """An int8 tensor with zero point 0 and the given scale (range [-128, 127] * scale)."""
-    return _fake_quant(tf, value, -128.0 * scale, 127.0 * scale)
-
-
-def _int8_weights(tf, units: np.ndarray, scale: float):
-    """Constant int8 weights ``units`` (integers in -127..127) with per-tensor scale ``scale``, zp 0."""
-    w = tf.constant(np.asarray(units, dtype=np.float64).astype(np.float32) * np.float32(scale))
-    return _fake_quant(tf, w, -INT8_WEIGHT_MAX * scale, INT8_WEIGHT_MAX * scale, narrow=True)
+    return fake_quant(tf, value, -128.0 * scale, 127.0 * scale)
 
 
 def _guard(tf, artifact, x):
@@ -513,9 +497,9 @@ def _sign_network(tf, artifact, plan: DNNTFLitePlan, a, mask):
             a = _flatten(tf, a)
         if layer.copies > 1:
             a = tf.concat([a] * layer.copies, axis=-1)
-        w = _int8_weights(tf, _tf_weights(layer.type, layer.weights), layer.weight_scale)
+        w = int8_weights(tf, _tf_weights(layer.type, layer.weights), layer.weight_scale)
         z = _apply(tf, layer.type, a, w) + tf.constant(layer.bias.astype(np.float32))  # real value = int32 v
-        a = _fake_quant(tf, tf.clip_by_value(z, -1.0, 1.0), -128 * SIGN_ACTIVATION_SCALE, 127 * SIGN_ACTIVATION_SCALE)
+        a = fake_quant(tf, tf.clip_by_value(z, -1.0, 1.0), -128 * SIGN_ACTIVATION_SCALE, 127 * SIGN_ACTIVATION_SCALE)
         if layer.pool:
             a = tf.nn.max_pool2d(a, ksize=2, strides=2, padding="VALID")
     return _float_output(tf, artifact, plan, a, mask)
@@ -541,7 +525,7 @@ def _relu_network(tf, artifact, plan: DNNTFLitePlan, a, mask):
         if layer.scale is not None:
             z = z * tf.constant(layer.scale) + tf.constant(layer.shift)
         low, high = plan.relu_ranges[k]
-        a = _fake_quant(tf, tf.nn.relu(z), low, high)
+        a = fake_quant(tf, tf.nn.relu(z), low, high)
         if layer.pool:
             a = tf.nn.max_pool2d(a, ksize=2, strides=2, padding="VALID")
     if plan.output_dtype == "float32":
@@ -549,147 +533,9 @@ def _relu_network(tf, artifact, plan: DNNTFLitePlan, a, mask):
     a = _flatten(tf, a)
     s = plan.output_weight_scale
     units = np.clip(np.round(plan.output_codes * (artifact.weight_scale / s)), -INT8_WEIGHT_MAX, INT8_WEIGHT_MAX)
-    logits = tf.matmul(a, _int8_weights(tf, units.T, s)) + tf.constant(artifact.layers[-1].bias)
-    logits = _fake_quant(tf, logits, *plan.logit_range)
+    logits = tf.matmul(a, int8_weights(tf, units.T, s)) + tf.constant(artifact.layers[-1].bias)
+    logits = fake_quant(tf, logits, *plan.logit_range)
     return logits * mask                                                              # float32 (DEQUANTIZE first)
-
-
-# ================================================================================================
-# Contract check (flatbuffer only)
-# ================================================================================================
-def _activation_names() -> dict[int, str]:
-    from bnc_deploy.formats.tflite import enum_names, schema_module
-
-    return enum_names(schema_module().ActivationFunctionType)
-
-
-def fused_activations(model) -> dict[int, str]:
-    """``{op index: fused activation name}`` of every operator with a fused activation option."""
-    _, m = load_model_t(model_bytes(model))
-    names = _activation_names()
-    out = {}
-    for k, op in enumerate(m.subgraphs[0].operators or []):
-        options = op.builtinOptions
-        if options is not None and hasattr(options, "fusedActivationFunction"):
-            out[k] = names.get(int(options.fusedActivationFunction), str(options.fusedActivationFunction))
-    return out
-
-
-def _constant(tensor, dtype) -> np.ndarray:
-    return np.frombuffer(tensor.data, dtype=dtype).reshape(tensor.shape)
-
-
-def check_dnn_contract(model: bytes, artifact, plan: DNNTFLitePlan) -> TFLiteSummary:
-    """Check a converted DNN model against the contract; raise ExportError naming what is wrong.
-
-    Builtins only, no comparison on int8 operands, I/O names/dtypes/shapes and a dynamic batch,
-    no hybrid (float-activation, int8-weight) layer, and per lowering:
-
-    * ``int8-sign``: one int8 FULLY_CONNECTED/CONV_2D per hidden layer, in order, with input
-      scale ``s_in``, weights = the planned codes (scale ``s_in**-1``, zero point 0), int32 bias =
-      ``1 - 2 * threshold`` (scale 1), output int8 scale 0.5 zero point 0, fused RELU_N1_TO_1
-      (multiplier 2); the output layer one float32 FULLY_CONNECTED without bias whose weights
-      are the integer codes.
-    * ``int8-ptq``: every FULLY_CONNECTED/CONV_2D all-int8 (one per layer), the output layer's
-      weights the artifact's codes (B <= 7), logits int8 before a DEQUANTIZE, no SELECT on int8.
-    """
-    summary = inspect_tflite(model)
-    t = summary.tensors
-    bad = [n for n in summary.op_names if n.startswith("CUSTOM") or n in FORBIDDEN_OPS or "FLEX" in n.upper()]
-    if bad:
-        raise ExportError(f"converted model uses non-builtin or forbidden operators {sorted(set(bad))}")
-    for op in summary.ops:
-        if op.name in COMPARISON_OPS + ("SELECT", "SELECT_V2") and any(
-                i >= 0 and t[i].dtype == "INT8" for i in op.inputs):
-            raise ExportError(f"the converter left {op.name} (op #{op.index}) on int8 operands; please report "
-                              "this with your TensorFlow version")
-    x, logits, label = t[summary.inputs[0]], t[summary.outputs[0]], t[summary.outputs[1]]
-    d, c = artifact.n_features, artifact.n_classes
-    expected = [(x, INPUT_NAME, "INT32", d), (logits, OUTPUT_LOGITS, "FLOAT32", c),
-                (label, OUTPUT_LABEL, "INT64", None)]
-    for tensor, name, dtype, last in expected:
-        if tensor.name != name or tensor.dtype != dtype or (last is not None and tensor.shape[-1] != last):
-            raise ExportError(f"converted model has I/O tensor {tensor.name!r} {tensor.dtype} {tensor.shape}, "
-                              f"expected {name!r} {dtype} with last dimension {last}")
-    if x.shape_signature[0] != -1:
-        raise ExportError(f"input batch dimension is static ({x.shape_signature}), expected dynamic")
-    macs = [op for op in summary.ops if op.name in MAC_OPS]
-    for op in macs:
-        dtypes = {t[op.inputs[0]].dtype, t[op.inputs[1]].dtype, t[op.outputs[0]].dtype}
-        if len(dtypes) != 1 or dtypes.pop() not in ("INT8", "FLOAT32"):
-            raise ExportError(f"{op.name} #{op.index} mixes {[t[i].dtype for i in op.inputs[:2] + op.outputs]} "
-                              "(hybrid quantization is not part of the contract)")
-    int8_macs = [op for op in macs if t[op.inputs[1]].dtype == "INT8"]
-    float_macs = [op for op in macs if t[op.inputs[1]].dtype == "FLOAT32"]
-    n_hidden = len(artifact.layers) - 1
-    n_float = 1 if plan.output_dtype == "float32" else 0
-    if len(int8_macs) != n_hidden + 1 - n_float or len(float_macs) != n_float:
-        raise ExportError(f"expected {n_hidden + 1 - n_float} int8 and {n_float} float32 FULLY_CONNECTED/CONV_2D, "
-                          f"got {len(int8_macs)} and {len(float_macs)}")
-    if plan.lowering == LOWERING_SIGN:
-        _check_sign(summary, plan, int8_macs, fused_activations(model))
-    else:
-        _check_ptq(summary, artifact, plan, int8_macs)
-    if float_macs:
-        _check_float_output(summary, plan, float_macs[0])
-    return summary
-
-
-def _check_sign(summary, plan, int8_macs, fused) -> None:
-    t = summary.tensors
-    for op, layer in zip(int8_macs, plan.hidden):
-        xin, w, out = t[op.inputs[0]], t[op.inputs[1]], t[op.outputs[0]]
-        bias = t[op.inputs[2]] if len(op.inputs) > 2 and op.inputs[2] >= 0 else None
-        where = f"layer {layer.index} ({op.name} #{op.index})"
-        want = "FULLY_CONNECTED" if layer.type == "dense" else "CONV_2D"
-        problems = []
-        if op.name != want:
-            problems.append(f"op {op.name}, expected {want}")
-        if xin.scale != [np.float32(layer.input_scale)] or xin.zero_point != [0]:
-            problems.append(f"input scale/zp {xin.scale}/{xin.zero_point}, expected {layer.input_scale}/0")
-        if w.scale != [np.float32(layer.weight_scale)] or w.zero_point != [0] or w.shape != list(layer.weights.shape) \
-                or not np.array_equal(_constant(w, np.int8), layer.weights):
-            problems.append(f"weights {w.shape} scale {w.scale} zp {w.zero_point} are not the planned int8 codes")
-        if bias is None or bias.dtype != "INT32" or bias.scale != [1.0] \
-                or not np.array_equal(_constant(bias, np.int32), layer.bias):
-            problems.append("int32 bias is not 1 - 2 * threshold with scale 1")
-        if out.dtype != "INT8" or out.scale != [SIGN_ACTIVATION_SCALE] or out.zero_point != [0]:
-            problems.append(f"output {out.dtype} scale {out.scale} zp {out.zero_point}, expected int8 0.5/0")
-        if fused.get(op.index) != "RELU_N1_TO_1":
-            problems.append(f"fused activation {fused.get(op.index)}, expected RELU_N1_TO_1")
-        multiplier = xin.scale[0] * w.scale[0] / out.scale[0] if xin.scale and w.scale and out.scale else 0.0
-        if multiplier < SIGN_REQUANT_MULTIPLIER:
-            problems.append(f"requantization multiplier {multiplier} < {SIGN_REQUANT_MULTIPLIER}")
-        if problems:
-            raise ExportError(f"{where} is not the exact int8 sign layer: " + "; ".join(problems))
-
-
-def _check_float_output(summary, plan, op) -> None:
-    w = summary.tensors[op.inputs[1]]
-    has_bias = len(op.inputs) > 2 and op.inputs[2] >= 0
-    if op.name != "FULLY_CONNECTED" or has_bias or w.shape != list(plan.output_codes.shape) \
-            or not np.array_equal(_constant(w, np.float32), plan.output_codes.astype(np.float32)):
-        raise ExportError(f"output {op.name} #{op.index} is not the float32 integer-code layer without bias "
-                          "(the converter folded or re-quantized it)")
-
-
-def _check_ptq(summary, artifact, plan, int8_macs) -> None:
-    t = summary.tensors
-    for op in int8_macs:
-        w = t[op.inputs[1]]
-        if any(z != 0 for z in w.zero_point):
-            raise ExportError(f"{op.name} #{op.index}: int8 weights with zero points {w.zero_point}")
-    if plan.output_dtype != "int8":
-        return
-    out = int8_macs[-1]
-    w, logits = t[out.inputs[1]], t[out.outputs[0]]
-    if artifact.weight_bits <= 7:
-        # The converter derives the scale from the fake-quant range in float32 (one ulp off 1/3).
-        if len(w.scale) != 1 or not np.isclose(w.scale[0], plan.output_weight_scale, rtol=1e-6) or not np.array_equal(
-                _constant(w, np.int8), plan.output_codes.astype(np.int8)):
-            raise ExportError("the output layer's int8 weights are not the artifact's codes")
-    if logits.dtype != "INT8":
-        raise ExportError(f"output layer produces {logits.dtype}, expected int8 logits")
 
 
 register_exporter(

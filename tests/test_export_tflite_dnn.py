@@ -24,14 +24,12 @@ from bnc_deploy.errors import ExportError
 from bnc_deploy.exporters.tflite_dnn import (  # noqa: E402
     LOWERING_PTQ,
     LOWERING_SIGN,
-    MAC_OPS,
     build_tflite_dnn,
-    check_dnn_contract,
-    fused_activations,
     inspect_tflite,
     plan_tflite_dnn,
     split_codes,
 )
+from bnc_deploy.exporters._tflite_dnn_contract import MAC_OPS, check_dnn_contract, fused_activations  # noqa: E402
 from tflite_dnn_probes import (  # noqa: E402
     export_tflite_dnn,
     run_tflite_dnn,

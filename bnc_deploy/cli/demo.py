@@ -34,7 +34,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from bnc_deploy.cli.common import user_errors
+    from bnc_deploy.errors import require_extra
 
+    with user_errors("bnc-demo"):  # trains (torch), exports TFLite (TensorFlow): everything
+        require_extra("bnc-demo", "all", "torch", "tqdm", "tensorflow")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     with user_errors("bnc-demo"):

@@ -14,7 +14,7 @@ import sys
 import time
 
 from bnc_deploy.cli.common import cli_main, print_json
-from bnc_deploy.errors import ConfigError
+from bnc_deploy.errors import ConfigError, require_extra
 
 PROG = "bnc-structure-sweep"
 #: After ^C: the lambdas finished so far are complete model files in OUTDIR.
@@ -62,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 @cli_main(PROG, interrupted=INTERRUPTED)
 def main(argv: list[str] | None = None) -> int:
+    require_extra(PROG, "train", "torch", "matplotlib")
     args = build_parser().parse_args(argv)
     result = run(args)
     if args.json:

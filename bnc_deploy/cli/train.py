@@ -15,6 +15,7 @@ import argparse
 import sys
 
 from bnc_deploy.cli.common import cli_main, print_json
+from bnc_deploy.errors import require_extra
 from bnc_deploy.train import DEFAULT_TRAINER, TRAINERS, families
 
 PROG = "bnc-train"
@@ -86,6 +87,7 @@ def _family_adapters() -> dict:
 
 @cli_main(PROG)
 def main(argv: list[str] | None = None) -> int:
+    require_extra(PROG, "train", "torch", "tqdm")  # before the parser: its defaults live in torch modules
     args = build_parser().parse_args(argv)
     result = run(args)
     if args.json:

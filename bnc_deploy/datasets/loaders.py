@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from bnc_deploy.errors import MissingExtraError
+
 from .base import DatasetError, DiscreteDataset
 
 LETTER_CLASSES = list(string.ascii_uppercase)
@@ -148,7 +150,10 @@ def read_usps_mat(path: str | Path) -> RawData:
 
     Returns RawData with x of shape (10 * n_per_class, 256).
     """
-    import scipy.io  # local: only this loader needs scipy
+    try:
+        import scipy.io  # local: only this loader needs scipy
+    except ImportError as exc:
+        raise MissingExtraError("reading a MATLAB .mat dataset", "data", exc) from None
 
     path = Path(path)
     try:
@@ -420,7 +425,10 @@ def read_digits() -> RawData:
 
     Returns RawData with integer-valued x of shape (1797, 64) and labels 0..9.
     """
-    from sklearn.datasets import load_digits  # local: scikit-learn is slow to import
+    try:
+        from sklearn.datasets import load_digits  # local: scikit-learn is slow to import
+    except ImportError as exc:
+        raise MissingExtraError("the built-in digits dataset", "data", exc) from None
 
     bunch = load_digits()
     return RawData(bunch.data.astype(np.float64), bunch.target.astype(np.int64),

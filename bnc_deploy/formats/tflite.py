@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bnc_deploy.errors import ExportError, MetadataError
+from bnc_deploy.errors import ExportError, MetadataError, MissingExtraError
 from bnc_deploy.formats.metadata import INPUT_NAME, METADATA_KEY, OUTPUT_LABEL, OUTPUT_LOG_JOINT, dump_metadata
 
 #: TFLite file identifier (bytes 4..8 of every model file).
@@ -27,7 +27,10 @@ def schema_module():
     try:
         from ai_edge_litert import schema_py_generated as schema
     except ImportError:  # pragma: no cover - depends on the environment
-        from tensorflow.lite.python import schema_py_generated as schema
+        try:
+            from tensorflow.lite.python import schema_py_generated as schema
+        except ImportError as exc:
+            raise MissingExtraError("reading TFLite files", "tflite", exc) from None
     return schema
 
 

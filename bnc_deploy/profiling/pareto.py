@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bnc_deploy.errors import BncDeployError
+from bnc_deploy.errors import BncDeployError, MissingExtraError
 
 #: Objectives, all minimized.
 OBJECTIVES = ("size_bits", "n_ops", "test_error")
@@ -103,7 +103,10 @@ def mark_pareto(records: list[dict], by: str | None = "dataset", keys=OBJECTIVES
 
 # -- plots -----------------------------------------------------------------------------------------------
 def _pyplot():
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError as exc:
+        raise MissingExtraError("plotting (--plot)", "plot", exc) from None
 
     matplotlib.use("Agg")   # files only, never a display
     import matplotlib.pyplot as plt

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bnc_deploy.errors import RuntimeLoadError
+from bnc_deploy.errors import MissingExtraError, RuntimeLoadError
 from bnc_deploy.profiling.graph_count.ir import GNode, Graph, GTensor
 
 #: TFLite builtin -> canonical op.
@@ -162,6 +162,8 @@ def load_tflite_graph(model) -> Graph:
     data = Path(model).read_bytes() if path else bytes(model)
     try:
         summary = inspect_tflite(data)
+    except MissingExtraError:
+        raise
     except Exception as exc:  # flatbuffer decoding errors have many types
         raise RuntimeLoadError(f"{path or 'model'}: not a readable TFLite model ({exc})") from None
     _, model_t = load_model_t(data)     # inspect_tflite does not expose builtin options
