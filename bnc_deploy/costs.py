@@ -92,11 +92,16 @@ class CostReport:
 
 #: Artifact kind -> cost function(artifact) -> CostReport.
 COST_MODELS: dict[str, Callable[[object], CostReport]] = {}
+#: Artifact kind -> cost function(an exported file's metadata dict) -> CostReport.
+METADATA_COST_MODELS: dict[str, Callable[[dict], CostReport]] = {}
 
 
-def register_cost_model(kind: str, function: Callable[[object], CostReport]) -> None:
-    """Add or replace the cost function of an artifact kind."""
+def register_cost_model(kind: str, function: Callable[[object], CostReport],
+                        from_metadata: Callable[[dict], CostReport] | None = None) -> None:
+    """Add or replace the cost functions of an artifact kind (from the artifact, from a file's metadata)."""
     COST_MODELS[kind] = function
+    if from_metadata is not None:
+        METADATA_COST_MODELS[kind] = from_metadata
 
 
 def analytic_costs(artifact) -> CostReport:
@@ -153,7 +158,7 @@ def bnc_costs_from_metadata(meta: dict) -> CostReport:
     return bnc_cost_terms(meta["cardinalities"], meta["parents"], len(meta["class_names"]), int(meta["bits"]))
 
 
-register_cost_model("bnc", bnc_costs)
+register_cost_model("bnc", bnc_costs, bnc_costs_from_metadata)
 
 
 # -- DNNs (pure functions over a layer list; no artifact kind yet) -----------------------------------
@@ -279,10 +284,11 @@ def dnn_costs_from_metadata(meta: dict) -> CostReport:
 
 
 def costs_from_metadata(meta: dict) -> CostReport:
-    """Analytic costs of an exported file of any kind, from its metadata."""
-    if meta.get("model_kind", "bnc") == "dnn":
-        return dnn_costs_from_metadata(meta)
-    return bnc_costs_from_metadata(meta)
+    """Analytic costs of an exported file of any kind, from its metadata (``model_kind``; absent: BN)."""
+    kind = meta.get("model_kind", "bnc")
+    if kind not in METADATA_COST_MODELS:
+        raise ArtifactError(f"no cost model for model kind {kind!r} (known: {', '.join(sorted(METADATA_COST_MODELS))})")
+    return METADATA_COST_MODELS[kind](meta)
 
 
-register_cost_model("dnn", dnn_artifact_costs)
+register_cost_model("dnn", dnn_artifact_costs, dnn_costs_from_metadata)

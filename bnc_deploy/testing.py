@@ -175,25 +175,34 @@ def _hidden(rng, kind, shape, bits, activation, batch_norm, pool) -> DNNLayer:
 # ================================================================================================
 # Examples per kind, and the export check
 # ================================================================================================
+def _bnc_examples() -> dict[str, object]:
+    rng = np.random.default_rng(2024)
+    return {
+        "nb-3bit": random_bnc_artifact(rng, d=5, n_classes=3, tan=False, bits=3, int_bits=2, n_check=40),
+        "tan-7bit": random_bnc_artifact(rng, d=6, n_classes=4, tan=True, bits=7, int_bits=3, n_check=40),
+        "tan-float": random_bnc_artifact(rng, d=4, n_classes=3, tan=True, bits=None, n_check=40),
+        "nb-1bit-card1": random_bnc_artifact(rng, n_classes=2, tan=False, bits=1, int_bits=1, n_check=40,
+                                             cardinalities=[1, 3, 2]),
+    }
+
+
+def _dnn_examples() -> dict[str, object]:
+    return {
+        "fc-sign-2bit": random_dnn_artifact(5, architecture="fc", activation="sign", bits=2),
+        "cnn-sign-onehot": random_dnn_artifact(6, architecture="cnn", activation="sign", bits=3,
+                                               encoding="onehot", max_cardinality=3),
+        "fc-relu-4bit": random_dnn_artifact(7, architecture="fc", activation="relu", bits=4),
+    }
+
+
+#: Model kind -> function returning ``{name: artifact}`` examples (a new family registers its own).
+EXAMPLES = {"bnc": _bnc_examples, "dnn": _dnn_examples}
+
+
 def example_artifacts(kind: str) -> dict[str, object]:
-    """Small artifacts of ``kind`` ("bnc" or "dnn") covering the cases an exporter must handle."""
-    if kind == "bnc":
-        rng = np.random.default_rng(2024)
-        return {
-            "nb-3bit": random_bnc_artifact(rng, d=5, n_classes=3, tan=False, bits=3, int_bits=2, n_check=40),
-            "tan-7bit": random_bnc_artifact(rng, d=6, n_classes=4, tan=True, bits=7, int_bits=3, n_check=40),
-            "tan-float": random_bnc_artifact(rng, d=4, n_classes=3, tan=True, bits=None, n_check=40),
-            "nb-1bit-card1": random_bnc_artifact(rng, n_classes=2, tan=False, bits=1, int_bits=1, n_check=40,
-                                                 cardinalities=[1, 3, 2]),
-        }
-    if kind == "dnn":
-        return {
-            "fc-sign-2bit": random_dnn_artifact(5, architecture="fc", activation="sign", bits=2),
-            "cnn-sign-onehot": random_dnn_artifact(6, architecture="cnn", activation="sign", bits=3,
-                                                   encoding="onehot", max_cardinality=3),
-            "fc-relu-4bit": random_dnn_artifact(7, architecture="fc", activation="relu", bits=4),
-        }
-    return {}
+    """Small artifacts of ``kind`` covering the cases an exporter must handle (none for an unknown kind)."""
+    factory = EXAMPLES.get(kind)
+    return factory() if factory else {}
 
 
 #: Lowest label agreement accepted from a file that is not exact by design (float/int8 rounding

@@ -14,7 +14,17 @@ from bnc_deploy.artifacts.container import (
 )
 
 #: Artifact classes by the header's ``kind``.
-ARTIFACT_KINDS = {BNCArtifact.kind: BNCArtifact, DNNArtifact.kind: DNNArtifact}
+ARTIFACT_KINDS: dict[str, type] = {}
+
+
+def register_artifact_kind(cls: type) -> type:
+    """Add or replace a model-file class under its ``kind`` (a new model family registers here)."""
+    ARTIFACT_KINDS[cls.kind] = cls
+    return cls
+
+
+register_artifact_kind(BNCArtifact)
+register_artifact_kind(DNNArtifact)
 
 
 def save_artifact(artifact, path: str | os.PathLike) -> str:
@@ -34,4 +44,5 @@ def load_artifact(path: str | os.PathLike):
     return artifact
 
 
-__all__ = ["ArtifactError", "BNCArtifact", "DNNArtifact", "DNNLayer", "FORMAT_VERSION", "load_artifact", "save_artifact"]
+__all__ = ["ARTIFACT_KINDS", "ArtifactError", "BNCArtifact", "DNNArtifact", "DNNLayer", "FORMAT_VERSION", "load_artifact",
+           "register_artifact_kind", "save_artifact"]

@@ -216,9 +216,8 @@ def format_table(r: dict) -> str:
         lines += [f"  {'label agreement':<18}{100 * r['agreement']:.2f}% ({r['label_mismatches']} mismatch(es))",
                   f"  {r['scores_name']:<18}{diff}"]
         if r["accuracy"] is not None:
-            change = (f" (reference {100 * r['reference_accuracy']:.2f}%, change {100 * r['accuracy_change']:+.2f} "
-                      "points)") if r.get("model_kind") == "dnn" else ""
-            lines.append(f"  {'test accuracy':<18}{100 * r['accuracy']:.2f}%{change}")
+            lines.append(f"  {'test accuracy':<18}{100 * r['accuracy']:.2f}% (reference {100 * r['reference_accuracy']:.2f}%, "
+                         f"change {100 * r['accuracy_change']:+.2f} points)")
     status = ("EXACT" if r["exact"] else "NOT EXACT (expected exact)" if r["exact_expected"]
               else "labels only (not exact by design)")
     lines.append(f"  {'result':<18}{status}")

@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from bnc_deploy.cli.common import cli_main, print_json
-from bnc_deploy.errors import ConfigError, InputError, MetadataError, RuntimeLoadError
+from bnc_deploy.errors import ConfigError, InputError, MetadataError, RuntimeLoadError, require_extra
 
 PROG = "bnc-profile"
 MODEL_SUFFIXES = (".bnc", ".onnx", ".tflite")
@@ -96,6 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.fold is not None and args.data is None:
         parser.error("--fold needs --data")
+    if args.plot:  # before measuring, not after
+        require_extra("plotting (--plot)", "plot", "matplotlib")
     rows, tables = run(args)
     if args.json:
         print_json(rows)
