@@ -10,8 +10,16 @@ Contract
   reader sees the old file or the new one, never a mix, never a half-written file.
 * Concurrent writers to one path: the last complete writer wins, the file on disk is always
   one writer's complete output. :func:`publish` reports whether the file still holds this
-  writer's bytes right after the move (``owned``), so a command can say so instead of claiming
-  a file another process has since replaced.
+  writer's bytes right after the move (``owned``), and :func:`holds` checks it again later (a
+  command calls it just before it reports), so a command can say that another process replaced
+  its file instead of claiming it.
+* The published file gets the permissions an ordinary ``open(path, "w")`` would give it: those
+  of the file it replaces, else ``0o666`` minus the umask (not ``mkstemp``'s private ``0o600``).
+* Temporary files are named ``.NAME.<random>.tmpSUFFIX`` beside the target. They are removed on
+  every failure the process survives (exceptions, Ctrl-C); a process killed with SIGKILL (or a
+  power cut) can leave one behind. The target itself is never partial. Such leftovers are safe
+  to delete when no writer is running: ``find DIR -name '.*.tmp*' -delete`` (:func:`stray_temporaries`
+  lists them for one target).
 * :func:`check_output_path` runs **before** the work (training, exporting): it refuses an
   output that is a directory, that is one of the inputs (also through links), or whose folder
   cannot be created or written, with an :class:`~bnc_deploy.errors.OutputError` naming it.
@@ -87,8 +95,13 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         fd, name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=f".tmp{path.suffix}", dir=folder)
     except OSError as exc:
         raise OutputError(f"cannot write {path}: {exc.strerror or exc}") from None
-    os.close(fd)
     tmp = Path(name)
+    try:
+        os.fchmod(fd, _published_mode(path))
+    except OSError:  # pragma: no cover - a file system without permissions keeps mkstemp's
+        pass
+    finally:
+        os.close(fd)
     try:
         yield tmp
     finally:
@@ -127,6 +140,55 @@ def publish(tmp: Path, path: str | os.PathLike, *, expected_sha256: str | None =
     except OSError:
         owned = False
     return Published(path=path, bytes=len(data), sha256=digest, owned=owned)
+
+
+def holds(path: str | os.PathLike, sha256: str) -> bool:
+    """Whether the file at ``path`` now holds the bytes with digest ``sha256`` (False if missing).
+
+    A writer calls it just before reporting a file as written: False means another writer has
+    replaced the file since :func:`publish` (the last complete writer wins).
+    """
+    digest = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+    except OSError:
+        return False
+    return digest.hexdigest() == sha256
+
+
+def stray_temporaries(path: str | os.PathLike) -> list[Path]:
+    """Temporary files of writers to ``path`` (``.NAME.*.tmp*`` beside it): a writer's in flight,
+    or one left by a writer killed with SIGKILL. Delete them only when no writer is running."""
+    path = Path(path)
+    folder = path.parent if str(path.parent) else Path(".")
+    prefix = f".{path.name}."
+    try:
+        return sorted(p for p in folder.iterdir() if p.name.startswith(prefix) and ".tmp" in p.name[len(prefix):])
+    except OSError:
+        return []
+
+
+def _published_mode(path: Path) -> int:
+    """The permission bits of ``path`` if it exists, else 0o666 minus the process umask."""
+    try:
+        return os.stat(path).st_mode & 0o7777
+    except OSError:
+        return 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    try:  # Linux >= 4.7: read it without changing it (os.umask is process-wide, not thread-safe)
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Published:

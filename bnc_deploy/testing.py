@@ -210,8 +210,10 @@ def example_artifacts(kind: str) -> dict[str, object]:
 MIN_INEXACT_AGREEMENT = 0.9
 
 
-def runtimes_for(extension: str) -> list[str]:
-    """Every registered runtime whose adapter reads files with ``extension`` (importable here)."""
+def runtimes_for(extension: str, metadata: dict | None = None) -> list[str]:
+    """Every registered runtime whose adapter reads files with ``extension`` (importable here) and
+    accepts a file with ``metadata`` (``RuntimeAdapter.accepts``; None: any file of that extension,
+    so runtimes for a subset of a format's files, such as ``tflm``, are left out)."""
     from bnc_deploy.runtimes.base import RUNTIMES, runtime_class
 
     names = []
@@ -220,7 +222,7 @@ def runtimes_for(extension: str) -> list[str]:
             cls = runtime_class(name)
         except ImportError:
             continue
-        if extension.lower() in getattr(cls, "extensions", ()):
+        if extension.lower() in getattr(cls, "extensions", ()) and cls.accepts(metadata):
             names.append(name)
     return names
 
@@ -231,11 +233,11 @@ def check_export(artifact, format: str, folder, *, runtimes=None, **options) -> 
     Returns ``{"report": <verify report>, "runtimes": {name: {"exact", "agreement"}}}``; raises
     AssertionError naming the runtime and the property that failed.
     """
-    from bnc_deploy.errors import InputError
+    from bnc_deploy.errors import InputError, RuntimeLoadError
     from bnc_deploy.exporters.base import exporter_for
     from bnc_deploy.formats.metadata import parse_metadata
     from bnc_deploy.reference import reference_predictor
-    from bnc_deploy.runtimes.base import load_runtime
+    from bnc_deploy.runtimes.base import load_runtime, runtime_class
     from bnc_deploy.verify import export_file, verification_rows
 
     spec = exporter_for(artifact.kind, format)
@@ -264,7 +266,17 @@ def check_export(artifact, format: str, folder, *, runtimes=None, **options) -> 
     ref_scores = reference.log_joint(x)
     ref_label = np.argmax(ref_scores, axis=1)
     results = {}
-    for name in (runtimes or runtimes_for(spec.extension)):
+    for name in (runtimes or runtimes_for(spec.extension, meta)):
+        if not runtime_class(name).accepts(meta):
+            # A runtime for other files of this format (tflm: micro-profile files only) is not run on
+            # this one: it must refuse it on load, saying why.
+            try:
+                load_runtime(path, name, threads=1)
+            except RuntimeLoadError as exc:
+                assert str(path) in str(exc), f"{name}: the refusal does not name the file: {exc}"
+                results[name] = {"refused": str(exc), "exact": None, "agreement": None}
+                continue
+            raise AssertionError(f"{name}: loaded a file its accepts() refuses")
         rt = load_runtime(path, name, threads=1)
         assert rt.n_features == artifact.n_features and rt.n_classes == artifact.n_classes, name
         scores, label = rt.run(fed)

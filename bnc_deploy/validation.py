@@ -10,7 +10,7 @@ import numpy as np
 
 from bnc_deploy.errors import InputError
 
-__all__ = ["InputError", "check_codes"]
+__all__ = ["InputError", "check_codes", "out_of_range"]
 
 
 def check_codes(x, cardinalities: np.ndarray, feature_names=None, where: str = "input") -> np.ndarray:
@@ -38,15 +38,28 @@ def check_codes(x, cardinalities: np.ndarray, feature_names=None, where: str = "
         else:
             hint = ""
         raise InputError(f"{where}: discrete features must have an integer dtype, got {arr.dtype}{hint}")
-    arr = arr.astype(np.int64, copy=False)
-    bad = (arr < 0) | (arr >= cardinalities[None, :])
+    # Compare in the input's own dtype: a uint64 above 2^63 - 1 would wrap to a negative int64.
+    bad = out_of_range(arr, cardinalities[None, :])
     if bad.any():
         row, col = map(int, np.argwhere(bad)[0])
         name = f" ({feature_names[col]!r})" if feature_names is not None else ""
         raise InputError(
-            f"{where}: feature {col}{name} has value {int(arr[row, col])} in row {row}, "
+            f"{where}: feature {col}{name} has value {arr[row, col].item()} in row {row}, "
             f"outside its range 0..{int(cardinalities[col]) - 1} ({int(bad.sum())} bad value(s) in all)")
-    return arr
+    return arr.astype(np.int64, copy=False)
+
+
+def out_of_range(values: np.ndarray, limits) -> np.ndarray:
+    """Mask of integer ``values`` outside ``0 .. limits - 1`` (broadcast), exact for every integer dtype.
+
+    Unsigned values are compared as unsigned (no wrap-around of uint64 values above 2^63 - 1), signed
+    ones as int64; ``limits`` are positive.
+    """
+    limits = np.asarray(limits, dtype=np.int64)
+    if np.issubdtype(values.dtype, np.unsignedinteger):
+        return values.astype(np.uint64, copy=False) >= np.maximum(limits, 0).astype(np.uint64)
+    values = values.astype(np.int64, copy=False)
+    return (values < 0) | (values >= limits)
 
 
 def random_valid_codes(cardinalities, n: int, seed: int = 0) -> np.ndarray:

@@ -2,7 +2,8 @@
 
 Every exported file reaches disk through :func:`export_file`, whatever its model kind or format::
 
-    build (the registered exporter: artifact -> bytes, nothing written, nothing run)
+    build (the registered exporter: artifact -> bytes, nothing written, nothing run;
+           then sealed: the file's SHA-256, or HMAC-SHA256 with a key, in its metadata)
     -> write a unique temporary file beside the target (bnc_deploy.fileio)
     -> open it in the format's runtime adapter (1 thread)
     -> run the verification rows, compare scores and labels with the artifact's reference predictor
@@ -23,7 +24,8 @@ not exact by design (float tables, int8 ReLU nets) are compared on labels and pu
 ``min_agreement`` asks for more.
 
 Report keys (a dict): ``path``, ``format``, ``model_kind``, ``lowering``, ``runtime``,
-``file_bytes``, ``sha256``, ``owned`` (the file on disk is still this call's, see
+``file_bytes``, ``sha256``, ``integrity`` (``"sha256"``, or ``"hmac-sha256"`` when signed with a
+key), ``owned`` (the file on disk is still this call's, see
 :mod:`bnc_deploy.fileio`), ``exact_expected``, ``exact``, ``n_rows`` (the caller's or check-set
 rows), ``n_random_rows``, ``label_mismatches`` and ``agreement`` (on those rows),
 ``scores_identical`` and ``max_abs_score_diff`` (all verification rows), ``accuracy``,
@@ -41,6 +43,7 @@ import numpy as np
 from bnc_deploy.errors import ExportError, InputError, RuntimeLoadError
 from bnc_deploy.exporters.base import exporter_for
 from bnc_deploy.fileio import atomic_path, publish
+from bnc_deploy.formats.integrity import SCHEME_HMAC, SCHEME_SHA256, seal
 from bnc_deploy.formats.metadata import INPUT_RAW
 from bnc_deploy.reference import reference_predictor
 from bnc_deploy.validation import random_valid_codes
@@ -72,30 +75,38 @@ def verification_rows(artifact, rows=None, n_random: int = N_RANDOM_ROWS, seed: 
     return np.concatenate(parts), n_given
 
 
-def build(artifact, format: str, **options) -> tuple[bytes, dict]:
-    """The exported file's bytes and the resolved options (nothing written, nothing run)."""
+def build(artifact, format: str, *, key: bytes | None = None, **options) -> tuple[bytes, dict]:
+    """The exported file's bytes, sealed, and the resolved options (nothing written, nothing run).
+
+    The exporter's bytes carry the ``integrity`` placeholder; it is filled in here with the
+    file's SHA-256, or its HMAC-SHA256 under ``key`` (:func:`bnc_deploy.formats.integrity.seal`).
+    """
     spec = exporter_for(artifact.kind, format)
     resolved = spec.resolve_options(options)
-    return spec.build(artifact, **resolved), resolved
+    return seal(spec.build(artifact, **resolved), key), resolved
 
 
 def export_file(artifact, path: str | os.PathLike, format: str, *, rows=None, labels=None,
-                min_agreement: float | None = None, n_random: int = N_RANDOM_ROWS, **options) -> dict:
+                min_agreement: float | None = None, n_random: int = N_RANDOM_ROWS, key: bytes | None = None,
+                **options) -> dict:
     """Build, verify and publish ``artifact`` as a ``format`` file at ``path``; return the report.
 
     ``rows``/``labels``: rows to verify on and their true labels (default: the check set stored
-    in the artifact). ``options``: the exporter's declared options. Raises ExportError when the
+    in the artifact). ``key``: sign the file with HMAC-SHA256 under this key (at least 32 bytes;
+    loading it then needs the key), else it is sealed with its SHA-256. ``options``: the
+    exporter's declared options. Raises ExportError when the
     exporter refuses the options or the file cannot be loaded by its runtime, VerificationError
     (an ExportError) when an exact file is not exact or agreement is below ``min_agreement``,
     OutputError when ``path`` cannot be written. In every failure nothing is published.
     """
     spec = exporter_for(artifact.kind, format)
-    data, _ = build(artifact, format, **options)
+    data, _ = build(artifact, format, key=key, **options)
     digest = hashlib.sha256(data).hexdigest()
     with atomic_path(path) as tmp:
         tmp.write_bytes(data)
-        report = verify_file(artifact, tmp, spec.runtime, rows=rows, labels=labels, n_random=n_random)
-        report.update(format=format, file_bytes=len(data), sha256=digest)
+        report = verify_file(artifact, tmp, spec.runtime, rows=rows, labels=labels, n_random=n_random, key=key)
+        report.update(format=format, file_bytes=len(data), sha256=digest,
+                      integrity=SCHEME_SHA256 if key is None else SCHEME_HMAC)
         if report["exact_expected"] and not report["exact"]:
             raise VerificationError(
                 f"the exported {format} file disagrees with the artifact: {report['label_mismatches_all']} of "
@@ -114,12 +125,14 @@ def export_file(artifact, path: str | os.PathLike, format: str, *, rows=None, la
 
 
 def verify_file(artifact, path: str | os.PathLike, runtime: str, *, rows=None, labels=None,
-                n_random: int = N_RANDOM_ROWS) -> dict:
-    """Run ``path`` in ``runtime`` on the verification rows and compare with the reference."""
+                n_random: int = N_RANDOM_ROWS, key: bytes | None = None) -> dict:
+    """Run ``path`` in ``runtime`` on the verification rows and compare with the reference.
+
+    The runtime checks the file's seal on load (``key``: the one it was signed with)."""
     from bnc_deploy.runtimes.base import load_runtime
 
     try:
-        rt = load_runtime(path, runtime, threads=1)
+        rt = load_runtime(path, runtime, threads=1, **({} if key is None else {"key": key}))
     except RuntimeLoadError as exc:
         raise ExportError(f"the exported file does not load in {runtime}: {exc}") from None
     meta = rt.metadata

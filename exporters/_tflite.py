@@ -1,5 +1,7 @@
 """What both TFLite exporters share: importing TensorFlow quietly, the int8 fake-quant idioms that
-pin a tensor's quantization, and the operator rules every TFLite export obeys.
+pin a tensor's quantization, the operator rules every TFLite export obeys, and the TFLite Micro
+profile's pieces (TFLM's operators, the REDUCE_MAX guard, the int32 label, the arena measurement
+with the ``tflite-micro`` interpreter when it is installed).
 
 A private helper module (the leading underscore keeps the exporter registry from treating it as
 an exporter); it builds nothing on its own.
@@ -8,10 +10,12 @@ an exporter); it builds nothing on its own.
 from __future__ import annotations
 
 import os
+import platform
+import re
 
 import numpy as np
 
-from bnc_deploy.errors import MissingExtraError
+from bnc_deploy.errors import ExportError, MissingExtraError
 
 #: Largest int8 weight (TFLite int8 weights are symmetric: -127..127, zero point 0).
 INT8_WEIGHT_MAX = 127
@@ -42,3 +46,219 @@ def int8_weights(tf, units: np.ndarray, scale: float):
     """Constant int8 weights ``units`` (integers in -127..127) with per-tensor scale ``scale``, zero point 0."""
     w = tf.constant(np.asarray(units, dtype=np.float64).astype(np.float32) * np.float32(scale))
     return fake_quant(tf, w, -INT8_WEIGHT_MAX * scale, INT8_WEIGHT_MAX * scale, narrow=True)
+
+
+# ================================================================================================
+# The TFLite Micro profile (``profile="micro"``), shared by both TFLite exporters
+# ================================================================================================
+#: Export profiles: ``default`` (LiteRT: dynamic batch where the lowering allows it, int64 label,
+#: REDUCE_ANY guard) and ``micro`` (TFLite Micro: static batch 1, int32 label, a guard without
+#: REDUCE_ANY, only operators and operand types the TFLM reference kernels take).
+PROFILES = ("default", "micro")
+PROFILE_HELP = ("default (LiteRT) or micro: a file the TFLite Micro interpreter runs - static batch 1, int32 "
+                "label, only TFLM builtin ops; its metadata records the tensor arena bytes measured with "
+                "tflite-micro when that is installed")
+#: Builtin operators TFLM's op resolver can register (``MicroMutableOpResolver::Add*`` of
+#: tflite-micro, 2026; ``CUSTOM`` left out). A micro-profile file uses only these; the kernels'
+#: operand types are narrower than LiteRT's (no uint8/int64 operands, GATHER params int8/float32,
+#: SUM/REDUCE_MAX float32/int8, ARG_MAX float32/int8 -> int32, SELECT_V2 float32/int8/int16), which
+#: the micro lowerings respect and :func:`check_micro_contract` checks where it can.
+TFLM_BUILTIN_OPS = frozenset((
+    "ABS", "ADD", "ADD_N", "ARG_MAX", "ARG_MIN", "ASSIGN_VARIABLE", "AVERAGE_POOL_2D", "BATCH_MATMUL",
+    "BATCH_TO_SPACE_ND", "BROADCAST_ARGS", "BROADCAST_TO", "CALL_ONCE", "CAST", "CEIL", "CONCATENATION",
+    "CONV_2D", "COS", "CUMSUM", "DEPTHWISE_CONV_2D", "DEPTH_TO_SPACE", "DEQUANTIZE", "DIV",
+    "DYNAMIC_UPDATE_SLICE", "ELU", "EMBEDDING_LOOKUP", "EQUAL", "EXP", "EXPAND_DIMS", "FILL", "FLOOR",
+    "FLOOR_DIV", "FLOOR_MOD", "FULLY_CONNECTED", "GATHER", "GATHER_ND", "GREATER", "GREATER_EQUAL",
+    "HARD_SWISH", "IF", "L2_NORMALIZATION", "L2_POOL_2D", "LEAKY_RELU", "LESS", "LESS_EQUAL", "LOG",
+    "LOGICAL_AND", "LOGICAL_NOT", "LOGICAL_OR", "LOGISTIC", "LOG_SOFTMAX", "MAXIMUM", "MAX_POOL_2D", "MEAN",
+    "MINIMUM", "MIRROR_PAD", "MUL", "NEG", "NOT_EQUAL", "PACK", "PAD", "PADV2", "PRELU", "QUANTIZE",
+    "READ_VARIABLE", "REDUCE_ALL", "REDUCE_MAX", "REDUCE_MIN", "RELU", "RELU6", "RESHAPE", "RESIZE_BILINEAR",
+    "RESIZE_NEAREST_NEIGHBOR", "REVERSE_V2", "ROUND", "RSQRT", "SELECT_V2", "SHAPE", "SIN", "SLICE", "SOFTMAX",
+    "SPACE_TO_BATCH_ND", "SPACE_TO_DEPTH", "SPLIT", "SPLIT_V", "SQRT", "SQUARE", "SQUARED_DIFFERENCE",
+    "SQUEEZE", "STRIDED_SLICE", "SUB", "SUM", "SVDF", "TANH", "TRANSPOSE", "TRANSPOSE_CONV",
+    "UNIDIRECTIONAL_SEQUENCE_LSTM", "UNPACK", "VAR_HANDLE", "WHILE", "ZEROS_LIKE",
+))
+#: Operators a micro file never uses although TFLM has them: REDUCE_ALL reached TFLM only in
+#: January 2026, so a device build from an older TFLM would not have it (the guard uses REDUCE_MAX).
+MICRO_AVOIDED_OPS = ("REDUCE_ALL",)
+#: Tensor types TFLM kernels do not take as operands of the ops a micro file uses.
+MICRO_FORBIDDEN_DTYPES = ("INT64", "UINT8")
+#: Static batch of a micro file.
+MICRO_BATCH = 1
+#: Label dtype of a micro file (TFLM's ARG_MAX/ARG_MIN write int32 only).
+MICRO_LABEL_DTYPE = "int32"
+#: Extra bytes the ``tflm`` runtime adds to the recorded arena (alignment of another allocation).
+ARENA_SLACK = 256
+#: The guard of a micro file, as stored in its metadata (``tflm.guard``).
+MICRO_GUARD_NOTE = ("REDUCE_MAX(CAST(x != clip(x))) > 0.5; label (ARG_MAX + 1) * valid - 1: -1 in int32 on any build; "
+                    "NaN scores need IEEE floats (not -ffast-math)")
+
+
+def check_profile(profile: str) -> str:
+    if profile not in PROFILES:
+        raise ExportError(f"unknown profile {profile!r}; choose one of {', '.join(PROFILES)}")
+    return profile
+
+
+def micro_invalid(tf, bad):
+    """Row flag of a micro file: ``bad`` bool [1, D] -> invalid bool [1] (REDUCE_MAX of a float
+    CAST; TFLM's SUM/REDUCE_MAX take float32/int8 only, and REDUCE_ANY is not in TFLM)."""
+    return tf.greater(tf.reduce_max(tf.cast(bad, tf.float32), axis=1), tf.constant(0.5, tf.float32))
+
+
+def micro_label(tf, scores, invalid):
+    """``label int32 [1] = (ARG_MAX(scores) + 1) * valid - 1``: first maximum, -1 on invalid rows.
+
+    Integer arithmetic, not SELECT: TFLM's SELECT_V2 takes float32/int8/int16 only, and ARG_MAX
+    writes int32 only."""
+    best = tf.argmax(scores, axis=1, output_type=tf.int32)
+    valid = tf.cast(tf.logical_not(invalid), tf.int32)
+    return (best + tf.constant(1, tf.int32)) * valid - tf.constant(1, tf.int32)
+
+
+def check_micro_contract(summary, batch_shape: list) -> None:
+    """ExportError unless every op is a TFLM builtin (and not one avoided), no tensor is int64 or
+    uint8, and the input has the static shape ``batch_shape``."""
+    ops = sorted(set(summary.op_names))
+    outside = [n for n in ops if n not in TFLM_BUILTIN_OPS or n in MICRO_AVOIDED_OPS]
+    if outside:
+        raise ExportError(f"the micro profile produced operators TFLite Micro does not provide: {outside}")
+    bad = sorted({t.dtype for t in summary.tensors if t.dtype in MICRO_FORBIDDEN_DTYPES})
+    if bad:
+        raise ExportError(f"the micro profile produced {', '.join(bad)} tensors, which TFLite Micro kernels "
+                          "do not take")
+    x = summary.tensors[summary.inputs[0]]
+    if list(x.shape_signature) != list(batch_shape):
+        raise ExportError(f"micro input shape {x.shape_signature}, expected the static {batch_shape}")
+
+
+def micro_metadata(summary) -> dict:
+    """The micro facts a file's metadata records before the arena is measured."""
+    return {"profile": "micro", "batch": "static 1", "label_dtype": MICRO_LABEL_DTYPE,
+            "tflm": {"ops": sorted(set(summary.op_names)), "guard": MICRO_GUARD_NOTE,
+                     "arena_bytes": None, "arena_reported_bytes": None, "arena_measured_with": None}}
+
+
+def tflm_module():
+    """``tflite_micro.python.tflite_micro.runtime`` (None when tflite-micro is not installed)."""
+    try:
+        from tflite_micro.python.tflite_micro import runtime
+    except ImportError:
+        return None
+    return runtime
+
+
+def tflm_version() -> str:
+    try:
+        import tflite_micro
+
+        return str(getattr(tflite_micro, "__version__", "unknown"))
+    except ImportError:  # pragma: no cover - callers check tflm_module() first
+        return "not installed"
+
+
+def tflm_interpreter(model: bytes, arena_size: int):
+    """A TFLM interpreter for ``model`` with an arena of ``arena_size`` bytes (tensors allocated).
+
+    Never call it with an arena of a few hundred bytes: TFLM then fails to place its own allocator
+    in the arena and the process crashes (tflite-micro 2026); :func:`measure_tflm_arena` starts
+    from a generous size and only goes down to what TFLM reported using."""
+    runtime = tflm_module()
+    return runtime.Interpreter.from_bytes(bytes(model), arena_size=int(arena_size))
+
+
+class captured_stderr:
+    """Capture what C++ code writes to file descriptor 2 (TFLM's MicroPrintf) as ``.text``."""
+
+    def __enter__(self):
+        import sys
+        import tempfile
+
+        sys.stderr.flush()
+        self._file = tempfile.TemporaryFile()
+        self._saved = os.dup(2)
+        os.dup2(self._file.fileno(), 2)
+        self.text = ""
+        return self
+
+    def __exit__(self, *exc) -> None:
+        os.dup2(self._saved, 2)
+        os.close(self._saved)
+        self._file.seek(0)
+        self.text = self._file.read().decode("utf-8", errors="replace")
+        self._file.close()
+
+
+#: ``[RecordingMicroAllocator] Arena allocation total N bytes`` in TFLM's allocation report.
+_ARENA_TOTAL = re.compile(r"Arena allocation total (\d+) bytes")
+#: Arena TFLM is first given when measuring (then doubled while it runs out, up to the limit).
+GENEROUS_ARENA = 2**20
+
+
+def measure_tflm_arena(model: bytes, n_features: int, input_dtype, *, limit: int = 256 * 2**20) -> dict:
+    """The smallest tensor arena (16-byte steps) in which TFLM allocates ``model``, checked by one invoke.
+
+    A binary search between the arena total TFLM's RecordingMicroAllocator reports (a lower bound:
+    it leaves out temporary allocations made while the kernels prepare, which can need more) and a
+    generous size that works. Returns ``{"arena_bytes", "arena_reported_bytes",
+    "arena_measured_with"}``; the numbers are None when tflite-micro is not installed. Raises
+    ExportError with TFLM's own message when it cannot allocate or run the file at all (an
+    operator or an operand type it lacks). The size is this host's (x86-64: the interpreter's
+    structs hold 64-bit pointers, which a 32-bit MCU stores in less; the tensor buffers, planned by
+    the same greedy planner, are the same).
+    """
+    if tflm_module() is None:
+        return {"arena_bytes": None, "arena_reported_bytes": None,
+                "arena_measured_with": "not measured: tflite-micro is not installed (pip install 'bnc-deploy[micro]')"}
+
+    def attempt(size: int, report: bool = False):
+        """``(interpreter or None, TFLM's log)`` for an arena of ``size`` bytes."""
+        with captured_stderr() as log:
+            try:
+                interpreter = tflm_interpreter(model, size)
+                if report:
+                    interpreter.print_allocations()
+            except RuntimeError:
+                interpreter = None
+        return interpreter, log.text
+
+    high = max(GENEROUS_ARENA, 10 * len(model))
+    while True:
+        interpreter, text = attempt(high, report=True)
+        if interpreter is not None:
+            break
+        if "missing:" not in text or high >= limit:   # not "Failed to allocate ... missing: N": no arena helps
+            raise ExportError(f"TFLite Micro cannot load the micro-profile file: {_one_line(text)[:400]}")
+        high *= 2
+    found = _ARENA_TOTAL.search(text)
+    if found is None:
+        raise ExportError(f"no arena total in TFLite Micro's allocation report: {_one_line(text)[:200]}")
+    reported = int(found.group(1))
+    # Never below the reported total (TFLM crashes when its allocator itself does not fit).
+    low = max(16, reported // 16 * 16 - 16)
+    while high - low > 16:  # invariant: an arena of `high` bytes works, `low` is below the need
+        mid = (low + high) // 32 * 16
+        if attempt(mid)[0] is not None:
+            high = mid
+        else:
+            low = mid
+    interpreter, _ = attempt(high)
+    with captured_stderr() as log:
+        try:
+            interpreter.set_input(np.zeros((MICRO_BATCH, n_features), dtype=input_dtype), 0)
+            interpreter.invoke()
+            interpreter.get_output(0), interpreter.get_output(1)
+            failure = None
+        except (RuntimeError, ValueError) as exc:
+            failure = exc
+    if failure is not None:
+        raise ExportError(f"TFLite Micro cannot run the micro-profile file: {_one_line(failure)}: "
+                          f"{_one_line(log.text)[:400]}")
+    return {"arena_bytes": int(high), "arena_reported_bytes": reported,
+            "arena_measured_with": f"tflite-micro {tflm_version()} Python interpreter on "
+                                   f"{platform.machine() or 'unknown'} (RecordingMicroAllocator; smallest "
+                                   "arena that allocates and runs, 16-byte steps)"}
+
+
+def _one_line(exc: Exception) -> str:
+    return " ".join(str(exc).split()) or type(exc).__name__

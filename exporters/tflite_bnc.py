@@ -78,6 +78,41 @@ Lowerings
 LiteRT note: a comparison whose operands the converter leaves in int8 (e.g. GREATER of an int8
 tensor and a constant) aborts the process in ai-edge-litert 2.3; the exporter compares in float
 and :func:`check_contract` refuses any int8 comparison before a file is run.
+
+TFLite Micro profile (``profile="micro"``, ``bnc-export --profile micro``)
+------------------------------------------------------------------------
+The default files do not load in TFLite Micro (TFLM): REDUCE_ANY is not one of its operators,
+its ARG_MIN/ARG_MAX write int32 only, and its kernels take fewer operand types than LiteRT's
+(GATHER: int8/float32 params; SUM/REDUCE_MAX: float32/int8; SELECT_V2: float32/int8/int16; no
+uint8 CAST/GATHER, no int64). A micro file computes the same outputs with what TFLM has
+(``exporters._tflite.TFLM_BUILTIN_OPS``; the exporter refuses anything else):
+
+* input static ``[1, D]`` for every lowering (a runtime runs one row at a time);
+* guard: ``invalid = REDUCE_MAX(CAST(code != clip(code), float32), axis=1) > 0.5`` (REDUCE_ALL
+  would do, but reached TFLM only in 2026); ``log_joint = SELECT_V2(invalid, NaN, log_joint)``
+  (float32) and ``label = (ARG_MAX(log_joint) + 1) * valid - 1`` in int32, so an invalid row gets
+  label -1 and NaN scores as in the default files. The label is the reliable flag: the NaN relies
+  on IEEE float semantics, which a device build with ``-ffast-math`` need not keep
+  (metadata ``tflm.guard``);
+* ``label`` int32 ``[1]`` (ARG_MAX of the float32 ``log_joint``: first maximum; for quantized
+  tables ``log_joint = -sum * 2**-B_F`` is exact, so its first maximum is the first minimum of the
+  code sum);
+* ``gather``: the quantized table is stored **int8** (B <= 7: the codes; B = 8: ``code - 128``,
+  ``128 * D`` added back with the prior), gathered, CAST to float32 and SUMmed in float32
+  (integers below 2**24: exact in any order) - still bit for bit the artifact's ``log_joint``;
+* TAN parent values (both lowerings) by a float32 MUL with a 0/1 matrix and SUM, CAST to int32
+  (TFLM's GATHER takes no int32 params, and the converter folds CAST -> float GATHER -> CAST back
+  into one); ``onehot-fc`` RESHAPEs instead of EXPAND_DIMS (int32); raw inputs count thresholds
+  with a float32 SUM. The int8 FULLY_CONNECTED part of ``onehot-fc`` is unchanged.
+
+Exactness is that of the default profile (gather: every B; onehot-fc: B <= 7). The metadata adds
+``"profile": "micro"``, ``"batch": "static 1"``, ``"label_dtype": "int32"`` and ``"tflm"``: the
+operators, the guard, and ``arena_bytes`` - the smallest tensor arena (16-byte steps) in which the
+``tflite-micro`` Python interpreter allocates and runs the file, measured at export time when
+tflite-micro is installed (``exporters._tflite.measure_tflm_arena``; None otherwise), on the
+exporting host (x86-64: TFLM's structs hold 64-bit pointers; a 32-bit MCU needs somewhat less).
+The verifier runs micro files in LiteRT like any TFLite file; the ``tflm`` runtime
+(``runtimes.tflm_adapter``) runs them in TFLM.
 """
 
 from __future__ import annotations
@@ -92,8 +127,17 @@ from bnc_deploy.exporters._tflite import (
     COMPARISON_OPS,
     FORBIDDEN_OPS,
     INT8_WEIGHT_MAX,
+    MICRO_BATCH,
+    PROFILE_HELP,
+    PROFILES,
+    check_micro_contract,
+    check_profile,
     fake_quant,
     int8_weights,
+    measure_tflm_arena,
+    micro_invalid,
+    micro_label,
+    micro_metadata,
     tensorflow,
 )
 from bnc_deploy.exporters.base import Option, register_exporter
@@ -122,15 +166,21 @@ INT8_OUTPUT_LEVELS = 255
 ONEHOT_BUILDERS = ("equal-cast", "relu")
 #: Largest cardinality the ``relu`` builder takes: its input codes are int8 (0..127).
 RELU_MAX_CARDINALITY = 128
+#: B = 8 micro gather: the int8 table stores ``code - 128`` (codes 0..255 do not fit int8).
+MICRO_TABLE_SHIFT = 128
 
 
 # ================================================================================================
 # Public API
 # ================================================================================================
 def build_tflite_model(artifact, *, lowering: str = "gather", raw_inputs: bool = False,
-                       onehot: str = "equal-cast") -> bytes:
-    """The TFLite flatbuffer of a BN artifact (metadata embedded, contract checked, not run)."""
+                       onehot: str = "equal-cast", profile: str = "default") -> bytes:
+    """The TFLite flatbuffer of a BN artifact (metadata embedded, contract checked, not run).
+
+    ``profile="micro"``: the TFLite Micro variant (module docstring, "TFLite Micro profile"); its
+    tensor arena is measured with tflite-micro when that is installed."""
     check_lowering(lowering)
+    micro = check_profile(profile) == "micro"
     if onehot not in ONEHOT_BUILDERS:
         raise ExportError(f"unknown one-hot builder {onehot!r}; choose one of {', '.join(ONEHOT_BUILDERS)}")
     if artifact.n_features == 0:
@@ -138,15 +188,22 @@ def build_tflite_model(artifact, *, lowering: str = "gather", raw_inputs: bool =
     if raw_inputs:
         padded_thresholds(artifact)  # raises ExportError early if the discretizer is missing/wrong
     plan = onehot_fc_plan(artifact, onehot, raw_inputs=raw_inputs) if lowering == "onehot-fc" else None
-    converted = _convert(artifact, lowering, raw_inputs, plan)
-    extra = {"n_ops_tflite": len(tflite_op_names(converted)), "batch": "static 1" if plan else "dynamic"}
+    converted = _convert(artifact, lowering, raw_inputs, plan, micro)
+    extra = {"n_ops_tflite": len(tflite_op_names(converted)), "batch": "static 1" if plan or micro else "dynamic"}
     if plan is not None:
         extra["onehot_fc"] = plan.describe()
+    if micro:
+        extra.update(micro_metadata(inspect_tflite(converted)))
     input_dtype = "int8" if plan is not None and plan.builder == "relu" else "int32"
     meta = export_metadata(artifact, format="tflite", lowering=lowering, raw_inputs=raw_inputs,
                            input_dtype=input_dtype, extra=extra)
     model = finish_flatbuffer(converted, meta)
-    check_contract(model, artifact, plan)
+    check_contract(model, artifact, plan, profile=profile)
+    if micro:
+        # The arena holds tensors and the interpreter's structs, not the metadata buffer: measure
+        # this file, then store the number in the same file's metadata.
+        meta["tflm"].update(measure_tflm_arena(model, artifact.n_features, np.dtype(meta["input_dtype"])))
+        model = finish_flatbuffer(converted, meta)
     return model
 
 
@@ -275,11 +332,11 @@ def _pack_groups(bounds: np.ndarray, capacity: int) -> list[tuple[int, int]]:
 # ================================================================================================
 # TensorFlow graph and conversion (TensorFlow is imported here only)
 # ================================================================================================
-def _convert(artifact, lowering: str, raw_inputs: bool, plan: OneHotFCPlan | None) -> bytes:
+def _convert(artifact, lowering: str, raw_inputs: bool, plan: OneHotFCPlan | None, micro: bool = False) -> bytes:
     """Trace the graph as a tf.function and convert it with TFLITE_BUILTINS only."""
     tf = tensorflow()
     relu = plan is not None and plan.builder == "relu"
-    batch = ONEHOT_FC_BATCH if plan is not None else None
+    batch = ONEHOT_FC_BATCH if plan is not None else (MICRO_BATCH if micro else None)
     # The relu builder traces float32 codes and lets the converter make the input int8 (scale 1).
     dtype = tf.float32 if raw_inputs or relu else tf.int32
     spec = tf.TensorSpec([batch, artifact.n_features], dtype, name=INPUT_NAME)
@@ -300,7 +357,23 @@ def _convert(artifact, lowering: str, raw_inputs: bool, plan: OneHotFCPlan | Non
         label = tf.where(invalid, tf.constant(INVALID_LABEL, tf.int64), label)
         return log_joint, label
 
-    function = tf.function(graph, input_signature=[spec], autograph=False)
+    def micro_graph(x):
+        # TFLite Micro: static [1, D], REDUCE_MAX guard, int32 label, TFLM operand types only.
+        if relu:
+            log_joint, invalid = _relu_onehot_lookup(tf, artifact, plan, x)
+        else:
+            codes, non_finite = _raw_codes(tf, artifact, x, micro=True) if raw_inputs else (x, None)
+            clipped, invalid = _micro_guard(tf, artifact, codes, non_finite)
+            if plan is None:
+                log_joint = _micro_gather_lookup(tf, artifact, clipped)
+            else:
+                log_joint = _onehot_fc_lookup(tf, artifact, plan, clipped, micro=True)
+        label = micro_label(tf, log_joint, invalid)
+        flag = tf.reshape(invalid, [MICRO_BATCH, 1])
+        log_joint = tf.where(flag, tf.constant(np.nan, tf.float32), log_joint)   # float32 SELECT_V2
+        return log_joint, label
+
+    function = tf.function(micro_graph if micro else graph, input_signature=[spec], autograph=False)
     converter = tf.lite.TFLiteConverter.from_concrete_functions([function.get_concrete_function()], function)
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
     if plan is not None:
@@ -318,11 +391,16 @@ def _convert(artifact, lowering: str, raw_inputs: bool, plan: OneHotFCPlan | Non
             raise ExportError(f"TFLite conversion failed ({lowering}): {str(exc).splitlines()[0]}") from None
 
 
-def _raw_codes(tf, artifact, x):
-    """Raw float32 x [N, D] -> (codes int32 [N, D], non_finite bool [N, D])."""
+def _raw_codes(tf, artifact, x, micro: bool = False):
+    """Raw float32 x [N, D] -> (codes int32 [N, D], non_finite bool [N, D]).
+
+    ``micro``: the count is a float32 SUM (TFLM's SUM takes float32/int8), CAST to int32."""
     thresholds, _ = padded_thresholds(artifact)                           # [D, K], padded with FLT_MAX
     above = tf.greater(tf.expand_dims(x, 2), tf.constant(thresholds)[None])  # [N, D, K]
-    codes = tf.reduce_sum(tf.cast(above, tf.int32), axis=2)
+    if micro:
+        codes = tf.cast(tf.reduce_sum(tf.cast(above, tf.float32), axis=2), tf.int32)
+    else:
+        codes = tf.reduce_sum(tf.cast(above, tf.int32), axis=2)
     # NaN: x != x; +-inf: |x| > FLT_MAX. Written positively on purpose: the converter rewrites
     # LOGICAL_NOT(|x| <= FLT_MAX) into GREATER(|x|, FLT_MAX), which is False for NaN.
     non_finite = tf.logical_or(tf.not_equal(x, x),
@@ -341,6 +419,53 @@ def _guard(tf, artifact, codes, non_finite):
     if non_finite is not None:
         bad = tf.logical_or(bad, non_finite)
     return clipped, tf.reduce_any(bad, axis=1)
+
+
+def _micro_guard(tf, artifact, codes, non_finite):
+    """:func:`_guard` for TFLite Micro: the row flag by REDUCE_MAX over a float32 CAST (no REDUCE_ANY)."""
+    max_code = lookup_constants(artifact)["max_code"].astype(np.int32)
+    clipped = tf.maximum(tf.minimum(codes, tf.constant(max_code)), 0)
+    bad = tf.not_equal(codes, clipped)
+    if non_finite is not None:
+        bad = tf.logical_or(bad, non_finite)
+    return clipped, micro_invalid(tf, bad)
+
+
+def _micro_local_rows(tf, artifact, clipped):
+    """:func:`_local_rows` in TFLM's operand types. TAN parent values by a float32 MUL with a 0/1
+    matrix and a float32 SUM, CAST back to int32 (small integers: exact): TFLM's GATHER and SUM take
+    no int32, and the converter folds CAST -> float GATHER -> CAST back into an int32 GATHER."""
+    c = lookup_constants(artifact)
+    if artifact.structure != "tan":
+        return clipped
+    d = artifact.n_features
+    own = clipped * tf.constant(c["strides"].astype(np.int32))
+    select = np.zeros((d, d), dtype=np.float32)                                          # [i, j]
+    has = artifact.parents >= 0
+    select[np.flatnonzero(has), artifact.parents[has]] = 1.0
+    values = tf.reshape(tf.cast(clipped, tf.float32), [MICRO_BATCH, 1, d])
+    return own + tf.cast(tf.reduce_sum(values * tf.constant(select)[None], axis=2), tf.int32)
+
+
+def _micro_gather_lookup(tf, artifact, clipped):
+    """GATHER + SUM lowering for TFLite Micro: log_joint float32 [1, C] (the label comes after).
+
+    Quantized: the table is stored **int8** (TFLM's GATHER takes int8/float32 params, not uint8):
+    the codes themselves for B <= 7, ``code - 128`` for B = 8 (``128 * D`` is added back with the
+    prior). The gathered int8 codes are CAST to float32 and SUMmed in float32 (TFLM's SUM takes no
+    int32): integers below 2**24 in any order, so the sum, and ``sum * -2**-B_F``, are exact.
+    """
+    offsets = lookup_constants(artifact)["offsets"].astype(np.int32)
+    rows = _micro_local_rows(tf, artifact, clipped) + tf.constant(offsets)
+    if artifact.is_quantized:
+        shift = MICRO_TABLE_SHIFT if artifact.quantizer.max_code > INT8_WEIGHT_MAX else 0
+        table = (artifact.table_codes.astype(np.int16) - shift).astype(np.int8)
+        picked = tf.gather(tf.constant(table), rows)                                       # int8 [1, D, C]
+        sums = tf.reduce_sum(tf.cast(picked, tf.float32), axis=1)
+        prior = artifact.class_codes.astype(np.float32) + np.float32(shift * artifact.n_features)
+        return (sums + tf.constant(prior)) * tf.constant(np.float32(-artifact.quantizer.step))
+    picked = tf.gather(tf.constant(artifact.table_logp), rows)                             # float32 [1, D, C]
+    return tf.reduce_sum(picked, axis=1) + tf.constant(artifact.class_logp)
 
 
 def _parent_term(tf, artifact, clipped, use_gather: bool):
@@ -409,12 +534,17 @@ def _finish_log_joint(tf, artifact, plan: OneHotFCPlan, partial_sums):
     return tf.constant(artifact.class_logp) - table_sum
 
 
-def _onehot_fc_lookup(tf, artifact, plan: OneHotFCPlan, clipped):
-    """``equal-cast`` builder: one-hot by EQUAL + CAST, then int8 FCs per group: log_joint [1, C]."""
+def _onehot_fc_lookup(tf, artifact, plan: OneHotFCPlan, clipped, micro: bool = False):
+    """``equal-cast`` builder: one-hot by EQUAL + CAST, then int8 FCs per group: log_joint [1, C].
+
+    ``micro``: TAN parent values in float32 and a RESHAPE instead of EXPAND_DIMS (TFLM's takes no int32)."""
     d, r = artifact.n_features, plan.r_max
-    local = _local_rows(tf, artifact, clipped, use_gather=False)
+    if micro:
+        local = tf.reshape(_micro_local_rows(tf, artifact, clipped) + 1, [ONEHOT_FC_BATCH, d, 1])
+    else:
+        local = tf.expand_dims(_local_rows(tf, artifact, clipped, use_gather=False) + 1, 2)
     # Compare k + 1 with the shifted pattern (0 on padding): never an iota, so never fused into ONE_HOT.
-    hot = tf.equal(tf.expand_dims(local + 1, 2), tf.constant(plan.pattern)[None])    # bool [1, D, r]
+    hot = tf.equal(local, tf.constant(plan.pattern)[None])                            # bool [1, D, r]
     onehot = tf.reshape(tf.cast(hot, tf.float32), [ONEHOT_FC_BATCH, d * r])
     onehot = fake_quant(tf, onehot, -128.0, 127.0)                                  # QUANTIZE: int8, scale 1, zp 0
     partial = _group_partials(tf, plan, onehot)
@@ -482,7 +612,8 @@ def _relu_joint_onehot(tf, artifact, value_onehot):
     return _int8_counts(tf, joint)
 
 
-def check_contract(model: bytes, artifact, plan: OneHotFCPlan | None = None) -> TFLiteSummary:
+def check_contract(model: bytes, artifact, plan: OneHotFCPlan | None = None, *,
+                   profile: str = "default") -> TFLiteSummary:
     """Check a converted model against the contract; raise ExportError naming what is wrong.
 
     Builtins only (no Flex/custom/ONE_HOT), no comparison on int8 operands (LiteRT aborts the
@@ -502,7 +633,7 @@ def check_contract(model: bytes, artifact, plan: OneHotFCPlan | None = None) -> 
     x, lj, label = t[summary.inputs[0]], t[summary.outputs[0]], t[summary.outputs[1]]
     d, c = artifact.n_features, artifact.n_classes
     expected = [(x, INPUT_NAME, {"INT32", "FLOAT32", "INT8"}, d), (lj, OUTPUT_LOG_JOINT, {"FLOAT32"}, c),
-                (label, OUTPUT_LABEL, {"INT64"}, None)]
+                (label, OUTPUT_LABEL, {"INT32" if profile == "micro" else "INT64"}, None)]
     for tensor, name, dtypes, last in expected:
         if tensor.name != name or tensor.dtype not in dtypes or (last is not None and tensor.shape[-1] != last):
             raise ExportError(f"converted model has I/O tensor {tensor.name!r} {tensor.dtype} {tensor.shape}, "
@@ -511,6 +642,8 @@ def check_contract(model: bytes, artifact, plan: OneHotFCPlan | None = None) -> 
         raise ExportError(f"int8 input has scale {x.scale} and zero point {x.zero_point}, expected 1 and 0")
     if plan is not None:
         _check_fc_quantization(summary, plan)
+    if profile == "micro":
+        check_micro_contract(summary, [MICRO_BATCH, d])
     return summary
 
 
@@ -546,4 +679,5 @@ register_exporter(
         Option("onehot", "str", "equal-cast", ONEHOT_BUILDERS,
                "onehot-fc lowering: build the one-hot with EQUAL+CAST (default) or from int8 ops the Edge TPU "
                "maps (FC+ReLU, MINIMUM, SUB, MUL; cardinalities <= 128, codes input)"),
+        Option("profile", "str", "default", PROFILES, PROFILE_HELP),
     ])

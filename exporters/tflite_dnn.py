@@ -105,6 +105,18 @@ logits after DEQUANTIZE (``"float32"``: the output layer, its integer-code weigh
 
 LiteRT note: no comparison on int8 operands (ai-edge-litert 2.3 aborts the process on an int8
 GREATER); :func:`check_dnn_contract` refuses such a file before it is ever run.
+
+TFLite Micro profile (``profile="micro"``)
+------------------------------------------
+As for BN exports (:mod:`bnc_deploy.exporters.tflite_bnc`, "TFLite Micro profile"): input static
+``[1, D]``; the guard flag by ``REDUCE_MAX(CAST(x != clipped, float32)) > 0.5`` (no REDUCE_ANY),
+the same float32 NaN mask MUL on the logits, and ``label = (ARG_MAX + 1) * valid - 1`` in int32
+(TFLM's ARG_MAX writes int32, its SELECT_V2 takes no int32). A CNN whose pixel order differs from
+the feature order gathers the looked-up values (int8/float32, axis 1) into pixel order instead of
+the int32 codes (TFLM's GATHER takes no int32 params). Everything else - the int8 layers, the
+float32 output layer, exactness of sign networks, calibration of ReLU networks - is the default
+profile's. Metadata: ``profile``, ``batch = "static 1"``, ``label_dtype = "int32"`` and
+``tflm`` (operators, guard, measured ``arena_bytes``).
 """
 
 from __future__ import annotations
@@ -129,8 +141,16 @@ from bnc_deploy.validation import random_valid_codes
 from bnc_deploy.formats.dnn import DNN_OUTPUTS, dnn_export_metadata
 from bnc_deploy.exporters._tflite import (
     INT8_WEIGHT_MAX,
+    MICRO_BATCH,
+    PROFILE_HELP,
+    PROFILES,
+    check_profile,
     fake_quant,
     int8_weights,
+    measure_tflm_arena,
+    micro_invalid,
+    micro_label,
+    micro_metadata,
     tensorflow,
 )
 from bnc_deploy.formats.tflite import (
@@ -151,13 +171,16 @@ RANDOM_CALIBRATION_ROWS = 256
 # ================================================================================================
 # Public API
 # ================================================================================================
-def build_tflite_dnn(artifact, *, representative=None, output_layer: str = "int8") -> bytes:
+def build_tflite_dnn(artifact, *, representative=None, output_layer: str = "int8", profile: str = "default") -> bytes:
     """The TFLite flatbuffer of a DNN artifact (metadata embedded, contract checked,
-    not run)."""
+    not run). ``profile="micro"``: the TFLite Micro variant (module docstring)."""
+    check_profile(profile)
     if output_layer != "int8" and getattr(artifact, "activation", None) == "sign":
         raise ExportError(f"--output-layer {output_layer} applies to ReLU DNN models only (sign networks always "
                           "compute their output layer exactly in float32)")
-    return _build(artifact, plan_tflite_dnn(artifact, representative=representative, output_layer=output_layer))
+    plan = plan_tflite_dnn(artifact, representative=representative, output_layer=output_layer)
+    plan.profile = profile
+    return _build(artifact, plan)
 
 
 # ================================================================================================
@@ -222,6 +245,7 @@ class DNNTFLitePlan:
     logit_range: tuple | None = None
     calibration: dict | None = None
     permutations: dict = field(default_factory=dict)
+    profile: str = "default"
 
     def describe(self, artifact) -> list[dict]:
         """Per weight layer: the TFLite op carrying its MACs and how it is stored (metadata)."""
@@ -383,10 +407,17 @@ def _build(artifact, plan: DNNTFLitePlan) -> bytes:
              "output_layer": plan.output_dtype, "int8": _int8_summary(plan)}
     if plan.calibration is not None:
         extra["calibration"] = plan.calibration
+    if plan.profile == "micro":
+        extra.update(micro_metadata(summary))
     meta = dnn_export_metadata(artifact, format="tflite", exact=plan.exact, input_dtype="int32",
                                lowering=plan.lowering, extra=extra)
     model = finish_flatbuffer(converted, meta, output_names=DNN_OUTPUTS)
     check_dnn_contract(model, artifact, plan)
+    if plan.profile == "micro":
+        # The arena holds tensors and the interpreter's structs, not the metadata: measure this
+        # file, then record the number in the same file's metadata.
+        meta["tflm"].update(measure_tflm_arena(model, artifact.n_features, np.int32))
+        model = finish_flatbuffer(converted, meta, output_names=DNN_OUTPUTS)
     return model
 
 
@@ -407,7 +438,8 @@ def _int8_summary(plan: DNNTFLitePlan) -> dict:
 def _convert(artifact, plan: DNNTFLitePlan) -> bytes:
     """Trace the graph as a tf.function and convert it (builtins, fake-quant ranges, no calibration)."""
     tf = tensorflow()
-    spec = tf.TensorSpec([None, artifact.n_features], tf.int32, name=INPUT_NAME)
+    micro = plan.profile == "micro"
+    spec = tf.TensorSpec([MICRO_BATCH if micro else None, artifact.n_features], tf.int32, name=INPUT_NAME)
 
     def graph(x):
         clipped, invalid = _guard(tf, artifact, x)
@@ -421,7 +453,19 @@ def _convert(artifact, plan: DNNTFLitePlan) -> bytes:
         label = tf.where(invalid, tf.constant(INVALID_LABEL, tf.int64), label)
         return logits, label
 
-    function = tf.function(graph, input_signature=[spec], autograph=False)
+    def micro_graph(x):
+        # TFLite Micro: static [1, D], REDUCE_MAX guard, int32 label, TFLM operand types only.
+        clipped, invalid = _guard(tf, artifact, x, micro=True)
+        mask = tf.reshape(tf.where(invalid, tf.constant(np.nan, tf.float32), tf.constant(1.0, tf.float32)),
+                          [MICRO_BATCH, 1])
+        a = _encode(tf, artifact, clipped, plan.encoding_scale, micro=True)
+        if plan.lowering == LOWERING_SIGN:
+            logits = _sign_network(tf, artifact, plan, a, mask)
+        else:
+            logits = _relu_network(tf, artifact, plan, a, mask)
+        return logits, micro_label(tf, logits, invalid)
+
+    function = tf.function(micro_graph if micro else graph, input_signature=[spec], autograph=False)
     converter = tf.lite.TFLiteConverter.from_concrete_functions([function.get_concrete_function()], function)
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
     converter.optimizations = [tf.lite.Optimize.DEFAULT]   # turns the fake-quant ranges into int8 tensors
@@ -438,30 +482,44 @@ def _int8_scale(tf, value, scale: float):
     return fake_quant(tf, value, -128.0 * scale, 127.0 * scale)
 
 
-def _guard(tf, artifact, x):
-    """``(clipped int32 [N, D], invalid bool [N])``: codes clipped into each feature's range."""
+def _guard(tf, artifact, x, micro: bool = False):
+    """``(clipped int32 [N, D], invalid bool [N])``: codes clipped into each feature's range.
+
+    ``micro``: the row flag by REDUCE_MAX over a float32 CAST (REDUCE_ANY is not in TFLM)."""
     max_code = (artifact.cardinalities - 1).astype(np.int32)
     clipped = tf.maximum(tf.minimum(x, tf.constant(max_code)), 0)
+    if micro:
+        return clipped, micro_invalid(tf, tf.not_equal(x, clipped))
     return clipped, tf.reduce_any(tf.not_equal(x, clipped), axis=1)
 
 
-def _encode(tf, artifact, clipped, scale: float | None):
+def _encode(tf, artifact, clipped, scale: float | None, micro: bool = False):
     """Encoded input: FC [N, width], CNN NHWC [N, H, W, E]; int8 with ``scale`` (real values
-    ``q * input_scale`` or one-hot 1), or float32 integers (``q`` or one-hot 1) when ``scale`` is None."""
+    ``q * input_scale`` or one-hot 1), or float32 integers (``q`` or one-hot 1) when ``scale`` is None.
+
+    ``micro``: a pixel order other than the features' is applied to the looked-up values (a GATHER
+    on axis 1 of float32/int8), not to the int32 codes: TFLM's GATHER takes no int32 params."""
     d, k = artifact.n_features, artifact.max_cardinality
     order = artifact.pixel_index().reshape(-1) if artifact.architecture == "cnn" else np.arange(d)
-    if np.array_equal(order, np.arange(d)):
+    identity = np.array_equal(order, np.arange(d))
+    if micro and not identity:
+        lookup_order, reorder = np.arange(d), tf.constant(order.astype(np.int32))
+    else:
+        lookup_order, reorder = order, None
+    if identity or reorder is not None:
         ordered = clipped
     else:
         ordered = tf.gather(clipped, tf.constant(order.astype(np.int32)), axis=1)
     if artifact.input_encoding == "standardized":
         step = artifact.input_scale if scale is not None else 1.0
         table = (artifact.input_codes.astype(np.float64) * step).astype(np.float32).reshape(-1)
-        a = tf.gather(tf.constant(table), ordered + tf.constant((order * k).astype(np.int32)))   # [N, P]
+        a = tf.gather(tf.constant(table), ordered + tf.constant((lookup_order * k).astype(np.int32)))  # [N, P]
         channels = 1
     else:
         a = tf.gather(tf.constant(np.eye(k, dtype=np.float32)), ordered)                          # [N, P, K]
         channels = k
+    if reorder is not None:
+        a = tf.gather(a, reorder, axis=1)                                                         # pixel order
     if scale is not None:
         a = _int8_scale(tf, a, scale)
     if artifact.architecture == "cnn":
@@ -547,4 +605,5 @@ register_exporter(
                "near-ties; float32 keeps them apart)"),
         Option("representative", "rows", None, help="calibration rows (codes) of a ReLU network "
                                                     "(default: the check set)"),
+        Option("profile", "str", "default", PROFILES, PROFILE_HELP),
     ])

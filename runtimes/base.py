@@ -48,14 +48,24 @@ from pathlib import Path
 import numpy as np
 
 from bnc_deploy.errors import ConfigError, InputError, MissingExtraError, RuntimeLoadError
+from bnc_deploy.formats import integrity
 from bnc_deploy.formats.metadata import INPUT_RAW, INVALID_LABEL, contract_outputs, parse_metadata
+from bnc_deploy.reference.chunks import run_in_chunks
 from bnc_deploy.validation import check_codes
 
 __all__ = ["RuntimeAdapter", "RuntimeLoadError", "RUNTIMES", "register_runtime", "load_runtime",
            "runtime_class", "InputError", "contract_outputs", "check_raw"]
 
 #: Runtime name -> the extra that installs its framework (``pip install 'bnc-deploy[EXTRA]'``).
-RUNTIME_EXTRAS = {"onnxruntime": "runtime", "litert": "tflite"}
+RUNTIME_EXTRAS = {"onnxruntime": "runtime", "litert": "tflite", "tflm": "micro"}
+
+#: ``chunk_rows="auto"`` (the default) runs :meth:`RuntimeAdapter.run`/``predict``/``log_joint``
+#: in chunks of about this many bytes of (rows x features x classes) 8-byte values, the size of a
+#: table lookup's intermediate, between :data:`MIN_CHUNK_ROWS` and :data:`MAX_CHUNK_ROWS` rows.
+#: Each chunk is validated, converted and run into preallocated outputs, so the memory beyond the
+#: input and the outputs is bounded by the chunk, not by the input.
+CHUNK_BYTES = 16 * 2**20
+MIN_CHUNK_ROWS, MAX_CHUNK_ROWS = 1024, 65536
 
 
 class RuntimeAdapter:
@@ -73,6 +83,19 @@ class RuntimeAdapter:
         The file to run.
     threads : int, optional
         Intra-op threads for runtimes that have them (None: the runtime's default).
+    verify_integrity : bool
+        Check the exported file's integrity digest before the runtime reads it (default True):
+        :class:`~bnc_deploy.formats.integrity.IntegrityError` (a RuntimeLoadError, "... was
+        modified after export") when it differs. ``metadata["integrity"]`` then says
+        ``"<scheme>:<digest>"``, or ``"none"`` for a file exported before digests existed.
+    key : bytes, optional
+        The key of a signed (``hmac-sha256``) file; required for such files.
+    chunk_rows : int, None or ``"auto"``
+        Rows per runtime call in :meth:`run`, :meth:`predict` and :meth:`log_joint`; ``"auto"``
+        (default) sizes chunks by :data:`CHUNK_BYTES` (1,024..65,536 rows; 5,041 for letter's 16
+        features x 26 classes); None runs all rows in one call (memory then grows with the input:
+        the runtimes' intermediates are rows x features x classes). The results are the same.
+        Also an attribute: ``rt.chunk_rows`` is the resolved number (or None) and may be set.
     """
 
     name: str = ""
@@ -83,16 +106,22 @@ class RuntimeAdapter:
     #: of rows either way (a fixed-batch adapter runs them in chunks).
     static_batch: int | None = None
 
-    def __init__(self, path: str | os.PathLike, *, threads: int | None = None) -> None:
+    def __init__(self, path: str | os.PathLike, *, threads: int | None = None, verify_integrity: bool = True,
+                 key: bytes | None = None, chunk_rows: int | str | None = "auto") -> None:
         self.path = Path(path)
+        self.chunk_rows = chunk_rows
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
             raise ConfigError(f"threads must be a positive integer or None, got {threads!r}")
         self.threads = threads
+        key = None if key is None else integrity.check_key(key)
         if not self.path.is_file():
             raise RuntimeLoadError(f"{self.path}: no such model file")
         try:
+            # The seal is checked before the runtime reads the file (formats/integrity.py).
+            seal = integrity.check_on_load(self.path, verify=bool(verify_integrity), key=key)
             meta = self._load(self.path)
-            self.metadata = parse_metadata(meta, where=str(self.path))
+            self.metadata = integrity.annotate(parse_metadata(meta, where=str(self.path)), seal, str(self.path),
+                                               checked=bool(verify_integrity))
         except (RuntimeLoadError, MissingExtraError):
             raise  # MissingExtraError is a ValueError too, but says "install X", not "bad file"
         except ValueError as exc:
@@ -101,9 +130,32 @@ class RuntimeAdapter:
         self.cardinalities = np.asarray(self.metadata["cardinalities"], dtype=np.int64)
 
     @classmethod
+    def accepts(cls, metadata: dict | None) -> bool:
+        """Whether this adapter runs an exported file with ``metadata`` (None: a file of one of its
+        :attr:`extensions` whose metadata is not known yet, i.e. any such file). Default True; an
+        adapter for a subset of a format's files (``tflm``: micro-profile TFLite files) says False
+        for the others, and refuses them on load with RuntimeLoadError."""
+        return True
+
+    @classmethod
     def load(cls, path: str | os.PathLike, **options) -> "RuntimeAdapter":
         """Same as the constructor; reads well at call sites (``OnnxRuntimeAdapter.load(p)``)."""
         return cls(path, **options)
+
+    @property
+    def chunk_rows(self) -> int | None:
+        """Rows per runtime call in :meth:`run` (None: all at once); see the class docstring."""
+        if self._chunk_rows == "auto":
+            per_row = 8 * max(1, self.n_features) * max(1, self.n_classes)
+            return int(min(MAX_CHUNK_ROWS, max(MIN_CHUNK_ROWS, CHUNK_BYTES // per_row)))
+        return self._chunk_rows
+
+    @chunk_rows.setter
+    def chunk_rows(self, value) -> None:
+        if value is not None and value != "auto" and (
+                isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1):
+            raise ConfigError(f"chunk_rows must be a positive integer, None or 'auto', got {value!r}")
+        self._chunk_rows = value if value is None or value == "auto" else int(value)
 
     # -- facts from the file ----------------------------------------------------------------------
     @property
@@ -161,30 +213,46 @@ class RuntimeAdapter:
         return self._run(prepared)
 
     def run(self, x) -> tuple[np.ndarray, np.ndarray]:
-        """``(log_joint (n, C) float64, label (n,) int64)`` in one pass of the runtime."""
-        checked = self.check(x)
-        if checked.shape[0] == 0:
-            return np.zeros((0, self.n_classes), dtype=np.float64), np.zeros(0, dtype=np.int64)
-        log_joint, label = self._run(checked)
-        log_joint = np.asarray(log_joint).astype(np.float64, copy=False)
-        label = np.asarray(label).astype(np.int64, copy=False).reshape(-1)
-        if log_joint.shape != (checked.shape[0], self.n_classes) or label.shape != (checked.shape[0],):
-            raise RuntimeError(f"{self.path}: runtime returned shapes {log_joint.shape} and {label.shape} "
-                               f"for {checked.shape[0]} rows and {self.n_classes} classes")
-        if np.any(label == INVALID_LABEL):
-            # Inputs were checked, so the graph's guard firing means the file and the metadata disagree.
-            row = int(np.flatnonzero(label == INVALID_LABEL)[0])
-            raise RuntimeError(f"{self.path}: the model's input guard rejected row {row}, which passed "
-                               "the adapter's checks; the file's metadata does not match its graph")
-        return log_joint, label
+        """``(log_joint (n, C) float64, label (n,) int64)``.
+
+        Rows go to the runtime in chunks of :attr:`chunk_rows` (each validated, converted and run
+        into preallocated outputs); an invalid value raises InputError naming its row in ``x``.
+        """
+        return self._run_rows(x, scores=True)
 
     def log_joint(self, x) -> np.ndarray:
         """``log p(c, x)``, shape (n, C), float64."""
         return self.run(x)[0]
 
     def predict(self, x) -> np.ndarray:
-        """Most probable class (first maximum), shape (n,), int64."""
-        return self.run(x)[1]
+        """Most probable class (first maximum), shape (n,), int64 (the scores are not kept)."""
+        return self._run_rows(x, scores=False)[1]
+
+    def _run_rows(self, x, scores: bool) -> tuple[np.ndarray | None, np.ndarray]:
+        """:meth:`run` in chunks of :attr:`chunk_rows` (:func:`~bnc_deploy.reference.chunks.run_in_chunks`);
+        ``scores=False`` keeps only the labels (``predict``)."""
+        return run_in_chunks(x, self.check, lambda checked, first: self._run_checked(checked, scores, first),
+                             self.chunk_rows, n_features=self.n_features, kinds="iuf" if self.raw_inputs else "iu",
+                             cardinalities=None if self.raw_inputs else self.cardinalities)
+
+    def _run_checked(self, checked: np.ndarray, scores: bool, offset: int) -> tuple[np.ndarray | None, np.ndarray]:
+        """Checked rows (``offset``: the first one's row in the caller's input) -> runtime -> output checks."""
+        if checked.shape[0] == 0:
+            return np.zeros((0, self.n_classes), dtype=np.float64), np.zeros(0, dtype=np.int64)
+        log_joint, label = self._run(checked)
+        log_joint = np.asarray(log_joint)
+        if scores:
+            log_joint = log_joint.astype(np.float64, copy=False)
+        label = np.asarray(label).astype(np.int64, copy=False).reshape(-1)
+        if log_joint.shape != (checked.shape[0], self.n_classes) or label.shape != (checked.shape[0],):
+            raise RuntimeError(f"{self.path}: runtime returned shapes {log_joint.shape} and {label.shape} "
+                               f"for {checked.shape[0]} rows and {self.n_classes} classes")
+        if np.any(label == INVALID_LABEL):
+            # Inputs were checked, so the graph's guard firing means the file and the metadata disagree.
+            row = offset + int(np.flatnonzero(label == INVALID_LABEL)[0])
+            raise RuntimeError(f"{self.path}: the model's input guard rejected row {row}, which passed "
+                               "the adapter's checks; the file's metadata does not match its graph")
+        return (log_joint if scores else None), label
 
     def _run(self, checked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Checked rows (at least one) -> the runtime's ``(scores, label)``: prepare, then invoke.
@@ -238,9 +306,12 @@ RUNTIMES: dict[str, object] = {
     "numpy": "bnc_deploy.runtimes.reference_adapter:ReferenceAdapter",
     "onnxruntime": "bnc_deploy.runtimes.onnxruntime_adapter:OnnxRuntimeAdapter",
     "litert": "bnc_deploy.runtimes.litert_adapter:LiteRTAdapter",
+    # Not the default for .tflite (EXTENSIONS keeps litert): it runs micro-profile files only.
+    "tflm": "bnc_deploy.runtimes.tflm_adapter:TFLMAdapter",
+    "native": "bnc_deploy.runtimes.native_adapter:NativeAdapter",
 }
 #: File extension -> default runtime name.
-EXTENSIONS: dict[str, str] = {".bnc": "numpy", ".onnx": "onnxruntime", ".tflite": "litert"}
+EXTENSIONS: dict[str, str] = {".bnc": "numpy", ".onnx": "onnxruntime", ".tflite": "litert", ".h": "native"}
 
 
 def register_runtime(name: str, target, extensions: tuple[str, ...] = ()) -> None:

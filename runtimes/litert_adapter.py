@@ -7,9 +7,11 @@ schema, :func:`bnc_deploy.formats.tflite.read_tflite_metadata`); no artifact is 
 that the flatbuffer reader or the interpreter cannot read (truncated, random bytes, empty)
 raises RuntimeLoadError naming the file, whatever the reader's own exception was.
 
-Batching: a file with a dynamic batch dimension (``gather`` lowering) is resized to the whole
-input and run once; a static-batch file (``onehot-fc``, batch 1 for the Edge TPU) is run in
-chunks of its batch size, the last chunk padded with code 0 rows whose outputs are dropped.
+Batching: a file with a dynamic batch dimension (``gather`` lowering) is resized to the rows it
+is given and run once; a static-batch file (``onehot-fc``, batch 1 for the Edge TPU) is run in
+chunks of its batch size (slices of one array, outputs written into preallocated arrays), the
+last chunk padded with code 0 rows whose outputs are dropped. ``run``/``predict`` hand the
+adapter at most ``chunk_rows`` rows at a time (:class:`~bnc_deploy.runtimes.base.RuntimeAdapter`).
 
 ``prepare`` does the conversion, the chunking and the (re)allocation for the batch size;
 ``invoke`` is ``set_tensor + invoke + get_tensor`` per chunk (one chunk for a dynamic-batch file),
@@ -49,14 +51,21 @@ def interpreter_module():
 
 
 class _Prepared:
-    """Input made ready for :meth:`LiteRTAdapter.invoke`: ``chunks`` of exactly ``batch`` rows
-    each, in the file's input dtype and C order; ``rows`` real rows (the rest is padding)."""
+    """Input made ready for :meth:`LiteRTAdapter.invoke`: ``x``, a C-ordered array in the file's
+    input dtype whose row count is a multiple of ``batch``, run ``batch`` rows per call (each
+    slice ``x[i:i + batch]`` is itself C-contiguous: no copy per call); ``rows`` real rows (the
+    rest is padding)."""
 
-    __slots__ = ("chunks", "batch", "rows", "padded")
+    __slots__ = ("x", "batch", "rows", "padded")
 
-    def __init__(self, chunks: tuple, batch: int, rows: int) -> None:
-        self.chunks, self.batch, self.rows = chunks, batch, rows
-        self.padded = rows != len(chunks) * batch
+    def __init__(self, x: np.ndarray, batch: int, rows: int) -> None:
+        self.x, self.batch, self.rows = x, batch, rows
+        self.padded = rows != x.shape[0]
+
+    @property
+    def chunks(self) -> tuple:
+        """The per-call slices (views), for callers that want them one by one."""
+        return tuple(self.x[i:i + self.batch] for i in range(0, self.x.shape[0], self.batch))
 
 
 class LiteRTAdapter(RuntimeAdapter):
@@ -73,11 +82,11 @@ class LiteRTAdapter(RuntimeAdapter):
     name = "litert"
     extensions = (".tflite",)
 
-    def __init__(self, path, *, threads: int | None = 1, resolver: str = "auto") -> None:
+    def __init__(self, path, *, threads: int | None = 1, resolver: str = "auto", **options) -> None:
         if resolver not in RESOLVERS:
             raise ConfigError(f"unknown resolver {resolver!r}; choose one of {', '.join(RESOLVERS)}")
         self.resolver = resolver
-        super().__init__(path, threads=threads)
+        super().__init__(path, threads=threads, **options)  # options: verify_integrity, key (base class)
 
     def _load(self, path: Path) -> dict:
         from bnc_deploy.formats.tflite import read_tflite_metadata
@@ -125,14 +134,13 @@ class LiteRTAdapter(RuntimeAdapter):
             x = checked.astype(np.float32, copy=False)
         n = x.shape[0]
         if self.static_batch is None:
-            prepared = _Prepared((np.ascontiguousarray(x),), n, n)
+            prepared = _Prepared(np.ascontiguousarray(x), n, n)
         else:
             batch = self.static_batch
             pad = (-n) % batch
             if pad:  # code 0 (or 0.0) is valid for every feature; the padded rows' outputs are dropped
                 x = np.concatenate([x, np.zeros((pad, x.shape[1]), dtype=x.dtype)])
-            chunks = tuple(np.ascontiguousarray(x[i:i + batch]) for i in range(0, x.shape[0], batch))
-            prepared = _Prepared(chunks, batch, n)
+            prepared = _Prepared(np.ascontiguousarray(x), batch, n)
         self._allocate(prepared.batch)
         return prepared
 
@@ -140,30 +148,46 @@ class LiteRTAdapter(RuntimeAdapter):
         """Size the input for ``rows`` (a dynamic batch) and allocate, unless already done."""
         if self._allocated_rows == rows:
             return
-        if self.static_batch is None:
-            self.interpreter.resize_tensor_input(self._input_index, [rows, self.n_features], strict=True)
-        self.interpreter.allocate_tensors()
+        try:
+            if self.static_batch is None:
+                self.interpreter.resize_tensor_input(self._input_index, [rows, self.n_features], strict=True)
+            self.interpreter.allocate_tensors()
+        except (RuntimeError, ValueError) as exc:
+            raise RuntimeError(f"{self.path}: LiteRT cannot allocate the file's tensors ({_first_line(exc)})") from None
         self._allocated_rows = rows
 
     def invoke(self, prepared: _Prepared) -> tuple[np.ndarray, np.ndarray]:
-        """``set_tensor + invoke + get_tensor`` per chunk: ``(scores, label)`` in the file's dtypes."""
+        """``set_tensor + invoke + get_tensor`` per chunk: ``(scores, label)`` in the file's dtypes.
+
+        The interpreter's failures (a graph that does not match its metadata) are raised as
+        RuntimeError naming the file."""
+        try:
+            return self._invoke(prepared)
+        except (RuntimeError, ValueError) as exc:
+            raise RuntimeError(f"{self.path}: LiteRT failed to run the file ({_first_line(exc)})") from None
+
+    def _invoke(self, prepared: _Prepared) -> tuple[np.ndarray, np.ndarray]:
         it = self.interpreter
         if self._allocated_rows != prepared.batch:  # another batch size was prepared since
             self._allocate(prepared.batch)
         scores_index, label_index = self._output_index
-        if len(prepared.chunks) == 1:
-            it.set_tensor(self._input_index, prepared.chunks[0])
+        x, batch = prepared.x, prepared.batch
+        if x.shape[0] == batch:
+            it.set_tensor(self._input_index, x)
             it.invoke()
             # get_tensor copies, so the next invoke cannot overwrite returned arrays.
             scores, label = it.get_tensor(scores_index), it.get_tensor(label_index)
         else:
-            parts = []
-            for chunk in prepared.chunks:
-                it.set_tensor(self._input_index, chunk)
+            # One call per batch into preallocated outputs (no list of per-call arrays to join).
+            scores = label = None
+            for i in range(0, x.shape[0], batch):
+                it.set_tensor(self._input_index, x[i:i + batch])
                 it.invoke()
-                parts.append((it.get_tensor(scores_index), it.get_tensor(label_index)))
-            scores = np.concatenate([p[0] for p in parts])
-            label = np.concatenate([p[1] for p in parts])
+                part_scores, part_label = it.get_tensor(scores_index), it.get_tensor(label_index)
+                if scores is None:
+                    scores = np.empty((x.shape[0],) + part_scores.shape[1:], dtype=part_scores.dtype)
+                    label = np.empty((x.shape[0],) + part_label.shape[1:], dtype=part_label.dtype)
+                scores[i:i + batch], label[i:i + batch] = part_scores, part_label
         if prepared.padded:
             return scores[:prepared.rows], label[:prepared.rows]
         return scores, label

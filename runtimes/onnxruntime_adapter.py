@@ -63,8 +63,15 @@ class OnnxRuntimeAdapter(RuntimeAdapter):
         return {INPUT_NAME: np.ascontiguousarray(checked, dtype=self._input_dtype)}
 
     def invoke(self, prepared: dict) -> list:
-        """One ``InferenceSession.run``: ``[scores, label]`` as onnxruntime returns them."""
-        return self.session.run(self._outputs, prepared)
+        """One ``InferenceSession.run``: ``[scores, label]`` as onnxruntime returns them.
+
+        onnxruntime's own failures (e.g. a Gather index out of range in a file whose graph does not
+        match its metadata) are raised as RuntimeError naming the file, as :meth:`run`'s output checks do.
+        """
+        try:
+            return self.session.run(self._outputs, prepared)
+        except _ORT_ERRORS as exc:
+            raise RuntimeError(f"{self.path}: onnxruntime failed to run the file ({_first_line(exc)})") from None
 
 
 def _first_line(exc: Exception) -> str:

@@ -38,9 +38,9 @@ class ReferenceAdapter(RuntimeAdapter):
     name = "numpy"
     extensions = (".bnc",)
 
-    def __init__(self, path, *, threads: int | None = None, raw_inputs: bool = False) -> None:
+    def __init__(self, path, *, threads: int | None = None, raw_inputs: bool = False, **options) -> None:
         self._raw_inputs = raw_inputs
-        super().__init__(path, threads=threads)
+        super().__init__(path, threads=threads, **options)  # options: verify_integrity, key (base class)
 
     def _load(self, path: Path) -> dict:
         try:

@@ -137,7 +137,7 @@ def test_user_errors_exit_2_with_one_line(files, capsys, tmp_path, argv, message
 
 def test_data_that_does_not_fit_is_a_user_error(files, capsys):
     _, f = files
-    from conftest import make_synthetic_dataset
+    from support import make_synthetic_dataset
 
     ds = make_synthetic_dataset()
     path = f["nb3"][0].parent / "small.npz"

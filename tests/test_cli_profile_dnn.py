@@ -154,6 +154,9 @@ def test_unknown_model_kind_is_a_user_error(models, capsys, tmp_path):
     onnx.save(model, str(path))
     with pytest.raises(SystemExit) as exc:
         main([str(path), "--no-latency"])
+    assert exc.value.code == 2 and "svm.onnx: the file was modified after export" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:  # behind the integrity check: the kind is refused too
+        main([str(path), "--no-latency", "--no-integrity-check"])
     assert exc.value.code == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("bnc-profile: error:") and "no analytic cost model for model kind 'svm'" in err

@@ -174,3 +174,100 @@ def test_a_new_family_needs_only_a_registration(tmp_path, capsys, monkeypatch):
         with pytest.raises(SystemExit) as exit_info:
             main([*args, "--epochs", "0", "-o", str(tmp_path / "x.bnc")])
         assert exit_info.value.code == 2 and message in capsys.readouterr().err
+
+
+# -- issue 11: CSV labels, --validation, --epochs 0, structure files --------------------------------
+def _train_fails(tmp_path, capsys, *args) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        main([*args, "-o", str(tmp_path / "m.bnc")])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert not (tmp_path / "m.bnc").exists()
+    return err.strip()
+
+
+def test_csv_without_a_label_column_exits_2_naming_the_column(tmp_path, capsys):
+    """Issue 11: the last numeric feature became a 171-class label (100 % test error, exit 0)."""
+    sample = Path(__file__).resolve().parent.parent / "samples" / "activity.csv"
+    lines = sample.read_text().splitlines()
+    csv = tmp_path / "nolabel.csv"
+    csv.write_text("\n".join(line.rsplit(",", 1)[0] for line in lines) + "\n")
+    err = _train_fails(tmp_path, capsys, "--data", str(csv), "--init", "ml", "--epochs", "0")
+    assert err.startswith(f"bnc-train: error: {csv}: label column 'skin_temp' (the last column, as no column is "
+                          "named label/class/target) looks continuous")
+    assert err.endswith("choose the label column with --label-column NAME|INDEX")
+    stray = tmp_path / "stray.csv"
+    stray.write_text("a,b,y\n" + "".join(f"{i},{i % 5},{i % 3}\n" for i in range(30)) + "30,1,x\n")
+    err = _train_fails(tmp_path, capsys, "--data", str(stray), "--init", "ml", "--epochs", "0")
+    assert "label column 'y'" in err and "mixes numbers and text: text label 'x' on line 32" in err
+
+
+def test_label_column_flag_by_name_and_index(tmp_path, capsys):
+    """--label-column NAME|INDEX picks the label; the default is the column named label/class/target."""
+    rng = np.random.default_rng(0)
+    y = rng.integers(0, 2, 120)
+    rows = [f"{10 * t},{t * 2.0 + rng.normal(0, 0.5):.4f},{rng.normal(0, 1):.4f},{int(t) + 3}" for t in y]
+    csv = tmp_path / "first.csv"
+    csv.write_text("outcome,a,b,Target\n" + "\n".join(rows) + "\n")
+    default = run_json(capsys, "--data", str(csv), "--init", "ml", "--epochs", "0", "-o", str(tmp_path / "t.bnc"))
+    assert load_artifact(tmp_path / "t.bnc").class_names == ["3", "4"]          # the column named Target
+    assert default["n_features"] == 3
+    by_name = run_json(capsys, "--data", str(csv), "--label-column", "outcome", "--init", "ml", "--epochs", "0",
+                       "-o", str(tmp_path / "n.bnc"))
+    art = load_artifact(tmp_path / "n.bnc")
+    assert art.class_names == ["0", "10"] and art.feature_names == ["a", "b", "Target"]
+    by_index = run_json(capsys, "--data", str(csv), "--label-column", "0", "--init", "ml", "--epochs", "0",
+                        "-o", str(tmp_path / "i.bnc"))
+    assert by_index["test_error"] == by_name["test_error"]
+    assert load_artifact(tmp_path / "i.bnc").feature_names == ["a", "b", "Target"]
+    err = _train_fails(tmp_path, capsys, "--data", str(csv), "--label-column", "nope", "--epochs", "1")
+    assert "no column named 'nope'" in err
+    err = _train_fails(tmp_path, capsys, "--data", str(csv), "--label-column", "a", "--epochs", "1")
+    assert "label column 'a' (the label column given) looks continuous" in err
+    err = _train_fails(tmp_path, capsys, "--data", "digits", "--label-column", "0", "--epochs", "1")
+    assert "applies only to CSV files" in err
+
+
+@pytest.mark.parametrize("fraction", ["-0.1", "1", "1.5", "nan"])
+def test_validation_fraction_outside_0_1_is_refused(tmp_path, capsys, fraction):
+    """Issue 11: --validation -0.1 was accepted (and ignored)."""
+    err = _train_fails(tmp_path, capsys, "--validation", fraction, "--epochs", "1")
+    assert err == (f"bnc-train: error: --validation must be in (0, 1) (a fraction of the training rows; 0 for no "
+                   f"validation split), got {float(fraction)}")
+
+
+def test_validation_fraction_inside_0_1_works(tmp_path, capsys):
+    result = run_json(capsys, "--validation", "0.2", "--init", "ml", "--epochs", "1", "-o", str(tmp_path / "v.bnc"))
+    assert result["val_error"] is not None
+
+
+def test_zero_epochs_with_uniform_init_is_refused(tmp_path, capsys):
+    """Issue 11: --epochs 0 with the (default) uniform init silently wrote a random model."""
+    message = ("bnc-train: error: --epochs 0 trains nothing; with --init uniform the model would be random: use "
+               "--init ml for the maximum-likelihood model, or --epochs >= 1")
+    assert _train_fails(tmp_path, capsys, "--epochs", "0") == message
+    assert _train_fails(tmp_path, capsys, "--model", "tan", "--init", "uniform", "--epochs", "0") == message
+    # the documented maximum-likelihood model still works (README: --epochs 0 --init ml)
+    assert main(["--init", "ml", "--epochs", "0", "-o", str(tmp_path / "ml.bnc")]) == 0
+
+
+def test_zero_epochs_dnn_says_it_is_untrained(tmp_path, capsys):
+    """DNNs keep --epochs 0 (sizing and export checks use it), but the summary says it is untrained."""
+    assert main(["--model", "fc", "--hidden", "4", "--epochs", "0", "-o", str(tmp_path / "fc.bnc")]) == 0
+    assert "untrained   --epochs 0: the weights are the random initialization" in capsys.readouterr().out
+
+
+def test_structure_file_that_is_not_text_names_the_file(tmp_path, capsys):
+    """Issue 11: --structure nb3.onnx gave a utf-8 error without the file name."""
+    onnx = tmp_path / "nb3.onnx"
+    onnx.write_bytes(b"\x08\x07\x12\x0bbnc-deploy\xff\xfe\x00\x01" * 8)
+    err = _train_fails(tmp_path, capsys, "--model", "tan", "--structure", str(onnx), "--epochs", "1")
+    assert err == (f"bnc-train: error: structure file {onnx} is not a text file (an exported model such as .onnx "
+                   "or .tflite cannot give a structure); a structure file is a .bnc model (its parents are reused), "
+                   "a JSON list of parents (or {\"parents\": [...]}), or integers separated by spaces or commas: one "
+                   "parent index per feature, -1 for none")
+    words = tmp_path / "words.txt"
+    words.write_text("parents: a b c")
+    err = _train_fails(tmp_path, capsys, "--model", "tan", "--structure", str(words), "--epochs", "1")
+    assert f"structure file {words}: not JSON and not a list of integers" in err and "a structure file is" in err

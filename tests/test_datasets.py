@@ -173,25 +173,31 @@ def test_mnist_reader_rejects_bad_files(tmp_path):
 
 # -- CSV --------------------------------------------------------------------------------------
 def test_csv_with_header_and_string_labels(tmp_path):
-    path = _write(tmp_path / "plants.csv", "height,width,species\n1.5,2,setosa\n3,4.25,virginica\n0,1,setosa\n")
+    path = _write(tmp_path / "plants.csv",
+                  "height,width,species\n1.5,2,setosa\n3,4.25,virginica\n0,1,setosa\n2,2,virginica\n")
     raw = loaders.read_csv(path)
     assert raw.feature_names == ["height", "width"]
     assert raw.class_names == ["setosa", "virginica"]
-    assert raw.y.tolist() == [0, 1, 0]
-    np.testing.assert_array_equal(raw.x, [[1.5, 2], [3, 4.25], [0, 1]])
+    assert raw.y.tolist() == [0, 1, 0, 1]
+    np.testing.assert_array_equal(raw.x, [[1.5, 2], [3, 4.25], [0, 1], [2, 2]])
 
 
 def test_csv_label_column_by_name_index_and_uci_style(tmp_path):
-    path = _write(tmp_path / "t.csv", "label,a,b\n10,1,2\n2,3,4\n")
+    path = _write(tmp_path / "t.csv", "label,a,b\n10,1,2\n2,3,4\n10,5,6\n2,7,8\n")
     by_name = loaders.read_csv(path, label_column="label")
-    assert by_name.class_names == ["2", "10"] and by_name.y.tolist() == [1, 0]   # integers sort numerically
+    assert by_name.class_names == ["2", "10"] and by_name.y.tolist() == [1, 0, 1, 0]   # integers sort numerically
     assert by_name.feature_names == ["a", "b"]
     by_index = loaders.read_csv(path, label_column=0)
     np.testing.assert_array_equal(by_index.x, by_name.x)
-    no_header = loaders.read_csv(_write(tmp_path / "n.csv", "1,2,7\n3,4,8\n"))
+    by_default = loaders.read_csv(path)                       # the column named "label", not the last one
+    np.testing.assert_array_equal(by_default.x, by_name.x)
+    assert by_default.info["label_column"] == "label"
+    no_header = loaders.read_csv(_write(tmp_path / "n.csv", "1,2,7\n3,4,8\n5,6,7\n7,8,8\n"))
     assert no_header.feature_names == ["x0", "x1"] and no_header.class_names == ["7", "8"]
-    uci = loaders.read_csv(_write(tmp_path / "u.data", "Q,1,2\nR,3,4\n"))                 # label first
-    assert uci.class_names == ["Q", "R"] and uci.x.tolist() == [[1, 2], [3, 4]]
+    uci = loaders.read_csv(_write(tmp_path / "u.data", "Q,1,2\nR,3,4\nQ,5,6\nR,7,8\n"))   # label first
+    assert uci.class_names == ["Q", "R"] and uci.x.tolist() == [[1, 2], [3, 4], [5, 6], [7, 8]]
+    whole = loaders.read_csv(_write(tmp_path / "w.csv", "a,Class\n1,2.0\n2,10.0\n3,2.0\n4,10.0\n"))
+    assert whole.class_names == ["2", "10"] and whole.info["label_column"] == "Class"   # any case
 
 
 @pytest.mark.parametrize("text, message", [
@@ -213,6 +219,50 @@ def test_csv_label_column_errors(tmp_path):
         loaders.read_csv(path, label_column="y")
     with pytest.raises(DatasetError, match="label column 5 out of range for 3 columns"):
         loaders.read_csv(path, label_column=5)
+    two = _write(tmp_path / "two.csv", "a,label,class\n1,1,q\n2,2,q\n1,1,p\n2,2,p\n")
+    with pytest.raises(DatasetError, match=r"columns 'label', 'class' could each be the label; choose one with "
+                                           r"--label-column"):
+        loaders.read_csv(two)
+    assert loaders.read_csv(two, label_column="class").feature_names == ["a", "label"]
+
+
+def _activity_without_label(tmp_path) -> Path:
+    """samples/activity.csv without its label column: the last column is a continuous sensor value."""
+    sample = Path(__file__).resolve().parent.parent / "samples" / "activity.csv"
+    lines = sample.read_text().splitlines()
+    return _write(tmp_path / "nolabel.csv", "\n".join(line.rsplit(",", 1)[0] for line in lines) + "\n")
+
+
+def test_csv_without_a_label_column_is_refused(tmp_path):
+    """Issue 11: the last numeric feature (skin_temp, 171 distinct values in 240 rows) is not a label."""
+    path = _activity_without_label(tmp_path)
+    with pytest.raises(DatasetError) as info:
+        loaders.read_csv(path)
+    message = str(info.value)
+    assert "nolabel.csv: label column 'skin_temp' (the last column, as no column is named label/class/target)" in message
+    assert "looks continuous" in message and "--label-column NAME|INDEX" in message
+    # whole numbers, but nearly one value per row: refused by the distinct-value rule
+    ids = _write(tmp_path / "ids.csv", "a,id\n" + "".join(f"{i % 3},{i}\n" for i in range(10)))
+    with pytest.raises(DatasetError, match=r"label column 'id' .* has 10 distinct values in 10 rows \(more than 50% "
+                                           r"of the rows\): it looks continuous or like an ID"):
+        loaders.read_csv(ids)
+    assert len(loaders.read_csv(ids, max_class_fraction=1.0).class_names) == 10   # the library's knob
+    # exactly half the rows distinct is still accepted (two rows per class on average)
+    half = _write(tmp_path / "half.csv", "a,y\n" + "".join(f"{i},{i % 5}\n" for i in range(10)))
+    assert len(loaders.read_csv(half).class_names) == 5
+
+
+def test_csv_label_column_mixing_numbers_and_text_is_refused(tmp_path):
+    """Issue 11: a stray 'x' among numeric labels became a class of its own."""
+    rows = "".join(f"{i},{i % 3}\n" for i in range(12))
+    path = _write(tmp_path / "stray.csv", "a,y\n" + rows + "12,x\n")
+    with pytest.raises(DatasetError, match=r"stray\.csv: label column 'y' \(.*\) mixes numbers and text: text label "
+                                           r"'x' on line 14 among numeric labels such as '0' \(line 2\); fix that row, "
+                                           r"or choose the label column with --label-column NAME\|INDEX"):
+        loaders.read_csv(path)
+    text = _write(tmp_path / "text.csv", "a,y\n1,p\n2,q\n3,p\n4,7\n5,q\n")
+    with pytest.raises(DatasetError, match=r"numeric label '7' on line 5 among text labels such as 'p'"):
+        loaders.read_csv(text)
 
 
 # -- the paper's npz --------------------------------------------------------------------------
@@ -426,3 +476,62 @@ def test_shared_raw_letter_loads_all_rows():
     ds = load_dataset("letter-raw", data_dir=_shared_dir())
     assert ds.x_train.shape[0] + ds.x_test.shape[0] == 20000
     assert ds.n_classes == 26 and ds.n_features == 16
+
+
+# -- issue 11: a uint64 above 2^63 - 1 is reported as itself, not as its int64 wrap-around ------------
+BIG = 2 ** 63
+
+
+def test_check_codes_reports_a_huge_uint64_as_itself():
+    from bnc_deploy.validation import InputError, check_codes
+
+    x = np.array([[1, 0], [BIG, 1]], dtype=np.uint64)
+    with pytest.raises(InputError) as info:
+        check_codes(x, np.array([3, 2]), ["a", "b"], where="rows")
+    assert str(info.value) == ("rows: feature 0 ('a') has value 9223372036854775808 in row 1, outside its range "
+                               "0..2 (1 bad value(s) in all)")
+    assert "-9223372036854775808" not in str(info.value)
+    ok = check_codes(np.array([[2, 1]], dtype=np.uint64), np.array([3, 2]))
+    assert ok.dtype == np.int64 and ok.tolist() == [[2, 1]]
+
+
+def test_datasets_report_a_huge_uint64_as_itself(tmp_path):
+    x = np.zeros((2, 2), dtype=np.uint64)
+    with pytest.raises(DatasetError, match=r"toy train: label 9223372036854775808 in row 1 is outside 0\.\.1"):
+        DiscreteDataset(name="toy", x_train=x, y_train=np.array([0, BIG], dtype=np.uint64), x_test=x,
+                        y_test=np.array([0, 1], dtype=np.uint64), cardinalities=[1, 1], class_names=["p", "q"],
+                        feature_names=["a", "b"])
+    with pytest.raises(DatasetError, match=r"feature 1 \('b'\) has value 9223372036854775808 in row 0"):
+        DiscreteDataset(name="toy", x_train=np.array([[0, BIG]], dtype=np.uint64), y_train=np.array([0]),
+                        x_test=x, y_test=np.array([0, 1]), cardinalities=[1, 1], class_names=["p", "q"],
+                        feature_names=["a", "b"])
+    _fake_paper_npz(tmp_path / "bigx.npz", x_te_fold1=np.array([[2, BIG]], dtype=np.uint64))
+    with pytest.raises(DatasetError, match=r"bigx\.npz: x_te_fold1 holds 9223372036854775808 at index \(0, 1\)"):
+        loaders.load_paper_npz(tmp_path / "bigx.npz")
+    _fake_paper_npz(tmp_path / "bigt.npz", t_te_fold2=np.array([BIG], dtype=np.uint64))
+    with pytest.raises(DatasetError, match=r"bigt\.npz: t_te_fold2 row 0 has label 9223372036854775808; labels must "
+                                           r"be class indices"):
+        loaders.load_paper_npz(tmp_path / "bigt.npz")
+
+
+def test_validation_fraction_must_be_a_fraction(fake_data_dir):
+    from bnc_deploy.errors import ConfigError
+
+    for bad in (-0.1, 1.0, 2.0, float("nan")):
+        with pytest.raises(ConfigError, match=r"validation fraction must be in \(0, 1\)"):
+            load_dataset("digits", validation_fraction=bad)
+    assert load_dataset("digits", validation_fraction=0).x_val is None
+
+
+def test_directories_and_label_columns_of_non_csv_data(tmp_path, fake_data_dir):
+    (tmp_path / "d.csv").mkdir()
+    with pytest.raises(DatasetError, match=r"d\.csv: is a directory; give a dataset file"):
+        load_dataset(tmp_path / "d.csv")
+    with pytest.raises(DatasetError, match=r"is a directory, not a CSV file"):
+        loaders.read_csv(tmp_path / "d.csv")
+    with pytest.raises(DatasetError, match=r"applies only to CSV files \(\.csv, \.data\), not to the named dataset "
+                                           r"'digits'"):
+        load_dataset("digits", label_column="y")
+    _fake_paper_npz(tmp_path / "toy.npz")
+    with pytest.raises(DatasetError, match=r"toy\.npz: a label column \('y'\) applies only to CSV files"):
+        load_dataset(tmp_path / "toy.npz", label_column="y")

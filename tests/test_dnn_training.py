@@ -13,7 +13,7 @@ from bnc_deploy.cli.train import main
 from bnc_deploy.reference.dnn import DNNReferencePredictor
 from bnc_deploy.train.dnn import DNNConfig, input_spec, predict_torch, train_dnn
 from bnc_deploy.quantizers import UnsupportedBitWidth
-from tests.conftest import make_synthetic_dataset
+from support import make_synthetic_dataset
 
 
 def _image_dataset(seed=0):

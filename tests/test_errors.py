@@ -219,8 +219,9 @@ def test_profile_bad_files_exit_2_with_one_line(tmp_path, capsys, name, content,
 def test_profile_on_a_directory_exits_2(tmp_path, capsys):
     (tmp_path / "models").mkdir()
     (tmp_path / "model.onnx").mkdir()
-    assert_one_line_exit_2(capsys, [str(tmp_path / "models")], "unknown file type '(none)'")
-    assert_one_line_exit_2(capsys, [str(tmp_path / "model.onnx")], "model.onnx: no such file")
+    # issue 11: a directory is reported as a directory, not as "no such file" or an unknown type
+    assert_one_line_exit_2(capsys, [str(tmp_path / "models")], "models: is a directory, not a model or result file")
+    assert_one_line_exit_2(capsys, [str(tmp_path / "model.onnx")], "model.onnx: is a directory")
 
 
 def test_profile_bad_options_exit_2(model_file, capsys):

@@ -387,7 +387,7 @@ def test_tflite_exports_equal_analytic(tflite, kind, bits, lowering, onehot):
 # -- the paper's datasets (skipped without ../shared) ----------------------------------------------------------
 @pytest.fixture(scope="module")
 def paper_artifacts(request):
-    from conftest import SHARED_DATASETS
+    from support import SHARED_DATASETS
 
     if not (SHARED_DATASETS / "discretized").is_dir():
         pytest.skip(f"real datasets not found at {SHARED_DATASETS}")

@@ -10,7 +10,7 @@ from bnc_deploy.train.chow_liu import (
 )
 from bnc_deploy.quantizers import FixedPointLogQuantizer
 from bnc_deploy.reference.bnc import ReferencePredictor
-from tests.conftest import make_synthetic_dataset
+from support import make_synthetic_dataset
 
 
 def loop_log_joint(model, x):

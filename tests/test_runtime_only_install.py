@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -33,8 +34,6 @@ HEAVY = ("torch", "tensorflow", "tensorflow-cpu", "ai-edge-litert", "scipy", "sc
 
 
 def _names(requirements) -> set[str]:
-    import re
-
     return {re.split(r"[<>=!~;\[ ]", r, maxsplit=1)[0].strip().lower() for r in requirements}
 
 

@@ -243,10 +243,16 @@ def test_foreign_and_tampered_metadata_rejected(files, tmp_path):
         del meta["cardinalities"]
         return {**props, METADATA_KEY: json.dumps(meta)}
 
+    # verify_integrity=False: these test the adapter's metadata checks behind the integrity check
+    # (which refuses every such edit first, see tests/test_integrity.py).
+    t1 = _rewrite_metadata(src, tmp_path / "t1.onnx", drop_cardinalities)
+    with pytest.raises(RuntimeLoadError, match="t1.onnx: the file was modified after export"):
+        load_runtime(t1)
     with pytest.raises(RuntimeLoadError, match="lacks keys.*cardinalities"):
-        load_runtime(_rewrite_metadata(src, tmp_path / "t1.onnx", drop_cardinalities))
+        load_runtime(t1, verify_integrity=False)
     with pytest.raises(RuntimeLoadError, match="t2.onnx: corrupt"):
-        load_runtime(_rewrite_metadata(src, tmp_path / "t2.onnx", lambda p: {**p, METADATA_KEY: "{oops"}))
+        load_runtime(_rewrite_metadata(src, tmp_path / "t2.onnx", lambda p: {**p, METADATA_KEY: "{oops"}),
+                     verify_integrity=False)
 
     def newer(props):
         meta = json.loads(props[METADATA_KEY])
@@ -254,7 +260,7 @@ def test_foreign_and_tampered_metadata_rejected(files, tmp_path):
         return {**props, METADATA_KEY: json.dumps(meta)}
 
     with pytest.raises(RuntimeLoadError, match="newer"):
-        load_runtime(_rewrite_metadata(src, tmp_path / "t3.onnx", newer))
+        load_runtime(_rewrite_metadata(src, tmp_path / "t3.onnx", newer), verify_integrity=False)
 
 
 def test_metadata_graph_mismatch_is_not_silent(files, tmp_path):
@@ -264,7 +270,10 @@ def test_metadata_graph_mismatch_is_not_silent(files, tmp_path):
         meta["cardinalities"] = [c + 1 for c in meta["cardinalities"]]
         return {**props, METADATA_KEY: json.dumps(meta)}
 
-    rt = load_runtime(_rewrite_metadata(files[2], tmp_path / "w.onnx", widen))
+    widened = _rewrite_metadata(files[2], tmp_path / "w.onnx", widen)
+    with pytest.raises(RuntimeLoadError, match="w.onnx: the file was modified after export"):
+        load_runtime(widened)  # the integrity check sees the edit first
+    rt = load_runtime(widened, verify_integrity=False)
     with pytest.raises(RuntimeError, match="guard rejected row 0"):
         rt.predict(np.array([[3, 0, 0, 0]]))
 

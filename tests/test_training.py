@@ -7,7 +7,7 @@ from bnc_deploy.artifacts import load_artifact, save_artifact
 from bnc_deploy.reference.bnc import ReferencePredictor
 from bnc_deploy.quantizers import UnsupportedBitWidth
 from bnc_deploy.train.bnc import TrainConfig, default_int_bits, load_structure_file, train_bnc
-from tests.conftest import make_synthetic_dataset
+from support import make_synthetic_dataset
 
 
 def quick(**kw):

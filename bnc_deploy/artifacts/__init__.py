@@ -11,6 +11,7 @@ from bnc_deploy.artifacts.container import (
     ArtifactError,
     read_container,
     write_container,
+    write_container_published,
 )
 
 #: Artifact classes by the header's ``kind``.
@@ -29,8 +30,14 @@ register_artifact_kind(DNNArtifact)
 
 def save_artifact(artifact, path: str | os.PathLike) -> str:
     """Write ``artifact`` to ``path``; return its content hash (sha256 hex)."""
+    return publish_artifact(artifact, path)[0]
+
+
+def publish_artifact(artifact, path: str | os.PathLike):
+    """:func:`save_artifact`, returning ``(content hash, fileio.Published)``: the file's SHA-256 and
+    whether it was still this writer's right after the atomic move (``owned``)."""
     header, arrays = artifact.to_header_and_arrays()
-    return write_container(path, header, arrays)
+    return write_container_published(path, header, arrays)
 
 
 def load_artifact(path: str | os.PathLike):
@@ -45,4 +52,4 @@ def load_artifact(path: str | os.PathLike):
 
 
 __all__ = ["ARTIFACT_KINDS", "ArtifactError", "BNCArtifact", "DNNArtifact", "DNNLayer", "FORMAT_VERSION", "load_artifact",
-           "register_artifact_kind", "save_artifact"]
+           "publish_artifact", "register_artifact_kind", "save_artifact"]

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from bnc_deploy.errors import ArtifactError
-from bnc_deploy.fileio import atomic_write_with
+from bnc_deploy.fileio import Published, atomic_write_with
 
 FORMAT_NAME = "bnc-deploy-model"
 #: Version of the container and of the header keys written by this toolkit.
@@ -51,6 +51,12 @@ def content_hash(header: dict, arrays: dict[str, np.ndarray]) -> str:
 
 def write_container(path: str | os.PathLike, header: dict, arrays: dict[str, np.ndarray]) -> str:
     """Write header and arrays to ``path`` atomically; return the content hash."""
+    return write_container_published(path, header, arrays)[0]
+
+
+def write_container_published(path: str | os.PathLike, header: dict,
+                              arrays: dict[str, np.ndarray]) -> tuple[str, Published]:
+    """:func:`write_container`, also returning what was published (file digest, ``owned``)."""
     for name, array in arrays.items():
         if array.dtype == object:
             raise ArtifactError(f"array {name!r} has dtype object; model files hold plain numeric arrays only")
@@ -65,8 +71,8 @@ def write_container(path: str | os.PathLike, header: dict, arrays: dict[str, np.
                 np.save(buffer, np.ascontiguousarray(arrays[name]), allow_pickle=False)
                 zf.writestr(ARRAY_PREFIX + name + ".npy", buffer.getvalue())
 
-    atomic_write_with(path, write)  # never leave a half-written model under the final name
-    return header["content_sha256"]
+    published = atomic_write_with(path, write)  # never leave a half-written model under the final name
+    return header["content_sha256"], published
 
 
 def read_container(path: str | os.PathLike) -> tuple[dict, dict[str, np.ndarray]]:
@@ -76,6 +82,8 @@ def read_container(path: str | os.PathLike) -> tuple[dict, dict[str, np.ndarray]
     truncated, newer format version, or content hash mismatch.
     """
     path = Path(path)
+    if path.is_dir():
+        raise ArtifactError(f"{path}: is a directory, not a model file")
     if not path.is_file():
         raise ArtifactError(f"{path}: no such model file")
     try:
@@ -100,6 +108,9 @@ def read_container(path: str | os.PathLike) -> tuple[dict, dict[str, np.ndarray]
         raise ArtifactError(f"{path}: not a bnc-deploy model file, or corrupt/truncated ({exc})") from None
     except (OSError, EOFError, zlib.error, zipfile.LargeZipFile) as exc:  # CRC errors and truncation surface here
         raise ArtifactError(f"{path}: corrupt or truncated model file ({exc})") from None
+    except (RuntimeError, NotImplementedError, UnicodeDecodeError) as exc:  # damaged entry headers: "encrypted",
+        # an unknown compression method, a UTF-8 flag on a name that is not UTF-8
+        raise ArtifactError(f"{path}: corrupt model file ({exc})") from None
     expected = header.get("content_sha256")
     actual = content_hash(header, arrays)
     if expected != actual:

@@ -5,14 +5,23 @@ and two quantized DNN baselines (a 2-bit sign FC net and a 2-bit ReLU CNN), and 
 model files to ``out/``; exports each one to ONNX and TFLite; runs the exported files in
 onnxruntime and LiteRT on every test row, compares them with the NumPy reference predictor of
 the model file, and prints one table.
+
+``--data`` takes any dataset ``bnc-train`` reads; the CNN is trained only on image data (a dataset
+with a known image layout), and skipped with a note for the others. Exit status 0; 2 with a
+one-line message for a bad ``--data`` or ``--out``; 130 after ^C (the files finished so far stay).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import numpy as np
+
+from bnc_deploy.artifacts.encoding import IMAGE_LAYOUTS
+from bnc_deploy.cli.common import cli_main
+from bnc_deploy.errors import OutputError, require_extra
 
 #: (name, bnc-train flags) of the models the demo trains.
 DEMO_MODELS = [
@@ -27,25 +36,48 @@ DEMO_MODELS = [
 ]
 
 
+PROG = "bnc-demo"
+#: After ^C: the models finished so far are complete files in OUT (each written atomically).
+INTERRUPTED = "interrupted; the files finished so far stay in the output folder"
+
+
+@cli_main(PROG, interrupted=INTERRUPTED)
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="bnc-demo", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0])
     parser.add_argument("--out", default="out", help="folder for the model and exported files (default: out/)")
-    parser.add_argument("--data", default="digits", help="dataset (default: the built-in digits)")
+    parser.add_argument("--data", default="digits",
+                        help="dataset (default: the built-in digits); the CNN is trained only on image data "
+                             f"({', '.join(sorted(IMAGE_LAYOUTS))})")
     args = parser.parse_args(argv)
 
-    from bnc_deploy.cli.common import user_errors
-    from bnc_deploy.errors import require_extra
+    require_extra(PROG, "all", "torch", "tqdm", "tensorflow")  # trains (torch), exports TFLite (TensorFlow)
+    from bnc_deploy.datasets import load_dataset
 
-    with user_errors("bnc-demo"):  # trains (torch), exports TFLite (TensorFlow): everything
-        require_extra("bnc-demo", "all", "torch", "tqdm", "tensorflow")
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    with user_errors("bnc-demo"):
-        rows = [demo_model(name, flags, args.data, out) for name, flags in DEMO_MODELS]
+    if out.exists() and not out.is_dir():
+        raise OutputError(f"--out {out} is a file; give a folder")
+    dataset = load_dataset(args.data)   # a bad --data fails now, before any model is trained
+    models = demo_models(dataset.name)
+    for name in sorted(set(dict(DEMO_MODELS)) - set(dict(models))):
+        print(f"{name}: skipped ({dataset.name} is not an image dataset; the CNN needs one of "
+              f"{', '.join(sorted(IMAGE_LAYOUTS))})", file=sys.stderr, flush=True)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise OutputError(f"cannot create --out {out}: {exc.strerror or exc}") from None
+    rows = [demo_model(name, flags, args.data, out) for name, flags in models]
     print()
     print(format_table(rows))
+    if len(models) < len(DEMO_MODELS):
+        print(f"(cnn skipped: {dataset.name} is not an image dataset)")
     print(f"\nfiles in {out}/ ; next: bnc-train --help, bnc-export --help")
     return 0
+
+
+def demo_models(dataset_name: str) -> list[tuple[str, list[str]]]:
+    """The demo's models for a dataset: all of :data:`DEMO_MODELS`, less the CNN for non-image data."""
+    return [(name, flags) for name, flags in DEMO_MODELS
+            if "cnn" not in flags[flags.index("--model") + 1] or dataset_name in IMAGE_LAYOUTS]
 
 
 def demo_model(name: str, flags: list[str], data: str, out: Path) -> dict:

@@ -2,7 +2,7 @@
 
 Usage::
 
-    bnc-export MODEL --format FORMAT -o OUT [--data PATH_OR_NAME [--fold K]] [--json]
+    bnc-export MODEL --format FORMAT -o OUT [--data PATH_OR_NAME [--fold K]] [--json] [--sign-key FILE]
                [exporter options: --lowering {gather,onehot-fc}, --raw-inputs, --opset N, --pack-bits,
                 --onehot {equal-cast,relu}, --output-layer {int8,float32}, ...]
 
@@ -15,7 +15,9 @@ The file is built, written to a temporary file, run in its runtime (one thread) 
 with the model file's NumPy reference predictor (:func:`bnc_deploy.verify.export_file`) on the
 verification rows: the TEST split of ``--data``, else the check set stored in the model, plus 256
 seeded random rows. It is published at ``OUT`` only if a file that promises exactness (see its
-``exact`` metadata) is exact. A raw-input export is fed the raw value on the upper edge of each
+``exact`` metadata) is exact. The file carries a digest of all its bytes in its metadata
+(``integrity``: its SHA-256, or its HMAC-SHA256 under ``--sign-key FILE``), which runtimes and
+``bnc-profile`` check on load (:mod:`bnc_deploy.formats.integrity`). A raw-input export is fed the raw value on the upper edge of each
 row's bins, and the reference codes are what the model's discretizer makes of those values.
 
 Exit status: 0 on success; 130 after Ctrl-C (nothing written); 1 when a file that promises exactness disagrees with the model on any
@@ -54,6 +56,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "default: the check set stored in the model")
     p.add_argument("--fold", type=int, default=None, metavar="K", help="1-based fold of --data (default 1)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    p.add_argument("--sign-key", metavar="FILE",
+                   help="sign the file with HMAC-SHA256 under the key in FILE (raw bytes, at least 32; e.g. "
+                        "head -c 32 /dev/urandom > model.key); loading it then needs the key "
+                        "(bnc-profile --key FILE, load_runtime(..., key=...)). Default: the file's SHA-256, "
+                        "which catches accidents and edits but not someone who recomputes it")
     group = p.add_argument_group("exporter options (each applies to the formats and model kinds that declare it)")
     for option in _cli_options(exporters().values()).values():
         takers = ", ".join(option["takers"])
@@ -92,6 +99,14 @@ def main(argv: list[str] | None = None) -> int:
     except CLIError as exc:
         print(f"bnc-export: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    if report["published"]:
+        from bnc_deploy.fileio import holds
+
+        # Concurrent writers to one -o: the last complete one wins; say so if that was not this one.
+        report["owned"] = bool(report["owned"] and holds(args.output, report["sha256"]))
+        if not report["owned"]:
+            print(f"bnc-export: warning: {args.output} was replaced by another writer after this one; "
+                  "the file on disk is theirs", file=sys.stderr)
     if args.json:
         print(json.dumps(report, allow_nan=False))
     else:
@@ -110,9 +125,11 @@ def run(args: argparse.Namespace) -> dict:
     from bnc_deploy.artifacts import load_artifact
     from bnc_deploy.exporters.base import exporter_for
     from bnc_deploy.fileio import check_output_path
+    from bnc_deploy.formats.integrity import read_key
     from bnc_deploy.verify import VerificationError, export_file
 
     try:
+        key = None if args.sign_key is None else read_key(args.sign_key)
         artifact = load_artifact(args.model)
         spec = exporter_for(artifact.kind, args.format)
         output = check_output_path(args.output, inputs=(args.model,))
@@ -130,14 +147,14 @@ def run(args: argparse.Namespace) -> dict:
             options[option.name] = _training_rows(args.data, args.fold)
     try:
         spec.resolve_options(not_declared)  # an option this exporter does not declare: ExportError naming takers
-        result = export_file(artifact, output, args.format, rows=x, labels=y, **options)
+        result = export_file(artifact, output, args.format, rows=x, labels=y, key=key, **options)
         published = True
     except VerificationError as exc:
         result, published = exc.report, False
     except BncDeployError as exc:
         raise CLIError(str(exc)) from None
     except OSError as exc:
-        raise CLIError(f"cannot write {output}: {exc}") from None
+        raise CLIError(f"cannot write {output}: {exc.strerror or exc}") from None
     return make_report(artifact, args, result, data_desc, published)
 
 
@@ -196,7 +213,8 @@ def make_report(artifact, args, result: dict, data_desc: str, published: bool) -
         "reference_accuracy": result["reference_accuracy"], "accuracy_change": result["accuracy_change"],
         "n_nodes": meta.get("n_nodes"), "n_random_rows": result["n_random_rows"], "n_verified": result["n_verified"],
         "label_mismatches_all": result["label_mismatches_all"], "published": published,
-        "sha256": result.get("sha256"), "scores_name": scores_name,
+        "sha256": result.get("sha256"), "scores_name": scores_name, "integrity": result.get("integrity"),
+        "owned": bool(published and result.get("owned")),
     }
     if scores_name == "logits":  # DNN files name their scores logits; the report has said so since v0.1
         report.update(logits_identical=result["scores_identical"], max_abs_logit_diff=result["max_abs_score_diff"])
@@ -221,6 +239,8 @@ def format_table(r: dict) -> str:
     status = ("EXACT" if r["exact"] else "NOT EXACT (expected exact)" if r["exact_expected"]
               else "labels only (not exact by design)")
     lines.append(f"  {'result':<18}{status}")
+    if r.get("integrity"):
+        lines.append(f"  {'integrity':<18}{r['integrity']} digest in the file's metadata (checked on load)")
     return "\n".join(lines)
 
 

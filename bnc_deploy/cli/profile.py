@@ -4,11 +4,11 @@ Usage::
 
     bnc-profile FILE... [--data PATH_OR_NAME [--fold K]] [--runtime onnxruntime,litert]
                 [--json] [--plot OUT.png] [--nodes] [--no-latency] [--runs N] [--warmup N]
-                [--repeats N] [--latency-mode {session,adapter}]
+                [--repeats N] [--latency-mode {session,adapter}] [--key FILE] [--no-integrity-check]
 
 FILE is a model file (``.bnc``: the NumPy reference, analytic costs), an exported file
 (``.onnx``/``.tflite``: analytic costs from its metadata, plus the graph count, which must equal
-them), or a JSON result file (rows of an earlier ``--json`` run or ``bnc-train --json``; taken
+them; ``.h``, a C export: costs from its metadata, no graph to count), or a JSON result file (rows of an earlier ``--json`` run or ``bnc-train --json``; taken
 as they are, for tables and plots over many runs). BN classifiers and quantized DNNs alike: the
 costs follow the model kind (``model_kind`` ``"bnc"``/``"dnn"``; DNNs: ``structure`` ``fc``/``cnn``,
 ``bits`` = bits per weight, size and operations by the paper's DNN conventions, see
@@ -16,7 +16,7 @@ costs follow the model kind (``model_kind`` ``"bnc"``/``"dnn"``; DNNs: ``structu
 
 Each model file is run in every selected runtime that reads it: ``.bnc`` -> numpy;
 ``.onnx`` -> onnxruntime with 1 thread and with its default threads; ``.tflite`` -> LiteRT with
-1 thread. With ``--data`` the test split gives the test error (through each runtime) and the
+1 thread; ``.h`` -> native (compiled with the host C compiler, 1 thread). With ``--data`` the test split gives the test error (through each runtime) and the
 rows to time; without it the latency runs on seeded random valid codes and the test error is
 the one stored in a ``.bnc`` model (exports: none).
 
@@ -24,6 +24,11 @@ the one stored in a ``.bnc`` model (exports: none).
 keys (only ever added to): ``file``, ``runtime``, ``threads``, ``test_error``, ``size_bits``,
 ``n_ops``, ``latency_us_p50_batch1``, ``latency_us_p99_batch1``, ``throughput_rows_per_s``,
 ``graph_ops``, ``graph_param_bits``, ``graph_matches_analytic``, ``pareto``, ``cpu``.
+
+Every exported file's integrity digest (:mod:`bnc_deploy.formats.integrity`) is checked before it
+is counted or run: a file modified after export stops the run with exit status 2 and
+``<file>: the file was modified after export (...)``. ``--key FILE`` gives the key of signed files
+(``bnc-export --sign-key``); ``--no-integrity-check`` skips the check.
 
 Exit status 0; 2 with a one-line message for a missing file, an unknown file type or runtime,
 data that does not fit a model, or a runtime that is not installed (any other error is a bug and
@@ -40,9 +45,12 @@ import numpy as np
 
 from bnc_deploy.cli.common import cli_main, print_json
 from bnc_deploy.errors import ConfigError, InputError, MetadataError, RuntimeLoadError, require_extra
+from bnc_deploy.formats.integrity import read_key
 
 PROG = "bnc-profile"
-MODEL_SUFFIXES = (".bnc", ".onnx", ".tflite")
+MODEL_SUFFIXES = (".bnc", ".onnx", ".tflite", ".h")
+#: Exported files without a graph to count (C: costs from the metadata only).
+UNCOUNTED_SUFFIXES = (".h",)
 RESULT_SUFFIXES = (".json",)
 #: Seeded random rows timed when no --data is given.
 RANDOM_ROWS = 1000
@@ -69,14 +77,20 @@ def build_parser() -> argparse.ArgumentParser:
                "  bnc-profile out/*.onnx --data usps --runtime onnxruntime --json > usps.json\n"
                "  bnc-profile usps.json letter.json --plot pareto.png",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("files", nargs="+", metavar="FILE", help="model files (.bnc, .onnx, .tflite) or JSON result files")
+    p.add_argument("files", nargs="+", metavar="FILE", help="model files (.bnc, .onnx, .tflite, .h) or JSON result files")
     p.add_argument("--data", metavar="PATH_OR_NAME", help="dataset whose test split gives the error and the timed rows")
     p.add_argument("--fold", type=int, default=None, metavar="K", help="1-based fold of --data (default 1)")
     p.add_argument("--runtime", default=None, metavar="LIST",
-                   help="comma-separated runtimes to use (numpy, onnxruntime, litert; default: all)")
+                   help="comma-separated runtimes to use (numpy, onnxruntime, litert, native; default: all)")
     p.add_argument("--json", action="store_true", help="print a JSON list of objects instead of a table")
-    p.add_argument("--plot", metavar="OUT.png", help="write error vs size / operations / bit width (PNG and SVG)")
+    p.add_argument("--plot", metavar="OUT.png",
+                   help="write error vs size / operations / bit width as OUT.png and OUT.svg (a .png or .svg "
+                        "suffix is replaced, any other kept: run.v2.png -> run.v2.png, run.v2.svg)")
     p.add_argument("--nodes", action="store_true", help="also show the per-node operation table of exported graphs")
+    p.add_argument("--key", metavar="FILE",
+                   help="key file of exports signed with bnc-export --sign-key (raw bytes, at least 32)")
+    p.add_argument("--no-integrity-check", action="store_true",
+                   help="load exported files even if their integrity digest does not match (modified after export)")
     timing = p.add_argument_group("latency")
     timing.add_argument("--no-latency", action="store_true", help="skip timing (costs and accuracy only)")
     timing.add_argument("--runs", type=int, default=200, metavar="N",
@@ -96,8 +110,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.fold is not None and args.data is None:
         parser.error("--fold needs --data")
-    if args.plot:  # before measuring, not after
+    if args.plot:  # before measuring, not after: the extra, and both files can be written
         require_extra("plotting (--plot)", "plot", "matplotlib")
+        from bnc_deploy.profiling.pareto import check_plot_path
+
+        check_plot_path(args.plot, inputs=tuple(args.files))
     rows, tables = run(args)
     if args.json:
         print_json(rows)
@@ -120,7 +137,7 @@ def parse_runtimes(spec: str | None) -> list[str]:
     from bnc_deploy.runtimes.base import RUNTIMES
 
     if spec is None:
-        return ["numpy", "onnxruntime", "litert"]
+        return ["numpy", "onnxruntime", "litert", "native"]
     names = [s.strip() for s in spec.split(",") if s.strip()]
     unknown = [n for n in names if n not in RUNTIMES]
     if unknown or not names:
@@ -132,6 +149,8 @@ def parse_runtimes(spec: str | None) -> list[str]:
 def check_files(files) -> None:
     for f in files:
         p = Path(f)
+        if p.is_dir():
+            raise IsADirectoryError(f"{p}: is a directory, not a model or result file")
         if p.suffix.lower() not in MODEL_SUFFIXES + RESULT_SUFFIXES:
             raise ConfigError(f"{p}: unknown file type {p.suffix or '(none)'!r}; expected "
                               f"{', '.join(MODEL_SUFFIXES + RESULT_SUFFIXES)}")
@@ -146,6 +165,8 @@ def run(args) -> tuple[list[dict], list[str]]:
 
     check_files(args.files)
     runtimes = parse_runtimes(args.runtime)
+    load_options = {"verify_integrity": not args.no_integrity_check,
+                    "key": read_key(args.key) if args.key else None}
     data = load_test_split(args.data, args.fold) if args.data else None
     env = environment()
     options = dict(latency=not args.no_latency, runs=args.runs, warmup=args.warmup, repeats=args.repeats,
@@ -155,7 +176,8 @@ def run(args) -> tuple[list[dict], list[str]]:
         if Path(f).suffix.lower() in RESULT_SUFFIXES:
             rows.extend(load_records([f]))
             continue
-        model_rows, table = profile_model(f, runtimes, data, env=env, nodes=args.nodes, **options)
+        model_rows, table = profile_model(f, runtimes, data, env=env, nodes=args.nodes, load_options=load_options,
+                                          **options)
         rows.extend(model_rows)
         if table:
             tables.append(table)
@@ -171,11 +193,13 @@ def load_test_split(spec: str, fold: int | None):
     return ds.x_test, ds.y_test, ds.name, ds.fold
 
 
-def model_facts(path) -> dict:
+def model_facts(path, *, verify_integrity: bool = True, key: bytes | None = None) -> dict:
     """Costs of one model file: analytic (artifact or metadata) and, for exports, the graph count.
 
     BN classifiers and DNNs alike: ``.bnc`` artifacts by their kind (:func:`analytic_costs`),
-    exported files from their metadata (:func:`costs_from_metadata`, by ``model_kind``).
+    exported files from their metadata (:func:`costs_from_metadata`, by ``model_kind``). An
+    export's integrity digest is checked first (``key``: of a signed file), unless
+    ``verify_integrity`` is False.
     """
     from bnc_deploy.costs import COST_MODELS, analytic_costs, costs_from_metadata
 
@@ -194,10 +218,22 @@ def model_facts(path) -> dict:
                      stored_dataset=data.get("name"), stored_fold=data.get("fold"),
                      stored_test_error=artifact.metadata.get("errors", {}).get("test"), graph=None)
     else:
+        from bnc_deploy.formats.integrity import verify_file
         from bnc_deploy.profiling.graph_count import count_graph
 
-        count = count_graph(p)
-        meta = count.metadata
+        if not verify_integrity:
+            facts["notes"].append("integrity digest not checked (--no-integrity-check)")
+        elif verify_file(p, key=key) is None:  # IntegrityError (exit 2) when modified after export
+            facts["notes"].append(f"{p.name} has no integrity digest (exported by an older bnc-deploy; "
+                                  "re-export it to protect it)")
+        if suffix in UNCOUNTED_SUFFIXES:  # a C file has no graph: costs from its metadata, no graph count
+            from bnc_deploy.formats.c import read_c_metadata
+
+            count, meta = None, read_c_metadata(p)
+            facts["notes"].append(f"{suffix} files have no graph to count: costs from the file's metadata")
+        else:
+            count = count_graph(p)
+            meta = count.metadata
         if not meta:
             raise MetadataError(f"{p}: not a bnc-deploy export (no 'bnc_deploy' metadata)")
         kind = meta.get("model_kind", "bnc")
@@ -216,11 +252,15 @@ def model_facts(path) -> dict:
 
 def profile_model(path, runtimes, data, *, env: dict, latency: bool = True, runs: int = 200, warmup: int = 20,
                   repeats: int = 3, throughput_repeats: int = 5, mode: str = "session",
-                  nodes: bool = False) -> tuple[list[dict], str]:
-    """Rows (one per runtime setting that reads the file) and the per-node table (if ``nodes``)."""
+                  nodes: bool = False, load_options: dict | None = None) -> tuple[list[dict], str]:
+    """Rows (one per runtime setting that reads the file) and the per-node table (if ``nodes``).
+
+    ``load_options``: ``verify_integrity`` and ``key`` for exported files (default: check, no key).
+    """
     from bnc_deploy.profiling.latency import RUNTIMES_FOR_SUFFIX, THREAD_CONFIGS
 
-    facts = model_facts(path)
+    load_options = {} if Path(path).suffix.lower() == ".bnc" else dict(load_options or {})
+    facts = model_facts(path, **load_options)
     base = base_row(facts, env)
     if data is not None:
         base.update(dataset=data[2], fold=data[3], n_test_rows=int(len(data[1])))
@@ -230,7 +270,10 @@ def profile_model(path, runtimes, data, *, env: dict, latency: bool = True, runs
     table = facts["graph"].table() if nodes and facts["graph"] is not None else ""
     if nodes and facts["graph"] is not None:
         base["graph_nodes"] = [vars(n) for n in facts["graph"].nodes]
-    wanted = [r for r in RUNTIMES_FOR_SUFFIX[Path(path).suffix.lower()] if r in runtimes]
+    from bnc_deploy.runtimes.base import EXTENSIONS
+
+    suffix = Path(path).suffix.lower()
+    wanted = [r for r in RUNTIMES_FOR_SUFFIX.get(suffix, (EXTENSIONS.get(suffix),)) if r in runtimes]
     if not wanted:
         base["notes"].append(f"no selected runtime reads {Path(path).suffix} files")
         return [base], table
@@ -240,10 +283,10 @@ def profile_model(path, runtimes, data, *, env: dict, latency: bool = True, runs
         return [base], table
     rows = []
     for runtime in wanted:
-        for threads in THREAD_CONFIGS[runtime]:
+        for threads in THREAD_CONFIGS.get(runtime, (1,)):
             rows.append(run_one(path, runtime, threads, facts, dict(base, notes=list(base["notes"])), data,
                                 latency=latency, runs=runs, warmup=warmup, repeats=repeats,
-                                throughput_repeats=throughput_repeats, mode=mode))
+                                throughput_repeats=throughput_repeats, mode=mode, load_options=load_options))
     return rows, table
 
 
@@ -271,13 +314,13 @@ def base_row(facts: dict, env: dict) -> dict:
 
 
 def run_one(path, runtime, threads, facts, row, data, *, latency, runs, warmup, repeats, throughput_repeats,
-            mode) -> dict:
+            mode, load_options: dict | None = None) -> dict:
     """Accuracy and latency of one (file, runtime, threads)."""
     from bnc_deploy.profiling.latency import measure_accuracy, measure_latency
     from bnc_deploy.runtimes.base import load_runtime
 
     try:
-        adapter = load_runtime(path, runtime, threads=threads)
+        adapter = load_runtime(path, runtime, threads=threads, **(load_options or {}))
     except ImportError as exc:
         raise RuntimeLoadError(f"{path}: runtime {runtime!r} is not available ({exc})") from None
     row.update(runtime=runtime, threads=threads if runtime != "numpy" else None)

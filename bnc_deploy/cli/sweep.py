@@ -85,6 +85,7 @@ def run(args) -> dict:
         sweep_meta,
         write_outputs,
     )
+    from bnc_deploy.train.arguments import refuse_random_model
     from bnc_deploy.train.bnc import TrainConfig
 
     lambdas = parse_lambdas(args.lambdas) if args.lambdas is not None else parse_grid(args.grid)
@@ -93,6 +94,7 @@ def run(args) -> dict:
     config = TrainConfig(model="tan", structure="learn", bits=args.bits, int_bits=args.int_bits, init=args.init,
                          epochs=args.epochs, batch_size=args.batch_size, seed=args.seed, progress=False)
     config.validate()
+    refuse_random_model(args.epochs, args.init)
     sl = StructureLearningConfig(candidates=parse_candidates(args.candidates), size_penalty_mode=args.size_penalty_mode,
                                  finetune_epochs=args.finetune_epochs, order=args.order)
     sl.validate()

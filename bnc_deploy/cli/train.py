@@ -40,7 +40,10 @@ def build_parser() -> argparse.ArgumentParser:
                            "or a file (.npz, .csv, .data, .mat); default: digits (built in)")
     data.add_argument("--fold", type=int, default=1, metavar="K", help="1-based fold (satimage has 5); default 1")
     data.add_argument("--validation", type=float, default=0.0, metavar="FRACTION",
-                      help="carve a seeded validation split of this fraction from the training part")
+                      help="carve a seeded validation split of this fraction (in (0, 1)) from the training part")
+    data.add_argument("--label-column", type=label_column, default=None, metavar="NAME|INDEX",
+                      help="CSV files: the label column, by header name or 0-based index (-1: the last); "
+                           "default: the column named label, class or target (any case), else the last")
     model = p.add_argument_group("model")
     model_help = "; ".join(f"{spec.name}: {spec.help}" for spec in TRAINERS.values())
     model.add_argument("--model", choices=tuple(TRAINERS), default=DEFAULT_TRAINER,
@@ -73,6 +76,14 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def label_column(text: str) -> int | str:
+    """``--label-column``: an integer is a 0-based column index, anything else a header name."""
+    try:
+        return int(text)
+    except ValueError:
+        return text
+
+
 def _defaults():
     """Defaults of the shared training flags (the BN trainer's schedule, as they always were)."""
     from bnc_deploy.train.bnc import TrainConfig
@@ -90,6 +101,13 @@ def main(argv: list[str] | None = None) -> int:
     require_extra(PROG, "train", "torch", "tqdm")  # before the parser: its defaults live in torch modules
     args = build_parser().parse_args(argv)
     result = run(args)
+    from bnc_deploy.fileio import holds
+
+    # Concurrent writers to one -o: the last complete one wins; say so if that was not this one.
+    result["owned"] = bool(result["owned"] and holds(args.output, result["file_sha256"]))
+    if not result["owned"]:
+        print(f"{PROG}: warning: {args.output} was replaced by another writer after this one; "
+              "the file on disk is theirs", file=sys.stderr)
     if args.json:
         print_json(result)
     else:
@@ -99,18 +117,20 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(args) -> dict:
     """Check the flags and ``-o``, load data, train, save; return the JSON summary."""
-    from bnc_deploy.datasets import load_dataset
+    from bnc_deploy.datasets import check_validation_fraction, load_dataset
     from bnc_deploy.fileio import check_output_path
     from bnc_deploy.train.arguments import use_threads
 
     use_threads(args.threads)
+    check_validation_fraction(args.validation, "--validation")
     spec = TRAINERS[args.model]
     refuse_other_families_flags(args, spec.family)
     family = spec.load()
     config = family.config_from_args(args, progress=not (args.quiet or args.json) and sys.stderr.isatty())
     # Before the (possibly long) work: a directory, an input, or an unwritable folder fails now.
     check_output_path(args.output, inputs=(args.data, *family.input_paths(args)), what="model file")
-    dataset = load_dataset(args.data, fold=args.fold, seed=args.seed, validation_fraction=args.validation)
+    dataset = load_dataset(args.data, fold=args.fold, seed=args.seed, validation_fraction=args.validation,
+                           label_column=args.label_column)
     result = family.train(dataset, config)
     return saved_summary(args, dataset, result, config.epochs) | family.summary(result, dataset, config)
 
@@ -130,10 +150,10 @@ def refuse_other_families_flags(args, family: str) -> None:
 
 def saved_summary(args, dataset, result, epochs: int) -> dict:
     """Save the trained model to ``--output``; the JSON keys every model kind reports."""
-    from bnc_deploy.artifacts import save_artifact
+    from bnc_deploy.artifacts import publish_artifact
 
     artifact = result.artifact
-    digest = save_artifact(artifact, args.output)
+    digest, published = publish_artifact(artifact, args.output)
     errors = artifact.metadata["errors"]
     return {
         "model": str(args.output),
@@ -150,6 +170,8 @@ def saved_summary(args, dataset, result, epochs: int) -> dict:
         "epochs": epochs,
         "seconds": round(result.seconds, 3),
         "content_sha256": digest,
+        "file_sha256": published.sha256,
+        "owned": published.owned,
     }
 
 

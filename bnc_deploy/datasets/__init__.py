@@ -16,7 +16,8 @@ mnist          raw/mnist/mnist.npz (pooled, downscaled to 14x14)    2/3-1/3 + Fa
 ============== ==================================================== =====================
 
 A path works too: ``.npz`` (paper fold format, or MNIST-style keys), ``.csv``/``.data``
-(generic CSV), ``.mat`` (the usps_all.mat layout). Raw files are split and discretized.
+(generic CSV; the label column is chosen as :func:`bnc_deploy.datasets.loaders.read_csv` says, or by
+``label_column``), ``.mat`` (the usps_all.mat layout). Raw files are split and discretized.
 """
 
 from __future__ import annotations
@@ -25,10 +26,13 @@ import os
 from pathlib import Path
 from typing import Callable
 
+from bnc_deploy.errors import ConfigError
+
 from . import loaders, splits
 from .base import DatasetError, DiscreteDataset
 
-__all__ = ["DiscreteDataset", "DatasetError", "load_dataset", "dataset_names", "find_data_dir", "DATA_DIR_ENV"]
+__all__ = ["DiscreteDataset", "DatasetError", "load_dataset", "dataset_names", "find_data_dir", "DATA_DIR_ENV",
+           "check_validation_fraction"]
 
 DATA_DIR_ENV = "BNC_DEPLOY_DATA_DIR"
 _RELATIVE_DATA_DIR = Path("..") / "shared" / "datasets"
@@ -59,6 +63,8 @@ def find_data_dir(data_dir: str | Path | None = None) -> Path:
 
 def _named_file(data_dir: Path, relative: str) -> Path:
     path = data_dir / relative
+    if path.is_dir():
+        raise DatasetError(f"{path}: is a directory, not a data file (data directory {data_dir})")
     if not path.is_file():
         raise DatasetError(f"{path}: file not found (data directory {data_dir})")
     return path
@@ -103,17 +109,29 @@ def dataset_names() -> list[str]:
     return list(_NAMED)
 
 
-def _load_path(path: Path, fold: int, seed: int) -> DiscreteDataset:
+#: Suffixes of the files that have a label column to choose (generic CSV).
+CSV_SUFFIXES = (".csv", ".data")
+
+
+def _load_path(path: Path, fold: int, seed: int, label_column: int | str | None = None) -> DiscreteDataset:
     """A dataset file given by path, dispatched on its suffix (and an npz's keys)."""
+    if path.is_dir():
+        raise DatasetError(f"{path}: is a directory; give a dataset file (.npz, .csv, .data, .mat) or a name")
     if not path.is_file():
         raise DatasetError(f"{path}: file not found")
     suffix = path.suffix.lower()
+    if label_column is not None and suffix not in CSV_SUFFIXES:
+        raise DatasetError(f"{path}: a label column ({label_column!r}) applies only to CSV files "
+                           f"({', '.join(CSV_SUFFIXES)}); this file's labels are fixed by its format")
+    if suffix in CSV_SUFFIXES:
+        return splits.discretize_split(path.stem, loaders.read_csv(path, label_column), splits.HOLDOUT_PROTOCOL,
+                                       fold=fold, seed=seed)
     if suffix == ".npz":
         if loaders.is_mnist_npz(path):
             return splits.discretize_split(path.stem, loaders.read_mnist_npz(path), splits.HOLDOUT_PROTOCOL,
                                            fold=fold, seed=seed)
         return loaders.load_paper_npz(path, fold)
-    readers = {".csv": loaders.read_csv, ".data": loaders.read_csv, ".mat": loaders.read_usps_mat}
+    readers = {".mat": loaders.read_usps_mat}
     if suffix not in readers:
         raise DatasetError(f"{path}: unsupported file type {suffix!r}, expected .npz, .csv, .data or .mat")
     return splits.discretize_split(path.stem, readers[suffix](path), splits.HOLDOUT_PROTOCOL, fold=fold, seed=seed)
@@ -124,7 +142,7 @@ def _looks_like_path(spec: str) -> bool:
 
 
 def load_dataset(spec: str | Path, *, fold: int = 1, seed: int = 0, validation_fraction: float = 0.0,
-                 data_dir: str | Path | None = None) -> DiscreteDataset:
+                 data_dir: str | Path | None = None, label_column: int | str | None = None) -> DiscreteDataset:
     """Load one fold of a dataset as a ``DiscreteDataset``.
 
     Parameters
@@ -136,21 +154,39 @@ def load_dataset(spec: str | Path, *, fold: int = 1, seed: int = 0, validation_f
     seed : int
         Seed of the split permutation (raw data and digits; the paper's npz folds are fixed).
     validation_fraction : float
-        If > 0, that fraction of the training rows moves to ``x_val``/``y_val`` (seeded by ``seed``).
+        0 (no validation split), or a fraction in (0, 1) of the training rows that moves to
+        ``x_val``/``y_val`` (seeded by ``seed``); anything else raises ConfigError.
     data_dir : path, optional
         Folder with ``discretized/`` and ``raw/`` for named datasets (see ``find_data_dir``).
+    label_column : str or int, optional
+        CSV files only: the label column's header name or 0-based index (default: see
+        :func:`~bnc_deploy.datasets.loaders.read_csv`). DatasetError for any other dataset.
     """
+    check_validation_fraction(validation_fraction)
     if isinstance(fold, bool) or not isinstance(fold, int):
         raise DatasetError(f"fold must be an integer, got {fold!r}")
     spec_str = str(spec)
     if isinstance(spec, Path) or (spec_str not in _NAMED and _looks_like_path(spec_str)):
-        dataset = _load_path(Path(spec), fold, seed)
+        dataset = _load_path(Path(spec), fold, seed, label_column)
     elif spec_str in _NAMED:
+        if label_column is not None:
+            raise DatasetError(f"a label column ({label_column!r}) applies only to CSV files (.csv, .data), "
+                               f"not to the named dataset {spec_str!r}")
         where = None if spec_str == "digits" else find_data_dir(data_dir)
         dataset = _NAMED[spec_str](where, fold, seed)
+    elif Path(spec_str).is_dir():
+        raise DatasetError(f"{spec_str}: is a directory; give a dataset file (.npz, .csv, .data, .mat) or a name "
+                           f"({', '.join(dataset_names())})")
     else:
         raise DatasetError(f"unknown dataset {spec_str!r}; known names: {', '.join(dataset_names())}, "
                            f"or a path to a .npz/.csv/.data/.mat file")
-    if validation_fraction > 0:
+    if validation_fraction:
         dataset = dataset.with_validation(validation_fraction, seed)
     return dataset
+
+
+def check_validation_fraction(fraction: float, flag: str = "validation fraction") -> None:
+    """ConfigError unless ``fraction`` is 0 (no validation split) or in the open interval (0, 1)."""
+    if not (fraction == 0 or 0 < fraction < 1):
+        raise ConfigError(f"{flag} must be in (0, 1) (a fraction of the training rows; 0 for no validation "
+                          f"split), got {fraction}")

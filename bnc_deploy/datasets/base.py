@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from bnc_deploy.errors import DatasetError, InputError
-from bnc_deploy.validation import check_codes
+from bnc_deploy.validation import check_codes, out_of_range
 
 __all__ = ["DatasetError", "DiscreteDataset"]
 
@@ -70,11 +70,9 @@ class DiscreteDataset:
             if not (np.issubdtype(x.dtype, np.integer) and np.issubdtype(y.dtype, np.integer)):
                 raise DatasetError(f"{self.name}: {part} features and labels must be integers, "
                                    f"got {x.dtype} and {y.dtype}")
-            x = x.astype(np.int64, copy=False)
-            y = y.astype(np.int64, copy=False)
-            self.validate_rows(x, y, part)
-            setattr(self, f"x_{part}", x)
-            setattr(self, f"y_{part}", y)
+            self.validate_rows(x, y, part)   # before the cast: a uint64 above 2^63 - 1 would wrap
+            setattr(self, f"x_{part}", x.astype(np.int64, copy=False))
+            setattr(self, f"y_{part}", y.astype(np.int64, copy=False))
 
     # -- shape facts --------------------------------------------------------------------------
     @property
@@ -94,9 +92,10 @@ class DiscreteDataset:
             raise DatasetError(str(exc)) from None
         if y is not None and (y.ndim != 1 or y.shape[0] != x.shape[0]):
             raise DatasetError(f"{self.name} {part}: {x.shape[0]} feature rows but labels of shape {y.shape}")
-        if y is not None and y.size and (y.min() < 0 or y.max() >= self.n_classes):
-            row = int(np.argmax((y < 0) | (y >= self.n_classes)))
-            raise DatasetError(f"{self.name} {part}: label {int(y[row])} in row {row} is outside "
+        bad = out_of_range(np.asarray(y), self.n_classes) if y is not None and y.size else None
+        if bad is not None and bad.any():
+            row = int(np.argmax(bad))
+            raise DatasetError(f"{self.name} {part}: label {np.asarray(y)[row].item()} in row {row} is outside "
                                f"0..{self.n_classes - 1}")
 
     # -- protocol helpers ---------------------------------------------------------------------

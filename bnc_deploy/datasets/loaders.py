@@ -273,42 +273,112 @@ def _has_header(rows: list[tuple[int, list[str]]]) -> bool:
     return any(not _is_number(a) and _is_number(b) for a, b in zip(first, second))
 
 
-def _label_index(path: Path, label_column: int | str | None, data_row: list[str], header: list[str]) -> int:
-    """Resolve ``label_column`` (name, index, or None = auto) against the header / first data row."""
+#: Header names (any case) taken as the label column when none is given.
+LABEL_NAMES = ("label", "class", "target")
+#: A label column with more distinct values than this fraction of the rows is refused: it looks
+#: continuous (a feature) or like an ID, not like class labels.
+MAX_CLASS_FRACTION = 0.5
+#: How a user chooses the label column (``bnc-train --label-column``, ``read_csv(label_column=...)``).
+LABEL_FLAG = "--label-column NAME|INDEX"
+
+
+def _label_index(path: Path, label_column: int | str | None, data_row: list[str], header: list[str],
+                 has_header: bool) -> tuple[int, str]:
+    """Resolve ``label_column`` (name, 0-based index, or None = auto) against the header / first data
+    row; return the column index and how it was chosen (for messages)."""
     n = len(data_row)
     if isinstance(label_column, str):  # a name implies a header (the caller forces has_header)
         if label_column not in header:
             raise DatasetError(f"{path}: no column named {label_column!r} (columns: {header})")
-        return header.index(label_column)
+        return header.index(label_column), "the label column given"
     if label_column is None:
+        if has_header:
+            named = [j for j, name in enumerate(header) if name.strip().lower() in LABEL_NAMES]
+            if len(named) > 1:
+                raise DatasetError(f"{path}: columns {', '.join(repr(header[j]) for j in named)} could each be "
+                                   f"the label; choose one with {LABEL_FLAG}")
+            if named:
+                return named[0], f"named {header[named[0]]!r}"
         # UCI style with the label first (letter-recognition.data): the only non-numeric column
         # is the first one. Otherwise the label is the last column.
         if n > 1 and not _is_number(data_row[0]) and all(_is_number(t) for t in data_row[1:]):
-            return 0
-        return n - 1
+            return 0, "the first column, the only non-numeric one"
+        return n - 1, f"the last column, as no column is named {'/'.join(LABEL_NAMES)}"
+    if isinstance(label_column, bool) or not isinstance(label_column, int):
+        raise DatasetError(f"{path}: label column must be a column name or a 0-based index, got {label_column!r}")
     if not -n <= label_column < n:
-        raise DatasetError(f"{path}: label column {label_column} out of range for {n} columns")
-    return label_column % n
+        raise DatasetError(f"{path}: label column {label_column} out of range for {n} columns "
+                           f"(0-based indices 0..{n - 1}, or -1 for the last)")
+    return label_column % n, "the label column given"
+
+
+def _is_whole(token: str) -> bool:
+    value = float(token)
+    return np.isfinite(value) and value == np.floor(value)
+
+
+def check_label_column(path: Path, name: str, how: str, labels: list[tuple[int, str]],
+                       max_class_fraction: float = MAX_CLASS_FRACTION) -> None:
+    """DatasetError naming the column unless ``labels`` (line number, token) look like class labels.
+
+    Refused: a column that mixes numbers and text (a stray ``x`` among numeric labels), numeric
+    labels that are not whole numbers, and more distinct values than ``max_class_fraction`` of
+    the rows (a continuous feature or an ID). The message says how the column was chosen and
+    suggests choosing it explicitly.
+    """
+    where = f"{path}: label column {name!r} ({how})"
+    hint = f"choose the label column with {LABEL_FLAG}"
+    numeric = [_is_number(token) for _, token in labels]
+    if any(numeric) and not all(numeric):
+        majority = sum(numeric) * 2 >= len(numeric)   # the odd ones out are the minority type
+        odd = next(i for i, is_num in enumerate(numeric) if is_num != majority)
+        usual = next(i for i, is_num in enumerate(numeric) if is_num == majority)
+        kinds = ("text", "numeric") if majority else ("numeric", "text")
+        raise DatasetError(f"{where} mixes numbers and text: {kinds[0]} label {labels[odd][1]!r} on line "
+                           f"{labels[odd][0]} among {kinds[1]} labels such as {labels[usual][1]!r} "
+                           f"(line {labels[usual][0]}); fix that row, or {hint}")
+    if all(numeric):
+        fractional = next(((no, t) for no, t in labels if not _is_whole(t)), None)
+        if fractional is not None:
+            raise DatasetError(f"{where} looks continuous: {fractional[1]!r} on line {fractional[0]} is not a "
+                               f"whole number, and class labels are names or integers; {hint}")
+    distinct = len({token for _, token in labels})
+    if distinct > max_class_fraction * len(labels):
+        raise DatasetError(f"{where} has {distinct:,} distinct values in {len(labels):,} rows (more than "
+                           f"{max_class_fraction:.0%} of the rows): it looks continuous or like an ID, not like "
+                           f"class labels; {hint}")
 
 
 def _encode_labels(tokens: list[str]) -> tuple[np.ndarray, list[str]]:
-    """Codes 0..C-1 of the sorted distinct labels (numeric order when all labels are integers)."""
+    """Codes 0..C-1 of the sorted distinct labels (numeric order when all labels are whole numbers)."""
     try:
         keys = [int(t) for t in tokens]
     except ValueError:
-        keys = tokens
+        try:
+            keys = [int(float(t)) if _is_whole(t) else t for t in tokens]   # "2.0": class 2
+            if not all(isinstance(k, int) for k in keys):
+                keys = tokens
+        except (ValueError, OverflowError):
+            keys = tokens
     classes = sorted(set(keys))
     index = {c: i for i, c in enumerate(classes)}
     return np.array([index[k] for k in keys], dtype=np.int64), [str(c) for c in classes]
 
 
-def read_csv(path: str | Path, label_column: int | str | None = None, delimiter: str = ",") -> RawData:
+def read_csv(path: str | Path, label_column: int | str | None = None, delimiter: str = ",", *,
+             max_class_fraction: float = MAX_CLASS_FRACTION) -> RawData:
     """Numeric feature columns plus one label column.
 
     The first row is a header when one of its fields is non-numeric where the second row's is
-    numeric (or when the label column is given by name). Labels may be strings; class names are
-    the sorted distinct labels (integers sorted numerically). ``label_column=None`` means the last
-    column, except for UCI-style files whose first column is the only non-numeric one (label first).
+    numeric (or when the label column is given by name). ``label_column`` is a header name or a
+    0-based index (negative from the end); ``None`` picks the column named ``label``, ``class`` or
+    ``target`` (any case), else the first column of UCI-style files whose first column is the only
+    non-numeric one (label first), else the last column.
+
+    The label column is checked (:func:`check_label_column`): a column that mixes numbers and
+    text, holds non-whole numbers, or has more distinct values than ``max_class_fraction`` of the
+    rows is refused with a DatasetError naming it. Labels may be strings; class names are the
+    sorted distinct labels (whole numbers sorted numerically).
 
     Returns RawData with x of shape (n_rows, n_columns - 1).
     """
@@ -317,6 +387,8 @@ def read_csv(path: str | Path, label_column: int | str | None = None, delimiter:
         with path.open(newline="", encoding="utf-8") as handle:
             records = enumerate(csv.reader(handle, delimiter=delimiter), 1)
             rows = [(no, [f.strip() for f in fields]) for no, fields in records if any(f.strip() for f in fields)]
+    except IsADirectoryError:
+        raise DatasetError(f"{path}: is a directory, not a CSV file") from None
     except (OSError, UnicodeDecodeError, csv.Error) as exc:
         raise DatasetError(f"{path}: cannot read as CSV ({exc})") from None
     if not rows:
@@ -329,15 +401,17 @@ def read_csv(path: str | Path, label_column: int | str | None = None, delimiter:
     if not data:
         raise DatasetError(f"{path}: no data rows after the header")
     header = first if has_header else [f"x{j}" for j in range(len(first))]
-    label = _label_index(path, label_column, data[0][1], header)
+    label, how = _label_index(path, label_column, data[0][1], header, has_header)
     features = [j for j in range(len(first)) if j != label]
     x, labels = [], []
     for no, fields in data:
         if len(fields) != len(first):
             raise DatasetError(f"{path}: line {no}: expected {len(first)} columns, got {len(fields)}")
         x.append([_parse_float(path, no, header[j], fields[j]) for j in features])
-        labels.append(fields[label])
-    y, class_names = _encode_labels(labels)
+        labels.append((no, fields[label]))
+    check_label_column(path, header[label], how if has_header else f"{how}, index {label}", labels,
+                       max_class_fraction)
+    y, class_names = _encode_labels([token for _, token in labels])
     return RawData(np.array(x, dtype=np.float64), y, class_names, [header[j] for j in features], str(path),
                    {"label_column": header[label]})
 
@@ -351,6 +425,7 @@ def _paper_fold(path: Path, archive, fold: int) -> dict[str, np.ndarray]:
     for key, arr in zip(keys, arrays.values()):
         if not np.issubdtype(arr.dtype, np.integer):
             raise DatasetError(f"{path}: {key} must hold integers, got dtype {arr.dtype}")
+        _check_fits_int64(path, key, arr)
     for part, (xk, tk) in {"train": keys[:2], "test": keys[2:]}.items():
         x, t = arrays[f"x_{part}"], arrays[f"y_{part}"]
         if x.ndim != 2 or t.shape != (x.shape[0],):
@@ -369,12 +444,41 @@ def _paper_n_folds(path: Path, archive) -> int:
     return int(n_folds)
 
 
+def _check_fits_int64(path: Path, key: str, arr: np.ndarray) -> None:
+    """DatasetError naming the value when an unsigned array holds one above 2^63 - 1 (it would wrap)."""
+    if arr.size and np.issubdtype(arr.dtype, np.unsignedinteger) and arr.max() > np.iinfo(np.int64).max:
+        index = tuple(int(i) for i in np.unravel_index(np.argmax(arr > np.iinfo(np.int64).max), arr.shape))
+        raise DatasetError(f"{path}: {key} holds {arr[index].item()} at index {index[0] if len(index) == 1 else index}, "
+                           f"far outside any code or label range")
+
+
+def _paper_n_classes(path: Path, archive, n_folds: int) -> int:
+    """1 + the largest label of any fold; DatasetError for a negative label or one that cannot be a
+    class index (not below the number of labelled rows in the file)."""
+    labels = {key: _npz_array(path, archive, key) for key in (f"t_{p}_fold{k}" for k in range(1, n_folds + 1)
+                                                              for p in ("tr", "te")) if key in archive.files}
+    n_rows = sum(t.size for t in labels.values())
+    largest = 0
+    for key, t in labels.items():
+        if not np.issubdtype(t.dtype, np.integer):
+            raise DatasetError(f"{path}: {key} must hold integers, got dtype {t.dtype}")
+        if not t.size:
+            continue
+        low, high = t.min().item(), t.max().item()
+        if low < 0 or high >= max(n_rows, 2):
+            value, row = (low, int(np.argmin(t.ravel()))) if low < 0 else (high, int(np.argmax(t.ravel())))
+            raise DatasetError(f"{path}: {key} row {row} has label {value}; labels must be class indices "
+                               f"0..C-1 (the file has {n_rows:,} labelled rows)")
+        largest = max(largest, high)
+    return 1 + largest
+
+
 def _check_one_based(path: Path, fold: int, part: str, x: np.ndarray, cardinalities: np.ndarray) -> None:
     """Raise DatasetError naming fold/feature/value when a 1-based code is 0 or above the cardinality."""
     bad = (x < 1) | (x > cardinalities[None, :])
     if bad.any():
         row, col = map(int, np.argwhere(bad)[0])
-        raise DatasetError(f"{path}: fold {fold} {part} row {row}, feature {col}: value {int(x[row, col])} "
+        raise DatasetError(f"{path}: fold {fold} {part} row {row}, feature {col}: value {x[row, col].item()} "
                            f"outside the 1-based range 1..{int(cardinalities[col])} (cardinality from the "
                            f"fold's training values)")
 
@@ -395,8 +499,7 @@ def load_paper_npz(path: str | Path, fold: int = 1, *, name: str | None = None,
             raise DatasetError(f"{path}: fold {fold} out of range, valid folds are 1..{n_folds}")
         arrays = _paper_fold(path, archive, fold)
         # Classes are counted over all folds so every fold of a file has the same label set.
-        n_classes = 1 + max(int(_npz_array(path, archive, f"t_{p}_fold{k}").max(initial=0))
-                            for k in range(1, n_folds + 1) for p in ("tr", "te") if f"t_{p}_fold{k}" in archive.files)
+        n_classes = _paper_n_classes(path, archive, n_folds)
     x_train, x_test = arrays["x_train"].astype(np.int64), arrays["x_test"].astype(np.int64)
     if x_train.shape[0] == 0:
         raise DatasetError(f"{path}: fold {fold} has no training rows")

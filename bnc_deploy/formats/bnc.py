@@ -39,6 +39,7 @@ from bnc_deploy.formats.metadata import (
     OUTPUT_LOG_JOINT,
     artifact_hash,
     register_kind,
+    with_integrity_placeholder,
 )
 
 #: Lowerings of the per-feature table lookup. ``gather`` indexes the stacked table directly;
@@ -126,7 +127,7 @@ def export_metadata(artifact, *, format: str, lowering: str = "gather", raw_inpu
     if raw_inputs:
         meta["n_cut_points"] = [len(c) for c in raw_cut_points(artifact)]
     meta.update(extra or {})
-    return meta
+    return with_integrity_placeholder(meta)
 
 
 # -- lookup constants -------------------------------------------------------------------------

@@ -30,6 +30,7 @@ from bnc_deploy.formats.metadata import (
     OUTPUT_LABEL,
     artifact_hash,
     register_kind,
+    with_integrity_placeholder,
 )
 
 OUTPUT_LOGITS = "logits"
@@ -100,7 +101,7 @@ def dnn_export_metadata(artifact, *, format: str, exact: bool, input_dtype: str,
         "guard": dict(GUARD),
     }
     meta.update(extra or {})
-    return meta
+    return with_integrity_placeholder(meta)
 
 
 def check_dnn_metadata(meta: dict, where: str) -> None:

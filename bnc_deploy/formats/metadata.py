@@ -6,6 +6,10 @@ kind and dtype, outputs, classes, features and cardinalities, bits, operations, 
 which model file it came from (``artifact_sha256``), so runtimes, the profiler and servers need
 nothing but the file.
 
+Every exported file's metadata also carries ``integrity``: a digest of the whole file (SHA-256,
+or HMAC-SHA256 with a user key), written by the verifier and checked on load; see
+:mod:`bnc_deploy.formats.integrity`. Files exported before it existed have none and still load.
+
 Each model kind adds its own keys and checks (:mod:`bnc_deploy.formats.bnc`,
 :mod:`bnc_deploy.formats.dnn`) and registers its checker with :func:`register_kind`;
 :func:`parse_metadata` dispatches on ``model_kind`` (absent means ``"bnc"``, the first kind).
@@ -20,6 +24,7 @@ from typing import Callable
 
 from bnc_deploy.artifacts.container import content_hash
 from bnc_deploy.errors import MetadataError
+from bnc_deploy.formats.integrity import FIELD as INTEGRITY_FIELD, placeholder as integrity_placeholder
 
 #: Key of the JSON metadata blob in an exported file (ONNX metadata_props / TFLite metadata).
 METADATA_KEY = "bnc_deploy"
@@ -52,6 +57,14 @@ def artifact_hash(artifact) -> str:
         return str(stored)
     header, arrays = artifact.to_header_and_arrays()
     return content_hash(header, arrays)
+
+
+def with_integrity_placeholder(meta: dict) -> dict:
+    """Add the ``integrity`` placeholder to the metadata of an exported file (``format`` other than
+    ``"bnc"``, the model file itself); the verifier seals it (:mod:`bnc_deploy.formats.integrity`)."""
+    if meta.get("format") != "bnc":
+        meta[INTEGRITY_FIELD] = integrity_placeholder()
+    return meta
 
 
 def flat_metadata(meta: dict) -> dict[str, str]:

@@ -13,6 +13,7 @@ Plots (matplotlib, Agg backend: no display needed), each saved as PNG and SVG:
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -38,6 +39,8 @@ def load_records(paths) -> list[dict]:
     records = []
     for path in paths:
         p = Path(path)
+        if p.is_dir():
+            raise IsADirectoryError(f"{p}: is a directory, not a JSON result file")
         if not p.is_file():
             raise FileNotFoundError(f"{p}: no such result file")
         try:
@@ -198,8 +201,15 @@ def plot_error_vs_ops(ax, records: list[dict], max_area: float = 900.0) -> None:
 
 def _log_axis(axis, label) -> None:
     """Plain tick labels on a log axis: ``label(value)`` at 1, 2 and 5 times powers of ten (every
-    tick when the axis spans less than a factor of 4, where those may all fall outside)."""
+    tick when the axis spans less than a factor of 4, where those may all fall outside).
+
+    Fewer where they would not fit side by side (many decades on a narrow axis, e.g. the size
+    panel of the three-panel overview): 1 and 3 times powers of ten, then powers of ten only, then
+    every n-th power of ten, so the labels never overlap.
+    """
     from matplotlib.ticker import FuncFormatter
+
+    cache: dict = {}
 
     def text(value, _pos):
         if value <= 0:
@@ -207,12 +217,56 @@ def _log_axis(axis, label) -> None:
         low, high = sorted(axis.get_view_interval())
         if low > 0 and high / low < 4:
             return f"{value:,.0f}"   # a narrow range (models of one budget): every tick, all digits
-        lead = value / 10.0 ** np.floor(np.log10(value) + 1e-9)
-        return label(value) if any(abs(lead - d) < 1e-6 for d in (1, 2, 5)) else ""
+        exponent = np.floor(np.log10(value) + 1e-9)
+        lead = value / 10.0 ** exponent
+        state = (low, high, axis.axes.bbox.width, axis.axes.bbox.height, axis.figure.dpi)
+        if cache.get("state") != state:   # the formatter runs per tick and draw: decide once per layout
+            cache.update(state=state, choice=_labelled_leads(axis, low, high, label))
+        leads, every = cache["choice"]
+        if not any(abs(lead - d) < 1e-6 for d in leads):
+            return ""
+        return label(value) if every == 1 or (lead == 1 and int(exponent) % every == 0) else ""
 
     axis.set_major_formatter(FuncFormatter(text))
     axis.set_minor_formatter(FuncFormatter(text))
     axis.set_tick_params(which="both", length=3.5)   # minor labels on the same baseline as major ones
+
+
+#: Least gap between neighbouring tick labels, as a fraction of the widest label's width.
+_LABEL_GAP = 0.3
+
+
+@functools.lru_cache(maxsize=256)
+def _text_width(text: str, size: float) -> float:
+    """Width of ``text`` in points in the default font at ``size`` points."""
+    from matplotlib.textpath import TextPath
+
+    return TextPath((0, 0), text, size=size).get_extents().width
+
+
+def _labelled_leads(axis, low: float, high: float, label) -> tuple[tuple, int]:
+    """Which ticks of a log axis get a label: ``(leading digits, every n-th decade)``, chosen so
+    that the widest label (measured in the tick font size) fits between neighbours, with a gap, on
+    the axis' current length."""
+    from matplotlib import rcParams
+    from matplotlib.font_manager import FontProperties
+
+    if not low > 0:
+        return (1, 2, 5), 1
+    decades = max(np.log10(high / low), 1e-9)
+    length = axis.axes.bbox.width if axis.axis_name == "x" else axis.axes.bbox.height   # display pixels
+    size = FontProperties(size=rcParams[f"{axis.axis_name}tick.labelsize"]).get_size_in_points()
+    samples = [label(10.0 ** e * d) for e in range(int(np.floor(np.log10(low))), int(np.ceil(np.log10(high))) + 1)
+               for d in (1, 2, 5)]
+    widest = max(_text_width(t, size) for t in samples if t) * axis.figure.dpi / 72.0   # pixels
+    per_decade = length / decades / (widest * (1 + _LABEL_GAP))   # labels that fit side by side per decade
+    if per_decade >= 1 / np.log10(2):          # 1, 2, 5: the closest neighbours are 0.30 decades apart
+        return (1, 2, 5), 1
+    if per_decade >= 1 / np.log10(3):          # 1, 3: 0.48 decades apart
+        return (1, 3), 1
+    if per_decade >= 1:
+        return (1,), 1
+    return (1,), int(np.ceil(1 / per_decade))
 
 
 def _size_key(top: float) -> list[float]:
@@ -223,7 +277,7 @@ def _size_key(top: float) -> list[float]:
 
 
 def _bits_label(value: float) -> str:
-    for unit, scale in (("Mbit", 1e6), ("kbit", 1e3)):
+    for unit, scale in (("Gbit", 1e9), ("Mbit", 1e6), ("kbit", 1e3)):
         if value >= scale:
             return f"{value / scale:.3g} {unit}"
     return f"{value:.0f} bits"
@@ -259,14 +313,41 @@ def plot_error_vs_bits(ax, records: list[dict]) -> None:
 PLOTS = {"error_vs_size": plot_error_vs_size, "error_vs_ops": plot_error_vs_ops, "error_vs_bits": plot_error_vs_bits}
 
 
+#: The files each plot is written as, in this order.
+PLOT_SUFFIXES = (".png", ".svg")
+
+
+def plot_paths(path) -> list[Path]:
+    """The files a plot named ``path`` is written as: ``run.png`` -> ``run.png``, ``run.svg``.
+
+    Only a ``.png`` or ``.svg`` suffix is replaced; any other dot stays part of the name
+    (``run.v2.png`` -> ``run.v2.png``, ``run.v2.svg``; ``run.v2`` -> ``run.v2.png``, ``run.v2.svg``).
+    """
+    path = Path(path)
+    base = path.with_suffix("") if path.suffix.lower() in PLOT_SUFFIXES else path
+    return [base.with_name(base.name + suffix) for suffix in PLOT_SUFFIXES]
+
+
+def check_plot_path(path, *, inputs: tuple = ()) -> list[Path]:
+    """Before any work: the plot files of ``path`` can be written (OutputError naming the file:
+    a directory, a read-only folder, one of ``inputs``); return them."""
+    from bnc_deploy.errors import OutputError
+    from bnc_deploy.fileio import check_output_path
+
+    if Path(path).is_dir():
+        raise OutputError(f"plot {path} is a directory; give a file name, e.g. {Path(path) / 'pareto.png'}")
+    return [check_output_path(p, inputs=inputs, what="plot") for p in plot_paths(path)]
+
+
 def save_figure(fig, path) -> list[str]:
-    """Save ``fig`` as ``path`` with a ``.png`` and a ``.svg`` suffix; return both paths."""
-    base = Path(path).with_suffix("")
-    base.parent.mkdir(parents=True, exist_ok=True)
+    """Save ``fig`` as the files of :func:`plot_paths` (PNG and SVG), each written atomically
+    (:func:`bnc_deploy.fileio.atomic_write_with`); return both paths."""
+    from bnc_deploy.fileio import atomic_write_with
+
     written = []
-    for suffix in (".png", ".svg"):
-        out = base.with_suffix(suffix)
-        fig.savefig(out, dpi=150, bbox_inches="tight")
+    for out in plot_paths(path):
+        fmt = out.suffix.lstrip(".")
+        atomic_write_with(out, lambda tmp, fmt=fmt: fig.savefig(tmp, format=fmt, dpi=150, bbox_inches="tight"))
         written.append(str(out))
     return written
 
@@ -289,7 +370,7 @@ def plot_all(records: list[dict], out_dir, prefix: str = "", note: str = "") -> 
 
 
 def plot_overview(records: list[dict], path, note: str = "") -> list[str]:
-    """The three plots side by side in one figure at ``path`` (PNG) and beside it as SVG."""
+    """The three plots side by side in one figure, written as the files of :func:`plot_paths`."""
     plt = _pyplot()
     fig, axes = plt.subplots(1, 3, figsize=(23, 6.5), gridspec_kw={"width_ratios": [1, 1.15, 1]})
     for ax, draw in zip(axes, PLOTS.values()):

@@ -49,6 +49,9 @@ class DNNReferencePredictor(PredictorMixin):
     Methods take ``x`` of shape (n, n_features) with integer codes (or one row).
     """
 
+    #: Rows validated per slice (each slice runs CHUNK_ROWS rows at a time through the layers).
+    chunk_rows = 65536
+
     def __init__(self, artifact: DNNArtifact) -> None:
         self.artifact = artifact
         self._thresholds = {}
@@ -62,11 +65,18 @@ class DNNReferencePredictor(PredictorMixin):
 
     # -- forward ----------------------------------------------------------------------------------
     def logits(self, x) -> np.ndarray:
-        """Output-layer values, shape (n, C), float64."""
-        x = self.check(x)
-        if x.shape[0] == 0:
+        """Output-layer values, shape (n, C), float64 (:data:`CHUNK_ROWS` rows at a time)."""
+        return self._chunked(x, self._scores)
+
+    def _scores(self, codes: np.ndarray) -> np.ndarray:
+        if codes.shape[0] == 0:
             return np.zeros((0, self.artifact.n_classes))
-        return np.concatenate([self._logits(x[i:i + CHUNK_ROWS]) for i in range(0, x.shape[0], CHUNK_ROWS)])
+        if codes.shape[0] <= CHUNK_ROWS:
+            return self._logits(codes)
+        out = np.empty((codes.shape[0], self.artifact.n_classes))
+        for i in range(0, codes.shape[0], CHUNK_ROWS):
+            out[i:i + CHUNK_ROWS] = self._logits(codes[i:i + CHUNK_ROWS])
+        return out
 
     def hidden_activations(self, x) -> list[np.ndarray]:
         """Every hidden layer's output (after activation and pooling), for debugging and tests."""

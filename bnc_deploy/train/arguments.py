@@ -26,3 +26,12 @@ def use_threads(threads: int) -> None:
     import torch
 
     torch.set_num_threads(threads)
+
+
+def refuse_random_model(epochs: int, init: str) -> None:
+    """ConfigError for ``--epochs 0`` with ``--init uniform``: nothing would be trained, and the
+    written model would be the random initialization (``--epochs 0 --init ml`` is the
+    maximum-likelihood model and stays allowed)."""
+    if epochs == 0 and init == "uniform":
+        raise ConfigError("--epochs 0 trains nothing; with --init uniform the model would be random: "
+                          "use --init ml for the maximum-likelihood model, or --epochs >= 1")

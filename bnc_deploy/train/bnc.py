@@ -112,15 +112,32 @@ def resolve_parents(config: TrainConfig, dataset: DiscreteDataset) -> tuple[np.n
     return load_structure_file(config.structure, d), str(config.structure)
 
 
+#: What ``--structure FILE`` accepts, for messages.
+STRUCTURE_FILE_HELP = ("a structure file is a .bnc model (its parents are reused), a JSON list of parents "
+                       "(or {\"parents\": [...]}), or integers separated by spaces or commas: one parent index "
+                       "per feature, -1 for none")
+
+
 def load_structure_file(path: str | Path, n_features: int) -> np.ndarray:
-    """Parents from a file: a model file (``.bnc``), JSON (a list, or ``{"parents": [...]}``), or text ints."""
+    """Parents from a file: a model file (``.bnc``), JSON (a list, or ``{"parents": [...]}``), or text ints.
+
+    ConfigError naming the file (and saying what a structure file is) for anything else.
+    """
     path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"structure file {path} is a directory; {STRUCTURE_FILE_HELP}")
     if not path.is_file():
         raise ConfigError(f"structure file {path} does not exist (use --structure chow-liu or a file of parents)")
     if path.suffix == ".bnc":
         parents = load_artifact(path).parents
     else:
-        text = path.read_text()
+        try:
+            text = path.read_bytes().decode("utf-8")
+        except UnicodeDecodeError:
+            raise ConfigError(f"structure file {path} is not a text file (an exported model such as .onnx or "
+                              f".tflite cannot give a structure); {STRUCTURE_FILE_HELP}") from None
+        except OSError as exc:
+            raise ConfigError(f"structure file {path}: cannot read ({exc.strerror or exc})") from None
         try:
             data = json.loads(text)
             parents = data["parents"] if isinstance(data, dict) else data
@@ -128,7 +145,8 @@ def load_structure_file(path: str | Path, n_features: int) -> np.ndarray:
             try:
                 parents = [int(tok) for tok in text.replace(",", " ").split()]
             except ValueError as exc:
-                raise ConfigError(f"structure file {path}: not JSON and not a list of integers ({exc})") from None
+                raise ConfigError(f"structure file {path}: not JSON and not a list of integers ({exc}); "
+                                  f"{STRUCTURE_FILE_HELP}") from None
         except (KeyError, TypeError):
             raise ConfigError(f"structure file {path}: JSON must be a list of parents or have a 'parents' key") \
                 from None

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bnc_deploy.train.arguments import applies_only, flag
+from bnc_deploy.train.arguments import applies_only, flag, refuse_random_model
 
 #: ``--structure`` when not given.
 DEFAULT_STRUCTURE = "chow-liu"
@@ -94,6 +94,7 @@ class BncFamily:
             hybrid_lambda=args.hybrid_lambda, hybrid_gamma=args.hybrid_gamma, hybrid_eta=args.hybrid_eta,
             seed=args.seed, adam_eps=args.adam_eps, progress=progress)
         config.validate()
+        refuse_random_model(args.epochs, args.init)
         return BncPlan(config, structure_learning_config(args))
 
     def input_paths(self, args) -> tuple:

@@ -127,7 +127,10 @@ class DnnFamily:
         ]
         if r["val_error"] is not None:
             lines.append(f"  val error   {100 * r['val_error']:.2f} %")
-        lines += [f"  test error  {100 * r['test_error']:.2f} %", f"  wrote       {r['model']}"]
+        lines.append(f"  test error  {100 * r['test_error']:.2f} %")
+        if r["epochs"] == 0:   # allowed (sizing, export checks), but never silently
+            lines.append("  untrained   --epochs 0: the weights are the random initialization")
+        lines.append(f"  wrote       {r['model']}")
         return "\n".join(lines)
 
 

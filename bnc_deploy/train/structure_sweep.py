@@ -9,6 +9,7 @@ over parameters (as a multiple of naive Bayes).
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 import time
@@ -141,14 +142,17 @@ def pareto_front(rows: list[dict]) -> list[dict]:
 # -- outputs ----------------------------------------------------------------------------------------
 def write_outputs(rows: list[dict], outdir: str | Path, meta: dict, references: list[dict] = ()) -> dict:
     """Write ``trajectory.csv``, ``trajectory.json`` and the plots; return the paths."""
+    from bnc_deploy.fileio import atomic_write_bytes
+
     outdir = Path(outdir)
-    with open(outdir / "trajectory.csv", "w", newline="") as fh:
-        writer = csv.DictWriter(fh, fieldnames=CSV_COLUMNS)
-        writer.writeheader()
-        writer.writerows(rows)
+    table = io.StringIO(newline="")
+    writer = csv.DictWriter(table, fieldnames=CSV_COLUMNS)
+    writer.writeheader()
+    writer.writerows(rows)
+    atomic_write_bytes(outdir / "trajectory.csv", table.getvalue().encode("utf-8"))
     front = pareto_front(rows)
     payload = {**meta, "rows": rows, "pareto_lambdas": [r["lambda"] for r in front], "references": list(references)}
-    (outdir / "trajectory.json").write_text(json.dumps(payload, indent=2, sort_keys=True))
+    atomic_write_bytes(outdir / "trajectory.json", json.dumps(payload, indent=2, sort_keys=True).encode("utf-8"))
     paths = {"csv": str(outdir / "trajectory.csv"), "json": str(outdir / "trajectory.json")}
     paths.update(plot_trajectory(rows, outdir / "trajectory", title=meta.get("title", "")))
     paths.update(plot_pareto(rows, outdir / "pareto", references=references, title=meta.get("title", "")))
@@ -203,10 +207,12 @@ def plot_pareto(rows: list[dict], stem: Path, references=(), title: str = "") ->
 def _save(fig, stem: Path, key: str) -> dict:
     import matplotlib.pyplot as plt
 
+    from bnc_deploy.fileio import atomic_write_with
+
     fig.tight_layout()
     paths = {}
-    for ext in ("png", "svg"):
-        fig.savefig(f"{stem}.{ext}", dpi=120)
+    for ext in ("png", "svg"):   # each file atomically: a reader never sees half a plot
+        atomic_write_with(f"{stem}.{ext}", lambda tmp, ext=ext: fig.savefig(tmp, format=ext, dpi=120))
         paths[f"{key}_{ext}"] = f"{stem}.{ext}"
     plt.close(fig)
     return paths

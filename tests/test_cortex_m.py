@@ -1,0 +1,188 @@
+"""Exported C on emulated Cortex-M (``bnc_deploy.targets.cortex_m``): arm-none-eabi-gcc + qemu-system-arm.
+
+The emulated checks are marked ``slow`` and skipped, with the reason, when the Debian packages
+``gcc-arm-none-eabi libnewlib-arm-none-eabi qemu-system-arm`` are not installed, unless
+``BNC_DEPLOY_REQUIRE_CORTEX_M=1`` (CI sets it once it has installed them: then they fail). The
+helpers and the missing-toolchain error are tested without them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+
+import numpy as np
+import pytest
+
+from bnc_deploy.artifacts import load_artifact, save_artifact
+from bnc_deploy.formats.integrity import IntegrityError
+from bnc_deploy.targets import cortex_m
+from bnc_deploy.testing import discretizer_dict, random_bnc_artifact
+from bnc_deploy.verify import build
+
+MISSING = cortex_m.tools_available()
+#: CI sets this after installing the Debian packages: then a missing tool fails instead of skipping.
+REQUIRED = os.environ.get("BNC_DEPLOY_REQUIRE_CORTEX_M", "") not in ("", "0")
+needs_toolchain = pytest.mark.skipif(MISSING is not None and not REQUIRED,
+                                     reason=f"Cortex-M toolchain not installed: {MISSING}")
+
+
+def _nb():
+    return random_bnc_artifact(np.random.default_rng(31), d=7, n_classes=4, tan=False, bits=3, int_bits=2, n_check=30)
+
+
+def _tan():
+    return random_bnc_artifact(np.random.default_rng(32), d=6, n_classes=5, tan=True, bits=5, int_bits=3, n_check=30)
+
+
+def _header(artifact, path, **options):
+    """The sealed C export (built and sealed as the verifier does; not run on the host)."""
+    data, _ = build(artifact, "c", **options)
+    path.write_bytes(data)
+    return path
+
+
+# -- without the toolchain ------------------------------------------------------------------------
+def test_missing_toolchain_is_a_usage_error_naming_the_packages(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    a = _nb()
+    save_artifact(a, tmp_path / "m.bnc")
+    assert cortex_m.main([str(tmp_path / "m.bnc")]) == 2
+    err = capsys.readouterr().err
+    for package in cortex_m.DEBIAN_PACKAGES:
+        assert package in err
+    assert cortex_m.tools_available() is not None
+
+
+def test_size_and_callgraph_parsers():
+    sections = cortex_m.parse_size_a("x.o  :\nsection size addr\n.text.f 40 0\n.rodata.bnc_codes 12 0\n"
+                                     ".debug_info 99 0\nTotal 151\n")
+    assert sections == {".text.f": 40, ".rodata.bnc_codes": 12, ".debug_info": 99}
+    ci = ('node: { title: "f" label: "f\\na.c:1:5\\n16 bytes (static)" }\n'
+          'node: { title: "a.c:g" label: "g\\nm.h:3:1\\n32 bytes (static)" }\n'
+          'edge: { sourcename: "f" targetname: "a.c:g" label: "x" }\n'
+          'edge: { sourcename: "a.c:g" targetname: "__aeabi_fcmpgt" label: "y" }\n')
+    assert cortex_m._stack_from_callgraph(ci, "f") == (48, ["__aeabi_fcmpgt"], True)
+
+
+def test_rows_header_types_and_expected_values():
+    a = _nb()
+    rows = cortex_m.check_rows(a, n_random=8)
+    assert rows.x.shape == (30 + 8, 7) and rows.n_given == 30
+    from bnc_deploy.reference import ReferencePredictor
+
+    ref = ReferencePredictor(a)
+    assert np.array_equal(rows.sums, ref.integer_scores(rows.x))
+    assert np.array_equal(rows.labels, ref.predict(rows.x))
+    # one invalid row per feature: code = cardinality
+    assert rows.invalid.shape == (7, 7) and all(rows.invalid[i, i] == a.cardinalities[i] for i in range(7))
+    text = cortex_m.rows_header(rows, 7, 4, 3)
+    assert "static const uint8_t check_sum[38][4]" in text and "#define N_CHECK 38u" in text
+
+
+# -- emulated ------------------------------------------------------------------------------------
+@pytest.mark.slow
+@needs_toolchain
+@pytest.mark.parametrize("make", [_nb, _tan], ids=["nb-3bit", "tan-5bit"])
+def test_all_rows_pass_on_all_three_boards(make, tmp_path):
+    a = make()
+    report = cortex_m.check_header(_header(a, tmp_path / "m.h"), a, workdir=tmp_path / "build")
+    assert report["ok"], cortex_m.format_report(report)
+    assert [b["board"] for b in report["boards"]] == ["mps2-an385", "mps2-an386", "mps2-an500"]
+    for b in report["boards"]:
+        assert b["passed"] == b["n_rows"] == 30 + cortex_m.N_RANDOM_ROWS
+        assert (b["failed"], b["invalid_failed"], b["exit_codes"], b["errors"]) == (0, 0, [0], [])
+        m = b["model"]
+        assert m["codes_bytes"] == a.n_parameters  # one byte per code
+        assert m["data_bss_bytes"] == 0 and m["stack_bytes"] > 0 and m["external_calls"] == []
+        assert m["compiler_warnings"] == "" and b["compiler_warnings"] == []
+        ins = b["instructions"]
+        assert ins["available"] and ins["instructions_per_tick"] == pytest.approx(40.0)
+        assert ins["predict_per_row"] > a.n_ops  # at least one instruction per addition
+    assert report["size_bits"] == a.size_bits
+
+
+@pytest.mark.slow
+@needs_toolchain
+def test_packed_codes_pass_and_take_b_theta_bits(tmp_path):
+    a = _tan()
+    report = cortex_m.check_header(_header(a, tmp_path / "m.h", pack_bits=True), a, boards=["mps2-an385"])
+    assert report["ok"], cortex_m.format_report(report)
+    assert report["boards"][0]["model"]["codes_bytes"] == math.ceil(a.size_bits / 8)
+
+
+@pytest.mark.slow
+@needs_toolchain
+def test_the_harness_fails_on_a_wrong_expected_value(tmp_path):
+    a = _nb()
+    rows = cortex_m.check_rows(a)
+    rows.sums[5, 1] += 1  # one wrong expected score
+    rows.labels[7] = (rows.labels[7] + 1) % a.n_classes  # one wrong expected label
+    report = cortex_m.check_header(_header(a, tmp_path / "m.h"), a, boards=["mps2-an385"], rows=rows,
+                                   footprint=False)
+    b = report["boards"][0]
+    assert not report["ok"]
+    assert (b["failed"], b["passed"], b["failed_rows"], b["exit_codes"]) == (2, b["n_rows"] - 2, [5, 7], [2])
+    assert b["failures"][0]["row"] == 5 and b["failures"][0]["scores"] != b["failures"][0]["expected_scores"]
+    assert "row 5" in cortex_m.format_report(report)
+
+
+@pytest.mark.slow
+@needs_toolchain
+def test_a_tampered_table_is_caught_on_the_target(tmp_path):
+    a = _nb()
+    path = _header(a, tmp_path / "m.h")
+    text = path.read_text()
+    start = text.index("/* class prior */ ") + len("/* class prior */ ")
+    first = text[start:text.index(",", start)]
+    path.write_text(text[:start] + str((int(first) + 1) % 8) + text[start + len(first):])
+    with pytest.raises(IntegrityError):
+        cortex_m.check_header(path, a, boards=["mps2-an385"])
+    report = cortex_m.check_header(path, a, boards=["mps2-an385"], verify_integrity=False, footprint=False)
+    b = report["boards"][0]
+    assert not report["ok"] and b["failed"] > 0 and b["exit_codes"] == [min(b["failed"], 254)]
+
+
+@pytest.mark.slow
+@needs_toolchain
+def test_raw_inputs_and_several_programs(tmp_path, monkeypatch):
+    cuts = [[-1.5, 0.25, 3.0], [0.1], [], [2.0, 2.0000001, 7.5]]
+    a = random_bnc_artifact(np.random.default_rng(5), tan=True, bits=4, int_bits=2, n_classes=3,
+                            cardinalities=[len(c) + 1 for c in cuts], discretizer=discretizer_dict(cuts))
+    monkeypatch.setattr(cortex_m, "ROW_BYTES_PER_IMAGE", 4000)  # split the rows over several programs
+    report = cortex_m.check_header(_header(a, tmp_path / "m.h", raw_inputs=True), a, boards=["mps2-an386"],
+                                   footprint=False)
+    b = report["boards"][0]
+    assert report["ok"], cortex_m.format_report(report)
+    assert report["rows"]["n_programs"] >= 2 and report["rows"]["n_raw"] == b["n_rows"] + 3
+    assert b["raw_failed"] == 0 and b["passed"] == b["n_rows"]
+
+
+@pytest.mark.slow
+@needs_toolchain
+def test_cli_header_needs_its_own_model(tmp_path, capsys):
+    save_artifact(_nb(), tmp_path / "m.bnc")
+    save_artifact(_tan(), tmp_path / "other.bnc")
+    header = _header(load_artifact(tmp_path / "m.bnc"), tmp_path / "m.h")  # as bnc-export does
+    assert cortex_m.main([str(header)]) == 2
+    assert "--model" in capsys.readouterr().err
+    assert cortex_m.main([str(header), "--model", str(tmp_path / "other.bnc")]) == 2
+    assert "not exported from this model" in capsys.readouterr().err
+    assert cortex_m.main([str(header), "--model", str(tmp_path / "m.bnc"), "--board", "mps2-an500", "--json",
+                          "--random", "16"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["ok"] and report["boards"][0]["passed"] == 30 + 16
+
+
+
+@pytest.mark.slow
+@needs_toolchain
+@pytest.mark.skipif(shutil.which(os.environ.get("CC", "cc")) is None,
+                    reason="exporting a .bnc verifies the C file in the native runtime, which needs a host C compiler")
+def test_cli_exports_a_model_file_itself(tmp_path, capsys):
+    save_artifact(_tan(), tmp_path / "m.bnc")
+    assert cortex_m.main([str(tmp_path / "m.bnc"), "--pack-bits", "--board", "mps2-an385", "--random", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "PASS: 1 of 1 boards" in out and "packed5" in out and "not cycle-accurate" in out
