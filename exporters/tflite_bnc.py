@@ -119,7 +119,6 @@ from __future__ import annotations
 
 import warnings
 from collections import Counter
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -140,6 +139,15 @@ from bnc_deploy.exporters._tflite import (
     micro_metadata,
     tensorflow,
 )
+from bnc_deploy.exporters._onehot_fc_plan import (  # noqa: F401  (constants stay importable from here)
+    INT8_OUTPUT_LEVELS,
+    ONEHOT_BUILDERS,
+    ONEHOT_FC_BATCH,
+    RELU_MAX_CARDINALITY,
+    OneHotFCPlan,
+    _pack_groups,
+    onehot_fc_plan,
+)
 from bnc_deploy.exporters.base import Option, register_exporter
 from bnc_deploy.formats.tflite import (
     TFLiteSummary,
@@ -158,14 +166,6 @@ from bnc_deploy.formats.bnc import (
 )
 from bnc_deploy.errors import ExportError
 
-#: Static batch size of the ``onehot-fc`` lowering (the Edge TPU needs static shapes).
-ONEHOT_FC_BATCH = 1
-#: Largest integer partial sum an int8 output with zero point -128 and scale 1 can hold.
-INT8_OUTPUT_LEVELS = 255
-#: How ``onehot-fc`` builds its one-hot (see the module docstring).
-ONEHOT_BUILDERS = ("equal-cast", "relu")
-#: Largest cardinality the ``relu`` builder takes: its input codes are int8 (0..127).
-RELU_MAX_CARDINALITY = 128
 #: B = 8 micro gather: the int8 table stores ``code - 128`` (codes 0..255 do not fit int8).
 MICRO_TABLE_SHIFT = 128
 
@@ -205,128 +205,6 @@ def build_tflite_model(artifact, *, lowering: str = "gather", raw_inputs: bool =
         meta["tflm"].update(measure_tflm_arena(model, artifact.n_features, np.dtype(meta["input_dtype"])))
         model = finish_flatbuffer(converted, meta)
     return model
-
-
-# ================================================================================================
-# One-hot FC plan (NumPy only): weights, groups and scales the exporter chooses
-# ================================================================================================
-@dataclass
-class OneHotFCPlan:
-    """Int8 weights, scales and grouping of the ``onehot-fc`` lowering.
-
-    Attributes
-    ----------
-    builder : ``"equal-cast"`` or ``"relu"`` (how the one-hot is built)
-    mode : ``"exact"`` (B <= 7), ``"rescaled"`` (B = 8) or ``"float"``
-    scale : float
-        Real value of one weight unit, also the scale of the int8 partial sums (1, 2 or max|log p|/127).
-    weights : ndarray (onehot_width, C), int8 in 0..127
-        One row per one-hot position. ``equal-cast``: position ``i * r_max + k`` is feature ``i``'s
-        local row ``k`` (padding rows 0); ``relu``: position = stacked-table row.
-    r_max : int
-        Largest ``|X_i| * |X_pa(i)|`` (one-hot width per feature for ``equal-cast``).
-    pattern : ndarray (D, r_max), int32
-        ``k + 1`` for real local rows, 0 for padding (``equal-cast`` compares ``k_i + 1`` with it).
-    groups : list of (start, stop)
-        Consecutive feature ranges; each group's largest possible partial sum is <= 255.
-    slices : list of (lo, hi)
-        The one-hot positions of each group (its FC's input columns).
-    max_code_error : int
-        Largest ``|weight * scale - code|`` over the table, in code units (quantized only).
-    """
-
-    builder: str
-    mode: str
-    scale: float
-    weights: np.ndarray
-    r_max: int
-    pattern: np.ndarray
-    groups: list = field(default_factory=list)
-    slices: list = field(default_factory=list)
-    max_code_error: int = 0
-
-    def group_weights(self, k: int) -> np.ndarray:
-        """Int8 weights of group ``k``'s FC, shape (hi - lo, C)."""
-        lo, hi = self.slices[k]
-        return self.weights[lo:hi]
-
-    def describe(self) -> dict:
-        """JSON-safe summary for the file's metadata."""
-        return {"builder": self.builder, "mode": self.mode, "weight_scale": float(self.scale),
-                "n_groups": len(self.groups), "groups": [[int(a), int(b)] for a, b in self.groups],
-                "onehot_width": int(self.weights.shape[0]), "max_code_error": int(self.max_code_error),
-                "batch": ONEHOT_FC_BATCH}
-
-
-def onehot_fc_plan(artifact, onehot: str = "equal-cast", *, raw_inputs: bool = False) -> OneHotFCPlan:
-    """Choose int8 weights, their scale and the feature groups for ``onehot-fc`` (see module doc)."""
-    if onehot not in ONEHOT_BUILDERS:
-        raise ExportError(f"unknown one-hot builder {onehot!r}; choose one of {', '.join(ONEHOT_BUILDERS)}")
-    if onehot == "relu":
-        _check_relu_builder(artifact, raw_inputs)
-    mode, scale, units, error = _weight_units(artifact)
-    rows = artifact.rows_per_feature
-    offsets = artifact.row_offsets
-    r_max = int(rows.max())
-    d, c = artifact.n_features, artifact.n_classes
-    padded = np.zeros((d, r_max, c), dtype=np.int8)
-    for i, (start, n) in enumerate(zip(offsets, rows)):
-        padded[i, :n] = units[start:start + n]
-    local = np.arange(r_max)[None, :]
-    pattern = np.where(local < rows[:, None], local + 1, 0).astype(np.int32)
-    bounds = padded.reshape(d, -1).max(axis=1).astype(np.int64)   # largest term each feature can add
-    groups = _pack_groups(bounds, INT8_OUTPUT_LEVELS)
-    if onehot == "relu":
-        ends = np.append(offsets, artifact.n_rows)
-        weights, slices = units, [(int(ends[a]), int(ends[b])) for a, b in groups]
-    else:
-        weights, slices = padded.reshape(d * r_max, c), [(a * r_max, b * r_max) for a, b in groups]
-    return OneHotFCPlan(builder=onehot, mode=mode, scale=scale, weights=weights, r_max=r_max, pattern=pattern,
-                        groups=groups, slices=slices, max_code_error=error)
-
-
-def _check_relu_builder(artifact, raw_inputs: bool) -> None:
-    """The ``relu`` builder takes int8 codes: no raw inputs, cardinalities <= 128."""
-    if raw_inputs:
-        raise ExportError("the relu one-hot builder takes int8 codes; bin raw values on the host "
-                          "(or use onehot='equal-cast' with raw_inputs)")
-    too_big = np.flatnonzero(artifact.cardinalities > RELU_MAX_CARDINALITY)
-    if too_big.size:
-        i = int(too_big[0])
-        raise ExportError(f"the relu one-hot builder needs cardinalities <= {RELU_MAX_CARDINALITY} (int8 codes); "
-                          f"feature {i} ({artifact.feature_names[i]!r}) has {int(artifact.cardinalities[i])}")
-
-
-def _weight_units(artifact) -> tuple[str, float, np.ndarray, int]:
-    """``(mode, scale, int8 weight units (n_rows, C), max code error)`` of the table."""
-    if artifact.is_quantized:
-        codes = artifact.table_codes.astype(np.int64)
-        if artifact.quantizer.max_code <= INT8_WEIGHT_MAX:
-            return "exact", 1.0, codes.astype(np.int8), 0
-        # B = 8: halve the codes (round half to even, like the quantizer) and clip 255 -> 127.
-        units = np.minimum(np.round(codes / 2.0), INT8_WEIGHT_MAX).astype(np.int64)
-        return "rescaled", 2.0, units.astype(np.int8), int(np.max(np.abs(2 * units - codes), initial=0))
-    neg = -artifact.table_logp.astype(np.float64)
-    top = float(neg.max(initial=0.0))
-    scale = top / INT8_WEIGHT_MAX if top > 0 else 1.0
-    units = np.clip(np.round(neg / scale), 0, INT8_WEIGHT_MAX).astype(np.int8)
-    return "float", float(np.float32(scale)), units, 0
-
-
-def _pack_groups(bounds: np.ndarray, capacity: int) -> list[tuple[int, int]]:
-    """Split features 0..D-1 into consecutive runs whose ``bounds`` sum to <= ``capacity``.
-
-    Greedy (a run grows until the next feature would overflow); every bound is <= 127, so a run
-    always holds at least two features unless the model ends.
-    """
-    groups, start, total = [], 0, 0
-    for i, b in enumerate(bounds):
-        if i > start and total + int(b) > capacity:
-            groups.append((start, i))
-            start, total = i, 0
-        total += int(b)
-    groups.append((start, len(bounds)))
-    return groups
 
 
 # ================================================================================================
