@@ -15,6 +15,7 @@ import re
 
 import numpy as np
 
+from bnc_deploy.formats.tflite import captured_native_stderr
 from bnc_deploy.errors import ExportError, MissingExtraError
 
 #: Largest int8 weight (TFLite int8 weights are symmetric: -127..127, zero point 0).
@@ -167,28 +168,6 @@ def tflm_interpreter(model: bytes, arena_size: int):
     return runtime.Interpreter.from_bytes(bytes(model), arena_size=int(arena_size))
 
 
-class captured_stderr:
-    """Capture what C++ code writes to file descriptor 2 (TFLM's MicroPrintf) as ``.text``."""
-
-    def __enter__(self):
-        import sys
-        import tempfile
-
-        sys.stderr.flush()
-        self._file = tempfile.TemporaryFile()
-        self._saved = os.dup(2)
-        os.dup2(self._file.fileno(), 2)
-        self.text = ""
-        return self
-
-    def __exit__(self, *exc) -> None:
-        os.dup2(self._saved, 2)
-        os.close(self._saved)
-        self._file.seek(0)
-        self.text = self._file.read().decode("utf-8", errors="replace")
-        self._file.close()
-
-
 #: ``[RecordingMicroAllocator] Arena allocation total N bytes`` in TFLM's allocation report.
 _ARENA_TOTAL = re.compile(r"Arena allocation total (\d+) bytes")
 #: Arena TFLM is first given when measuring (then doubled while it runs out, up to the limit).
@@ -213,7 +192,7 @@ def measure_tflm_arena(model: bytes, n_features: int, input_dtype, *, limit: int
 
     def attempt(size: int, report: bool = False):
         """``(interpreter or None, TFLM's log)`` for an arena of ``size`` bytes."""
-        with captured_stderr() as log:
+        with captured_native_stderr() as log:
             try:
                 interpreter = tflm_interpreter(model, size)
                 if report:
@@ -243,7 +222,7 @@ def measure_tflm_arena(model: bytes, n_features: int, input_dtype, *, limit: int
         else:
             low = mid
     interpreter, _ = attempt(high)
-    with captured_stderr() as log:
+    with captured_native_stderr() as log:
         try:
             interpreter.set_input(np.zeros((MICRO_BATCH, n_features), dtype=input_dtype), 0)
             interpreter.invoke()

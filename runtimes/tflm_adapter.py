@@ -19,9 +19,6 @@ preallocated outputs. ``invoke`` returns ``(scores float32 (n, C), label int64 (
 
 from __future__ import annotations
 
-import os
-import sys
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +27,7 @@ import numpy as np
 # naming the ``micro`` extra and ``bnc_deploy.testing.runtimes_for`` leaves the runtime out.
 from tflite_micro.python.tflite_micro import runtime as tflm_runtime
 
+from bnc_deploy.formats.tflite import captured_native_stderr
 from bnc_deploy.errors import ConfigError
 from bnc_deploy.runtimes.base import RuntimeAdapter, RuntimeLoadError
 
@@ -39,26 +37,6 @@ MICRO_PROFILE = "micro"
 ARENA_SLACK = 256
 #: Arena for a micro file that records none (exported without tflite-micro installed).
 DEFAULT_ARENA = 2**20
-
-
-class _CapturedStderr:
-    """What the TFLM C++ code prints to file descriptor 2 while the block runs, as ``.text``
-    (its error messages go there, not into the Python exception)."""
-
-    def __enter__(self):
-        sys.stderr.flush()
-        self._file = tempfile.TemporaryFile()
-        self._saved = os.dup(2)
-        os.dup2(self._file.fileno(), 2)
-        self.text = ""
-        return self
-
-    def __exit__(self, *exc) -> None:
-        os.dup2(self._saved, 2)
-        os.close(self._saved)
-        self._file.seek(0)
-        self.text = " ".join(self._file.read().decode("utf-8", errors="replace").split())
-        self._file.close()
 
 
 class TFLMAdapter(RuntimeAdapter):
@@ -110,7 +88,7 @@ class TFLMAdapter(RuntimeAdapter):
             self.arena_size = recorded + ARENA_SLACK
         else:
             self.arena_size = max(DEFAULT_ARENA, 10 * path.stat().st_size)
-        with _CapturedStderr() as log:
+        with captured_native_stderr() as log:
             try:
                 self.interpreter = tflm_runtime.Interpreter.from_bytes(path.read_bytes(), arena_size=self.arena_size)
                 failure = None
@@ -118,7 +96,7 @@ class TFLMAdapter(RuntimeAdapter):
                 failure = exc
         if failure is not None:
             raise RuntimeLoadError(f"{path}: TFLite Micro cannot load the file with a {self.arena_size}-byte "
-                                   f"arena ({_first_line(failure)}: {log.text[:300]})")
+                                   f"arena ({_first_line(failure)}: {' '.join(log.text.split())[:300]})")
         self._bind_io(path, meta)
         return meta
 

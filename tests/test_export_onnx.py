@@ -20,6 +20,8 @@ onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
 from bnc_deploy.artifacts import BNCArtifact  # noqa: E402
+from bnc_deploy.testing import discretizer_dict, random_parents  # noqa: E402,F401  (imported by other tests)
+from bnc_deploy.testing import random_bnc_artifact as random_artifact  # noqa: E402
 from bnc_deploy.formats.metadata import INVALID_LABEL, METADATA_KEY, parse_metadata
 from bnc_deploy.errors import ExportError
 from bnc_deploy.formats.bnc import float32_thresholds
@@ -32,48 +34,6 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 # -- random artifacts ---------------------------------------------------------------------------------
-def random_parents(rng: np.random.Generator, d: int, tan: bool) -> np.ndarray:
-    """A random forest over ``d`` features (each parent earlier in a random order), or all -1."""
-    parents = np.full(d, -1, dtype=np.int64)
-    if tan:
-        order = rng.permutation(d)
-        for k in range(1, d):
-            if rng.random() < 0.8:
-                parents[order[k]] = order[rng.integers(0, k)]
-    return parents
-
-
-def random_artifact(rng: np.random.Generator, *, d: int | None = None, n_classes: int | None = None,
-                    tan: bool | None = None, bits: int | None = None, int_bits: int | None = None,
-                    max_card: int = 6, n_check: int = 20, discretizer: dict | None = None,
-                    cardinalities=None) -> BNCArtifact:
-    """A valid NB/TAN artifact with random tables (float when ``bits`` is None).
-
-    Cardinalities are drawn from 1..max_card (1 included on purpose) unless given.
-    """
-    d = (int(rng.integers(1, 7)) if cardinalities is None else len(cardinalities)) if d is None else d
-    c = int(rng.integers(2, 6)) if n_classes is None else n_classes
-    tan = bool(rng.integers(0, 2)) if tan is None else tan
-    card = rng.integers(1, max_card + 1, size=d) if cardinalities is None else np.asarray(cardinalities)
-    parents = random_parents(rng, d, tan)
-    safe = np.where(parents >= 0, parents, 0)
-    n_rows = int((card * np.where(parents >= 0, card[safe], 1)).sum())
-    tables = {}
-    if bits is None:
-        tables["class_logp"] = np.log(rng.dirichlet(np.ones(c))).astype(np.float32)
-        tables["table_logp"] = -rng.exponential(2.0, size=(n_rows, c)).astype(np.float32)
-    else:
-        q = FixedPointLogQuantizer(bits, int_bits if int_bits is not None else min(bits, 2))
-        tables["quantizer"] = q
-        tables["class_codes"] = rng.integers(0, q.max_code + 1, size=c).astype(np.uint8)
-        tables["table_codes"] = rng.integers(0, q.max_code + 1, size=(n_rows, c)).astype(np.uint8)
-    return BNCArtifact(
-        parents=parents, cardinalities=card, class_names=[f"class{k}" for k in range(c)],
-        feature_names=[f"feat{i}" for i in range(d)], discretizer=discretizer,
-        check_x=rng.integers(0, card, size=(n_check, d)).astype(np.uint8),
-        check_y=rng.integers(0, c, size=n_check), **tables)
-
-
 def random_codes(rng: np.random.Generator, artifact: BNCArtifact, n: int) -> np.ndarray:
     return rng.integers(0, artifact.cardinalities, size=(n, artifact.n_features)).astype(np.int64)
 
@@ -276,16 +236,6 @@ def test_graph_guard_onehot_fc(tmp_path):
 
 
 # -- raw inputs -----------------------------------------------------------------------------------------
-def discretizer_dict(cuts: list[list[float]]) -> dict:
-    """A FayyadIraniDiscretizer.to_dict() for given cut points (built with the real class)."""
-    discretize = pytest.importorskip("bnc_deploy.datasets.discretize")
-    if not hasattr(discretize, "FayyadIraniDiscretizer"):
-        pytest.skip("bnc_deploy.datasets.discretize.FayyadIraniDiscretizer not available yet")
-    model = discretize.FayyadIraniDiscretizer.from_dict(
-        {"method": "fayyad-irani-mdl", "n_features_in": len(cuts), "cut_points": cuts})
-    return model.to_dict()
-
-
 # 0.1 and 1/3 are not float32 numbers; 1e-45 and 1e39 probe the float32 range ends; [] is a 1-value feature.
 RAW_CUTS = [[0.1, 0.5, 2.0], [], [1 / 3, 1 / 3 + 1e-12, 7.25], [-1e39, 1e-45, 1e39], [0.0]]
 

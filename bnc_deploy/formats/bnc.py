@@ -227,7 +227,8 @@ def raw_representatives(artifact, codes: np.ndarray) -> np.ndarray:
         k = int(n_cuts[i])
         if k == 0:
             continue
-        edges = np.append(thresholds[i, :k], np.nextafter(thresholds[i, k - 1], np.float32(np.inf)))
+        with np.errstate(over="ignore"):  # FLT_MAX's successor is inf; clipped just below
+            edges = np.append(thresholds[i, :k], np.nextafter(thresholds[i, k - 1], np.float32(np.inf)))
         # A cut at or beyond the float32 range leaves no finite float32 above it: feed the largest
         # finite value instead (the discretizer then says which bin float32 inputs can reach).
         edges = np.clip(edges, -np.finfo(np.float32).max, np.finfo(np.float32).max)

@@ -196,3 +196,30 @@ def read_tflite_metadata(model) -> dict:
         return json.loads(summary.metadata[METADATA_KEY].decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise MetadataError(f"corrupt {METADATA_KEY} metadata ({exc})") from None
+
+
+class captured_native_stderr:
+    """Capture what native code (TFLM's ``MicroPrintf``) writes to file descriptor 2 while the block
+    runs, as ``.text``: the interpreter's error messages go there, not into the Python exception.
+    Shared by the TFLM arena measurement (exporters) and the ``tflm`` runtime."""
+
+    def __enter__(self):
+        import os
+        import sys
+        import tempfile
+
+        sys.stderr.flush()
+        self._file = tempfile.TemporaryFile()
+        self._saved = os.dup(2)
+        os.dup2(self._file.fileno(), 2)
+        self.text = ""
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import os
+
+        os.dup2(self._saved, 2)
+        os.close(self._saved)
+        self._file.seek(0)
+        self.text = self._file.read().decode("utf-8", errors="replace")
+        self._file.close()
