@@ -256,3 +256,18 @@ def test_cli_export_profile_micro(tmp_path, capsys):
     assert main([str(model), "--format", "tflite", "--profile", "micro", "-o", str(out)]) in (0, None)
     rt = load_runtime(out, "tflm")
     assert rt.metadata["profile"] == "micro" and rt.metadata["tflm"]["arena_bytes"] > 0
+
+
+@pytest.mark.parametrize("lowering", ["gather", "onehot-fc"])
+@pytest.mark.parametrize("tan", [False, True])
+def test_profiler_counts_micro_files_like_the_analytic_model(tmp_path, lowering, tan):
+    """The micro guard's REDUCE_MAX has a counting rule: graph size and operations equal the
+    paper's analytic numbers, with no unknown op (bnc-profile said "no rule for REDUCE_MAX")."""
+    from bnc_deploy.profiling.graph_count import count_graph
+    from bnc_deploy.verify import export_path
+
+    artifact = _bnc(3, 3, tan)
+    path = export_path(artifact, tmp_path / "m.tflite", "tflite", lowering=lowering, profile="micro")
+    check = count_graph(path).to_dict()["check"]
+    assert check["n_ops"] == {"graph": artifact.n_ops, "analytic": artifact.n_ops, "equal": True}
+    assert check["size_bits"]["equal"] and check["size_bits"]["graph"] == artifact.size_bits

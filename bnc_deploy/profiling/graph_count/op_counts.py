@@ -31,7 +31,9 @@ KINDS = {
     "BatchNormalization": "batchnorm",
     **dict.fromkeys(["Equal", "NotEqual", "Greater", "GreaterOrEqual", "Less", "LessOrEqual"], "compare"),
     **dict.fromkeys(["And", "Or", "Not", "Xor", "IsNaN", "IsInf"], "logic"),
-    **dict.fromkeys(["ReduceAny", "ReduceAll"], "reduce_logic"),
+    # ReduceMax/Min reduce 0/1 flags in the micro-profile guard (TFLM has no REDUCE_ANY): a guard
+    # op like ReduceAny, counted the same way.
+    **dict.fromkeys(["ReduceAny", "ReduceAll", "ReduceMax", "ReduceMin"], "reduce_logic"),
     "Where": "where",
     **dict.fromkeys(["Min", "Max", "Clip", "Relu", "Relu6"], "clamp"),
     "ArgMax": "argmax", "ArgMin": "argmax",

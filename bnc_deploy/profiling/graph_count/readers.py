@@ -22,6 +22,7 @@ from bnc_deploy.profiling.graph_count.ir import GNode, Graph, GTensor
 #: TFLite builtin -> canonical op.
 TFLITE_OPS = {
     "ADD": "Add", "SUB": "Sub", "MUL": "Mul", "DIV": "Div", "SUM": "ReduceSum", "REDUCE_ANY": "ReduceAny",
+    "REDUCE_MAX": "ReduceMax", "REDUCE_MIN": "ReduceMin",
     "GATHER": "Gather", "CAST": "Cast", "RESHAPE": "Reshape", "SQUEEZE": "Squeeze", "EXPAND_DIMS": "Unsqueeze",
     "TRANSPOSE": "Transpose", "STRIDED_SLICE": "StridedSlice", "SLICE": "Slice", "CONCATENATION": "Concat",
     "PACK": "Pack", "QUANTIZE": "Quantize", "DEQUANTIZE": "Dequantize", "SELECT": "Where", "SELECT_V2": "Where",
