@@ -21,3 +21,13 @@ def shared_datasets() -> Path:
 @pytest.fixture
 def synthetic_dataset() -> DiscreteDataset:
     return make_synthetic_dataset()
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _native_cache_in_tmp(tmp_path_factory):
+    """Compiled C exports (the ``native`` runtime) go to a temporary cache, not the user's ~/.cache."""
+    import os
+
+    if "BNC_DEPLOY_NATIVE_CACHE" not in os.environ:
+        os.environ["BNC_DEPLOY_NATIVE_CACHE"] = str(tmp_path_factory.mktemp("native-cache"))
+    yield
