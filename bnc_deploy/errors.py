@@ -61,6 +61,11 @@ class OutputError(BncDeployError):
     or full folder); nothing was written and any existing file is untouched."""
 
 
+class ResultFileError(BncDeployError):
+    """A JSON result file (``--json`` rows given to ``bnc-profile``) is not valid JSON or not a list
+    of objects."""
+
+
 class MissingExtraError(BncDeployError, ImportError):
     """A feature needs an optional dependency that is not installed; the message says which extra
     to install (``pip install 'bnc-deploy[EXTRA]'``)."""

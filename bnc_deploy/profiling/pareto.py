@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bnc_deploy.errors import BncDeployError, MissingExtraError
+from bnc_deploy.errors import MissingExtraError, ResultFileError
 
 #: Objectives, all minimized.
 OBJECTIVES = ("size_bits", "n_ops", "test_error")
@@ -27,10 +27,6 @@ FLOAT_BITS = 32
 
 
 # -- records -------------------------------------------------------------------------------------------
-class ResultFileError(BncDeployError):
-    """A JSON result file (``--json`` rows) is not valid JSON or not a list of objects."""
-
-
 def load_records(paths) -> list[dict]:
     """Records from JSON files: a list of objects, one object, or ``{"records": [...]}``.
 
