@@ -57,6 +57,7 @@ import numpy as np
 
 import bnc_deploy
 from bnc_deploy.errors import ExportError
+from bnc_deploy.exporters._bnc_options import RAW_INPUTS
 from bnc_deploy.exporters.base import Option, register_exporter
 from bnc_deploy.formats.bnc import export_metadata, padded_thresholds, raw_cut_points
 from bnc_deploy.formats.c import check_c_name, comment_text, metadata_comment
@@ -389,6 +390,5 @@ register_exporter(
         Option("pack_bits", "bool", False, help="quantized models: store the B-bit codes (BN tables, DNN weights) "
                                                 "packed to B bits each (C: one bit stream; ONNX: bit-planes) "
                                                 "instead of one byte each"),
-        Option("raw_inputs", "bool", False, help="embed the model's discretizer: the file takes raw float32 "
-                                                  "feature values"),
+        RAW_INPUTS,
     ])

@@ -63,9 +63,9 @@ from bnc_deploy.formats.metadata import (
     dump_metadata,
     flat_metadata,
 )
+from bnc_deploy.exporters._bnc_options import LOWERING, RAW_INPUTS
 from bnc_deploy.exporters.base import Option, register_exporter
 from bnc_deploy.formats.bnc import (
-    LOWERINGS,
     OUTPUT_LOG_JOINT,
     check_lowering,
     export_metadata,
@@ -305,10 +305,8 @@ register_exporter(
     "bnc", "onnx", build_onnx_bytes, extension=".onnx", runtime="onnxruntime",
     description="gather + reduce-sum graph, bit-exact for quantized models",
     options=[
-        Option("lowering", "str", "gather", LOWERINGS,
-               "table lookup as an integer gather (default, exact) or one-hot times table (FC layer)"),
-        Option("raw_inputs", "bool", False, help="embed the model's discretizer: the file takes raw float32 "
-                                                  "feature values"),
+        LOWERING,
+        RAW_INPUTS,
         Option("opset", "int", DEFAULT_OPSET, help=f"ONNX opset (default: {DEFAULT_OPSET})"),
         Option("pack_bits", "bool", False, help="quantized models: store the B-bit codes (BN tables, DNN weights) "
                                                 "as bit-planes instead of one byte each"),

@@ -148,6 +148,7 @@ from bnc_deploy.exporters._onehot_fc_plan import (  # noqa: F401  (constants sta
     _pack_groups,
     onehot_fc_plan,
 )
+from bnc_deploy.exporters._bnc_options import LOWERING, RAW_INPUTS
 from bnc_deploy.exporters.base import Option, register_exporter
 from bnc_deploy.formats.tflite import (
     TFLiteSummary,
@@ -157,7 +158,6 @@ from bnc_deploy.formats.tflite import (
 )
 from bnc_deploy.formats.metadata import INPUT_NAME, INVALID_LABEL, OUTPUT_LABEL
 from bnc_deploy.formats.bnc import (
-    LOWERINGS,
     OUTPUT_LOG_JOINT,
     check_lowering,
     export_metadata,
@@ -550,10 +550,8 @@ register_exporter(
     "bnc", "tflite", build_tflite_model, extension=".tflite", runtime="litert",
     description="builtin-ops TFLite: uint8 gather (exact) or int8 one-hot x FULLY_CONNECTED for accelerators",
     options=[
-        Option("lowering", "str", "gather", LOWERINGS,
-               "table lookup as an integer gather (default, exact) or one-hot times table (FC layer)"),
-        Option("raw_inputs", "bool", False, help="embed the model's discretizer: the file takes raw float32 "
-                                                  "feature values"),
+        LOWERING,
+        RAW_INPUTS,
         Option("onehot", "str", "equal-cast", ONEHOT_BUILDERS,
                "onehot-fc lowering: build the one-hot with EQUAL+CAST (default) or from int8 ops the Edge TPU "
                "maps (FC+ReLU, MINIMUM, SUB, MUL; cardinalities <= 128, codes input)"),
