@@ -309,9 +309,12 @@ RUNTIMES: dict[str, object] = {
     # Not the default for .tflite (EXTENSIONS keeps litert): it runs micro-profile files only.
     "tflm": "bnc_deploy.runtimes.tflm_adapter:TFLMAdapter",
     "native": "bnc_deploy.runtimes.native_adapter:NativeAdapter",
+    # A served model (V2 REST client); no file extension: chosen by name only (bnc-profile --url).
+    "http": "bnc_deploy.runtimes.http_adapter:HttpAdapter",
 }
 #: File extension -> default runtime name.
-EXTENSIONS: dict[str, str] = {".bnc": "numpy", ".onnx": "onnxruntime", ".tflite": "litert", ".h": "native"}
+EXTENSIONS: dict[str, str] = {".bnc": "numpy", ".onnx": "onnxruntime", ".ort": "onnxruntime", ".tflite": "litert",
+                              ".h": "native"}
 
 
 def register_runtime(name: str, target, extensions: tuple[str, ...] = ()) -> None:

@@ -20,6 +20,11 @@ Each model file is run in every selected runtime that reads it: ``.bnc`` -> nump
 rows to time; without it the latency runs on seeded random valid codes and the test error is
 the one stored in a ``.bnc`` model (exports: none).
 
+``--runtime http --url URL [--model NAME]`` also runs each FILE as served by an Open Inference
+Protocol server (``bnc-serve --repository DIR``, model NAME, default the file's stem): the
+accuracy and the batch-1 latency (one HTTP round trip per call) are the served model's, the
+costs the file's (runtime ``http``, :mod:`bnc_deploy.runtimes.http_adapter`).
+
 ``--json`` prints a list of objects, one per (file, runtime, threads). Scripts rely on these
 keys (only ever added to): ``file``, ``runtime``, ``threads``, ``test_error``, ``size_bits``,
 ``n_ops``, ``latency_us_p50_batch1``, ``latency_us_p99_batch1``, ``throughput_rows_per_s``,
@@ -48,7 +53,7 @@ from bnc_deploy.errors import ConfigError, InputError, MetadataError, RuntimeLoa
 from bnc_deploy.formats.integrity import read_key
 
 PROG = "bnc-profile"
-MODEL_SUFFIXES = (".bnc", ".onnx", ".tflite", ".h")
+MODEL_SUFFIXES = (".bnc", ".onnx", ".ort", ".tflite", ".h")
 #: Exported files without a graph to count (C: costs from the metadata only).
 UNCOUNTED_SUFFIXES = (".h",)
 RESULT_SUFFIXES = (".json",)
@@ -77,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
                "  bnc-profile out/*.onnx --data usps --runtime onnxruntime --json > usps.json\n"
                "  bnc-profile usps.json letter.json --plot pareto.png",
         formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("files", nargs="+", metavar="FILE", help="model files (.bnc, .onnx, .tflite, .h) or JSON result files")
+    p.add_argument("files", nargs="+", metavar="FILE", help="model files (.bnc, .onnx, .ort, .tflite, .h) or JSON result files")
     p.add_argument("--data", metavar="PATH_OR_NAME", help="dataset whose test split gives the error and the timed rows")
     p.add_argument("--fold", type=int, default=None, metavar="K", help="1-based fold of --data (default 1)")
     p.add_argument("--runtime", default=None, metavar="LIST",
@@ -91,6 +96,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="key file of exports signed with bnc-export --sign-key (raw bytes, at least 32)")
     p.add_argument("--no-integrity-check", action="store_true",
                    help="load exported files even if their integrity digest does not match (modified after export)")
+    served = p.add_argument_group("served models (--runtime http)")
+    served.add_argument("--url", metavar="URL",
+                        help="with --runtime http: the Open Inference Protocol (KServe V2) server serving FILE, "
+                             "e.g. http://127.0.0.1:8000 (bnc-serve); FILE still gives the costs")
+    served.add_argument("--model", metavar="NAME",
+                        help="with --runtime http: the served model's name (default: FILE's stem, as bnc-serve names it)")
     timing = p.add_argument_group("latency")
     timing.add_argument("--no-latency", action="store_true", help="skip timing (costs and accuracy only)")
     timing.add_argument("--runs", type=int, default=200, metavar="N",
@@ -167,6 +178,7 @@ def run(args) -> tuple[list[dict], list[str]]:
     runtimes = parse_runtimes(args.runtime)
     load_options = {"verify_integrity": not args.no_integrity_check,
                     "key": read_key(args.key) if args.key else None}
+    http_options = served_model_options(args, runtimes)
     data = load_test_split(args.data, args.fold) if args.data else None
     env = environment()
     options = dict(latency=not args.no_latency, runs=args.runs, warmup=args.warmup, repeats=args.repeats,
@@ -177,12 +189,27 @@ def run(args) -> tuple[list[dict], list[str]]:
             rows.extend(load_records([f]))
             continue
         model_rows, table = profile_model(f, runtimes, data, env=env, nodes=args.nodes, load_options=load_options,
-                                          **options)
+                                          http_options=http_options, **options)
         rows.extend(model_rows)
         if table:
             tables.append(table)
     mark_pareto(rows, by="dataset")
     return rows, tables
+
+
+def served_model_options(args, runtimes: list[str]) -> dict | None:
+    """``{"url", "model"}`` for the ``http`` runtime (a served model), or None when it is not
+    selected; ConfigError when --url and --runtime http do not come together."""
+    if "http" not in runtimes:
+        if args.url or args.model:
+            raise ConfigError("--url/--model apply to --runtime http only")
+        return None
+    if not args.url:
+        raise ConfigError("--runtime http needs --url (the server, e.g. http://127.0.0.1:8000)")
+    models = [f for f in args.files if Path(f).suffix.lower() in MODEL_SUFFIXES]
+    if args.model and len(models) > 1:
+        raise ConfigError("--model names one served model: give one FILE with it (or let each FILE's stem name it)")
+    return {"url": args.url, "model": args.model}
 
 
 def load_test_split(spec: str, fold: int | None):
@@ -252,10 +279,13 @@ def model_facts(path, *, verify_integrity: bool = True, key: bytes | None = None
 
 def profile_model(path, runtimes, data, *, env: dict, latency: bool = True, runs: int = 200, warmup: int = 20,
                   repeats: int = 3, throughput_repeats: int = 5, mode: str = "session",
-                  nodes: bool = False, load_options: dict | None = None) -> tuple[list[dict], str]:
+                  nodes: bool = False, load_options: dict | None = None,
+                  http_options: dict | None = None) -> tuple[list[dict], str]:
     """Rows (one per runtime setting that reads the file) and the per-node table (if ``nodes``).
 
     ``load_options``: ``verify_integrity`` and ``key`` for exported files (default: check, no key).
+    ``http_options``: ``url`` and ``model`` of the server serving ``path`` when ``runtimes`` has
+    ``http`` (the file gives the costs, the server the accuracy and latency).
     """
     from bnc_deploy.profiling.latency import RUNTIMES_FOR_SUFFIX, THREAD_CONFIGS
 
@@ -274,6 +304,8 @@ def profile_model(path, runtimes, data, *, env: dict, latency: bool = True, runs
 
     suffix = Path(path).suffix.lower()
     wanted = [r for r in RUNTIMES_FOR_SUFFIX.get(suffix, (EXTENSIONS.get(suffix),)) if r in runtimes]
+    if http_options is not None:  # a served model runs whatever the file's type
+        wanted.append("http")
     if not wanted:
         base["notes"].append(f"no selected runtime reads {Path(path).suffix} files")
         return [base], table
@@ -286,7 +318,8 @@ def profile_model(path, runtimes, data, *, env: dict, latency: bool = True, runs
         for threads in THREAD_CONFIGS.get(runtime, (1,)):
             rows.append(run_one(path, runtime, threads, facts, dict(base, notes=list(base["notes"])), data,
                                 latency=latency, runs=runs, warmup=warmup, repeats=repeats,
-                                throughput_repeats=throughput_repeats, mode=mode, load_options=load_options))
+                                throughput_repeats=throughput_repeats, mode=mode,
+                                load_options=dict(load_options, **http_options) if runtime == "http" else load_options))
     return rows, table
 
 

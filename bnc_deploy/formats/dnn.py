@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import bnc_deploy
 from bnc_deploy.errors import MetadataError
+from bnc_deploy.formats.checkset import CHECK_KEY, check_entry
 from bnc_deploy.formats.metadata import (
     GUARD,
     INPUT_CODES,
@@ -101,6 +102,8 @@ def dnn_export_metadata(artifact, *, format: str, exact: bool, input_dtype: str,
         "guard": dict(GUARD),
     }
     meta.update(extra or {})
+    # The stored check set a server reproduces before calling the model ready (formats/checkset.py).
+    meta.setdefault(CHECK_KEY, check_entry(artifact, exact=bool(meta["exact"])))
     return with_integrity_placeholder(meta)
 
 

@@ -1,0 +1,191 @@
+"""``bnc-serve``: serve a directory of exported models over the Open Inference Protocol (KServe V2).
+
+::
+
+    bnc-serve --repository models/ [--http 127.0.0.1:8000] [--grpc 127.0.0.1:8001]
+              [--runtime onnxruntime|litert|numpy|...] [--threads N]
+              [--max-batch N --max-queue-delay-ms T] [--api-key-file F] [--max-request-bytes N]
+              [--poll S] [--workers N] [--no-access-log]
+
+Without ``--http`` and ``--grpc`` it serves HTTP on 127.0.0.1:8000; addresses bind loopback
+unless a host is given (``--http 0.0.0.0:8000`` to listen on every interface). Every model file
+of the repository is loaded and checked before the ports open (``bnc_deploy.serve.repository``
+documents the layout); a file that fails is reported and the server starts without it (not ready).
+SIGTERM / SIGINT shut down gracefully: readiness turns off, requests in flight finish (at most
+``--graceful-timeout`` seconds), batchers drain, exit status 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+import threading
+
+from bnc_deploy.cli.common import cli_main
+from bnc_deploy.errors import ConfigError, require_extra
+
+PROG = "bnc-serve"
+DEFAULT_HTTP = "127.0.0.1:8000"
+
+
+def address(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (or ``PORT`` for 127.0.0.1) -> (host, port); ConfigError otherwise."""
+    host, sep, port = text.rpartition(":")
+    if not sep:
+        host, port = "127.0.0.1", text
+    host = host.strip("[]") or "127.0.0.1"
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ConfigError(f"bad address {text!r}: expected HOST:PORT (e.g. 127.0.0.1:8000)")
+    return host, int(port)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=PROG, description="Serve exported models (.onnx, .tflite, .bnc) over the "
+                                "Open Inference Protocol (KServe V2): REST and gRPC.")
+    p.add_argument("--repository", required=True, metavar="DIR",
+                   help="directory of model files DIR/<name>.{onnx,tflite,bnc}; publish by write-then-rename")
+    p.add_argument("--http", metavar="HOST:PORT", help=f"serve REST here (default {DEFAULT_HTTP} when --grpc is not given)")
+    p.add_argument("--grpc", metavar="HOST:PORT", help="serve gRPC (inference.GRPCInferenceService) here")
+    p.add_argument("--runtime", help="run every file in this runtime (default: by extension: .onnx onnxruntime, "
+                   ".tflite litert, .bnc numpy)")
+    p.add_argument("--threads", type=int, help="intra-op threads per model (default: the runtime's)")
+    p.add_argument("--max-batch", type=int, default=0, metavar="N",
+                   help="dynamic batching: run up to N rows of queued requests together (default 0: off)")
+    p.add_argument("--max-queue-delay-ms", type=float, default=0.0, metavar="T",
+                   help="dynamic batching: wait at most T ms for more requests (default 0)")
+    p.add_argument("--api-key-file", metavar="F", help="require 'Authorization: Bearer <key>' (one key per line in F) "
+                   "on every route but liveness")
+    p.add_argument("--max-request-bytes", type=int, default=64 * 2**20, metavar="N",
+                   help="largest request body / gRPC message accepted (default 64 MiB)")
+    p.add_argument("--poll", type=float, metavar="S", help="reload changed files, load new and unload removed ones "
+                   "every S seconds (files named .* or *.tmp* are ignored)")
+    p.add_argument("--workers", type=int, default=1, metavar="N",
+                   help="HTTP worker processes (uvicorn; each loads the models itself; not with --grpc)")
+    p.add_argument("--graceful-timeout", type=float, default=30.0, metavar="S",
+                   help="on SIGTERM, wait at most S seconds for requests in flight (default 30)")
+    p.add_argument("--no-access-log", dest="access_log", action="store_false",
+                   help="no JSON access log line per HTTP request on stdout")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    return p
+
+
+def _check(args) -> None:
+    if args.threads is not None and args.threads < 1:
+        raise ConfigError("--threads must be >= 1")
+    if args.max_batch < 0 or args.max_queue_delay_ms < 0:
+        raise ConfigError("--max-batch and --max-queue-delay-ms must be >= 0")
+    if args.max_request_bytes < 1:
+        raise ConfigError("--max-request-bytes must be >= 1")
+    if args.poll is not None and args.poll <= 0:
+        raise ConfigError("--poll must be > 0 seconds")
+    if args.workers < 1:
+        raise ConfigError("--workers must be >= 1")
+    if args.workers > 1 and args.grpc:
+        raise ConfigError("--workers > 1 serves HTTP only; run gRPC in a separate bnc-serve")
+    if args.runtime:
+        from bnc_deploy.runtimes.base import runtime_class
+
+        runtime_class(args.runtime)  # ConfigError for an unknown name, MissingExtraError naming the extra
+
+
+def _logging(level: str) -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(f"{PROG}: %(levelname)s: %(message)s"))
+    serve_log = logging.getLogger("bnc_deploy.serve")
+    serve_log.addHandler(handler)
+    serve_log.setLevel(level.upper())
+
+
+def _serve_workers(args, http: tuple[str, int]) -> int:
+    """--workers N: uvicorn's process manager runs the app factory in N processes."""
+    import uvicorn
+
+    os.environ.update({k: str(v) for k, v in {
+        "BNC_SERVE_REPOSITORY": os.path.abspath(args.repository), "BNC_SERVE_RUNTIME": args.runtime or "",
+        "BNC_SERVE_THREADS": args.threads or "", "BNC_SERVE_MAX_BATCH": args.max_batch,
+        "BNC_SERVE_MAX_QUEUE_DELAY_MS": args.max_queue_delay_ms,
+        "BNC_SERVE_API_KEY_FILE": os.path.abspath(args.api_key_file) if args.api_key_file else "",
+        "BNC_SERVE_MAX_REQUEST_BYTES": args.max_request_bytes, "BNC_SERVE_POLL": args.poll or "",
+        "BNC_SERVE_ACCESS_LOG": "1" if args.access_log else "0"}.items()})
+    uvicorn.run("bnc_deploy.serve.app:app_from_env", factory=True, host=http[0], port=http[1], workers=args.workers,
+                http="auto", loop="auto", log_level="warning", access_log=False, lifespan="on",
+                timeout_graceful_shutdown=args.graceful_timeout)
+    return 0
+
+
+@cli_main(PROG)
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    require_extra("bnc-serve", "serve", "starlette", "uvicorn", "prometheus_client")
+    _check(args)
+    http = address(args.http) if args.http else (None if args.grpc else address(DEFAULT_HTTP))
+    grpc_address = "{}:{}".format(*address(args.grpc)) if args.grpc else None
+    _logging(args.log_level)
+    from bnc_deploy.serve import auth
+    from bnc_deploy.serve.repository import ModelRepository
+
+    keys = auth.load_api_keys(args.api_key_file) if args.api_key_file else None
+    if args.workers > 1:
+        return _serve_workers(args, http)
+
+    repository = ModelRepository(args.repository, runtime=args.runtime, threads=args.threads,
+                                 max_batch=args.max_batch, max_queue_delay_ms=args.max_queue_delay_ms)
+    repository.load_all()
+    for entry in repository.index():
+        print(f"{PROG}: model {entry['name']}: {entry['state']} {entry['version']} {entry['reason']}".rstrip(),
+              file=sys.stderr)
+    if args.poll:
+        repository.start_polling(args.poll)
+
+    # SIGTERM/SIGINT only set a flag: uvicorn installs its own handlers while it runs and re-raises
+    # the signal after its graceful shutdown, which then lands here instead of killing the process
+    # before gRPC and the batchers have drained.
+    stop = threading.Event()
+
+    def on_signal(signum, frame):
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    grpc_server = None
+    try:
+        if grpc_address:
+            from bnc_deploy.serve.grpc_server import start_grpc_server
+
+            grpc_server = start_grpc_server(repository, grpc_address, api_keys=keys,
+                                            max_message_bytes=args.max_request_bytes)
+            print(f"{PROG}: gRPC on {grpc_address}", file=sys.stderr)
+        if http:
+            import uvicorn
+
+            from bnc_deploy.serve.app import create_app
+
+            app = create_app(repository, api_keys=keys, max_request_bytes=args.max_request_bytes,
+                             access_log=args.access_log, close_repository=False)
+            config = uvicorn.Config(app, host=http[0], port=http[1], http="auto", loop="auto",
+                                    lifespan="on", access_log=False, log_level="warning",
+                                    timeout_graceful_shutdown=args.graceful_timeout)
+            server = uvicorn.Server(config)
+            print(f"{PROG}: HTTP on http://{http[0]}:{http[1]}", file=sys.stderr)
+            try:
+                server.run()
+            except SystemExit:  # uvicorn exits 1 when it cannot bind (after logging why)
+                server.started = False
+            if not server.started:
+                raise ConfigError(f"--http {http[0]}:{http[1]}: cannot listen there (address in use or not local?)")
+        else:
+            while not stop.wait(0.5):
+                pass
+    finally:
+        repository.close()  # not ready any more; polling stops
+        if grpc_server is not None:
+            grpc_server.stop(args.graceful_timeout).wait()
+        print(f"{PROG}: stopped", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,134 @@
+"""The small check set stored in every exported file's metadata (key ``check``), and its comparison.
+
+A server (``bnc-serve``) calls a model *ready* only after the loaded file reproduced this check
+set, so "ready" means "loaded and computes what the model file computes", not "the process
+started". The entry is built from the artifact by the shared metadata builders
+(:func:`bnc_deploy.formats.bnc.export_metadata`, :func:`bnc_deploy.formats.dnn.dnn_export_metadata`),
+so every exporter stores it without edits. It is kept small (it is in every file)::
+
+    "check": {"rows": [[...], ...],      # up to CHECK_ROWS input rows, in the file's input form:
+                                          # integer codes, or float32 raw values (input = "raw")
+              "labels": [...],            # the reference predictor's labels of those rows
+              "scores_sha256": "..."}     # SHA-256 of the reference scores as little-endian float32
+                                          # (C order, rows x classes)
+
+Which rows: a file whose metadata says ``exact`` stores the first rows of the artifact's check set
+(else seeded random valid rows; the first two are all-zero and all-maximum). A file that is not
+exact by design (float tables, int8 ReLU networks) stores the rows with the largest margin
+between the reference's best and second-best score among those candidates plus 256 seeded random
+rows, so that the tolerated arithmetic differences cannot flip a label.
+
+Comparison (:func:`compare_check`): an exact file must reproduce every label and the scores' hash
+(identical float32 scores); a file that is not exact must reproduce every label and give finite
+scores (the tolerance: scores are not compared, as ``bnc_deploy.verify`` compares labels only for
+such files). Raw-input rows are the upper bin edges the verifier also feeds
+(:func:`bnc_deploy.formats.bnc.raw_representatives`); their expected labels are the reference's
+on what its discretizer makes of them.
+
+Plain NumPy/JSON. The reference predictor is imported lazily (it reads artifacts only).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from bnc_deploy.errors import MetadataError
+from bnc_deploy.validation import random_valid_codes
+
+#: Metadata key of the entry.
+CHECK_KEY = "check"
+#: Rows stored per file (each file carries them, so few).
+CHECK_ROWS = 8
+#: Random candidate rows a non-exact file picks its largest-margin rows from.
+N_CANDIDATES = 256
+
+
+def scores_digest(scores) -> str:
+    """SHA-256 hex of ``scores`` (n, C) as little-endian float32 in C order."""
+    return hashlib.sha256(np.ascontiguousarray(np.asarray(scores, dtype="<f4")).tobytes()).hexdigest()
+
+
+def _candidate_rows(artifact, n_random: int) -> np.ndarray:
+    parts = []
+    if getattr(artifact, "check_x", None) is not None:
+        parts.append(np.asarray(artifact.check_x, dtype=np.int64).reshape(-1, artifact.n_features))
+    parts.append(random_valid_codes(artifact.cardinalities, n_random, seed=0))
+    return np.concatenate(parts)
+
+
+def check_entry(artifact, *, exact: bool, raw_values=None, n_rows: int = CHECK_ROWS) -> dict:
+    """The ``check`` metadata entry of ``artifact`` exported with the given exactness.
+
+    ``raw_values``: for a raw-input file, ``f(artifact, codes) -> float32 raw values`` (the BN
+    contract's :func:`~bnc_deploy.formats.bnc.raw_representatives`, passed in to keep this module
+    below ``formats.bnc``); None for files that take codes.
+    """
+    from bnc_deploy.reference import (
+        reference_predictor,  # lazy: formats stays a light import
+    )
+
+    reference = reference_predictor(artifact)
+    codes = _candidate_rows(artifact, n_rows if exact else N_CANDIDATES)
+    fed = codes
+    if raw_values is not None:
+        fed = raw_values(artifact, codes)
+        codes = reference.discretize(fed.astype(np.float64))
+    scores = reference.log_joint(codes)
+    if exact:
+        pick = np.arange(min(n_rows, len(codes)))
+    else:
+        # Largest best-minus-second-best margin first (stable, so the choice is reproducible).
+        top2 = np.sort(scores, axis=1)[:, -2:] if scores.shape[1] > 1 else np.zeros((len(scores), 2))
+        margin = top2[:, 1] - top2[:, 0]
+        pick = np.sort(np.argsort(-margin, kind="stable")[:n_rows])
+    fed, scores = fed[pick], scores[pick]
+    rows = fed.astype(np.float32).tolist() if raw_values is not None else fed.astype(np.int64).tolist()
+    return {"rows": rows, "labels": [int(v) for v in np.argmax(scores, axis=1)], "scores_sha256": scores_digest(scores)}
+
+
+def check_inputs(meta: dict, where: str = "model") -> np.ndarray | None:
+    """The stored check rows as the array to feed (int64 codes, or float32 raw values), or None
+    when the file stores no check set (files exported before it existed).
+
+    Raises MetadataError naming ``where`` when the entry is malformed.
+    """
+    entry = meta.get(CHECK_KEY)
+    if entry is None:
+        return None
+    try:
+        rows = entry["rows"]
+        labels = entry["labels"]
+        digest = entry["scores_sha256"]
+        dtype = np.float32 if meta.get("input") == "raw" else np.int64
+        x = np.asarray(rows, dtype=dtype)
+        d = len(meta["cardinalities"])
+        ok = x.ndim == 2 and x.shape[1] == d and len(labels) == x.shape[0] and isinstance(digest, str)
+    except (KeyError, TypeError, ValueError, OverflowError):
+        ok = False
+    if not ok or x.shape[0] == 0:
+        raise MetadataError(f"{where}: malformed '{CHECK_KEY}' entry in the file's metadata")
+    return x
+
+
+def compare_check(meta: dict, labels, scores) -> str | None:
+    """None when ``labels`` (n,) and ``scores`` (n, C) reproduce the stored check set, else a
+    one-line reason (the first differing row; exact files also compare the scores' hash)."""
+    entry = meta[CHECK_KEY]
+    expected = np.asarray(entry["labels"], dtype=np.int64)
+    labels = np.asarray(labels).reshape(-1)
+    if labels.shape != expected.shape:
+        return f"check set: {labels.shape[0]} labels for {expected.shape[0]} rows"
+    differ = np.flatnonzero(labels != expected)
+    if differ.size:
+        i = int(differ[0])
+        return (f"check set: row {i} gave label {int(labels[i])}, the model file's reference says {int(expected[i])} "
+                f"({differ.size} of {expected.size} rows differ)")
+    scores = np.asarray(scores)
+    if meta.get("exact"):
+        if scores_digest(scores) != entry["scores_sha256"]:
+            return "check set: scores differ from the model file's reference (the file promises exact scores)"
+    elif not np.all(np.isfinite(scores)):
+        return "check set: non-finite scores on valid rows"
+    return None

@@ -1,0 +1,17 @@
+"""``bnc-serve``: an Open Inference Protocol (KServe V2) server for exported model files.
+
+Modules, one job each:
+
+* :mod:`~bnc_deploy.serve.errors` - error types with their HTTP status and gRPC code;
+* :mod:`~bnc_deploy.serve.protocol` - V2 datatype <-> NumPy tables, shared by REST and gRPC;
+* :mod:`~bnc_deploy.serve.model` - one loaded, checked model file (``ServedModel.infer``);
+* :mod:`~bnc_deploy.serve.batching` - the opt-in dynamic batcher behind ``infer``;
+* :mod:`~bnc_deploy.serve.repository` - the model directory: load, check, atomic swap, poll;
+* :mod:`~bnc_deploy.serve.metrics`, :mod:`~bnc_deploy.serve.auth`, :mod:`~bnc_deploy.serve.accesslog`;
+* :mod:`~bnc_deploy.serve.app` - the REST front end (an ASGI app on Starlette);
+* ``grpc_server`` - the gRPC front end (``inference.GRPCInferenceService``).
+
+Stage "serve": may import runtimes, formats, artifacts, reference and the foundations, never
+torch, ``train``, ``models`` or ``cli``. Nothing here is imported by the base package, so the
+web/gRPC dependencies (extra ``serve``) are needed only to serve.
+"""

@@ -1,0 +1,99 @@
+"""Prometheus metrics of the server (``GET /metrics``), on prometheus_client.
+
+Per model (label ``model``): requests and failures by protocol (``rest``/``grpc``), request
+duration (the whole request as the front end sees it), queue duration (waiting for the batcher
+or the runtime's lock) and compute duration (the runtime call; one observation per batch, with
+the batch's rows in ``bnc_serve_batch_rows``). Both front ends call :func:`observe_request` once
+per inference request; the core (:mod:`~bnc_deploy.serve.model`) observes queue and compute.
+
+The metrics live in a registry of their own (:data:`REGISTRY`), created once per process, so
+several apps in one process (tests) share them instead of registering twice. With several
+uvicorn workers each process has its own numbers (scrape each, or use prometheus_client's
+multiprocess mode; not set up here).
+"""
+
+from __future__ import annotations
+
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+)
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+#: Sub-millisecond buckets: a letter-sized model answers in tens of microseconds.
+_BUCKETS = (2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
+
+REQUESTS = Counter("bnc_serve_requests", "Inference requests", ["model", "protocol"], registry=REGISTRY)
+FAILURES = Counter("bnc_serve_request_failures", "Inference requests that failed", ["model", "protocol", "code"],
+                   registry=REGISTRY)
+REQUEST_SECONDS = Histogram("bnc_serve_request_duration_seconds", "Inference request duration",
+                            ["model", "protocol"], buckets=_BUCKETS, registry=REGISTRY)
+QUEUE_SECONDS = Histogram("bnc_serve_queue_duration_seconds", "Time a request waited for the batcher/runtime",
+                          ["model"], buckets=_BUCKETS, registry=REGISTRY)
+COMPUTE_SECONDS = Histogram("bnc_serve_compute_duration_seconds", "Runtime call duration (per batch)",
+                            ["model"], buckets=_BUCKETS, registry=REGISTRY)
+BATCH_ROWS = Histogram("bnc_serve_batch_rows", "Rows per runtime call", ["model"],
+                       buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 4096), registry=REGISTRY)
+
+
+#: Model names seen loaded (:func:`register_model`); requests for other names are counted under
+#: :data:`UNKNOWN_MODEL`, so random names (a fuzzer, a typo loop) cannot grow the label set.
+_KNOWN: set[str] = set()
+UNKNOWN_MODEL = "_unknown"
+#: (model, protocol) -> bound (requests, duration) children (``labels()`` costs microseconds per call).
+_REQUEST_CHILDREN: dict = {}
+
+
+def register_model(name: str) -> None:
+    """Let ``name`` be a ``model`` label value (called when a model file loads)."""
+    _KNOWN.add(name)
+
+
+def observe_request(model: str, protocol: str, seconds: float, error_code: str | None = None) -> None:
+    """Count one inference request of ``model`` over ``protocol`` (``"rest"``/``"grpc"``) that
+    took ``seconds``; ``error_code`` (e.g. ``"400"``, ``"INVALID_ARGUMENT"``) marks a failure.
+    Names that never loaded are counted as :data:`UNKNOWN_MODEL`."""
+    if model not in _KNOWN:
+        model = UNKNOWN_MODEL
+    children = _REQUEST_CHILDREN.get((model, protocol))
+    if children is None:
+        children = _REQUEST_CHILDREN[(model, protocol)] = (REQUESTS.labels(model, protocol),
+                                                           REQUEST_SECONDS.labels(model, protocol))
+    children[0].inc()
+    children[1].observe(seconds)
+    if error_code is not None:
+        FAILURES.labels(model, protocol, str(error_code)).inc()
+
+
+class ModelMetrics:
+    """The per-model children of the histograms, bound once (``labels()`` costs microseconds per call)."""
+
+    def __init__(self, model: str) -> None:
+        register_model(model)
+        self.queue = QUEUE_SECONDS.labels(model)
+        self.compute = COMPUTE_SECONDS.labels(model)
+        self.rows = BATCH_ROWS.labels(model)
+
+    def observe_run(self, queue_seconds: float, compute_seconds: float, rows: int) -> None:
+        self.queue.observe(queue_seconds)
+        self.compute.observe(compute_seconds)
+        self.rows.observe(rows)
+
+
+def observe_compute(model: str, seconds: float, rows: int) -> None:
+    """One runtime call of ``model`` that took ``seconds`` for ``rows`` rows."""
+    COMPUTE_SECONDS.labels(model).observe(seconds)
+    BATCH_ROWS.labels(model).observe(rows)
+
+
+def observe_queue(model: str, seconds: float) -> None:
+    """Queue time of one request (the batcher calls this per request of a batch)."""
+    QUEUE_SECONDS.labels(model).observe(seconds)
+
+
+def exposition() -> tuple[bytes, str]:
+    """``(body, content_type)`` of the Prometheus text exposition."""
+    return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
