@@ -30,6 +30,7 @@ import numpy as np
 
 import bnc_deploy
 from bnc_deploy.errors import ArtifactError, ExportError, MetadataError
+from bnc_deploy.formats.checkset import CHECK_KEY, check_entry
 from bnc_deploy.formats.metadata import (
     GUARD,
     INPUT_CODES,
@@ -45,6 +46,13 @@ from bnc_deploy.formats.metadata import (
 #: Lowerings of the per-feature table lookup. ``gather`` indexes the stacked table directly;
 #: ``onehot-fc`` multiplies a one-hot encoding with the table (a fully connected layer).
 LOWERINGS = ("gather", "onehot-fc")
+#: ONNX also has ``gather-grouped``: features merged in groups whose summed tables are built at
+#: load time, so a row needs fewer lookups (faster on large batches, more table memory at run
+#: time; ``exporters/onnx_bnc.py``). Only the ONNX exporter offers it: the others check against
+#: :data:`LOWERINGS` and refuse it by name.
+ONNX_LOWERINGS = LOWERINGS + ("gather-grouped",)
+#: Lowerings that look table rows up by index (exact for quantized models at every bit width).
+GATHER_LOWERINGS = ("gather", "gather-grouped")
 #: Largest bit width at which the TFLite ``onehot-fc`` lowering is exact (the TFLite exporter
 #: documents why). ONNX's ``onehot-fc`` is exact at every width and says so in its metadata.
 ONEHOT_FC_EXACT_MAX_BITS = 7
@@ -65,15 +73,16 @@ def is_exact_lowering(artifact, lowering: str) -> bool:
     own ``exact`` in the metadata (``bnc-export`` trusts the file's). Float models are never
     called exact: float32 summation order differs between runtimes, so only labels are compared.
     """
-    check_lowering(lowering)
+    check_lowering(lowering, ONNX_LOWERINGS)
     if not artifact.is_quantized:
         return False
-    return lowering == "gather" or artifact.quantizer.total_bits <= ONEHOT_FC_EXACT_MAX_BITS
+    return lowering in GATHER_LOWERINGS or artifact.quantizer.total_bits <= ONEHOT_FC_EXACT_MAX_BITS
 
 
-def check_lowering(lowering: str) -> str:
-    if lowering not in LOWERINGS:
-        raise ExportError(f"unknown lowering {lowering!r}; choose one of {', '.join(LOWERINGS)}")
+def check_lowering(lowering: str, allowed: tuple[str, ...] = LOWERINGS) -> str:
+    """``lowering`` if it is one of ``allowed`` (an exporter passes its own list), else ExportError."""
+    if lowering not in allowed:
+        raise ExportError(f"unknown lowering {lowering!r}; choose one of {', '.join(allowed)}")
     return lowering
 
 
@@ -85,7 +94,7 @@ def export_metadata(artifact, *, format: str, lowering: str = "gather", raw_inpu
     ----------
     artifact : BNCArtifact
     format : ``"onnx"`` or ``"tflite"``
-    lowering : one of :data:`LOWERINGS`
+    lowering : one of :data:`ONNX_LOWERINGS` (the exporter has checked it against its own list)
     raw_inputs : bool
         True when the discretizer is embedded and the input is raw float32 values.
     input_dtype : str
@@ -95,7 +104,7 @@ def export_metadata(artifact, *, format: str, lowering: str = "gather", raw_inpu
     extra : dict, optional
         Format-specific facts merged in last.
     """
-    check_lowering(lowering)
+    check_lowering(lowering, ONNX_LOWERINGS)
     q = artifact.quantizer
     meta = {
         "schema_version": METADATA_SCHEMA_VERSION,
@@ -127,6 +136,10 @@ def export_metadata(artifact, *, format: str, lowering: str = "gather", raw_inpu
     if raw_inputs:
         meta["n_cut_points"] = [len(c) for c in raw_cut_points(artifact)]
     meta.update(extra or {})
+    # After ``extra``: an exporter may promise exactness beyond the conservative rule above, and
+    # the check set's rows and comparison depend on it (formats/checkset.py).
+    meta.setdefault(CHECK_KEY, check_entry(artifact, exact=bool(meta["exact"]),
+                                             raw_values=raw_representatives if raw_inputs else None))
     return with_integrity_placeholder(meta)
 
 

@@ -29,7 +29,9 @@ The paper's operations from the graph
 ``paper_ops = arithmetic (effective additions for one-hot products) + folded``, where
 ``folded`` counts constant additions the exporter folded into a lookup table at load time
 (:mod:`.parameters`). For every BNC export this equals the analytic ``D * C``: ONNX gather
-``(D - 1) * C`` (``ReduceSum`` over ``D`` rows) + ``C`` folded; TFLite gather ``(D - 1) * C``
+``(D - 1) * C`` (``ReduceSum`` over ``D`` rows) + ``C`` folded; ONNX gather-grouped
+``(G - 1) * C`` (``Sum`` or ``ReduceSum`` over ``G`` group rows) + ``(D - G) * C`` folded
+(each merged group table is a broadcast sum of its members' rows) + ``C`` folded; TFLite gather ``(D - 1) * C``
 (``SUM``) + ``C`` (``ADD`` prior); ONNX onehot-fc ``(D - 1) * C`` effective (``MatMul``; the
 counting column's ``D - 1`` is guard) + ``C`` folded; TFLite onehot-fc ``sum_g (d_g - 1) * C``
 (one ``FULLY_CONNECTED`` per group of ``d_g`` features) + ``(G - 1) * C`` (``SUM`` over the

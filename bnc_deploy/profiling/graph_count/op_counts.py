@@ -4,7 +4,7 @@ Contract: :data:`KINDS` maps every canonical op with a counting rule to its kind
 here is counted as "unknown" (ops None), never as 0. The counts below are raw per-row element
 operations; which category they belong to is decided by the rules (:mod:`.rules`).
 
-* elementwise ops: ``numel(out)``;
+* elementwise ops: ``numel(out)``; the n-ary ``Sum`` of ``k`` inputs: ``(k - 1) * numel(out)``;
 * reductions (``ReduceSum``/``ReduceAny``/``ArgMax``): ``numel(in) - numel(out)`` (``k`` terms:
   ``k - 1``);
 * products (``MatMul``/``Gemm``/``FullyConnected``): MACs = ``numel(out) * K``; ``Conv``:
@@ -22,6 +22,7 @@ KINDS = {
                      "DequantizeLinear", "Tile", "Pad", "Shape", "Size", "ConstantOfShape", "Split"], "move"),
     "Gather": "gather",
     "Add": "add", "Sub": "add",
+    "Sum": "sum",          # n-ary elementwise sum (ONNX gather-grouped adds its G looked-up rows)
     "Mul": "mul", "Div": "mul",
     "Neg": "unary", "Abs": "unary",
     "BitShift": "unary", "Mod": "mul",
@@ -55,6 +56,9 @@ def element_ops(state, node, kind) -> int | None:
         return None if n_in is None or n_out is None else n_in - n_out
     if kind in ("matmul", "conv"):
         return product_macs(state, node)
+    if kind == "sum":
+        terms = len([i for i in node.inputs if i])
+        return None if n_out is None else n_out * max(terms - 1, 0)
     return n_out
 
 

@@ -9,10 +9,13 @@ product's weights, to rows an index can reach (the ``equal-cast`` padding is not
 ``param_bits = elements * bits`` (the metadata's ``bits``; else the tensor's dtype width);
 ``storage_bits`` are the stored initializers' bytes (uint8 codes, int32 prior, bit-planes).
 
-Folded additions: a load-time ``Add``/``Sub`` of two parameter tensors of different sizes (ONNX
-adds the class prior ``[C]`` to feature 0's rows ``[|X_0|, C]``) stands for
-``numel(smaller operand)`` per-row additions, since every row reads exactly one of the folded
-rows; :func:`trace_param` records them as ``NodeCount.folded``.
+Folded additions: a load-time broadcast ``Add``/``Sub`` of two parameter tensors (operands of
+different shapes: ONNX adds the class prior ``[C]`` to feature 0's rows ``[|X_0|, C]``; ONNX
+``gather-grouped`` sums feature blocks ``[W, 1, C] + [1, W, C]``) stands for ``C`` (the result's
+last dimension) per-row additions, since every row reads exactly one row of the result, which
+folded one row of each operand; :func:`trace_param` records them as ``NodeCount.folded``. Load-time rearrangements (``Reshape``, ``Split``, ``Transpose``, a
+``Gather`` by constant indices such as the padded layout's pad map) are traced through to
+their source.
 
 Contract: run after data use (it reads ``state.used``); :func:`storage_of` and
 :func:`storage_entries` are shared with the DNN layer pass.
@@ -80,7 +83,11 @@ def trace_param(state, name, rows, sources, consumer) -> None:
                              "note": f"read by {consumer.source_op} #{consumer.index}"}
         return
     op = node.op
-    if op in ("Slice", "StridedSlice", "Identity", "Squeeze", "Unsqueeze"):
+    if op in ("Slice", "StridedSlice", "Identity", "Squeeze", "Unsqueeze", "Reshape", "Split", "Transpose") or \
+            (op == "Gather" and state.is_const(node.inputs[1])):
+        # rearrangements of the table at load time (the padded layout is a Gather of the stacked
+        # table by a constant pad map; merged groups split and reshape it): the parameters are
+        # those of the source, whatever the copies and NaN rows
         trace_param(state, node.inputs[0], None, sources, consumer)
     elif op == "Concat":
         for i in node.inputs:
@@ -92,10 +99,14 @@ def trace_param(state, name, rows, sources, consumer) -> None:
             trace_param(state, i, None, sources, consumer)
         na, nb = state.numel(a), state.numel(b)
         rec = state.records[node.index]
-        if na is not None and nb is not None and na != nb and state.used[node.outputs[0]].any():
-            rec.folded = min(na, nb)
-            rec.note = f"folds a {min(na, nb)}-term addend into a lookup table: {min(na, nb)} per-row " \
-                       "additions done once at load"
+        if na is not None and nb is not None and (na != nb or state.shape(a) != state.shape(b)) and \
+                state.used[node.outputs[0]].any():
+            # A broadcast sum of two tables: every row of the model reads one row of the result,
+            # which folded one row of each operand, i.e. one addition per column (the prior [C]
+            # into feature 0's rows [|X_0|, C]; merged feature groups [W, 1, C] + [1, W, C]).
+            width = int(state.tensors[node.outputs[0]].last_dim or 1)
+            rec.folded = width
+            rec.note = f"folds one row of {width} into every looked-up row: {width} per-row additions done once at load"
     elif op in ("Expand", "ConstantOfShape", "Tile") and (state.numel(node.inputs[0]) or 0) <= 1:
         return   # a fill (the NaN row), not a parameter
     else:

@@ -1,4 +1,8 @@
-"""Read an exported ``.onnx`` or ``.tflite`` file into the format-neutral :class:`~.ir.Graph`.
+"""Read an exported ``.onnx``, ``.ort`` or ``.tflite`` file into the format-neutral :class:`~.ir.Graph`.
+
+``.ort`` files (ONNX Runtime's ORT format, saved without graph optimizations) hold the ONNX graph
+node for node; they are read through :func:`bnc_deploy.formats.ort.ort_to_onnx` and counted as
+ONNX graphs (``Graph.format`` ``"onnx"``: the same operators, the same counting rules).
 
 Contract: :func:`load_graph` accepts a path, TFLite bytes or an ``onnx.ModelProto``; a missing
 file raises ``FileNotFoundError``, an unreadable one or another suffix
@@ -44,7 +48,9 @@ _TFLITE_DTYPES = {"FLOAT32": "float32", "FLOAT16": "float16", "FLOAT64": "float6
 def load_graph(path) -> Graph:
     """Read an ``.onnx`` or ``.tflite`` file (or bytes/ModelProto) into a :class:`Graph`."""
     if isinstance(path, (bytes, bytearray)):
-        return load_tflite_graph(path)
+        from bnc_deploy.formats.ort import is_ort
+
+        return load_ort_graph(path) if is_ort(path) else load_tflite_graph(path)
     if not isinstance(path, (str, Path)):
         return load_onnx_graph(path)            # an onnx.ModelProto
     p = Path(path)
@@ -55,7 +61,26 @@ def load_graph(path) -> Graph:
         return load_onnx_graph(p)
     if suffix == ".tflite":
         return load_tflite_graph(p)
-    raise RuntimeLoadError(f"{p}: cannot count a {suffix or 'extension-less'} file (expected .onnx or .tflite)")
+    if suffix == ".ort":
+        return load_ort_graph(p)
+    raise RuntimeLoadError(f"{p}: cannot count a {suffix or 'extension-less'} file (expected .onnx, .ort or .tflite)")
+
+
+def load_ort_graph(model) -> Graph:
+    """ORT format file (path or bytes) -> Graph, through the ONNX graph it holds."""
+    from bnc_deploy.formats.ort import ort_to_onnx
+
+    path = str(model) if isinstance(model, (str, Path)) else ""
+    try:
+        proto = ort_to_onnx(model)
+    except MissingExtraError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - untrusted bytes: the flatbuffer reader fails in many ways
+        first_line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise RuntimeLoadError(f"{path or 'ORT bytes'}: not a readable ORT format model ({first_line})") from None
+    graph = load_onnx_graph(proto)
+    graph.path = path
+    return graph
 
 
 def _metadata(text: str | bytes) -> dict | None:

@@ -8,8 +8,12 @@ are all constants is load-time work; an op without a rule is "unknown" (ops None
 Per-op rules (counts per row; ``numel`` excludes the batch dimension)
 --------------------------------------------------------------------
 * elementwise ``Add``/``Sub``/``Mul``/``Div``/comparisons/logic/``Where``/clamps: ``numel(out)``;
+  the n-ary ``Sum`` of ``k`` inputs: ``(k - 1) * numel(out)``;
 * ``ReduceSum``/``ReduceAny``/``ArgMax``: ``numel(in) - numel(out)`` (``k`` terms: ``k - 1``);
 * ``MatMul``/``Gemm``/``FullyConnected``: MACs = ``numel(out) * K`` (+ ``numel(out)`` bias adds);
+  an ONNX ``MatMul``/``Gemm`` of codes and constants (ONNX has no fused activations) is index
+  arithmetic (addressing) whose result stays an index (the merged-group rows of
+  ``gather-grouped``);
   ``Conv``: ``numel(out) * K_h * K_w * C_in / groups``; ``BatchNormalization``: ``numel(out)``;
 * ``Gather`` of a constant table with per-row indices: ``numel(out)`` lookups, 0 operations;
 * ``OneHot`` and an ``Equal`` that broadcasts indices against a constant build one-hots
@@ -152,6 +156,15 @@ class OpRules:
             rec.category, rec.ops = "guard", n
             self.state.set_role(node, "penalty")
 
+    def on_sum(self, node, rec, roles):
+        """n-ary Sum: ``(k - 1) * numel(out)`` additions, categorized like a binary Add."""
+        terms = len([i for i in node.inputs if i])
+        self.on_add(node, rec, roles)
+        if rec.ops is not None:
+            rec.ops = element_ops(self.state, node, "sum")
+            if rec.category == "arithmetic" and "score" in roles:
+                rec.note = f"sum of {terms} looked-up rows: {rec.ops} additions"
+
     def on_mul(self, node, rec, roles):
         n = self.state.numel(node.outputs[0])
         consts = [i for i in node.inputs if i and self.state.is_const(i)]
@@ -232,6 +245,12 @@ class OpRules:
             rec.note = "one-hot x table: MACs shown; ops = effective additions" + \
                 ("" if rec.ops is not None else " (unknown: the one-hot's structure is not derivable)")
             self.state.set_role(node, "score")
+        elif role == "index" and node.op in ("MatMul", "Gemm") and self.state.graph.format == "onnx" and \
+                not node.attrs.get("fusedActivationFunction"):
+            # codes times a constant stride matrix: the mixed-radix rows of merged feature groups
+            # (ONNX gather-grouped). Index work whose result is again an index, not a one-hot.
+            rec.category, rec.ops, rec.note = "addressing", total, "index arithmetic (rows of merged feature groups)"
+            self.state.set_role(node, "index")
         elif role in ("select", "index"):
             # A product of codes, or of one-hots with a bias and a ReLU, builds (combines) one-hots
             # (the Edge TPU ``relu`` builder): index work, and its output is again a selector.
