@@ -1,7 +1,8 @@
 """What both TFLite exporters share: importing TensorFlow quietly, the int8 fake-quant idioms that
 pin a tensor's quantization, the operator rules every TFLite export obeys, and the TFLite Micro
 profile's pieces (TFLM's operators, the REDUCE_MAX guard, the int32 label, the arena measurement
-with the ``tflite-micro`` interpreter when it is installed).
+with the ``tflite-micro`` interpreter when it is installed) and the web profile's (int32 label, no
+int64 tensors, a static batch).
 
 A private helper module (the leading underscore keeps the exporter registry from treating it as
 an exporter); it builds nothing on its own.
@@ -53,12 +54,15 @@ def int8_weights(tf, units: np.ndarray, scale: float):
 # The TFLite Micro profile (``profile="micro"``), shared by both TFLite exporters
 # ================================================================================================
 #: Export profiles: ``default`` (LiteRT: dynamic batch where the lowering allows it, int64 label,
-#: REDUCE_ANY guard) and ``micro`` (TFLite Micro: static batch 1, int32 label, a guard without
-#: REDUCE_ANY, only operators and operand types the TFLM reference kernels take).
-PROFILES = ("default", "micro")
-PROFILE_HELP = ("default (LiteRT) or micro: a file the TFLite Micro interpreter runs - static batch 1, int32 "
+#: REDUCE_ANY guard), ``micro`` (TFLite Micro: static batch 1, int32 label, a guard without
+#: REDUCE_ANY, only operators and operand types the TFLM reference kernels take) and ``web``
+#: (LiteRT.js in a browser, LiteRT on Android/iOS: the default graph with an int32 label, no int64
+#: tensor anywhere, and a static batch of ``web_batch`` rows).
+PROFILES = ("default", "micro", "web")
+PROFILE_HELP = ("default (LiteRT), micro (a file the TFLite Micro interpreter runs - static batch 1, int32 "
                 "label, only TFLM builtin ops; its metadata records the tensor arena bytes measured with "
-                "tflite-micro when that is installed")
+                "tflite-micro when that is installed) or web (LiteRT.js / mobile: int32 label, no int64 "
+                "tensors, static batch --web-batch)")
 #: Builtin operators TFLM's op resolver can register (``MicroMutableOpResolver::Add*`` of
 #: tflite-micro, 2026; ``CUSTOM`` left out). A micro-profile file uses only these; the kernels'
 #: operand types are narrower than LiteRT's (no uint8/int64 operands, GATHER params int8/float32,
@@ -95,10 +99,50 @@ MICRO_GUARD_NOTE = ("REDUCE_MAX(CAST(x != clip(x))) > 0.5; label (ARG_MAX + 1) *
                     "NaN scores need IEEE floats (not -ffast-math)")
 
 
-def check_profile(profile: str) -> str:
+def check_profile(profile: str, web_batch: int = 1) -> str:
+    """``profile`` if known and ``web_batch`` fits it (ExportError saying why otherwise)."""
     if profile not in PROFILES:
         raise ExportError(f"unknown profile {profile!r}; choose one of {', '.join(PROFILES)}")
+    if isinstance(web_batch, bool) or not isinstance(web_batch, (int, np.integer)) or not \
+            1 <= int(web_batch) <= WEB_MAX_BATCH:
+        raise ExportError(f"--web-batch must be an integer in 1..{WEB_MAX_BATCH}, got {web_batch!r}")
+    if int(web_batch) != WEB_BATCH and profile != "web":
+        raise ExportError(f"--web-batch applies to --profile web only (this export's profile is {profile})")
     return profile
+
+
+# ================================================================================================
+# The web profile (``profile="web"``), shared by both TFLite exporters
+# ================================================================================================
+#: Default static batch of a web file (``--web-batch``). LiteRT.js (``@litertjs/core``) refuses a
+#: dynamic batch dimension, so a web file fixes it; a runtime runs any number of rows in chunks of
+#: it (``runtimes.litert_adapter`` pads the last chunk).
+WEB_BATCH = 1
+#: Largest ``--web-batch`` accepted (a static input of this many rows is allocated up front).
+WEB_MAX_BATCH = 4096
+#: Label dtype of a web file: LiteRT.js refuses int64 tensors ("Element type INT64 is not supported").
+WEB_LABEL_DTYPE = "int32"
+#: Tensor types a web file never holds (JavaScript typed arrays have no int64 LiteRT.js maps).
+WEB_FORBIDDEN_DTYPES = ("INT64",)
+WEB_BATCH_HELP = (f"--profile web: the static batch size of the file (default {WEB_BATCH}); a runtime runs any "
+                  "number of rows in chunks of it")
+
+
+def check_web_contract(summary, batch_shape: list) -> None:
+    """ExportError unless no tensor is int64 and the input has the static shape ``batch_shape``."""
+    bad = sorted({t.dtype for t in summary.tensors if t.dtype in WEB_FORBIDDEN_DTYPES})
+    if bad:
+        names = sorted({t.name for t in summary.tensors if t.dtype in WEB_FORBIDDEN_DTYPES})[:5]
+        raise ExportError(f"the web profile produced {', '.join(bad)} tensors ({', '.join(names)}), which "
+                          "LiteRT.js does not take")
+    x = summary.tensors[summary.inputs[0]]
+    if list(x.shape_signature) != list(batch_shape) or list(x.shape) != list(batch_shape):
+        raise ExportError(f"web input shape {x.shape_signature}, expected the static {batch_shape}")
+
+
+def web_metadata(batch: int) -> dict:
+    """The web facts a file's metadata records."""
+    return {"profile": "web", "batch": f"static {int(batch)}", "label_dtype": WEB_LABEL_DTYPE}
 
 
 def micro_invalid(tf, bad):
@@ -241,3 +285,93 @@ def measure_tflm_arena(model: bytes, n_features: int, input_dtype, *, limit: int
 
 def _one_line(exc: Exception) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
+
+
+# ================================================================================================
+# Standard TFLite model metadata (``metadata=True``, ``bnc-export --metadata``), both exporters
+# ================================================================================================
+#: The associated file holding the class names (one per line, in score order).
+LABELS_FILE = "labels.txt"
+METADATA_HELP = ("also write the standard TFLITE_METADATA (tflite-support schema: model and tensor "
+                 f"descriptions, the class names as {LABELS_FILE} on the score axis) for Android tooling")
+#: Feature names listed in the input tensor's description (the rest are counted).
+DESCRIBED_FEATURES = 32
+_STRUCTURES = {"nb": "naive Bayes", "tan": "tree-augmented naive Bayes (TAN)", "fc": "fully connected network",
+               "cnn": "convolutional network"}
+
+
+def standard_metadata(meta: dict) -> tuple[bytes, dict[str, bytes]]:
+    """``(TFLITE_METADATA buffer, {"labels.txt": bytes})`` describing an export with metadata ``meta``.
+
+    Tensors in the subgraph's order: input ``x``; outputs scores (``log_joint``/``logits``) with the
+    labels file as TENSOR_AXIS_LABELS, then ``label``. ExportError when a class name cannot be a
+    line of the labels file."""
+    from bnc_deploy.formats.metadata import INPUT_RAW, contract_outputs
+    from bnc_deploy.formats.tflite_metadata import build_model_metadata
+
+    classes = [str(c) for c in meta["class_names"]]
+    bad = [c for c in classes if "\n" in c or "\r" in c or not c.strip()]
+    if bad:
+        raise ExportError(f"class name {bad[0]!r} cannot be a line of {LABELS_FILE} (empty or has a line break)")
+    scores, label = contract_outputs(meta)
+    features = [str(f) for f in meta["feature_names"]]
+    cards = [int(c) for c in meta["cardinalities"]]
+    d, c = len(features), len(classes)
+    structure = _STRUCTURES.get(str(meta.get("structure")), str(meta.get("structure")))
+    bits = f"{meta['bits']}-bit" if meta.get("quantized") else "float"
+    listed = ", ".join(f"{n} (0..{k - 1})" for n, k in zip(features[:DESCRIBED_FEATURES], cards))
+    if d > DESCRIBED_FEATURES:
+        listed += f", ... ({d - DESCRIBED_FEATURES} more)"
+    batch = str(meta.get("batch", "dynamic"))
+    rows = "N rows (resize the input)" if batch == "dynamic" else f"{batch.split()[-1]} rows (a static batch)"
+    if meta.get("input") == INPUT_RAW:
+        x_text = (f"float32 [{rows}, {d}]: raw feature values, discretized inside the model; non-finite values "
+                  f"make the row invalid. Features: {', '.join(features[:DESCRIBED_FEATURES])}")
+    else:
+        x_text = (f"{meta.get('input_dtype', 'int32')} [{rows}, {d}]: one discrete code per feature, "
+                  f"0..cardinality-1; an out-of-range code makes the row invalid. Features: {listed}")
+    score_text = ("float32 [N, C]: log p(class, x), the class scores" if scores == "log_joint"
+                  else "float32 [N, C]: the class logits")
+    label_dtype = meta.get("label_dtype", "int64")
+    model = {
+        "name": f"bnc-deploy {structure}",
+        "description": (f"{structure} classifier ({bits} parameters) over {d} discrete features and {c} classes, "
+                        f"exported by bnc-deploy {meta.get('toolkit_version')}. Outputs: {scores} (scores, class "
+                        f"names in {LABELS_FILE}) and {label} (the predicted class index, -1 for an invalid row). "
+                        f"Exact: {bool(meta.get('exact'))}. The full contract is the 'bnc_deploy' metadata "
+                        "buffer (JSON)."),
+        "version": f"model sha256 {str(meta.get('artifact_sha256', ''))[:16]}",
+        "author": "bnc-deploy",
+        "inputs": [{"name": "x", "description": x_text}],
+        "outputs": [
+            {"name": scores, "description": score_text + f" in the order of {LABELS_FILE}; all NaN for an "
+                                                         "invalid row",
+             "associated_files": [{"name": LABELS_FILE, "description": "class names, one per line, in score order",
+                                   "type": "TENSOR_AXIS_LABELS"}]},
+            {"name": label, "description": f"{label_dtype} [N]: index of the first highest score (the predicted "
+                                           f"class, line index + 1 of {LABELS_FILE}); -1 for an invalid row"},
+        ],
+    }
+    return build_model_metadata(model), {LABELS_FILE: ("\n".join(classes) + "\n").encode("utf-8")}
+
+
+def standard_metadata_note() -> dict:
+    """What our own metadata says about the standard metadata a file carries."""
+    from bnc_deploy.formats.tflite_metadata import MIN_PARSER_VERSION, TFLITE_METADATA
+
+    return {"buffer": TFLITE_METADATA, "schema": "tflite-support metadata_schema.fbs",
+            "min_parser_version": MIN_PARSER_VERSION, "associated_files": [LABELS_FILE]}
+
+
+def finish_with_metadata(converted: bytes, meta: dict, standard: bool, **kwargs) -> bytes:
+    """:func:`~bnc_deploy.formats.tflite.finish_flatbuffer`, plus (``standard``) the TFLITE_METADATA
+    buffer and the labels file zipped onto the end, as tflite-support's MetadataPopulator does.
+    ``meta`` must already carry ``tflite_metadata`` (:func:`standard_metadata_note`) when ``standard``."""
+    from bnc_deploy.formats.tflite import finish_flatbuffer
+    from bnc_deploy.formats.tflite_metadata import TFLITE_METADATA, append_associated_files
+
+    if not standard:
+        return finish_flatbuffer(converted, meta, **kwargs)
+    buffer, files = standard_metadata(meta)
+    model = finish_flatbuffer(converted, meta, extra_metadata={TFLITE_METADATA: buffer}, **kwargs)
+    return append_associated_files(model, files)

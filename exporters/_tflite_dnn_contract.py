@@ -11,7 +11,14 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from bnc_deploy.errors import ExportError
-from bnc_deploy.exporters._tflite import COMPARISON_OPS, FORBIDDEN_OPS, MICRO_BATCH, check_micro_contract
+from bnc_deploy.exporters._tflite import (
+    COMPARISON_OPS,
+    FORBIDDEN_OPS,
+    MICRO_BATCH,
+    WEB_BATCH,
+    check_micro_contract,
+    check_web_contract,
+)
 from bnc_deploy.formats.dnn import OUTPUT_LOGITS
 from bnc_deploy.formats.metadata import INPUT_NAME, OUTPUT_LABEL
 from bnc_deploy.formats.tflite import TFLiteSummary, inspect_tflite, load_model_t, model_bytes
@@ -55,7 +62,8 @@ def check_dnn_contract(model: bytes, artifact, plan: "DNNTFLitePlan") -> TFLiteS
     """Check a converted DNN model against the contract; raise ExportError naming what is wrong.
 
     Builtins only, no comparison on int8 operands, I/O names/dtypes/shapes and a dynamic batch
-    (micro profile: static [1, D], int32 label, TFLM operators, no int64/uint8 tensors), no
+    (micro profile: static [1, D], int32 label, TFLM operators, no int64/uint8 tensors; web
+    profile: static [web_batch, D], int32 label, no int64 tensors), no
     hybrid (float-activation, int8-weight) layer, and per lowering:
 
     * ``int8-sign``: one int8 FULLY_CONNECTED/CONV_2D per hidden layer, in order, with input
@@ -78,15 +86,18 @@ def check_dnn_contract(model: bytes, artifact, plan: "DNNTFLitePlan") -> TFLiteS
                               "this with your TensorFlow version")
     x, logits, label = t[summary.inputs[0]], t[summary.outputs[0]], t[summary.outputs[1]]
     d, c = artifact.n_features, artifact.n_classes
-    micro = getattr(plan, "profile", "default") == "micro"
+    profile = getattr(plan, "profile", "default")
+    micro = profile == "micro"
     expected = [(x, INPUT_NAME, "INT32", d), (logits, OUTPUT_LOGITS, "FLOAT32", c),
-                (label, OUTPUT_LABEL, "INT32" if micro else "INT64", None)]
+                (label, OUTPUT_LABEL, "INT64" if profile == "default" else "INT32", None)]
     for tensor, name, dtype, last in expected:
         if tensor.name != name or tensor.dtype != dtype or (last is not None and tensor.shape[-1] != last):
             raise ExportError(f"converted model has I/O tensor {tensor.name!r} {tensor.dtype} {tensor.shape}, "
                               f"expected {name!r} {dtype} with last dimension {last}")
     if micro:
         check_micro_contract(summary, [MICRO_BATCH, d])
+    elif profile == "web":
+        check_web_contract(summary, [int(getattr(plan, "web_batch", WEB_BATCH)), d])
     elif x.shape_signature[0] != -1:
         raise ExportError(f"input batch dimension is static ({x.shape_signature}), expected dynamic")
     macs = [op for op in summary.ops if op.name in MAC_OPS]

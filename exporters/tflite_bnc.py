@@ -113,6 +113,21 @@ tflite-micro is installed (``exporters._tflite.measure_tflm_arena``; None otherw
 exporting host (x86-64: TFLM's structs hold 64-bit pointers; a 32-bit MCU needs somewhat less).
 The verifier runs micro files in LiteRT like any TFLite file; the ``tflm`` runtime
 (``runtimes.tflm_adapter``) runs them in TFLM.
+
+Web profile (``profile="web"``, ``bnc-export --profile web [--web-batch N]``)
+-----------------------------------------------------------------------------
+For LiteRT.js (``@litertjs/core``, WebAssembly/WebGPU in a browser) and LiteRT on phones, which
+refused the default files: ``Element type INT64 is not supported`` for the int64 ``label``, then
+the dynamic batch dimension. A web file is the default graph (same lowerings, same operators,
+same exactness: only the label's integer type changes) with
+
+* ``label`` int32 ``[N]`` (ARG_MIN/ARG_MAX with int32 output; -1 on invalid rows as before) and no
+  int64 tensor anywhere (:func:`exporters._tflite.check_web_contract` refuses one);
+* input static ``[N, D]`` with ``N = web_batch`` (default 1; ``onehot-fc`` is static ``[1, D]``
+  already and takes only 1). A caller with fewer rows pads with valid rows (code 0) and drops
+  their outputs, as ``runtimes.litert_adapter`` does.
+
+Metadata: ``"profile": "web"``, ``"batch": "static N"``, ``"label_dtype": "int32"``.
 """
 
 from __future__ import annotations
@@ -126,18 +141,25 @@ from bnc_deploy.exporters._tflite import (
     COMPARISON_OPS,
     FORBIDDEN_OPS,
     INT8_WEIGHT_MAX,
+    METADATA_HELP,
     MICRO_BATCH,
     PROFILE_HELP,
     PROFILES,
+    WEB_BATCH,
+    WEB_BATCH_HELP,
     check_micro_contract,
     check_profile,
+    check_web_contract,
     fake_quant,
+    finish_with_metadata,
     int8_weights,
     measure_tflm_arena,
     micro_invalid,
     micro_label,
     micro_metadata,
+    standard_metadata_note,
     tensorflow,
+    web_metadata,
 )
 from bnc_deploy.exporters._onehot_fc_plan import (  # noqa: F401  (constants stay importable from here)
     INT8_OUTPUT_LEVELS,
@@ -152,7 +174,6 @@ from bnc_deploy.exporters._bnc_options import LOWERING, RAW_INPUTS
 from bnc_deploy.exporters.base import Option, register_exporter
 from bnc_deploy.formats.tflite import (
     TFLiteSummary,
-    finish_flatbuffer,
     inspect_tflite,
     tflite_op_names,
 )
@@ -174,13 +195,20 @@ MICRO_TABLE_SHIFT = 128
 # Public API
 # ================================================================================================
 def build_tflite_model(artifact, *, lowering: str = "gather", raw_inputs: bool = False,
-                       onehot: str = "equal-cast", profile: str = "default") -> bytes:
+                       onehot: str = "equal-cast", profile: str = "default", web_batch: int = WEB_BATCH,
+                       metadata: bool = False) -> bytes:
     """The TFLite flatbuffer of a BN artifact (metadata embedded, contract checked, not run).
 
     ``profile="micro"``: the TFLite Micro variant (module docstring, "TFLite Micro profile"); its
-    tensor arena is measured with tflite-micro when that is installed."""
+    tensor arena is measured with tflite-micro when that is installed. ``profile="web"``: int32
+    label, no int64 tensors, static batch ``web_batch`` (module docstring, "Web profile").
+    ``metadata``: also the standard TFLITE_METADATA and ``labels.txt`` (``exporters._tflite``)."""
     check_lowering(lowering)
-    micro = check_profile(profile) == "micro"
+    micro = check_profile(profile, web_batch) == "micro"
+    web_batch = int(web_batch) if profile == "web" else None
+    if web_batch is not None and lowering == "onehot-fc" and web_batch != ONEHOT_FC_BATCH:
+        raise ExportError(f"--web-batch {web_batch}: the onehot-fc lowering has a static batch of "
+                          f"{ONEHOT_FC_BATCH} (use --web-batch {ONEHOT_FC_BATCH}, or the gather lowering)")
     if onehot not in ONEHOT_BUILDERS:
         raise ExportError(f"unknown one-hot builder {onehot!r}; choose one of {', '.join(ONEHOT_BUILDERS)}")
     if artifact.n_features == 0:
@@ -188,33 +216,42 @@ def build_tflite_model(artifact, *, lowering: str = "gather", raw_inputs: bool =
     if raw_inputs:
         padded_thresholds(artifact)  # raises ExportError early if the discretizer is missing/wrong
     plan = onehot_fc_plan(artifact, onehot, raw_inputs=raw_inputs) if lowering == "onehot-fc" else None
-    converted = _convert(artifact, lowering, raw_inputs, plan, micro)
+    converted = _convert(artifact, lowering, raw_inputs, plan, micro, web_batch)
     extra = {"n_ops_tflite": len(tflite_op_names(converted)), "batch": "static 1" if plan or micro else "dynamic"}
     if plan is not None:
         extra["onehot_fc"] = plan.describe()
     if micro:
         extra.update(micro_metadata(inspect_tflite(converted)))
+    if web_batch is not None:
+        extra.update(web_metadata(web_batch))
     input_dtype = "int8" if plan is not None and plan.builder == "relu" else "int32"
+    if metadata:
+        extra["tflite_metadata"] = standard_metadata_note()
     meta = export_metadata(artifact, format="tflite", lowering=lowering, raw_inputs=raw_inputs,
                            input_dtype=input_dtype, extra=extra)
-    model = finish_flatbuffer(converted, meta)
-    check_contract(model, artifact, plan, profile=profile)
+    model = finish_with_metadata(converted, meta, metadata)
+    check_contract(model, artifact, plan, profile=profile, web_batch=web_batch or WEB_BATCH)
     if micro:
         # The arena holds tensors and the interpreter's structs, not the metadata buffer: measure
         # this file, then store the number in the same file's metadata.
         meta["tflm"].update(measure_tflm_arena(model, artifact.n_features, np.dtype(meta["input_dtype"])))
-        model = finish_flatbuffer(converted, meta)
+        model = finish_with_metadata(converted, meta, metadata)
     return model
 
 
 # ================================================================================================
 # TensorFlow graph and conversion (TensorFlow is imported here only)
 # ================================================================================================
-def _convert(artifact, lowering: str, raw_inputs: bool, plan: OneHotFCPlan | None, micro: bool = False) -> bytes:
-    """Trace the graph as a tf.function and convert it with TFLITE_BUILTINS only."""
+def _convert(artifact, lowering: str, raw_inputs: bool, plan: OneHotFCPlan | None, micro: bool = False,
+             web_batch: int | None = None) -> bytes:
+    """Trace the graph as a tf.function and convert it with TFLITE_BUILTINS only.
+
+    ``web_batch``: the web profile (static batch of that many rows, int32 label); None otherwise."""
     tf = tensorflow()
     relu = plan is not None and plan.builder == "relu"
-    batch = ONEHOT_FC_BATCH if plan is not None else (MICRO_BATCH if micro else None)
+    batch = ONEHOT_FC_BATCH if plan is not None else (MICRO_BATCH if micro else web_batch)
+    # The web profile's label is int32 (LiteRT.js takes no int64 tensor); the default keeps int64.
+    label_dtype = tf.int32 if web_batch is not None else tf.int64
     # The relu builder traces float32 codes and lets the converter make the input int8 (scale 1).
     dtype = tf.float32 if raw_inputs or relu else tf.int32
     spec = tf.TensorSpec([batch, artifact.n_features], dtype, name=INPUT_NAME)
@@ -222,17 +259,17 @@ def _convert(artifact, lowering: str, raw_inputs: bool, plan: OneHotFCPlan | Non
     def graph(x):
         if relu:
             log_joint, invalid = _relu_onehot_lookup(tf, artifact, plan, x)
-            label = tf.argmax(log_joint, axis=1, output_type=tf.int64)
+            label = tf.argmax(log_joint, axis=1, output_type=label_dtype)
         else:
             codes, non_finite = _raw_codes(tf, artifact, x) if raw_inputs else (x, None)
             clipped, invalid = _guard(tf, artifact, codes, non_finite)
             if plan is None:
-                log_joint, label = _gather_lookup(tf, artifact, clipped)
+                log_joint, label = _gather_lookup(tf, artifact, clipped, label_dtype)
             else:
                 log_joint = _onehot_fc_lookup(tf, artifact, plan, clipped)
-                label = tf.argmax(log_joint, axis=1, output_type=tf.int64)
+                label = tf.argmax(log_joint, axis=1, output_type=label_dtype)
         log_joint = tf.where(invalid[:, None], tf.constant(np.nan, tf.float32), log_joint)
-        label = tf.where(invalid, tf.constant(INVALID_LABEL, tf.int64), label)
+        label = tf.where(invalid, tf.constant(INVALID_LABEL, label_dtype), label)
         return log_joint, label
 
     def micro_graph(x):
@@ -369,19 +406,20 @@ def _local_rows(tf, artifact, clipped, use_gather: bool):
     return own if parent is None else own + parent
 
 
-def _gather_lookup(tf, artifact, clipped):
-    """GATHER + SUM lowering: ``(log_joint float32 [N, C], label int64 [N])``."""
+def _gather_lookup(tf, artifact, clipped, label_dtype=None):
+    """GATHER + SUM lowering: ``(log_joint float32 [N, C], label [N])`` (int64, or ``label_dtype``)."""
+    label_dtype = label_dtype or tf.int64
     offsets = lookup_constants(artifact)["offsets"].astype(np.int32)
     rows = _local_rows(tf, artifact, clipped, use_gather=True) + tf.constant(offsets)
     if artifact.is_quantized:
         picked = tf.gather(tf.constant(artifact.table_codes), rows)                  # uint8 [N, D, C]
         sums = tf.reduce_sum(tf.cast(picked, tf.int32), axis=1) + tf.constant(artifact.class_codes.astype(np.int32))
-        label = tf.argmin(sums, axis=1, output_type=tf.int64)                        # first minimum
+        label = tf.argmin(sums, axis=1, output_type=label_dtype)                     # first minimum
         step = np.float32(-artifact.quantizer.step)                                  # -2**-B_F, exact
         return tf.cast(sums, tf.float32) * tf.constant(step), label
     picked = tf.gather(tf.constant(artifact.table_logp), rows)                       # float32 [N, D, C]
     log_joint = tf.reduce_sum(picked, axis=1) + tf.constant(artifact.class_logp)
-    return log_joint, tf.argmax(log_joint, axis=1, output_type=tf.int64)
+    return log_joint, tf.argmax(log_joint, axis=1, output_type=label_dtype)
 
 
 def _int8_counts(tf, value, scale: float = 1.0):
@@ -491,13 +529,14 @@ def _relu_joint_onehot(tf, artifact, value_onehot):
 
 
 def check_contract(model: bytes, artifact, plan: OneHotFCPlan | None = None, *,
-                   profile: str = "default") -> TFLiteSummary:
+                   profile: str = "default", web_batch: int = WEB_BATCH) -> TFLiteSummary:
     """Check a converted model against the contract; raise ExportError naming what is wrong.
 
     Builtins only (no Flex/custom/ONE_HOT), no comparison on int8 operands (LiteRT aborts the
     process on those), I/O names, dtypes and shapes, and for ``onehot-fc`` that every
     FULLY_CONNECTED is int8 with an exact requantization (``s_in * s_w = s_out``, weight zero
-    point 0) and that each group's weights are stored exactly as planned.
+    point 0) and that each group's weights are stored exactly as planned. ``profile``: micro (TFLM
+    operators and types, static [1, D]) or web (no int64 tensor, static [web_batch, D]) add theirs.
     """
     summary = inspect_tflite(model)
     bad = [n for n in summary.op_names if n.startswith("CUSTOM") or n in FORBIDDEN_OPS or "FLEX" in n.upper()]
@@ -511,7 +550,7 @@ def check_contract(model: bytes, artifact, plan: OneHotFCPlan | None = None, *,
     x, lj, label = t[summary.inputs[0]], t[summary.outputs[0]], t[summary.outputs[1]]
     d, c = artifact.n_features, artifact.n_classes
     expected = [(x, INPUT_NAME, {"INT32", "FLOAT32", "INT8"}, d), (lj, OUTPUT_LOG_JOINT, {"FLOAT32"}, c),
-                (label, OUTPUT_LABEL, {"INT32" if profile == "micro" else "INT64"}, None)]
+                (label, OUTPUT_LABEL, {"INT64" if profile == "default" else "INT32"}, None)]
     for tensor, name, dtypes, last in expected:
         if tensor.name != name or tensor.dtype not in dtypes or (last is not None and tensor.shape[-1] != last):
             raise ExportError(f"converted model has I/O tensor {tensor.name!r} {tensor.dtype} {tensor.shape}, "
@@ -522,6 +561,8 @@ def check_contract(model: bytes, artifact, plan: OneHotFCPlan | None = None, *,
         _check_fc_quantization(summary, plan)
     if profile == "micro":
         check_micro_contract(summary, [MICRO_BATCH, d])
+    if profile == "web":
+        check_web_contract(summary, [web_batch, d])
     return summary
 
 
@@ -556,4 +597,6 @@ register_exporter(
                "onehot-fc lowering: build the one-hot with EQUAL+CAST (default) or from int8 ops the Edge TPU "
                "maps (FC+ReLU, MINIMUM, SUB, MUL; cardinalities <= 128, codes input)"),
         Option("profile", "str", "default", PROFILES, PROFILE_HELP),
+        Option("web_batch", "int", WEB_BATCH, help=WEB_BATCH_HELP),
+        Option("metadata", "bool", False, help=METADATA_HELP),
     ])

@@ -117,6 +117,13 @@ the int32 codes (TFLM's GATHER takes no int32 params). Everything else - the int
 float32 output layer, exactness of sign networks, calibration of ReLU networks - is the default
 profile's. Metadata: ``profile``, ``batch = "static 1"``, ``label_dtype = "int32"`` and
 ``tflm`` (operators, guard, measured ``arena_bytes``).
+
+Web profile (``profile="web"``)
+-------------------------------
+As for BN exports (:mod:`bnc_deploy.exporters.tflite_bnc`, "Web profile"): the default graph with
+an int32 ``label`` (ARG_MAX int32, SELECT_V2 with -1) and no int64 tensor, input static
+``[web_batch, D]`` (default 1). Everything else, exactness included, is the default profile's.
+Metadata: ``profile = "web"``, ``batch = "static N"``, ``label_dtype = "int32"``.
 """
 
 from __future__ import annotations
@@ -141,22 +148,25 @@ from bnc_deploy.validation import random_valid_codes
 from bnc_deploy.formats.dnn import DNN_OUTPUTS, dnn_export_metadata
 from bnc_deploy.exporters._tflite import (
     INT8_WEIGHT_MAX,
+    METADATA_HELP,
     MICRO_BATCH,
     PROFILE_HELP,
     PROFILES,
+    WEB_BATCH,
+    WEB_BATCH_HELP,
     check_profile,
     fake_quant,
+    finish_with_metadata,
     int8_weights,
     measure_tflm_arena,
     micro_invalid,
     micro_label,
     micro_metadata,
+    standard_metadata_note,
     tensorflow,
+    web_metadata,
 )
-from bnc_deploy.formats.tflite import (
-    finish_flatbuffer,
-    inspect_tflite,
-)
+from bnc_deploy.formats.tflite import inspect_tflite
 
 #: Integers below this magnitude are exact in float32.
 FLOAT32_EXACT_LIMIT = 2 ** 24
@@ -171,15 +181,20 @@ RANDOM_CALIBRATION_ROWS = 256
 # ================================================================================================
 # Public API
 # ================================================================================================
-def build_tflite_dnn(artifact, *, representative=None, output_layer: str = "int8", profile: str = "default") -> bytes:
+def build_tflite_dnn(artifact, *, representative=None, output_layer: str = "int8", profile: str = "default",
+                     web_batch: int = WEB_BATCH, metadata: bool = False) -> bytes:
     """The TFLite flatbuffer of a DNN artifact (metadata embedded, contract checked,
-    not run). ``profile="micro"``: the TFLite Micro variant (module docstring)."""
-    check_profile(profile)
+    not run). ``profile="micro"``: the TFLite Micro variant; ``profile="web"``: int32 label, no
+    int64 tensors, static batch ``web_batch`` (module docstring). ``metadata``: also the standard
+    TFLITE_METADATA and ``labels.txt`` (``exporters._tflite``)."""
+    check_profile(profile, web_batch)
     if output_layer != "int8" and getattr(artifact, "activation", None) == "sign":
         raise ExportError(f"--output-layer {output_layer} applies to ReLU DNN models only (sign networks always "
                           "compute their output layer exactly in float32)")
     plan = plan_tflite_dnn(artifact, representative=representative, output_layer=output_layer)
     plan.profile = profile
+    plan.web_batch = int(web_batch)
+    plan.standard_metadata = bool(metadata)
     return _build(artifact, plan)
 
 
@@ -246,6 +261,10 @@ class DNNTFLitePlan:
     calibration: dict | None = None
     permutations: dict = field(default_factory=dict)
     profile: str = "default"
+    #: Static batch of a web-profile file (``profile == "web"``).
+    web_batch: int = WEB_BATCH
+    #: Also write the standard TFLITE_METADATA and labels file.
+    standard_metadata: bool = False
 
     def describe(self, artifact) -> list[dict]:
         """Per weight layer: the TFLite op carrying its MACs and how it is stored (metadata)."""
@@ -409,15 +428,19 @@ def _build(artifact, plan: DNNTFLitePlan) -> bytes:
         extra["calibration"] = plan.calibration
     if plan.profile == "micro":
         extra.update(micro_metadata(summary))
+    if plan.profile == "web":
+        extra.update(web_metadata(plan.web_batch))
+    if plan.standard_metadata:
+        extra["tflite_metadata"] = standard_metadata_note()
     meta = dnn_export_metadata(artifact, format="tflite", exact=plan.exact, input_dtype="int32",
                                lowering=plan.lowering, extra=extra)
-    model = finish_flatbuffer(converted, meta, output_names=DNN_OUTPUTS)
+    model = finish_with_metadata(converted, meta, plan.standard_metadata, output_names=DNN_OUTPUTS)
     check_dnn_contract(model, artifact, plan)
     if plan.profile == "micro":
         # The arena holds tensors and the interpreter's structs, not the metadata: measure this
         # file, then record the number in the same file's metadata.
         meta["tflm"].update(measure_tflm_arena(model, artifact.n_features, np.int32))
-        model = finish_flatbuffer(converted, meta, output_names=DNN_OUTPUTS)
+        model = finish_with_metadata(converted, meta, plan.standard_metadata, output_names=DNN_OUTPUTS)
     return model
 
 
@@ -439,7 +462,10 @@ def _convert(artifact, plan: DNNTFLitePlan) -> bytes:
     """Trace the graph as a tf.function and convert it (builtins, fake-quant ranges, no calibration)."""
     tf = tensorflow()
     micro = plan.profile == "micro"
-    spec = tf.TensorSpec([MICRO_BATCH if micro else None, artifact.n_features], tf.int32, name=INPUT_NAME)
+    batch = MICRO_BATCH if micro else (plan.web_batch if plan.profile == "web" else None)
+    spec = tf.TensorSpec([batch, artifact.n_features], tf.int32, name=INPUT_NAME)
+    # The web profile's label is int32 (LiteRT.js takes no int64 tensor); the default keeps int64.
+    label_dtype = tf.int32 if plan.profile == "web" else tf.int64
 
     def graph(x):
         clipped, invalid = _guard(tf, artifact, x)
@@ -449,8 +475,8 @@ def _convert(artifact, plan: DNNTFLitePlan) -> bytes:
             logits = _sign_network(tf, artifact, plan, a, mask)
         else:
             logits = _relu_network(tf, artifact, plan, a, mask)
-        label = tf.argmax(logits, axis=1, output_type=tf.int64)
-        label = tf.where(invalid, tf.constant(INVALID_LABEL, tf.int64), label)
+        label = tf.argmax(logits, axis=1, output_type=label_dtype)
+        label = tf.where(invalid, tf.constant(INVALID_LABEL, label_dtype), label)
         return logits, label
 
     def micro_graph(x):
@@ -606,4 +632,6 @@ register_exporter(
         Option("representative", "rows", None, help="calibration rows (codes) of a ReLU network "
                                                     "(default: the check set)"),
         Option("profile", "str", "default", PROFILES, PROFILE_HELP),
+        Option("web_batch", "int", WEB_BATCH, help=WEB_BATCH_HELP),
+        Option("metadata", "bool", False, help=METADATA_HELP),
     ])

@@ -1,4 +1,8 @@
-"""onnxruntime adapter (name ``"onnxruntime"``): runs an exported ``.onnx`` BNC or DNN file.
+"""onnxruntime adapter (name ``"onnxruntime"``): runs an exported ``.onnx`` or ``.ort`` BNC or DNN file.
+
+``.ort`` files (ONNX Runtime's ORT format, ``bnc-export --format ort``) are told by their content
+(the ``ORTM`` flatbuffer identifier, not the file name) and loaded with
+``session.load_model_format = ORT``; everything else is the same for both formats.
 
 Sessions run sequentially (``ExecutionMode.ORT_SEQUENTIAL``) with ``threads`` intra-op threads
 (None: onnxruntime's default) and one inter-op thread, so latency numbers are reproducible.
@@ -16,6 +20,7 @@ import numpy as np
 import onnxruntime as ort
 
 from bnc_deploy.formats.metadata import INPUT_NAME, METADATA_KEY, contract_outputs
+from bnc_deploy.formats.ort import ORT_IDENTIFIER
 from bnc_deploy.runtimes.base import RuntimeAdapter, RuntimeLoadError
 
 # onnxruntime raises its own exception types (InvalidProtobuf, InvalidArgument, Fail, ...; plain
@@ -26,10 +31,10 @@ _ORT_ERRORS = (RuntimeError,) + tuple(
 
 
 class OnnxRuntimeAdapter(RuntimeAdapter):
-    """Run an exported ONNX file in onnxruntime (CPU execution provider)."""
+    """Run an exported ONNX or ORT format file in onnxruntime (CPU execution provider)."""
 
     name = "onnxruntime"
-    extensions = (".onnx",)
+    extensions = (".onnx", ".ort")
 
     def _load(self, path: Path) -> dict:
         options = ort.SessionOptions()
@@ -38,11 +43,16 @@ class OnnxRuntimeAdapter(RuntimeAdapter):
         if self.threads is not None:
             options.intra_op_num_threads = self.threads
         options.log_severity_level = 3  # errors only; a broken file is reported by our exception
+        self.ort_format = _is_ort_file(path)
+        if self.ort_format:
+            # By content, not by name: onnxruntime guesses from a ".ort" suffix otherwise.
+            options.add_session_config_entry("session.load_model_format", "ORT")
         try:
             self.session = ort.InferenceSession(str(path), sess_options=options,
                                                 providers=["CPUExecutionProvider"])
         except _ORT_ERRORS as exc:
-            raise RuntimeLoadError(f"{path}: not a loadable ONNX model ({_first_line(exc)})") from None
+            what = "ORT format" if self.ort_format else "ONNX"
+            raise RuntimeLoadError(f"{path}: not a loadable {what} model ({_first_line(exc)})") from None
         props = self.session.get_modelmeta().custom_metadata_map
         if METADATA_KEY not in props:
             raise RuntimeLoadError(f"{path}: not a bnc-deploy export (no {METADATA_KEY!r} metadata)")
@@ -72,6 +82,15 @@ class OnnxRuntimeAdapter(RuntimeAdapter):
             return self.session.run(self._outputs, prepared)
         except _ORT_ERRORS as exc:
             raise RuntimeError(f"{self.path}: onnxruntime failed to run the file ({_first_line(exc)})") from None
+
+
+def _is_ort_file(path: Path) -> bool:
+    """Whether the file starts like an ORT flatbuffer (``ORTM`` at bytes 4..8)."""
+    try:
+        with open(path, "rb") as f:
+            return f.read(8)[4:8] == ORT_IDENTIFIER
+    except OSError:
+        return False
 
 
 def _first_line(exc: Exception) -> str:

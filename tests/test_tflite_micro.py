@@ -222,7 +222,7 @@ def test_profile_is_declared_and_checked():
     for kind in ("bnc", "dnn"):
         spec = exporter_for(kind, "tflite")
         option = {o.name: o for o in spec.options}["profile"]
-        assert option.default == "default" and option.choices == ("default", "micro")
+        assert option.default == "default" and {"default", "micro"} <= set(option.choices)
     with pytest.raises(ExportError, match="unknown profile"):
         exporter_for("bnc", "tflite").build(_bnc(1, 3, False), profile="tiny")
 

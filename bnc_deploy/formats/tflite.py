@@ -42,10 +42,13 @@ def load_model_t(model: bytes):
 
 
 def finish_flatbuffer(converted: bytes, meta: dict,
-                      output_names: tuple[str, str] = (OUTPUT_LOG_JOINT, OUTPUT_LABEL)) -> bytes:
+                      output_names: tuple[str, str] = (OUTPUT_LOG_JOINT, OUTPUT_LABEL),
+                      extra_metadata: dict[str, bytes] | None = None) -> bytes:
     """Name the I/O tensors, add the ``serving_default`` signature and the metadata buffer.
 
     ``output_names``: names of the two outputs, in order (DNN exports: ``logits``, ``label``).
+    ``extra_metadata``: more metadata buffers by name (``TFLITE_METADATA``: the standard model
+    metadata, :mod:`bnc_deploy.formats.tflite_metadata`), stored after ours.
     """
     import flatbuffers
 
@@ -65,13 +68,15 @@ def finish_flatbuffer(converted: bytes, meta: dict,
     signature.outputs = [tensor_map(schema, first, sub.outputs[0]),
                          tensor_map(schema, second, sub.outputs[1])]
     m.signatureDefs = [signature]
-    buffer = schema.BufferT()
-    buffer.data = np.frombuffer(dump_metadata(meta).encode("utf-8"), dtype=np.uint8)
-    m.buffers.append(buffer)
-    entry = schema.MetadataT()
-    entry.name = METADATA_KEY.encode()
-    entry.buffer = len(m.buffers) - 1
-    m.metadata = [e for e in (m.metadata or []) if e.name != entry.name] + [entry]
+    entries = {METADATA_KEY: dump_metadata(meta).encode("utf-8"), **(extra_metadata or {})}
+    for name, data in entries.items():
+        buffer = schema.BufferT()
+        buffer.data = np.frombuffer(bytes(data), dtype=np.uint8)
+        m.buffers.append(buffer)
+        entry = schema.MetadataT()
+        entry.name = name.encode()
+        entry.buffer = len(m.buffers) - 1
+        m.metadata = [e for e in (m.metadata or []) if e.name != entry.name] + [entry]
     builder = flatbuffers.Builder(1024 + len(converted))
     builder.Finish(m.Pack(builder), file_identifier=TFLITE_IDENTIFIER)
     return bytes(builder.Output())

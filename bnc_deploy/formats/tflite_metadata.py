@@ -1,0 +1,236 @@
+"""Standard TFLite model metadata (the ``TFLITE_METADATA`` buffer of the tflite-support schema) and
+its associated files, written and read without tflite-support.
+
+What Android tooling reads (ML Model Binding, the LiteRT Task Library, ``MetadataExtractor``,
+Netron): a flatbuffer of ``metadata_schema.fbs`` (tensorflow/tflite-support, file identifier
+``M001``, root ``ModelMetadata``) stored in the model's metadata buffer named ``TFLITE_METADATA``,
+and the associated files (here ``labels.txt``) as a ZIP archive appended to the ``.tflite`` file -
+exactly what tflite-support's ``MetadataPopulator`` writes (Python ``zipfile`` in append mode,
+members stored uncompressed). The TFLite flatbuffer ignores the bytes after it, so the file loads
+in LiteRT unchanged.
+
+tflite-support's Python package cannot be a dependency (its wheel pins ``protobuf<4``, which
+TensorFlow 2.21 and onnx do not accept), so the few tables written here are built with the
+``flatbuffers`` package from the schema's field order (slot numbers below, schema 1.5): the
+writer uses only fields of metadata parser version 1.0.0 (names, descriptions, FeatureProperties
+content, associated files of types DESCRIPTIONS / TENSOR_AXIS_LABELS), and records that as
+``min_parser_version``. ``tests/test_tflite_metadata.py`` reads every file back with
+:func:`read_model_metadata` and, where tflite-support is installed (``pip install --no-deps
+tflite-support``), with its ``MetadataDisplayer`` and minimum-version calculator.
+
+Functions: :func:`build_model_metadata` (dict -> buffer bytes), :func:`read_model_metadata`
+(buffer -> dict), :func:`append_associated_files` / :func:`read_associated_files` (the ZIP tail).
+"""
+
+from __future__ import annotations
+
+import io
+import zipfile
+
+from bnc_deploy.errors import MetadataError, MissingExtraError
+
+#: Name of the model metadata buffer the tflite-support tools look for.
+TFLITE_METADATA = "TFLITE_METADATA"
+#: File identifier of a ``metadata_schema.fbs`` buffer.
+METADATA_IDENTIFIER = b"M001"
+#: The oldest metadata parser that reads what :func:`build_model_metadata` writes.
+MIN_PARSER_VERSION = "1.0.0"
+#: ``AssociatedFileType`` values (metadata_schema.fbs).
+FILE_TYPES = {"UNKNOWN": 0, "DESCRIPTIONS": 1, "TENSOR_AXIS_LABELS": 2, "TENSOR_VALUE_LABELS": 3}
+_FILE_TYPE_NAMES = {v: k for k, v in FILE_TYPES.items()}
+#: ``ContentProperties`` union member written for every tensor: FeatureProperties (a plain feature
+#: tensor, no image/audio/bounding-box processing).
+_FEATURE_PROPERTIES = 1
+
+# Slot numbers (field order in metadata_schema.fbs; a union takes two slots: its type, then its value).
+_MODEL = {"name": 0, "description": 1, "version": 2, "subgraph_metadata": 3, "author": 4, "license": 5,
+          "associated_files": 6, "min_parser_version": 7}
+_SUBGRAPH = {"name": 0, "description": 1, "input_tensor_metadata": 2, "output_tensor_metadata": 3,
+             "associated_files": 4}
+_TENSOR = {"name": 0, "description": 1, "dimension_names": 2, "content": 3, "associated_files": 6}
+_CONTENT = {"content_properties_type": 0, "content_properties": 1}
+_FILE = {"name": 0, "description": 1, "type": 2, "locale": 3, "version": 4}
+
+
+def _flatbuffers():
+    try:
+        import flatbuffers
+    except ImportError as exc:  # pragma: no cover - a dependency of onnxruntime and TensorFlow
+        raise MissingExtraError("writing TFLite metadata", "tflite", exc) from None
+    return flatbuffers
+
+
+# -- writing -----------------------------------------------------------------------------------------
+def build_model_metadata(model: dict) -> bytes:
+    """The ``TFLITE_METADATA`` buffer of ``model``::
+
+        {"name", "description", "version", "author", "license"?,
+         "inputs": [tensor, ...], "outputs": [tensor, ...]}     # in the subgraph's tensor order
+        tensor = {"name", "description", "dimension_names"?: [...],
+                  "associated_files"?: [{"name", "description", "type": "TENSOR_AXIS_LABELS"}]}
+
+    One subgraph (TFLite has one); every tensor's content is FeatureProperties."""
+    fb = _flatbuffers()
+    b = fb.Builder(1024)
+
+    def string(value):
+        return None if value is None else b.CreateString(str(value))
+
+    def table(slots: dict, fields: dict):
+        """Fields already created (offsets, or ("byte", v) scalars) -> a table offset."""
+        b.StartObject(max(slots.values()) + 1)
+        for name, value in fields.items():
+            if value is None:
+                continue
+            if isinstance(value, tuple):
+                b.PrependUint8Slot(slots[name], value[1], 0)
+            else:
+                b.PrependUOffsetTRelativeSlot(slots[name], value, 0)
+        return b.EndObject()
+
+    def vector(offsets):
+        if offsets is None:
+            return None
+        b.StartVector(4, len(offsets), 4)
+        for off in reversed(offsets):
+            b.PrependUOffsetTRelative(off)
+        return b.EndVector()
+
+    def associated_file(f: dict):
+        kind = f.get("type", "UNKNOWN")
+        if kind not in FILE_TYPES:
+            raise MetadataError(f"unknown associated file type {kind!r}")
+        name, desc = string(f["name"]), string(f.get("description"))
+        return table(_FILE, {"name": name, "description": desc, "type": ("byte", FILE_TYPES[kind])})
+
+    def tensor(t: dict):
+        name, desc = string(t["name"]), string(t.get("description"))
+        dims = t.get("dimension_names")
+        dims = vector([string(d) for d in dims]) if dims else None
+        b.StartObject(0)
+        feature = b.EndObject()
+        content = table(_CONTENT, {"content_properties_type": ("byte", _FEATURE_PROPERTIES),
+                                   "content_properties": feature})
+        files = t.get("associated_files")
+        files = vector([associated_file(f) for f in files]) if files else None
+        return table(_TENSOR, {"name": name, "description": desc, "dimension_names": dims, "content": content,
+                               "associated_files": files})
+
+    inputs = vector([tensor(t) for t in model["inputs"]])
+    outputs = vector([tensor(t) for t in model["outputs"]])
+    subgraph = table(_SUBGRAPH, {"name": string(model.get("subgraph_name")), "input_tensor_metadata": inputs,
+                                 "output_tensor_metadata": outputs})
+    subgraphs = vector([subgraph])
+    root = table(_MODEL, {"name": string(model["name"]), "description": string(model.get("description")),
+                          "version": string(model.get("version")), "subgraph_metadata": subgraphs,
+                          "author": string(model.get("author")), "license": string(model.get("license")),
+                          "min_parser_version": string(MIN_PARSER_VERSION)})
+    b.Finish(root, file_identifier=METADATA_IDENTIFIER)
+    return bytes(b.Output())
+
+
+# -- reading -----------------------------------------------------------------------------------------
+def read_model_metadata(buffer: bytes) -> dict:
+    """A ``TFLITE_METADATA`` buffer -> the dict :func:`build_model_metadata` takes (plus
+    ``min_parser_version``, and each tensor's ``content`` union type). MetadataError when the buffer
+    is not a metadata flatbuffer."""
+    fb = _flatbuffers()
+    data = bytearray(buffer)
+    if len(data) < 8 or bytes(data[4:8]) != METADATA_IDENTIFIER:
+        raise MetadataError("not a TFLite model metadata buffer (missing the M001 identifier)")
+    try:
+        root = fb.table.Table(data, fb.encode.Get(fb.packer.uoffset, data, 0))
+        out = _read_model(fb, root)
+    except (IndexError, ValueError, UnicodeDecodeError) as exc:
+        raise MetadataError(f"corrupt TFLite model metadata ({type(exc).__name__}: {exc})") from None
+    return out
+
+
+def _field(tab, slot: int) -> int:
+    return tab.Offset(4 + 2 * slot)
+
+
+def _str(tab, slot: int):
+    o = _field(tab, slot)
+    return tab.String(o + tab.Pos).decode("utf-8") if o else None
+
+
+def _byte(fb, tab, slot: int, default: int = 0) -> int:
+    o = _field(tab, slot)
+    return tab.Get(fb.number_types.Uint8Flags, o + tab.Pos) if o else default
+
+
+def _sub(fb, tab, slot: int):
+    o = _field(tab, slot)
+    return fb.table.Table(tab.Bytes, tab.Indirect(o + tab.Pos)) if o else None
+
+
+def _tables(fb, tab, slot: int) -> list:
+    o = _field(tab, slot)
+    if not o:
+        return []
+    start, n = tab.Vector(o), tab.VectorLen(o)
+    return [fb.table.Table(tab.Bytes, tab.Indirect(start + 4 * k)) for k in range(n)]
+
+
+def _strings(tab, slot: int) -> list:
+    o = _field(tab, slot)
+    if not o:
+        return []
+    start = tab.Vector(o)
+    return [tab.String(start + 4 * k).decode("utf-8") for k in range(tab.VectorLen(o))]
+
+
+def _read_file(fb, tab) -> dict:
+    return {"name": _str(tab, _FILE["name"]), "description": _str(tab, _FILE["description"]),
+            "type": _FILE_TYPE_NAMES.get(_byte(fb, tab, _FILE["type"]), "UNKNOWN")}
+
+
+def _read_tensor(fb, tab) -> dict:
+    out = {"name": _str(tab, _TENSOR["name"]), "description": _str(tab, _TENSOR["description"])}
+    dims = _strings(tab, _TENSOR["dimension_names"])
+    if dims:
+        out["dimension_names"] = dims
+    content = _sub(fb, tab, _TENSOR["content"])
+    if content is not None:
+        out["content"] = _byte(fb, content, _CONTENT["content_properties_type"])
+    files = [_read_file(fb, f) for f in _tables(fb, tab, _TENSOR["associated_files"])]
+    if files:
+        out["associated_files"] = files
+    return out
+
+
+def _read_model(fb, root) -> dict:
+    subgraphs = _tables(fb, root, _MODEL["subgraph_metadata"])
+    if len(subgraphs) != 1:
+        raise MetadataError(f"TFLite model metadata has {len(subgraphs)} subgraphs, expected 1")
+    sub = subgraphs[0]
+    out = {key: _str(root, _MODEL[key]) for key in ("name", "description", "version", "author", "license",
+                                                     "min_parser_version")}
+    out["inputs"] = [_read_tensor(fb, t) for t in _tables(fb, sub, _SUBGRAPH["input_tensor_metadata"])]
+    out["outputs"] = [_read_tensor(fb, t) for t in _tables(fb, sub, _SUBGRAPH["output_tensor_metadata"])]
+    return out
+
+
+# -- associated files (a ZIP appended to the model) --------------------------------------------------
+def append_associated_files(model: bytes, files: dict[str, bytes]) -> bytes:
+    """``model`` followed by a ZIP of ``files`` (stored, not compressed), as MetadataPopulator appends
+    them: Python's ``zipfile`` in append mode on the model bytes."""
+    buffer = io.BytesIO(bytes(model))
+    buffer.seek(0, io.SEEK_END)
+    with zipfile.ZipFile(buffer, "a", compression=zipfile.ZIP_STORED) as zf:
+        for name in sorted(files):
+            info = zipfile.ZipInfo(name, date_time=(1980, 1, 1, 0, 0, 0))  # fixed: reproducible bytes
+            info.compress_type = zipfile.ZIP_STORED
+            info.external_attr = 0o644 << 16
+            zf.writestr(info, files[name])
+    return buffer.getvalue()
+
+
+def read_associated_files(model: bytes) -> dict[str, bytes]:
+    """The files zipped onto the end of a ``.tflite`` file (``{}`` when there are none)."""
+    try:
+        with zipfile.ZipFile(io.BytesIO(bytes(model))) as zf:
+            return {name: zf.read(name) for name in zf.namelist()}
+    except zipfile.BadZipFile:
+        return {}
