@@ -1,6 +1,6 @@
 """The model repository: a directory of model files, loaded, checked and swapped atomically.
 
-Layout (flat): ``DIR/<name>.onnx``, ``DIR/<name>.tflite`` or ``DIR/<name>.bnc``; the model name
+Layout (flat): ``DIR/<name>.onnx``, ``.ort``, ``.tflite``, ``.h`` (C export) or ``.bnc``; the model name
 is the file stem (two files with one stem are an error shown in the index for that name).
 Hidden files (a leading ``.``) and names containing ``.tmp`` are ignored: they are files still
 being written. Publish a file by writing it under such a name in ``DIR`` and renaming it
@@ -33,8 +33,9 @@ from bnc_deploy.serve.model import ModelLoadError, ServedModel
 
 log = logging.getLogger("bnc_deploy.serve")
 
-#: File extensions served (the runtimes' defaults: .onnx -> onnxruntime, .tflite -> litert, .bnc -> numpy).
-EXTENSIONS = (".onnx", ".tflite", ".bnc")
+#: File extensions served (the runtimes' defaults: .onnx/.ort -> onnxruntime, .tflite -> litert,
+#: .h -> native (compiled on load), .bnc -> numpy).
+EXTENSIONS = (".onnx", ".ort", ".tflite", ".h", ".bnc")
 
 
 @dataclass
