@@ -679,6 +679,152 @@ def _label(g: _Graph, log_joint: str) -> None:
     g.op("Where", [invalid, "invalid_label", best], OUTPUT_LABEL)
 
 
+# -- the ORT format lookup graph (used only by exporters/ort_format.py) ---------------------------------
+#: Opset of the ORT lookup graph's default domain: 12 is the last with ReduceSum's ``axes`` as an
+#: attribute (an initializer less per reduction in the ORT file) and the first with an int64 Clip.
+ORT_LOOKUP_OPSET = 12
+#: The contrib domain of ``GatherBlockQuantized`` (onnxruntime >= 1.20; CPU, WebAssembly, mobile).
+MS_DOMAIN = "com.microsoft"
+
+
+def ort_lookup_applies(artifact, *, raw_inputs: bool = False, lowering: str = "gather",
+                       pack_bits: bool = False, **_) -> bool:
+    """Whether :func:`build_ort_lookup_model` covers this export: a quantized NB or TAN model,
+    ``gather`` lowering, code inputs, no bit-planes, a padded layout, and fewer than 2**16 table rows."""
+    return (artifact.is_quantized and lowering == "gather" and not raw_inputs and not pack_bits
+            and artifact.n_features > 0 and PaddedLayout.of(artifact) is not None and artifact.n_rows + 1 < 2 ** 16)
+
+
+def ort_lookup_storage(artifact) -> tuple[int, bool]:
+    """``(bits, prior_folded)`` of the ORT lookup table: the prior is folded into feature 0's rows
+    when the sums fit a byte (``B <= 7``); the stored values (codes, or code + prior codes for
+    feature 0) take 4 bits, two a byte, when they are all below 16 and the class count is even
+    (letter NB 3-bit), else one byte each."""
+    max_code = int(artifact.quantizer.max_code)
+    folded = 2 * max_code <= 255
+    largest = 2 * max_code if folded else max_code
+    return (4 if largest < 16 and artifact.n_classes % 2 == 0 else 8), folded
+
+
+def build_ort_lookup_model(artifact) -> onnx.ModelProto:
+    """The graph the ORT exporter converts for quantized NB and TAN models (``ort_lookup_applies``).
+
+    Private to ``exporters/ort_format.py``. An ORT format session never folds constants, so the ONNX
+    graph's load-time table build (19 of its 28 nodes) would run on every call, and the ORT file
+    stores a type/shape record per tensor and edges and kernel type records per node (about 400
+    bytes a node). This graph has no load-time nodes; the table is stored as the op reads it:
+
+    * ``c = Clip(x, -1, K)``: the guard, as in the ``clip`` layout;
+    * ``r = Cast(GatherElements(M, c), int32)``: ``M`` [K + 1, D] (uint8; uint16 from 256 table rows)
+      maps clipped code ``j`` of feature ``i`` to its row ``offset_i + j`` of the stacked table, or
+      to the NaN row ``R`` when ``j`` is invalid (``|X_i| <= j <= K``; ``-1`` indexes row ``K``
+      from the end, which is invalid for every feature). TAN: the map is indexed by
+      ``a * W + b`` (``W = K + 2``; ``a`` the clipped code, ``b`` its parent's, ``Gather`` + ``Mul`` +
+      ``Add`` per call; a root's own code stands in for the parent's and the root's row ignores
+      it); negative values index from the end, and the ``(K + 2)**2`` rows of ``M`` [(K + 2)**2, D]
+      hold every pair once; a pair with an invalid code maps to the NaN row;
+    * ``g = GatherBlockQuantized(T, r, S, Z)`` (com.microsoft, onnxruntime >= 1.20): the looked-up
+      rows dequantized, ``(q - 0) * S[row]`` with ``S = -2**-B_F`` for the model's rows and NaN for
+      row ``R`` (so one invalid code makes its row of ``log_joint`` NaN, as in the ONNX graph);
+      exact (a small integer times a power of two);
+    * ``log_joint = ReduceSum(g, axis 1)``; ``label = Where(IsNaN(ReduceSum(log_joint, axis 1)),
+      -1, ArgMax(log_joint))`` (first maximum). Every partial sum is an integer multiple of the
+      step below ``2**24``: bit-identical to the ONNX export.
+
+    The table ``T`` (``ort_lookup_storage``): the class prior is folded into feature 0's rows (all
+    ``rows_per_feature[0]`` of them; every valid row reads exactly one; the ONNX graph does the
+    same ``C`` additions once at load time, here they are done at export:
+    ``prior_folded_into_feature = 0`` in the metadata, which the graph counter credits as folded
+    additions), and the values are stored in 4 bits, two a byte, when they fit (letter NB 3-bit:
+    codes + prior codes <= 14), else one a byte. 8-bit models (code + prior may exceed a byte) keep
+    the prior apart and add it per call (``Add``).
+
+    Per call 9 nodes for NB, 12 for TAN (the ONNX graph: 8 and 12 after its load-time folding; as
+    ORT files they ran all 28 and 43). Letter NB 3-bit: 10,648 bytes (``.onnx`` 7,266); letter TAN
+    3-bit: 44,920 (``.onnx`` 43,994; the ONNX graph as ORT: 62,472).
+    Metadata: ``opset`` 12 (``ORT_LOOKUP_OPSET``, whatever ``--opset`` says), ``table_storage``
+    ``uint4x2`` or ``uint8``, ``index_guard`` ``clip``.
+    """
+    if not ort_lookup_applies(artifact):
+        raise ExportError("the ORT lookup graph covers quantized NB/TAN models with the gather lowering and "
+                          "code inputs")
+    d, c, n_rows = artifact.n_features, artifact.n_classes, artifact.n_rows
+    k = PaddedLayout(artifact).max_code
+    constants = lookup_constants(artifact)
+    offsets, strides = constants["offsets"], constants["strides"]
+    parents = [int(p) for p in artifact.parents]
+    tan = any(p >= 0 for p in parents)
+    if tan:
+        # map row of the clipped codes (a, b) of a feature and its parent: a * W + b, negative values
+        # from the end (W = K + 2; the K + 2 values of a and b give (K + 2)**2 distinct rows)
+        width = k + 2
+        row_map = np.full((width * width, d), n_rows, dtype=np.int64)
+        for i, card in enumerate(artifact.cardinalities):
+            p = parents[i]
+            b = np.arange(-1, k + 1) if p < 0 else np.arange(int(artifact.cardinalities[p]))
+            for a in range(int(card)):                      # a root reads its own code as "parent": any b
+                rows = offsets[i] + a if p < 0 else offsets[i] + a * strides[i] + b
+                row_map[(a * width + b) % (width * width), i] = rows
+    else:
+        row_map = np.full((k + 1, d), n_rows, dtype=np.int64)                      # invalid -> the NaN row
+        for i, card in enumerate(artifact.cardinalities):
+            row_map[:int(card), i] = offsets[i] + np.arange(int(card))
+    bits, folded = ort_lookup_storage(artifact)
+    values = np.vstack([artifact.table_codes, np.zeros((1, c), dtype=np.uint8)]).astype(np.int64)
+    if folded:
+        values[:int(artifact.rows_per_feature[0])] += artifact.class_codes       # feature 0: rows 0 ..
+    if bits == 4:
+        table = (values[:, 0::2] | (values[:, 1::2] << 4)).astype(np.uint8)      # low nibble first
+    else:
+        table = values.astype(np.uint8)
+    scales = np.full((n_rows + 1, 1), -artifact.quantizer.step, dtype=np.float32)
+    scales[n_rows] = np.nan
+
+    g = _Graph()                                   # one-letter initializer names: each is stored in the file
+    g.const("T", table)
+    g.const("S", scales)
+    g.const("Z", np.zeros((n_rows + 1, 1), dtype=np.uint8))                       # zero points (packed: 0)
+    g.const("m", np.array(-1, dtype=np.int64))
+    g.const("K", np.array(k, dtype=np.int64))
+    g.const("M", row_map.astype(np.uint8 if n_rows < 256 else np.uint16))           # n_rows: the NaN row
+    clipped = g.op("Clip", [INPUT_NAME, "m", "K"])
+    if tan:
+        g.const("p", np.array([p if p >= 0 else i for i, p in enumerate(parents)], dtype=np.int64))
+        g.const("W", np.array(k + 2, dtype=np.int64))
+        parent_codes = g.op("Gather", [clipped, "p"], axis=1)
+        clipped = g.op("Add", [g.op("Mul", [clipped, "W"]), parent_codes])
+    rows = g.op("Cast", [g.op("GatherElements", ["M", clipped], axis=0)], to=TensorProto.INT32)
+    looked_up = g.op("GatherBlockQuantized", ["T", rows, "S", "Z"], domain=MS_DOMAIN, bits=bits, gather_axis=0,
+                     quantize_axis=1, block_size=max(16, 1 << int(np.ceil(np.log2(max(c, 2))))))
+    if folded:
+        log_joint = g.op("ReduceSum", [looked_up], OUTPUT_LOG_JOINT, axes=[1], keepdims=0)
+    else:
+        g.const("P", (-artifact.class_codes.astype(np.float32) * np.float32(artifact.quantizer.step)))
+        log_joint = g.op("Add", [g.op("ReduceSum", [looked_up], axes=[1], keepdims=0), "P"], OUTPUT_LOG_JOINT)
+    best = g.op("ArgMax", [log_joint], axis=1, keepdims=0)
+    invalid = g.op("IsNaN", [g.op("ReduceSum", [log_joint], axes=[1], keepdims=0)])
+    g.op("Where", [invalid, "m", best], OUTPUT_LABEL)
+
+    graph = helper.make_graph(
+        g.nodes, f"bnc_{artifact.structure}",
+        inputs=[helper.make_tensor_value_info(INPUT_NAME, TensorProto.INT64, ["N", d])],
+        outputs=[helper.make_tensor_value_info(OUTPUT_LOG_JOINT, TensorProto.FLOAT, ["N", c]),
+                 helper.make_tensor_value_info(OUTPUT_LABEL, TensorProto.INT64, ["N"])],
+        initializer=g.initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", ORT_LOOKUP_OPSET),
+                                                    helper.make_opsetid(MS_DOMAIN, 1)],
+                              producer_name="bnc-deploy", producer_version=bnc_deploy.__version__,
+                              ir_version=IR_VERSION_FOR_OPSET[13])               # IR 7: opsets 12 and 13
+    meta = export_metadata(artifact, format="onnx", lowering="gather", input_dtype="int64",
+                           opset=ORT_LOOKUP_OPSET,
+                           extra={"n_nodes": len(g.nodes), "table_storage": "uint4x2" if bits == 4 else "uint8",
+                                  "exact": True, "index_guard": "clip", "lookups_per_row": d,
+                                  **({"prior_folded_into_feature": 0} if folded else {})})
+    helper.set_model_props(model, {METADATA_KEY: dump_metadata(meta), **flat_metadata(meta)})
+    onnx.checker.check_model(model)
+    return model
+
+
 def build_onnx_bytes(artifact, *, raw_inputs: bool = False, lowering: str = "gather",
                      opset: int = DEFAULT_OPSET, pack_bits: bool = False) -> bytes:
     """The serialized file of :func:`build_onnx_model` (what ``onnx.save_model`` writes)."""

@@ -2,52 +2,67 @@
 
 What it builds
 --------------
-The ONNX exporter's file (``exporter_for(kind, "onnx").build``, with the ONNX exporter's own
-options, declared here as it declares them), converted to ONNX Runtime's ORT flatbuffer format by
-onnxruntime's own serializer: an ``InferenceSession`` is created on the ONNX bytes with
-``graph_optimization_level = ORT_DISABLE_ALL`` (``ort_optimization="basic"``: ``ORT_ENABLE_BASIC``)
-and ``session.save_model_format = ORT``, and the file it saves (``optimized_model_filepath``) is
-the export. Creating that session is a build step
-- the serializer lives in the session - not a run: no input is fed, nothing is decided from
-outputs. The verifier then runs the ``.ort`` file in onnxruntime like any ONNX export
-(``runtimes.onnxruntime_adapter`` reads ``.ort``), against the reference, before publishing it.
+An ONNX graph converted to ONNX Runtime's ORT flatbuffer format by onnxruntime's own serializer:
+an ``InferenceSession`` is created on the ONNX bytes with ``graph_optimization_level =
+ORT_DISABLE_ALL`` (``ort_optimization="basic"``: ``ORT_ENABLE_BASIC``) and
+``session.save_model_format = ORT``, and the file it saves (``optimized_model_filepath``) is the
+export. Creating that session is a build step - the serializer lives in the session - not a run:
+no input is fed, nothing is decided from outputs. The verifier then runs the ``.ort`` file in
+onnxruntime like any ONNX export (``runtimes.onnxruntime_adapter`` reads ``.ort``), against the
+reference, before publishing it.
 
-Why no graph optimization: the default conversion (``python -m onnxruntime.tools
-.convert_onnx_models_to_ort``, or any optimization level) constant-folds the in-graph table
-construction of the BN graph (uint8 codes -> ``-code * 2**-B_F``), storing the table as float32:
-letter NB 3-bit grows from 16,120 to 24,896 bytes (ONNX: 6,360). Unoptimized, every initializer
-is stored as the ONNX file has it (uint8 tables, int8 DNN weights, bit-planes with ``pack_bits``),
-and the graph is node for node the ONNX graph, so the computation - and its exactness, recorded
-as the ONNX file's ``exact`` - is the ONNX export's. The price: a session on an ``.ort`` file
-does not fold constant subgraphs at load time (ORT format models get only their saved runtime
-optimizations), so the BN graph rebuilds its float32 table from the uint8 codes on every call -
-measured on letter NB 3-bit, batch-1 latency about 40 us against 19 us for the ``.onnx`` file
-(onnxruntime 1.32, 1 thread, this 2-core host; the README has the table).
+Which ONNX graph:
+
+* **Quantized NB and TAN, ``gather`` lowering, code inputs, no ``pack_bits``, ``ort_optimization``
+  disabled (the default case): the ORT lookup graph** (``onnx_bnc.build_ort_lookup_model``, built
+  only for this exporter): Clip, an index map (``GatherElements`` of a uint8 [K + 1, D] map +
+  ``Cast``), ``com.microsoft.GatherBlockQuantized`` on the stored codes (4 bits, two a byte, where
+  they fit; a NaN scale for the guard's invalid row), ``ReduceSum``, and the label. No load-time
+  nodes (an ORT format session never folds constants, so the ONNX graph's in-graph table build -
+  19 of its 28 nodes - ran on every call), the class prior folded into feature 0's rows at export
+  (``prior_folded_into_feature``; the graph counter credits those ``C`` additions), opset 12 +
+  com.microsoft 1 (needs onnxruntime >= 1.20 and, in a minimal build, the contrib ops).
+  Bit-identical to the ``.onnx`` export, the same guard (invalid codes -> NaN scores, label -1).
+* **Everything else** (float models, ``raw_inputs``, ``pack_bits``, ``onehot-fc``, DNN, or
+  ``ort_optimization="basic"``): the ONNX exporter's file (``exporter_for(kind, "onnx").build``
+  with the ONNX exporter's options, declared here as it declares them), node for node; every
+  initializer as the ONNX file stores it (uint8 tables, int8 DNN weights, bit-planes), so the
+  computation and its exactness are the ONNX export's. Its BN table is rebuilt from the codes on
+  every call (ORT format sessions get no load-time folding).
+
+Size (onnxruntime 1.32; bytes per section counted by parsing the flatbuffer with the classes of
+``formats.ort``): an ORT file stores, besides the initializers and our metadata, a type/shape
+record per tensor (~100 bytes), per node its table, edges and attributes (~200 bytes), a kernel
+type record per operator type (~100 bytes, for minimal builds) and ~1 KB of fixed records (the
+opset imports of every domain onnxruntime knows). Letter NB 3-bit: ``.onnx`` 7,266 bytes; the
+ONNX graph as ORT 20,344 bytes (2.8x; 28 nodes, 49 tensors: 4.9 KB type records, 3.3 KB nodes,
+1.8 KB kernel types, 1.5 KB edges, 4.3 KB initializers); the lookup graph 10,648 bytes (1.47x;
+9 nodes, 2.9 KB initializers: 1.9 KB of 4-bit table, 0.6 KB row scales, 0.2 KB index map).
+Letter TAN 3-bit: ``.onnx`` 43,994; ONNX graph as ORT 62,472 (1.42x); lookup graph 44,920 (1.02x).
+A sign FC DNN (letter, 64 hidden, 3-bit weights) stays the ONNX graph: 8,313 -> 20,112 (2.4x: the
+fixed and per-node records on a small file).
+Batch-1 latency (1 thread): about 19 us against 40 us for the ONNX graph's ORT file (the README
+has the table). onnxruntime's ORT format cannot store 4-bit tensors (UINT4 initializers are refused
+on load), hence the packed uint8 data of GatherBlockQuantized.
 
 ``lowering="gather-grouped"`` (ONNX's lowering whose grouped tables are summed at load time) is
 refused unless ``ort_optimization="basic"``: unfolded, every call rebuilt them (letter NB 3-bit:
 688 us per row against 26 us for the ``.onnx``); folded, the file holds them as float32 (2.1 MB).
 
-``ort_optimization="basic"`` saves after onnxruntime's basic optimizations instead (constant
-folding: the table stored as float32, the default conversion's choice): larger files (letter NB
-3-bit 36,848 bytes), no per-call table build. Its exactness is checked by the verifier like any
-export's.
-
-Size: an ORT file carries per-tensor type and shape records, node edges and a kernel-type
-resolver for minimal builds, a fixed overhead of roughly 0.5 KB per node: small models grow
-(letter NB 3-bit, 20 nodes: 6,360 -> 16,120 bytes), large tables do not (see the README's "Mobile
-and web" for measured sizes).
+``ort_optimization="basic"`` saves the ONNX exporter's graph after onnxruntime's basic
+optimizations instead (constant folding: the table stored as float32, the default conversion's
+choice): larger files (letter NB 3-bit 36,848 bytes), no per-call table build. Its exactness is
+checked by the verifier like any export's.
 
 Metadata
 --------
-The ONNX file's ``metadata_props`` (the ``bnc_deploy`` JSON blob and the flat keys) are copied by
+The ONNX graph's ``metadata_props`` (the ``bnc_deploy`` JSON blob and the flat keys) are copied by
 the serializer verbatim into the ORT model's ``metadata_props``, so the integrity placeholder is
 in the bytes and the verifier seals the ``.ort`` file itself. Before the conversion the blob is
 rewritten: ``"format": "ort"`` and ``"ort"``: ``{"onnxruntime": version that wrote the file,
-"graph_optimization": "disabled" | "basic", "operators": {domain: {since_version: [op types]}}}`` -
-the operators a minimal build must include, read from the converted graph (a first conversion;
-the second, with the final metadata, gives the same graph), the same set ``bnc-ort-config``
-(onnxruntime's own config writer) reads back from the file.
+"graph_optimization": "disabled" | "basic"}``. The operators a minimal build must include are
+read from the file's graph (``formats.ort.ort_operators``; ``bnc-ort-config``, onnxruntime's own
+config writer), not repeated in the metadata (they cost 0.2 KB there).
 
 A minimal ORT build runs the file with the operators of its ``required_operators.config``
 (``bnc-ort-config FILE.ort -o required_operators.config``; ``--types`` for type reduction).
@@ -68,7 +83,7 @@ from bnc_deploy.errors import ExportError
 from bnc_deploy.exporters import onnx_bnc, onnx_dnn  # noqa: F401  (registered before their options are read)
 from bnc_deploy.exporters.base import Option, exporter_for, register_exporter
 from bnc_deploy.formats.metadata import METADATA_KEY, dump_metadata
-from bnc_deploy.formats.ort import is_ort, ort_operators
+from bnc_deploy.formats.ort import is_ort
 
 #: ``ort_optimization`` choices -> onnxruntime's level (see the module docstring).
 OPTIMIZATIONS = {"disabled": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
@@ -92,18 +107,15 @@ def build_ort_bytes(artifact, *, ort_optimization: str = "disabled", **options) 
                           "(letter NB 3-bit: 688 us instead of 26 us per row). Use --lowering gather, "
                           "--ort-optimization basic (tables stored as float32: large), or --format onnx")
     spec = exporter_for(artifact.kind, "onnx")
-    model = onnx.load_from_string(spec.build(artifact, **spec.resolve_options(options)))
-    # The operators come from the converted graph (optimization may remove some): convert once to
-    # read them, then again with them in the metadata (the same graph: the metadata is not an input).
-    first = convert_to_ort(_with_ort_metadata(model, ort_optimization, {}), ort_optimization)
-    data = convert_to_ort(_with_ort_metadata(model, ort_optimization, ort_operators(first)), ort_optimization)
-    if ort_operators(data) != ort_operators(first):
-        raise ExportError("onnxruntime converted the same graph differently twice; please report this with "
-                          f"onnxruntime {ort.__version__}")
-    return data
+    resolved = spec.resolve_options(options)
+    if artifact.kind == "bnc" and ort_optimization == "disabled" and onnx_bnc.ort_lookup_applies(artifact, **resolved):
+        model = onnx_bnc.build_ort_lookup_model(artifact)                       # the ORT lookup graph
+    else:
+        model = onnx.load_from_string(spec.build(artifact, **resolved))
+    return convert_to_ort(_with_ort_metadata(model, ort_optimization), ort_optimization)
 
 
-def _with_ort_metadata(model, optimization: str, operators: dict) -> bytes:
+def _with_ort_metadata(model, optimization: str) -> bytes:
     """``model``'s bytes with its ``bnc_deploy`` blob saying ``format`` ``ort`` and the ``ort`` facts."""
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
@@ -112,7 +124,7 @@ def _with_ort_metadata(model, optimization: str, operators: dict) -> bytes:
         raise ExportError("the ONNX exporter wrote no bnc_deploy metadata to convert")
     meta = json.loads(props[METADATA_KEY].value)
     meta["format"] = "ort"
-    meta["ort"] = {"onnxruntime": ort.__version__, "graph_optimization": optimization, "operators": operators}
+    meta["ort"] = {"onnxruntime": ort.__version__, "graph_optimization": optimization}
     props[METADATA_KEY].value = dump_metadata(meta)
     return copy.SerializeToString()
 
@@ -166,7 +178,8 @@ build_ort_dnn = _builder("dnn")
 
 register_exporter(
     "bnc", "ort", build_ort_bnc, extension=".ort", runtime="onnxruntime",
-    description="ONNX Runtime's ORT format (ORT Mobile): the ONNX export, unoptimized, uint8 tables kept",
+    description="ONNX Runtime's ORT format (ORT Mobile): quantized NB/TAN as a lookup graph with the codes "
+                "stored small (4 bits where they fit), else the ONNX export unoptimized",
     options=[*exporter_for("bnc", "onnx").options, OPTIMIZATION])
 register_exporter(
     "dnn", "ort", build_ort_dnn, extension=".ort", runtime="onnxruntime",

@@ -2,8 +2,9 @@
 read what a bnc-deploy ``.ort`` file holds, without creating an inference session.
 
 An ``.ort`` file is an ``InferenceSession`` flatbuffer (file identifier ``ORTM``) holding the ONNX
-graph it was converted from - nodes, initializers (uint8 tables stay uint8 when the file is saved
-without graph optimizations, as ``exporters.ort_format`` does), the model's ``metadata_props``
+graph it was converted from - nodes, initializers (stored as the graph has them: saved without graph
+optimizations, as ``exporters.ort_format`` does, no table is folded to float), per-tensor types and
+shapes, the model's ``metadata_props``
 (our ``bnc_deploy`` JSON blob and the flat keys, verbatim, so the integrity seal is found in the
 bytes like in an ``.onnx`` file) - plus what a minimal ORT build needs to pick kernels.
 
@@ -114,7 +115,8 @@ def ort_operators(model) -> dict:
 # -- ORT graph -> onnx.ModelProto --------------------------------------------------------------------
 def ort_to_onnx(model):
     """The graph of an ORT file as an ``onnx.ModelProto``: nodes (in the file's order), initializers,
-    graph inputs/outputs with their types and shapes, opset imports and ``metadata_props``.
+    graph inputs/outputs with their types and shapes, the other tensors' types and shapes as
+    onnxruntime inferred them (``value_info``), opset imports and ``metadata_props``.
 
     A reading of the file, not a conversion back for deployment: attributes holding subgraphs (no
     bnc-deploy export has them) raise MetadataError. Needs the ``onnx`` package."""
@@ -146,7 +148,11 @@ def ort_to_onnx(model):
 
     inputs = [io(_text(g.Inputs(i))) for i in range(g.InputsLength()) if _text(g.Inputs(i)) not in names]
     outputs = [io(_text(g.Outputs(i))) for i in range(g.OutputsLength())]
-    graph = helper.make_graph(nodes, "ort", inputs, outputs, initializer=initializers)
+    # the types and shapes onnxruntime inferred for every other tensor (ONNX shape inference does
+    # not know contrib ops such as com.microsoft GatherBlockQuantized: these are the file's own)
+    known = {t.name for t in inputs + outputs} | names
+    value_info = [io(name) for name, (elem, _) in args.items() if name not in known and elem]
+    graph = helper.make_graph(nodes, "ort", inputs, outputs, initializer=initializers, value_info=value_info)
     opsets = [helper.make_opsetid(_text(o.Domain()), int(o.Version())) for o in
               (m.OpsetImport(i) for i in range(m.OpsetImportLength()))]
     proto = helper.make_model(graph, opset_imports=opsets, producer_name=_text(m.ProducerName()),

@@ -35,7 +35,11 @@ The paper's operations from the graph
 (``SUM``) + ``C`` (``ADD`` prior); ONNX onehot-fc ``(D - 1) * C`` effective (``MatMul``; the
 counting column's ``D - 1`` is guard) + ``C`` folded; TFLite onehot-fc ``sum_g (d_g - 1) * C``
 (one ``FULLY_CONNECTED`` per group of ``d_g`` features) + ``(G - 1) * C`` (``SUM`` over the
-``G`` groups) + ``C`` (``ADD`` prior). DNN graphs (``model_kind = "dnn"`` in the metadata) count
+``G`` groups) + ``C`` (``ADD`` prior; ``--onehot edgetpu``: group 0's FC bias, one addition per
+output); ORT lookup graph (the ``.ort`` of a quantized NB or TAN) ``(D - 1) * C`` (``ReduceSum`` of the
+``GatherBlockQuantized`` rows) + ``C`` folded at export (the prior in feature 0's rows, declared by
+the metadata's ``prior_folded_into_feature``; the NaN-scale guard row is not a parameter). DNN
+graphs (``model_kind = "dnn"`` in the metadata) count
 MACs + batch-norm outputs + bias outputs per layer instead (:mod:`.dnn_layers`).
 
 Modules, in the order data flows through them

@@ -21,6 +21,9 @@ KINDS = {
                      "StridedSlice", "Concat", "Pack", "Expand", "Quantize", "Dequantize", "QuantizeLinear",
                      "DequantizeLinear", "Tile", "Pad", "Shape", "Size", "ConstantOfShape", "Split"], "move"),
     "Gather": "gather",
+    # GatherElements of a constant index map (ORT lookup graph: clipped code -> table row) and the
+    # dequantizing lookup of com.microsoft GatherBlockQuantized (the ORT lookup graph's table)
+    "GatherElements": "gather", "com.microsoft:GatherBlockQuantized": "gather",
     "Add": "add", "Sub": "add",
     "Sum": "sum",          # n-ary elementwise sum (ONNX gather-grouped adds its G looked-up rows)
     "Mul": "mul", "Div": "mul",
@@ -42,6 +45,9 @@ KINDS = {
     **dict.fromkeys(["Sigmoid", "Tanh", "Softmax", "LogSoftmax", "LeakyRelu", "MaxPool", "AveragePool",
                      "GlobalAveragePool", "GlobalMaxPool", "ReduceMean"], "activation"),
 }
+
+#: The canonical name of com.microsoft GatherBlockQuantized (readers prefix custom domains).
+GATHER_BLOCK_QUANTIZED = "com.microsoft:GatherBlockQuantized"
 
 #: Products that carry a dense / convolution layer's MACs.
 DENSE_OPS = ("Gemm", "MatMul", "FullyConnected")

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from bnc_deploy.profiling.graph_count.op_counts import KINDS
+from bnc_deploy.profiling.graph_count.op_counts import GATHER_BLOCK_QUANTIZED, KINDS
 from bnc_deploy.profiling.graph_count.results import ParamTensor
 from bnc_deploy.profiling.graph_count.selectors import reachable_rows
 
@@ -48,18 +48,25 @@ def find_params(state) -> list[ParamTensor]:
             if name and state.is_const(name):
                 trace_param(state, name, rows, sources, node)
     # the lookup tables of Gather nodes are classified free; their tables are parameters too
+    quantized_tables = {}
     for node in state.graph.nodes:
         rec = state.records[node.index]
-        if node.op == "Gather" and node.index not in state.load_time and rec.lookups and \
+        if node.op in ("Gather", GATHER_BLOCK_QUANTIZED) and node.index not in state.load_time and rec.lookups and \
                 state.is_const(node.inputs[0]):
             trace_param(state, node.inputs[0], None, sources, node)
-    meta_bits = (state.graph.metadata or {}).get("bits")
+            if node.op == GATHER_BLOCK_QUANTIZED:
+                quantized_tables[node.inputs[0]] = node
+    meta = state.graph.metadata or {}
+    meta_bits = meta.get("bits")
     params = []
     for name, info in sources.items():
         t = state.tensors[name]
         used = state.used.get(name)
         frac_cols = 1.0 if used is None or used.shape[0] != t.last_dim else used.sum() / used.shape[0]
         elements = t.numel if t.value is None else int(t.value.size)
+        if name in quantized_tables:
+            elements, info["note"] = _block_quantized_elements(state, quantized_tables[name], info["note"])
+            frac_cols = 1.0
         if info["rows"] is not None and t.value is not None and t.value.ndim == 2:
             # FullyConnected weights are [M, K], MatMul weights [K, M]: count the reachable K rows
             m = t.value.shape[0] if info["fc"] else int(round(t.value.shape[1] * frac_cols))
@@ -70,7 +77,34 @@ def find_params(state) -> list[ParamTensor]:
         params.append(ParamTensor(name, t.row_shape, elements, bits, None if elements is None else elements * bits,
                                   storage_entries(state, storage_of(state, name)),
                                   info["note"] if elements is not None else "size unknown (no shape)"))
+    folded = meta.get("prior_folded_into_feature")
+    if folded is not None and quantized_tables and meta.get("n_classes"):
+        # The ORT lookup graph stores feature 0's rows with the class prior added at export (the
+        # ONNX graph adds it at load: a broadcast Add, credited above by trace_param). The file
+        # declares it; every row reads one of those rows, so C additions per row were done once.
+        c = int(meta["n_classes"])
+        node = next(iter(quantized_tables.values()))
+        rec = state.records[node.index]
+        rec.folded += c
+        rec.note += f"; feature {int(folded)}'s rows hold the class prior (folded at export: {c} additions)"
+        bits = int(meta_bits) if meta_bits else 8
+        params.append(ParamTensor("class prior", (c,), c, bits, c * bits, [],
+                                  f"folded into feature {int(folded)}'s rows of the table at export "
+                                  "(declared in the metadata: prior_folded_into_feature)"))
     return params
+
+
+def _block_quantized_elements(state, node, note):
+    """Parameters of a GatherBlockQuantized table: its logical columns (the output's last axis;
+    4-bit storage packs two a byte) times the rows whose scales are finite (a NaN-scale row is the
+    guard's invalid row, not parameters)."""
+    scales = state.value(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
+    width = state.tensors[node.outputs[0]].last_dim if node.outputs[0] in state.tensors else None
+    if scales is None or not width:
+        return None, note
+    scales = np.asarray(scales, dtype=np.float64).reshape(scales.shape[0], -1)
+    rows = int(np.isfinite(scales).all(axis=1).sum())
+    return rows * int(width), f"{note}; {rows} rows x {width} codes ({scales.shape[0] - rows} NaN-scale guard row(s) excluded)"
 
 
 def trace_param(state, name, rows, sources, consumer) -> None:

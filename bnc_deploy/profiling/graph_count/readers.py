@@ -1,8 +1,10 @@
 """Read an exported ``.onnx``, ``.ort`` or ``.tflite`` file into the format-neutral :class:`~.ir.Graph`.
 
-``.ort`` files (ONNX Runtime's ORT format, saved without graph optimizations) hold the ONNX graph
-node for node; they are read through :func:`bnc_deploy.formats.ort.ort_to_onnx` and counted as
-ONNX graphs (``Graph.format`` ``"onnx"``: the same operators, the same counting rules).
+``.ort`` files (ONNX Runtime's ORT format, saved without graph optimizations) hold an ONNX graph
+(the ONNX export's, or for quantized NB and TAN the ORT lookup graph with its com.microsoft
+``GatherBlockQuantized``); they are read through :func:`bnc_deploy.formats.ort.ort_to_onnx`, with
+the tensor shapes onnxruntime recorded in the file, and counted as ONNX graphs (``Graph.format``
+``"onnx"``: the same operators, the same counting rules).
 
 Contract: :func:`load_graph` accepts a path, TFLite bytes or an ``onnx.ModelProto``; a missing
 file raises ``FileNotFoundError``, an unreadable one or another suffix

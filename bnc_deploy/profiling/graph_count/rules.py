@@ -40,7 +40,7 @@ import numpy as np
 
 from bnc_deploy.profiling.graph_count.intervals import propagate_interval
 from bnc_deploy.profiling.graph_count.ir import FUSED_ACTIVATIONS, GNode
-from bnc_deploy.profiling.graph_count.op_counts import KINDS, element_ops, has_bias, product_macs
+from bnc_deploy.profiling.graph_count.op_counts import GATHER_BLOCK_QUANTIZED, KINDS, element_ops, has_bias, product_macs
 from bnc_deploy.profiling.graph_count.results import NodeCount
 from bnc_deploy.profiling.graph_count.selectors import (
     effective_additions, equal_onehot, onnx_onehot, product_select, propagate_select, selector, unknown_select,
@@ -111,11 +111,25 @@ class OpRules:
     def on_gather(self, node, rec, roles):
         data, indices = node.inputs[0], node.inputs[1]
         rec.category, rec.ops = "free", 0
+        table = self.state.value(data)
+        if node.op == "GatherElements" and table is not None and np.issubdtype(table.dtype, np.integer) and \
+                not self.state.is_const(indices):
+            # a constant index map (ORT lookup graph: clipped code of feature i -> its table row or
+            # the NaN row): one lookup per index, no arithmetic; the result is again an index
+            self.state.set_role(node, "index")
+            rec.category, rec.note = "addressing", "index map lookup (code -> table row; no arithmetic)"
+            rs = self.state.shape(node.outputs[0])
+            if rs is not None:
+                self.state.interval[node.outputs[0]] = (np.full(rs, float(table.min())), np.full(rs, float(table.max())))
+            return
         if self.state.is_const(data) and not self.state.is_const(indices):
             self.state.set_role(node, "score")
             rec.lookups = self.state.numel(node.outputs[0]) or 0
             rows = self.state.numel(indices)
-            rec.note = f"table lookup: {rows} rows x {self.state.tensors[data].last_dim} (no arithmetic)"
+            width = self.state.tensors[node.outputs[0]].last_dim if node.op == GATHER_BLOCK_QUANTIZED \
+                else self.state.tensors[data].last_dim
+            rec.note = f"table lookup: {rows} rows x {width} (no arithmetic)" + \
+                (" dequantized by the row's scale" if node.op == GATHER_BLOCK_QUANTIZED else "")
         else:
             role = self.state.role.get(data, "value")
             self.state.set_role(node, role)
@@ -237,13 +251,20 @@ class OpRules:
         total = None if macs is None else macs + (bias or 0)
         first = node.inputs[0]
         role = self.state.role.get(first, "value") if not self.state.is_const(first) else merge_roles(roles)
-        thresholded = node.attrs.get("fusedActivationFunction") in (1, 3) or bool(bias)
-        if role == "select" and not thresholded:
+        relu = node.attrs.get("fusedActivationFunction") in (1, 3)
+        thresholded = relu or bool(bias)
+        # A one-hot x table FC may carry the class prior as its bias (TFLite onehot-fc ``edgetpu``:
+        # group 0's int32 bias) - no fused ReLU, so it combines nothing: one addition per output.
+        table_with_prior = role == "select" and bool(bias) and not relu and \
+            node.attrs.get("fusedActivationFunction") in (None, 0)
+        if role == "select" and (not thresholded or table_with_prior):
             info = self.state.select.get(node.inputs[0]) or unknown_select()
             rec.category = "arithmetic"
-            rec.effective_additions = rec.ops = effective_additions(self.state, node, info)
+            ops = effective_additions(self.state, node, info)
+            rec.effective_additions = rec.ops = None if ops is None else ops + (bias if table_with_prior else 0)
             rec.note = "one-hot x table: MACs shown; ops = effective additions" + \
-                ("" if rec.ops is not None else " (unknown: the one-hot's structure is not derivable)")
+                (" + one per bias (the prior)" if table_with_prior else "") + \
+                ("" if ops is not None else " (unknown: the one-hot's structure is not derivable)")
             self.state.set_role(node, "score")
         elif role == "index" and node.op in ("MatMul", "Gemm") and self.state.graph.format == "onnx" and \
                 not node.attrs.get("fusedActivationFunction"):
