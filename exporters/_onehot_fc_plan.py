@@ -19,8 +19,10 @@ ONEHOT_FC_BATCH = 1
 #: Largest integer partial sum an int8 output with zero point -128 and scale 1 can hold.
 INT8_OUTPUT_LEVELS = 255
 #: How ``onehot-fc`` builds its one-hot (see the module docstring).
-ONEHOT_BUILDERS = ("equal-cast", "relu")
-#: Largest cardinality the ``relu`` builder takes: its input codes are int8 (0..127).
+ONEHOT_BUILDERS = ("equal-cast", "relu", "edgetpu")
+#: Builders whose graph is int8 from the input on (int8 codes in, one-hot from FC + ReLU + MINIMUM).
+INT8_BUILDERS = ("relu", "edgetpu")
+#: Largest cardinality the int8 builders take: their input codes are int8 (0..127).
 RELU_MAX_CARDINALITY = 128
 @dataclass
 class OneHotFCPlan:
@@ -28,23 +30,29 @@ class OneHotFCPlan:
 
     Attributes
     ----------
-    builder : ``"equal-cast"`` or ``"relu"`` (how the one-hot is built)
+    builder : ``"equal-cast"``, ``"relu"`` or ``"edgetpu"`` (how the one-hot is built; ``edgetpu`` is
+        ``relu`` with the prior in group 0's FC bias and groups packed per class, see below)
     mode : ``"exact"`` (B <= 7), ``"rescaled"`` (B = 8) or ``"float"``
     scale : float
         Real value of one weight unit, also the scale of the int8 partial sums (1, 2 or max|log p|/127).
     weights : ndarray (onehot_width, C), int8 in 0..127
         One row per one-hot position. ``equal-cast``: position ``i * r_max + k`` is feature ``i``'s
-        local row ``k`` (padding rows 0); ``relu``: position = stacked-table row.
+        local row ``k`` (padding rows 0); ``relu``/``edgetpu``: position = stacked-table row.
     r_max : int
         Largest ``|X_i| * |X_pa(i)|`` (one-hot width per feature for ``equal-cast``).
     pattern : ndarray (D, r_max), int32
         ``k + 1`` for real local rows, 0 for padding (``equal-cast`` compares ``k_i + 1`` with it).
     groups : list of (start, stop)
-        Consecutive feature ranges; each group's largest possible partial sum is <= 255.
+        Consecutive feature ranges; each group's largest possible partial sum is <= 255
+        (``edgetpu``: the largest over classes of the class's own sum, the prior included in group 0).
     slices : list of (lo, hi)
         The one-hot positions of each group (its FC's input columns).
     max_code_error : int
         Largest ``|weight * scale - code|`` over the table, in code units (quantized only).
+    prior_units : ndarray (C,) int64 or None
+        ``edgetpu`` with exact weights: the class codes, added as group 0's int32 FC bias (units of
+        ``scale``), so group 0's output already holds the prior. None: the prior is added after
+        the int8 part, in float32.
     """
 
     builder: str
@@ -56,6 +64,7 @@ class OneHotFCPlan:
     groups: list = field(default_factory=list)
     slices: list = field(default_factory=list)
     max_code_error: int = 0
+    prior_units: np.ndarray | None = None
 
     def group_weights(self, k: int) -> np.ndarray:
         """Int8 weights of group ``k``'s FC, shape (hi - lo, C)."""
@@ -67,15 +76,15 @@ class OneHotFCPlan:
         return {"builder": self.builder, "mode": self.mode, "weight_scale": float(self.scale),
                 "n_groups": len(self.groups), "groups": [[int(a), int(b)] for a, b in self.groups],
                 "onehot_width": int(self.weights.shape[0]), "max_code_error": int(self.max_code_error),
-                "batch": ONEHOT_FC_BATCH}
+                "batch": ONEHOT_FC_BATCH, "prior_in_group0": self.prior_units is not None}
 
 
 def onehot_fc_plan(artifact, onehot: str = "equal-cast", *, raw_inputs: bool = False) -> OneHotFCPlan:
     """Choose int8 weights, their scale and the feature groups for ``onehot-fc`` (see module doc)."""
     if onehot not in ONEHOT_BUILDERS:
         raise ExportError(f"unknown one-hot builder {onehot!r}; choose one of {', '.join(ONEHOT_BUILDERS)}")
-    if onehot == "relu":
-        _check_relu_builder(artifact, raw_inputs)
+    if onehot in INT8_BUILDERS:
+        _check_relu_builder(artifact, raw_inputs, onehot)
     mode, scale, units, error = _weight_units(artifact)
     rows = artifact.rows_per_feature
     offsets = artifact.row_offsets
@@ -86,26 +95,35 @@ def onehot_fc_plan(artifact, onehot: str = "equal-cast", *, raw_inputs: bool = F
         padded[i, :n] = units[start:start + n]
     local = np.arange(r_max)[None, :]
     pattern = np.where(local < rows[:, None], local + 1, 0).astype(np.int32)
-    bounds = padded.reshape(d, -1).max(axis=1).astype(np.int64)   # largest term each feature can add
-    groups = _pack_groups(bounds, INT8_OUTPUT_LEVELS)
-    if onehot == "relu":
+    prior = None
+    if onehot == "edgetpu":
+        # Per class: a group's output for class c is at most the sum of its features' largest
+        # terms *for c* (tighter than the largest terms over all classes), plus c's prior in group 0.
+        if mode == "exact":
+            prior = artifact.class_codes.astype(np.int64)
+        maxes = padded.max(axis=1).astype(np.int64)                   # [D, C]
+        groups = _pack_groups_per_class(maxes, INT8_OUTPUT_LEVELS, prior)
+    else:
+        bounds = padded.reshape(d, -1).max(axis=1).astype(np.int64)   # largest term each feature can add
+        groups = _pack_groups(bounds, INT8_OUTPUT_LEVELS)
+    if onehot in INT8_BUILDERS:
         ends = np.append(offsets, artifact.n_rows)
         weights, slices = units, [(int(ends[a]), int(ends[b])) for a, b in groups]
     else:
         weights, slices = padded.reshape(d * r_max, c), [(a * r_max, b * r_max) for a, b in groups]
     return OneHotFCPlan(builder=onehot, mode=mode, scale=scale, weights=weights, r_max=r_max, pattern=pattern,
-                        groups=groups, slices=slices, max_code_error=error)
+                        groups=groups, slices=slices, max_code_error=error, prior_units=prior)
 
 
-def _check_relu_builder(artifact, raw_inputs: bool) -> None:
-    """The ``relu`` builder takes int8 codes: no raw inputs, cardinalities <= 128."""
+def _check_relu_builder(artifact, raw_inputs: bool, onehot: str = "relu") -> None:
+    """The int8 builders (``relu``, ``edgetpu``) take int8 codes: no raw inputs, cardinalities <= 128."""
     if raw_inputs:
-        raise ExportError("the relu one-hot builder takes int8 codes; bin raw values on the host "
+        raise ExportError(f"the {onehot} one-hot builder takes int8 codes; bin raw values on the host "
                           "(or use onehot='equal-cast' with raw_inputs)")
     too_big = np.flatnonzero(artifact.cardinalities > RELU_MAX_CARDINALITY)
     if too_big.size:
         i = int(too_big[0])
-        raise ExportError(f"the relu one-hot builder needs cardinalities <= {RELU_MAX_CARDINALITY} (int8 codes); "
+        raise ExportError(f"the {onehot} one-hot builder needs cardinalities <= {RELU_MAX_CARDINALITY} (int8 codes); "
                           f"feature {i} ({artifact.feature_names[i]!r}) has {int(artifact.cardinalities[i])}")
 
 
@@ -138,4 +156,23 @@ def _pack_groups(bounds: np.ndarray, capacity: int) -> list[tuple[int, int]]:
             start, total = i, 0
         total += int(b)
     groups.append((start, len(bounds)))
+    return groups
+
+
+def _pack_groups_per_class(maxes: np.ndarray, capacity: int, start: np.ndarray | None) -> list[tuple[int, int]]:
+    """Consecutive runs of features whose per-class sums of ``maxes`` ([D, C]) stay <= ``capacity``
+    for every class; group 0 starts from ``start`` ([C], the prior) when given.
+
+    Greedy like :func:`_pack_groups`. Every term is <= 127 and the prior <= 127, so a run always
+    holds at least one feature.
+    """
+    c = maxes.shape[1]
+    groups, first = [], 0
+    load = np.zeros(c, dtype=np.int64) if start is None else start.astype(np.int64).copy()
+    for i in range(maxes.shape[0]):
+        if i > first and np.any(load + maxes[i] > capacity):
+            groups.append((first, i))
+            first, load = i, np.zeros(c, dtype=np.int64)
+        load = load + maxes[i]
+    groups.append((first, maxes.shape[0]))
     return groups

@@ -61,7 +61,26 @@ Lowerings
       weights, int32 bias, fused ReLU, and a MINIMUM); TAN rows by a third FC,
       ``relu(onehot[i, a] + onehot[pa(i), b] - 1)``; the guard by SUB/MUL/FC. Everything up to
       a single DEQUANTIZE is 8-bit, so a static check maps the whole integer part (see
-      ``exporters.edgetpu_report``). Needs cardinalities <= 128 and codes input (no raw inputs).
+      ``bnc_deploy.targets.edgetpu``). Needs cardinalities <= 128 and codes input (no raw inputs).
+    * ``"edgetpu"`` (``--onehot edgetpu``, for the Edge TPU): the ``relu`` graph, plus
+
+      - the class prior as group 0's int32 FULLY_CONNECTED bias (exact weights only, B <= 7: the
+        bias scale is ``s_in * s_w = 1``, so the bias holds the class codes), so the int8 part
+        ends at the **class scores** themselves when one group holds every feature (letter NB
+        B = 3: 16 * 7 + 7 < 255), else at per-group partial scores whose sum is the class score;
+      - groups packed per class (a group's bound is the largest over classes of that class's own
+        sum, the prior in group 0), never looser than the ``relu`` packing's bound.
+
+      What the Edge TPU can map (static, compiler not run): every op from the int8 input to the
+      int8 tensor ``[partial scores of G groups x C classes, guard count]`` is FULLY_CONNECTED,
+      MINIMUM, RELU, SUB, MUL, CONCATENATION, STRIDED_SLICE or RESHAPE on int8 with static
+      shapes; the CPU part starts at its DEQUANTIZE: the float32 sum of the G partial scores
+      (G - 1 additions per class; none when G = 1), the step, ARG_MAX and the guard's SELECT_V2.
+      The sum of D terms of B bits needs more than 8 bits once it can exceed 255 (letter TAN
+      B = 7: 8 groups), so exactness in int8 holds only per group. ``python -m
+      bnc_deploy.targets.edgetpu FILE --model MODEL.bnc`` runs the mapped prefix on the LiteRT
+      CPU int8 kernels against the reference. Exact for B <= 7 (verified on export, as
+      ``relu``); B = 8 and float tables as ``relu`` (not exact, prior added on the CPU).
 
     Bit widths:
 
@@ -162,6 +181,7 @@ from bnc_deploy.exporters._tflite import (
     web_metadata,
 )
 from bnc_deploy.exporters._onehot_fc_plan import (  # noqa: F401  (constants stay importable from here)
+    INT8_BUILDERS,
     INT8_OUTPUT_LEVELS,
     ONEHOT_BUILDERS,
     ONEHOT_FC_BATCH,
@@ -224,7 +244,7 @@ def build_tflite_model(artifact, *, lowering: str = "gather", raw_inputs: bool =
         extra.update(micro_metadata(inspect_tflite(converted)))
     if web_batch is not None:
         extra.update(web_metadata(web_batch))
-    input_dtype = "int8" if plan is not None and plan.builder == "relu" else "int32"
+    input_dtype = "int8" if plan is not None and plan.builder in INT8_BUILDERS else "int32"
     if metadata:
         extra["tflite_metadata"] = standard_metadata_note()
     meta = export_metadata(artifact, format="tflite", lowering=lowering, raw_inputs=raw_inputs,
@@ -248,7 +268,7 @@ def _convert(artifact, lowering: str, raw_inputs: bool, plan: OneHotFCPlan | Non
 
     ``web_batch``: the web profile (static batch of that many rows, int32 label); None otherwise."""
     tf = tensorflow()
-    relu = plan is not None and plan.builder == "relu"
+    relu = plan is not None and plan.builder in INT8_BUILDERS
     batch = ONEHOT_FC_BATCH if plan is not None else (MICRO_BATCH if micro else web_batch)
     # The web profile's label is int32 (LiteRT.js takes no int64 tensor); the default keeps int64.
     label_dtype = tf.int32 if web_batch is not None else tf.int64
@@ -428,10 +448,15 @@ def _int8_counts(tf, value, scale: float = 1.0):
 
 
 def _group_partials(tf, plan: OneHotFCPlan, onehot) -> list:
-    """One int8 FULLY_CONNECTED per feature group: partial code sums, each [1, C] int8 (scale s)."""
+    """One int8 FULLY_CONNECTED per feature group: partial code sums, each [1, C] int8 (scale s).
+
+    ``plan.prior_units`` (``edgetpu``): group 0's FC also adds the prior as its int32 bias
+    (``prior * s``: the bias scale is ``s_in * s_w = s``, so the bias holds the codes exactly)."""
     partial = []
     for k, (lo, hi) in enumerate(plan.slices):
         acc = tf.matmul(onehot[:, lo:hi], int8_weights(tf, plan.group_weights(k), plan.scale))
+        if k == 0 and plan.prior_units is not None:
+            acc = acc + tf.constant((plan.prior_units * plan.scale).astype(np.float32))
         partial.append(_int8_counts(tf, acc, plan.scale))
     return partial
 
@@ -442,10 +467,15 @@ def _finish_log_joint(tf, artifact, plan: OneHotFCPlan, partial_sums):
     The sum over groups is float32 of integers (times ``s``) below 2**24: exact.
     """
     c = artifact.n_classes
-    stacked = tf.reshape(partial_sums, [ONEHOT_FC_BATCH, len(plan.groups), c])
-    table_sum = tf.reduce_sum(stacked, axis=1)
+    if plan.builder == "edgetpu" and len(plan.groups) == 1:
+        table_sum = partial_sums            # one group: the int8 part's output is the score sum itself
+    else:
+        stacked = tf.reshape(partial_sums, [ONEHOT_FC_BATCH, len(plan.groups), c])
+        table_sum = tf.reduce_sum(stacked, axis=1)
     if artifact.is_quantized:
-        total = table_sum + tf.constant(artifact.class_codes.astype(np.float32))
+        # edgetpu (exact): group 0 already holds the prior (its FC bias).
+        total = table_sum if plan.prior_units is not None else \
+            table_sum + tf.constant(artifact.class_codes.astype(np.float32))
         return total * tf.constant(np.float32(-artifact.quantizer.step))
     return tf.constant(artifact.class_logp) - table_sum
 
@@ -595,7 +625,8 @@ register_exporter(
         RAW_INPUTS,
         Option("onehot", "str", "equal-cast", ONEHOT_BUILDERS,
                "onehot-fc lowering: build the one-hot with EQUAL+CAST (default) or from int8 ops the Edge TPU "
-               "maps (FC+ReLU, MINIMUM, SUB, MUL; cardinalities <= 128, codes input)"),
+               "maps (FC+ReLU, MINIMUM, SUB, MUL; cardinalities <= 128, codes input): relu, or edgetpu (relu with "
+               "the prior in the int8 part, which then ends at the class scores or per-group partial scores)"),
         Option("profile", "str", "default", PROFILES, PROFILE_HELP),
         Option("web_batch", "int", WEB_BATCH, help=WEB_BATCH_HELP),
         Option("metadata", "bool", False, help=METADATA_HELP),

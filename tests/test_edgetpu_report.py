@@ -127,3 +127,17 @@ def test_format_report_and_cli(exports, capsys):
     assert main([exports["gather"]]) == 0
     assert "GATHER" in capsys.readouterr().out
     assert main(["/nonexistent.tflite"]) == 2
+
+
+def test_report_names_the_boundary_and_the_op_versions(exports):
+    """What the mapped part hands to the CPU, and each operator version against TF Lite 2.5.0."""
+    relu = edgetpu_compatibility(exports["relu"])
+    first = relu["first_cpu_op"]
+    assert relu["boundary"] and all(b["dtype"] == "INT8" for b in relu["boundary"])
+    assert any(first in b["read_by"] for b in relu["boundary"])
+    assert relu["op_versions_ok"] is True and relu["min_runtime_version"]
+    assert {v["op"] for v in relu["op_versions"]} == {e["op"] for e in relu["ops"]}
+    assert all(v["compiler_limit"] == "unknown" for v in relu["op_versions"])
+    gather = edgetpu_compatibility(exports["gather"])
+    assert gather["boundary"] == [] and gather["n_mapped"] == 0
+    assert "static, compiler not run" in format_report(gather)

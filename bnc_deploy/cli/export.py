@@ -3,8 +3,9 @@
 Usage::
 
     bnc-export MODEL --format FORMAT -o OUT [--data PATH_OR_NAME [--fold K]] [--json] [--sign-key FILE]
-               [exporter options: --lowering {gather,onehot-fc}, --raw-inputs, --opset N, --pack-bits,
-                --onehot {equal-cast,relu}, --output-layer {int8,float32}, ...]
+               [exporter options: --lowering {gather,onehot-fc,gather-grouped}, --raw-inputs, --opset N,
+                --pack-bits, --onehot {equal-cast,relu,edgetpu}, --profile {default,micro,web}, --metadata,
+                --output-layer {int8,float32}, ... (bnc-export --help lists them all)]
 
 The formats and their options come from the exporter registry (:mod:`bnc_deploy.exporters.base`):
 every registered exporter's format is a ``--format`` choice and every option it declares is a

@@ -17,8 +17,21 @@ from the flatbuffer alone:
    ``-a``/``--enable_multiple_subgraphs`` option can map later runs too; the report counts those
    separately (``supported_anywhere``).
 
+5. operator versions: each operator code's version in the file against what TF Lite 2.5.0
+   runs (:data:`OP_VERSION_MIN_RUNTIME`): the TF Lite runtime the last Edge TPU release (compiler
+   16, runtime 14, July 2021) pairs with is ``tflite_runtime`` 2.5.0 (Coral's release notes; not
+   re-checked here), and the CPU part of a compiled file runs there. The versions of an operator
+   TF Lite 2.5.0 registers are those whose minimum runtime in TensorFlow's
+   ``tensorflow/lite/tools/versioning/runtime_version.cc`` is <= 2.5.0 (the table is append-only;
+   the entries used here are copied from it). What the Edge TPU *compiler* 16 accepts for the ops
+   it maps is not documented: "limit unknown". The converter's own ``min_runtime_version``
+   metadata (the same table over the whole file) is reported too.
+
 This is a static approximation: the real compiler can still refuse an op for reasons not
-documented (size limits, "unspecified limitation"), so treat "mapped" as "may be mapped".
+documented (size limits, "unspecified limitation"), so treat "mapped" as "may be mapped". The
+mapped prefix can be *run* on the LiteRT CPU int8 kernels against the reference with
+``--model MODEL.bnc`` (:mod:`bnc_deploy.targets.edgetpu_prefix`): that checks the arithmetic of
+the ops the Edge TPU would run, on CPU kernels, not the Edge TPU itself.
 """
 
 from __future__ import annotations
@@ -98,6 +111,71 @@ _INT32_PARAM_OPERANDS = {
     "REDUCE_MIN": {1}, "PAD": {1}, "EXPAND_DIMS": {1}, "SPLIT": {0}, "TRANSPOSE": {1},
     "RESIZE_BILINEAR": {1}, "RESIZE_NEAREST_NEIGHBOR": {1},
 }
+#: TF Lite runtime paired with Edge TPU runtime 14 / compiler 16 (``tflite_runtime`` 2.5.0).
+EDGETPU_TFLITE_RUNTIME = "2.5.0"
+#: Minimum TF Lite runtime of each operator version, ``op -> (version 1, version 2, ...)``, copied
+#: from TensorFlow's ``tensorflow/lite/tools/versioning/runtime_version.cc``
+#: (``FindMinimumRuntimeVersionForOp``; the copy read lists versions up to TF 2.13) for the Edge
+#: TPU table's operators and the CPU tail ops our exports use. A version past the end of a tuple is
+#: newer than that table (so newer than 2.5.0).
+OP_VERSION_MIN_RUNTIME: dict[str, tuple[str, ...]] = {
+    "ABS": ("1.13.0", "2.4.0", "2.5.0", "2.6.0", "2.12.0"),
+    "ADD": ("1.5.0", "1.14.0", "2.4.0", "2.6.0"),
+    "ARG_MAX": ("1.9.0", "1.14.0", "2.9.0"),
+    "ARG_MIN": ("1.9.0", "1.14.0", "2.9.0"),
+    "AVERAGE_POOL_2D": ("1.5.0", "1.14.0", "2.3.0"),
+    "CAST": ("1.5.0", "2.7.0", "2.8.0", "2.9.0", "2.12.0"),
+    "CONCATENATION": ("1.5.0", "1.14.0", "2.3.0"),
+    "CONV_2D": ("1.5.0", "1.14.0", "1.14.0", "2.3.0", "2.4.0", "2.9.0", "2.11.0"),
+    "DEPTHWISE_CONV_2D": ("1.5.0", "1.12.0", "1.14.0", "2.2.0", "2.3.0", "2.3.0", "2.11.0"),
+    "DEQUANTIZE": ("1.13.1", "1.14.0", "1.15.0", "2.2.0", "2.7.0"),
+    "EQUAL": ("1.14.0", "1.14.0", "2.3.0"),
+    "EXPAND_DIMS": ("1.10.0",),
+    "FULLY_CONNECTED": ("1.5.0", "1.10.0", "1.14.0", "1.14.0", "2.0.0", "2.1.0", "2.3.0", "2.3.0", "2.3.0",
+                        "2.11.0"),
+    "GATHER": ("1.6.0", "1.14.0", "1.15.0", "2.4.0", "2.5.0"),
+    "GREATER": ("1.14.0", "1.14.0"),
+    "L2_NORMALIZATION": ("1.5.0", "1.14.0"),
+    "LOGICAL_AND": ("1.11.0",),
+    "LOGICAL_NOT": ("1.11.0",),
+    "LOGICAL_OR": ("1.11.0",),
+    "LOGISTIC": ("1.14.0", "1.14.0", "2.3.0"),
+    "MAXIMUM": ("1.14.0", "1.14.0", "2.3.0", "2.3.0"),
+    "MAX_POOL_2D": ("1.5.0", "1.14.0", "2.3.0"),
+    "MEAN": ("1.6.0", "1.14.0", "2.4.0"),
+    "MINIMUM": ("1.14.0", "1.14.0", "2.3.0", "2.3.0"),
+    "MUL": ("1.5.0", "1.14.0", "1.15.0", "2.3.0", "2.6.0", "2.11.0"),
+    "NOT_EQUAL": ("1.14.0", "1.14.0", "2.3.0"),
+    "PACK": ("1.11.0", "1.14.0", "2.3.0"),
+    "PAD": ("1.5.0", "1.14.0", "2.4.0", "2.6.0"),
+    "PRELU": ("1.8.0",),
+    "QUANTIZE": ("1.14.0", "1.15.0", "2.7.0"),
+    "REDUCE_ANY": ("1.11.0",),
+    "REDUCE_MAX": ("1.11.0", "1.14.0", "2.5.0"),
+    "REDUCE_MIN": ("1.11.0", "1.14.0", "2.5.0"),
+    "RELU": ("1.5.0", "2.1.0", "2.5.0"),
+    "RELU6": ("1.5.0", "1.14.0", "2.5.0"),
+    "RELU_N1_TO_1": ("1.5.0",),
+    "RESHAPE": ("1.5.0",),
+    "RESIZE_BILINEAR": ("1.7.0", "1.14.0", "2.2.0", "2.5.0"),
+    "RESIZE_NEAREST_NEIGHBOR": ("1.13.1", "1.14.0", "2.3.0", "2.4.0"),
+    "RSQRT": ("1.10.0", "2.5.0"),
+    "SELECT_V2": ("2.2.0",),
+    "SLICE": ("1.14.0", "1.14.0", "1.14.0", "2.4.0", "2.5.0"),
+    "SOFTMAX": ("1.5.0", "1.14.0", "2.3.0"),
+    "SPACE_TO_DEPTH": ("1.5.0", "1.14.0"),
+    "SPLIT": ("1.5.0", "1.14.0", "1.14.0", "2.3.0"),
+    "SQUARED_DIFFERENCE": ("1.13.1", "2.5.0"),
+    "SQUEEZE": ("1.6.0", "2.5.0"),
+    "STRIDED_SLICE": ("1.6.0", "1.14.0", "2.1.0", "2.2.0", "2.5.0", "2.6.0"),
+    "SUB": ("1.6.0", "1.14.0", "2.3.0", "2.4.0", "2.4.0"),
+    "SUM": ("1.10.0", "1.15.0"),
+    "TANH": ("1.14.0", "1.14.0", "2.3.0"),
+    "TRANSPOSE": ("1.6.0", "1.14.0", "1.15.0", "2.3.0", "2.4.0", "2.12.0"),
+    "TRANSPOSE_CONV": ("1.9.0", "2.2.0", "2.3.0", "2.13.0"),
+    "UNIDIRECTIONAL_SEQUENCE_LSTM": ("1.13.1", "1.14.0", "2.3.0", "2.12.0"),
+}
+RUNTIME_VERSION_SOURCE = "tensorflow/lite/tools/versioning/runtime_version.cc (FindMinimumRuntimeVersionForOp)"
 #: Operators whose axis operand must not include the batch dimension (0).
 _NO_BATCH_AXIS = ("SUM", "MEAN", "REDUCE_MAX", "REDUCE_MIN")
 
@@ -112,7 +190,12 @@ def edgetpu_compatibility(tflite_path) -> dict:
     ``reason`` (status and first problem);
     ``n_ops``, ``n_mapped``, ``n_cpu``, ``first_cpu_op`` (index or None), ``supported_anywhere``
     (ops supported in isolation, what ``-a`` could map), ``fallback_ops`` (op name -> count on the
-    CPU), ``static_shapes``, ``dynamic_tensors``, ``fully_8bit``, ``source``.
+    CPU), ``static_shapes``, ``dynamic_tensors``, ``fully_8bit``, ``source``; ``op_versions`` (one
+    entry per operator code, :func:`op_versions`), ``op_versions_ok`` (True: every version runs on
+    TF Lite :data:`EDGETPU_TFLITE_RUNTIME`; False: one does not; None: one is not in our table),
+    ``runtime_reference`` and ``min_runtime_version`` (the converter's metadata string, or None);
+    ``boundary``: the tensors the mapped part hands to the CPU (``tensor``, ``dtype``, ``shape``,
+    ``read_by``: operator indices), empty when nothing is mapped.
     """
     from bnc_deploy.formats.tflite import inspect_tflite
 
@@ -128,6 +211,8 @@ def edgetpu_compatibility(tflite_path) -> dict:
             e["placement"] = "cpu"
     for e in entries:
         e["reason"] = e["status"] if not e["problems"] else f"{e['status']}: {e['problems'][0]}"
+    from bnc_deploy.targets.edgetpu_prefix import boundary_tensors
+
     dynamic = [t.name for t in summary.tensors if any(int(s) < 0 for s in t.shape_signature)]
     activations = [t for t in summary.tensors if not t.is_constant]
     return {
@@ -143,7 +228,55 @@ def edgetpu_compatibility(tflite_path) -> dict:
         "static_shapes": not dynamic,
         "dynamic_tensors": dynamic,
         "fully_8bit": all(t.dtype in EIGHT_BIT and t.scale for t in activations),
+        "op_versions": (versions := op_versions(summary, entries)),
+        "op_versions_ok": (False if any(v["runtime_ok"] is False for v in versions) else
+                           None if any(v["runtime_ok"] is None for v in versions) else True),
+        "runtime_reference": f"TF Lite {EDGETPU_TFLITE_RUNTIME} (Edge TPU runtime 14 / compiler 16); "
+                             f"per-version minimum runtimes from {RUNTIME_VERSION_SOURCE}",
+        "min_runtime_version": _min_runtime_version(summary),
+        "boundary": [{"tensor": summary.tensors[i].name, "dtype": summary.tensors[i].dtype,
+                      "shape": list(summary.tensors[i].shape),
+                      "read_by": [op.index for op in summary.ops if i in op.inputs]}
+                     for i in boundary_tensors(summary, {"ops": entries})],
     }
+
+
+def _version_key(text: str) -> tuple[int, ...]:
+    return tuple(int(p) for p in text.split(".") if p.isdigit())
+
+
+def op_versions(summary, entries: list[dict] | None = None) -> list[dict]:
+    """One entry per (operator, version) in the file: ``op``, ``version``, ``count``,
+    ``min_runtime`` (the TF Lite version that introduced it; None if the op is not in our table,
+    ``"> 2.13"`` past its end), ``runtime_max_version`` (the op's largest version TF Lite 2.5.0 runs,
+    None if unknown), ``runtime_ok`` (True/False, None: unknown), ``placement`` (``edgetpu`` if any
+    instance is mapped) and ``compiler_limit`` (always ``"unknown"``: not documented for compiler 16).
+    """
+    limit = _version_key(EDGETPU_TFLITE_RUNTIME)
+    placed: dict[str, set] = {}
+    for e in entries or []:
+        placed.setdefault(e["op"], set()).add(e["placement"])
+    counts = Counter((op.name, op.version) for op in summary.ops)
+    out = []
+    for (name, version), count in sorted(counts.items()):
+        table = OP_VERSION_MIN_RUNTIME.get(name)
+        if table is None:
+            min_runtime, max_ok, ok = None, None, None
+        else:
+            max_ok = max((v + 1 for v, r in enumerate(table) if _version_key(r) <= limit), default=0)
+            min_runtime = table[version - 1] if 1 <= version <= len(table) else "> 2.13"
+            ok = version <= max_ok
+        out.append({"op": name, "version": int(version), "count": count, "min_runtime": min_runtime,
+                    "runtime_max_version": max_ok, "runtime_ok": ok,
+                    "placement": "edgetpu" if "edgetpu" in placed.get(name, ()) else "cpu",
+                    "compiler_limit": "unknown"})
+    return out
+
+
+def _min_runtime_version(summary) -> str | None:
+    raw = summary.metadata.get("min_runtime_version")
+    text = raw.split(b"\0", 1)[0].decode("ascii", errors="replace").strip() if raw else ""
+    return text or None
 
 
 def _check_op(summary, op) -> dict:
@@ -236,7 +369,30 @@ def format_report(report: dict) -> str:
     if report["first_cpu_op"] is not None:
         first = report["ops"][report["first_cpu_op"]]
         lines.append(f"  first CPU operation: #{first['index']} {first['op']} ({first['reason']})")
-    lines += ["", f"  {'Operator':<24}{'Count':>6}  Status"]
+    for b in report.get("boundary", []):
+        lines.append(f"  Edge TPU part hands to the CPU: {b['tensor']!r} {b['dtype']} {b['shape']} "
+                     f"(read by op{'s' if len(b['read_by']) > 1 else ''} "
+                     f"{', '.join('#' + str(k) for k in b['read_by'])})")
+    if "op_versions" in report:
+        ok = {True: "yes", False: "NO", None: "unknown for some ops"}[report["op_versions_ok"]]
+        lines.append(f"  op versions run on TF Lite {EDGETPU_TFLITE_RUNTIME} (Edge TPU runtime 14's CPU side): {ok}; "
+                     f"converter's min_runtime_version: {report['min_runtime_version']}; "
+                     "Edge TPU compiler 16's own version limits: unknown")
+        for v in report["op_versions"]:
+            limit = "limit unknown" if v["runtime_max_version"] is None else f"<= v{v['runtime_max_version']} on 2.5.0"
+            lines.append(f"    {v['op']:<24} v{v['version']:<3} introduced in TF Lite {v['min_runtime'] or '?'}"
+                         f" ({limit}){'' if v['runtime_ok'] is not False else '  TOO NEW'}")
+    prefix = report.get("prefix")
+    if prefix is not None:
+        verdict = "EXACT" if prefix["exact"] else "not exact" if prefix["exact_claimed"] else "compared (not claimed exact)"
+        lines.append(f"  mapped prefix on {prefix['runtime']} vs the reference, {prefix['rows']} rows "
+                     f"({prefix['rows_from']}): {verdict}; class scores from the prefix = reference: "
+                     f"{prefix['class_scores_equal']}; out-of-range rows flagged: {prefix['invalid_rows_flagged']}")
+        for b in prefix["boundary"]:
+            lines.append(f"    TPU -> CPU tensor {b['tensor']!r} {b['dtype']} {b['shape']}: "
+                         + (f"{b['compared_as']}, max |diff| {b['max_abs_diff']:g} code units"
+                            if b["compared_as"] else "not compared"))
+    lines += ["  (static, compiler not run)", "", f"  {'Operator':<24}{'Count':>6}  Status"]
     rows = Counter((e["op"], e["status"]) for e in report["ops"])
     for (name, status), count in sorted(rows.items(), key=lambda item: (item[0][1] != STATUS_MAPPED, item[0])):
         lines.append(f"  {name:<24}{count:>6}  {status}")
@@ -244,12 +400,30 @@ def format_report(report: dict) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m bnc_deploy.targets.edgetpu FILE.tflite``: print the report."""
-    parser = argparse.ArgumentParser(description="Static Edge TPU compatibility report of a TFLite file.")
+    """``python -m bnc_deploy.targets.edgetpu FILE.tflite [--model MODEL.bnc] [--json]``: print the
+    report; with ``--model``, also run the mapped prefix on the LiteRT CPU kernels against it."""
+    parser = argparse.ArgumentParser(description="Static Edge TPU compatibility report of a TFLite file "
+                                                 "(static, the Edge TPU compiler is not run).")
     parser.add_argument("tflite", help="a .tflite file")
+    parser.add_argument("--model", help="the .bnc model file it was exported from: run the mapped prefix on the "
+                                        "LiteRT CPU int8 kernels and compare it with the reference")
+    parser.add_argument("--random-rows", type=int, default=256,
+                        help="random valid rows added to the stored check rows for --model (default 256)")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
     args = parser.parse_args(argv)
     try:
-        print(format_report(edgetpu_compatibility(args.tflite)))
+        report = edgetpu_compatibility(args.tflite)
+        if args.model:
+            from bnc_deploy.artifacts import load_artifact
+            from bnc_deploy.targets.edgetpu_prefix import run_prefix
+
+            report["prefix"] = run_prefix(args.tflite, load_artifact(args.model), report, n_random=args.random_rows)
+        if args.json:
+            import json
+
+            print(json.dumps(report, indent=1))
+        else:
+            print(format_report(report))
     except (OSError, ValueError) as exc:
         print(f"edgetpu-report: error: {exc}", file=sys.stderr)
         return 2
