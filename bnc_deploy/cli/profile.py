@@ -5,6 +5,7 @@ Usage::
     bnc-profile FILE... [--data PATH_OR_NAME [--fold K]] [--runtime onnxruntime,litert]
                 [--json] [--plot OUT.png] [--nodes] [--no-latency] [--runs N] [--warmup N]
                 [--repeats N] [--latency-mode {session,adapter}] [--key FILE] [--no-integrity-check]
+    bnc-profile FILE... --target aarch64 [--data PATH_OR_NAME [--fold K]] [--json]
 
 FILE is a model file (``.bnc``: the NumPy reference, analytic costs), an exported file
 (``.onnx``/``.tflite``: analytic costs from its metadata, plus the graph count, which must equal
@@ -29,6 +30,13 @@ costs the file's (runtime ``http``, :mod:`bnc_deploy.runtimes.http_adapter`).
 keys (only ever added to): ``file``, ``runtime``, ``threads``, ``test_error``, ``size_bits``,
 ``n_ops``, ``latency_us_p50_batch1``, ``latency_us_p99_batch1``, ``throughput_rows_per_s``,
 ``graph_ops``, ``graph_param_bits``, ``graph_matches_analytic``, ``pareto``, ``cpu``.
+
+``--target aarch64`` runs every model FILE on emulated aarch64 instead (qemu-user in the root of
+``bnc-target setup --target aarch64``, :mod:`bnc_deploy.targets.aarch64`): one row per file with
+its analytic costs and graph count, the test error of the aarch64 labels (``--data``), and the
+``target_*`` keys: label agreement with this host, bit-identical scores, max |delta score|,
+bit-identical with a ``.bnc`` model given among the FILEs, the stored check set, pass/fail. No
+latency (``latency_*`` stay None): an emulator's timings are not the target's.
 
 Every exported file's integrity digest (:mod:`bnc_deploy.formats.integrity`) is checked before it
 is counted or run: a file modified after export stops the run with exit status 2 and
@@ -69,7 +77,12 @@ JSON_KEYS = (
     "latency_mode", "latency_input", "latency_us_p50_batch1", "latency_us_p99_batch1", "latency_us_mean_batch1",
     "latency_runs", "throughput_rows_per_s", "throughput_batch", "file_bytes", "cpu", "environment", "pareto",
     "notes",
+    # --target (emulated; None on host rows): the file run on the target vs the same file on this host
+    "target", "target_method", "target_label_agreement", "target_exact", "target_max_abs_score_diff",
+    "target_reference_exact", "target_check_set", "target_ok",
 )
+#: Targets of --target (bnc_deploy.targets.aarch64: emulated, compared with this host; no latency).
+TARGETS = ("aarch64",)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -96,6 +109,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="key file of exports signed with bnc-export --sign-key (raw bytes, at least 32)")
     p.add_argument("--no-integrity-check", action="store_true",
                    help="load exported files even if their integrity digest does not match (modified after export)")
+    p.add_argument("--target", choices=TARGETS,
+                   help="run the files on this emulated target instead (aarch64: qemu-user in the root of "
+                        "'bnc-target setup --target aarch64'): label agreement, bit-identical scores and max "
+                        "|Δ score| against this host, the test error there with --data; analytic costs; no latency")
     served = p.add_argument_group("served models (--runtime http)")
     served.add_argument("--url", metavar="URL",
                         help="with --runtime http: the Open Inference Protocol (KServe V2) server serving FILE, "
@@ -184,6 +201,15 @@ def run(args) -> tuple[list[dict], list[str]]:
     options = dict(latency=not args.no_latency, runs=args.runs, warmup=args.warmup, repeats=args.repeats,
                    throughput_repeats=args.throughput_repeats, mode=args.latency_mode)
     rows, tables = [], []
+    if args.target:
+        if http_options is not None or args.runtime is not None:
+            raise ConfigError("--target runs each file in its default runtime on the target: drop --runtime/--url")
+        models = [f for f in args.files if Path(f).suffix.lower() in MODEL_SUFFIXES]
+        rows.extend(load_records([f for f in args.files if Path(f).suffix.lower() in RESULT_SUFFIXES]))
+        if models:
+            rows.extend(profile_target(args.target, models, data, env=env, load_options=load_options))
+        mark_pareto(rows, by="dataset")
+        return rows, tables
     for f in args.files:
         if Path(f).suffix.lower() in RESULT_SUFFIXES:
             rows.extend(load_records([f]))
@@ -195,6 +221,37 @@ def run(args) -> tuple[list[dict], list[str]]:
             tables.append(table)
     mark_pareto(rows, by="dataset")
     return rows, tables
+
+
+def profile_target(target: str, files: list[str], data, *, env: dict, load_options: dict) -> list[dict]:
+    """One row per model file run on an emulated ``target`` (:mod:`bnc_deploy.targets.aarch64`, one
+    emulator run for all files): the file's analytic costs and graph count, the target's labels and
+    scores against this host's (``target_*`` keys), the test error of the target's labels with
+    ``data``. No latency: emulated timings are not the target's."""
+    from bnc_deploy.targets import aarch64
+
+    report = aarch64.check_files(files, data=data, verify_integrity=load_options["verify_integrity"],
+                                 key=load_options["key"])
+    rows = []
+    for f, e in zip(files, report["files"]):
+        facts = model_facts(f, **({} if Path(f).suffix.lower() == ".bnc" else load_options))
+        row = base_row(facts, env)
+        ref = e["reference"]
+        row.update(runtime=e["runtime"], threads=None if e["runtime"] == "numpy" else 1, target=target,
+                   target_method=report["method"], target_label_agreement=e["label_agreement"],
+                   target_exact=e["exact"], target_max_abs_score_diff=e["max_abs_score_diff"],
+                   target_reference_exact=None if ref is None else ref["exact"], target_check_set=e["check_set"],
+                   target_ok=e["ok"])
+        if data is not None:
+            row.update(dataset=data[2], fold=data[3], n_test_rows=int(len(data[1])))
+        if e["test_error"] is not None:
+            row.update(test_error=e["test_error"], test_error_source=f"{e['runtime']} on {target} (emulated), test split")
+        if e["error"]:
+            row["notes"].append(f"{Path(f).name} failed on {target}: {e['error']}")
+        row["notes"].append(f"--target {target}: emulated (qemu-user), compared with this host on "
+                            f"{e['rows_source'].split(' (')[0]}; no latency")
+        rows.append(row)
+    return rows
 
 
 def served_model_options(args, runtimes: list[str]) -> dict | None:
@@ -423,6 +480,7 @@ def format_table(rows: list[dict]) -> str:
                      f"{_fmt(r.get('throughput_rows_per_s')):>11}")
     env = next((r["environment"] for r in rows if r.get("environment")), None)
     lines.append("-" * len(head))
+    lines += format_target_lines(rows)
     lines.append("* Pareto-optimal in (size bits, ops, test error) per dataset; graph '=' : the exported graph's "
                  "counted ops and parameter bits equal the analytic ones")
     if env:
@@ -433,6 +491,28 @@ def format_table(rows: list[dict]) -> str:
     notes = sorted({n for r in rows for n in (r.get("notes") or [])})
     lines += [f"note: {n}" for n in notes]
     return "\n".join(lines)
+
+
+def format_target_lines(rows: list[dict]) -> list[str]:
+    """The --target columns (none when no row ran on a target)."""
+    target_rows = [r for r in rows if r.get("target")]
+    if not target_rows:
+        return []
+    lines = [(f"{'file':<28} {'target':<8} {'labels = host':>13} {'bit-identical':>13} {'max |Δ score|':>13} "
+              f"{'= model':>7}  check set")]
+    for r in target_rows:
+        name = Path(str(r.get("file", ""))).name
+        name = name if len(name) <= 27 else "…" + name[-26:]
+        agree, diff = r.get("target_label_agreement"), r.get("target_max_abs_score_diff")
+        ref = r.get("target_reference_exact")
+        lines.append(f" {name:<27} {r['target']:<8} {_fmt(agree, '.4f'):>13} "
+                     f"{'-' if r.get('target_exact') is None else ('yes' if r['target_exact'] else 'no'):>13} "
+                     f"{_fmt(diff, '.3g'):>13} {'-' if ref is None else ('yes' if ref else 'no'):>7}  "
+                     f"{r.get('target_check_set') or '-'}  {'PASS' if r.get('target_ok') else 'FAIL'}")
+    lines.append("target: emulated (qemu-user); labels/scores against the same file on this host, '= model': "
+                 "bit-identical with the .bnc given; no latency on an emulator")
+    lines.append("-" * len(lines[0]))
+    return lines
 
 
 if __name__ == "__main__":
