@@ -43,14 +43,14 @@ def address(text: str) -> tuple[str, int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=PROG, description="Serve exported models (.onnx, .tflite, .bnc) over the "
+    p = argparse.ArgumentParser(prog=PROG, description="Serve exported models (.onnx, .ort, .tflite, .h, .bnc) over the "
                                 "Open Inference Protocol (KServe V2): REST and gRPC.")
     p.add_argument("--repository", required=True, metavar="DIR",
-                   help="directory of model files DIR/<name>.{onnx,tflite,bnc}; publish by write-then-rename")
+                   help="directory of model files DIR/<name>.{onnx,ort,tflite,h,bnc}; publish by write-then-rename")
     p.add_argument("--http", metavar="HOST:PORT", help=f"serve REST here (default {DEFAULT_HTTP} when --grpc is not given)")
     p.add_argument("--grpc", metavar="HOST:PORT", help="serve gRPC (inference.GRPCInferenceService) here")
-    p.add_argument("--runtime", help="run every file in this runtime (default: by extension: .onnx onnxruntime, "
-                   ".tflite litert, .bnc numpy)")
+    p.add_argument("--runtime", help="run every file in this runtime (default: by extension: .onnx/.ort onnxruntime, "
+                   ".tflite litert, .h native, .bnc numpy)")
     p.add_argument("--threads", type=int, help="intra-op threads per model (default: the runtime's)")
     p.add_argument("--max-batch", type=int, default=0, metavar="N",
                    help="dynamic batching: run up to N rows of queued requests together (default 0: off)")

@@ -30,11 +30,24 @@ traceback in the log. Each inference request is counted in :mod:`bnc_deploy.serv
 (protocol ``grpc``).
 
 Concurrency: a synchronous ``grpc.server`` whose ``workers`` threads run the handlers; the model
-call itself is thread-safe and blocking (``ServedModel.infer``, batched there when enabled). A
-``grpc.aio`` variant of ``ModelInfer`` (same decode/encode, model call inline on the event loop)
-was measured against it with tritonclient gRPC, letter NB, batch 1, two rounds each on a loaded
-2-core machine: p50 sync/8 workers 682, 684 us; sync/2 workers 714, 725 us; aio 796, 686 us.
-No gain from the event loop (a handler is ~0.1 ms of NumPy calls), so the simpler sync server stays.
+call itself is thread-safe and blocking (``ServedModel.infer``, batched there when enabled).
+
+Latency: grpcio in Python has an empty-call floor of ~0.4 ms per round trip, whatever the handler
+does. Measured on a 2-core AMD EPYC VM (grpcio 1.85.3 both sides, tritonclient 2.73, load ~1):
+tritonclient ``is_server_live`` against a *minimal* grpcio server (generic handler, raw bytes,
+no protobuf, no work) p50 405-415 us with 1, 2 or 8 workers, ``grpc.optimization_target=latency``
+or ``GRPC_POLL_STRATEGY=poll`` (``grpc.http2.bdp_probe=0``: no change either); 425 us with
+``grpc.aio``, 366-370 us with ``grpc.aio`` on uvloop; against this server 394-427 us. A raw grpcio
+stub call costs the same, so tritonclient's own wrapper adds ~10 us. Per empty call the grpcio
+client uses ~200 us CPU and the server ~270 us (a Python TCP ping-pong is 14 us); strace counts
+~35 futex, 3 epoll_wait and 2 eventfd wake-ups per call in the server: the hand-offs between
+grpc's event-engine threads, the Python polling thread and the handler thread. ``ModelInfer``
+adds ~130 us of handler (80 us ``ServedModel.infer``, of which 17 us is the runtime call; ~20 us
+decode, encode and metrics here), p50 ~650 us in all. Tried and dropped: a ``grpc.aio`` server
+with the model call inline on the event loop (uvloop) was no faster for ``ModelInfer`` (p50 of five
+interleaved pairs at load 4-6: aio 709, 711, 725, 685, 644 us; sync 648, 689, 699, 666, 633 us);
+an executor running handlers on the polling thread deadlocks (the handler waits for a send
+completion that only that thread delivers).
 """
 
 from __future__ import annotations
