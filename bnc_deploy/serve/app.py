@@ -57,6 +57,8 @@ from bnc_deploy.serve.errors import (
     status_of,
 )
 from bnc_deploy.serve.protocol import (
+    SERVER_EXTENSIONS,
+    SERVER_NAME,
     datatype_of,
     tensor_from_bytes,
     tensor_from_json,
@@ -68,8 +70,6 @@ log = logging.getLogger("bnc_deploy.serve")
 
 #: Default ``--max-request-bytes`` (64 MiB: about 500k rows of letter's 16 int64 features).
 DEFAULT_MAX_REQUEST_BYTES = 64 * 2**20
-#: Protocol extensions this server implements (reported by ``GET /v2``).
-EXTENSIONS = ["binary_tensor_data", "classification", "model_repository"]
 HEADER_LENGTH = "inference-header-content-length"
 _JSON = "application/json"
 
@@ -220,7 +220,8 @@ def create_app(repository, *, api_keys=None, max_request_bytes: int = DEFAULT_MA
         return Response(b"", status_code=200 if repository.ready() else 503)
 
     async def server_metadata(request: Request) -> Response:
-        return _json_response({"name": "bnc-serve", "version": bnc_deploy.__version__, "extensions": EXTENSIONS})
+        return _json_response({"name": SERVER_NAME, "version": bnc_deploy.__version__,
+                               "extensions": list(SERVER_EXTENSIONS)})
 
     async def model_metadata(request: Request) -> Response:
         try:

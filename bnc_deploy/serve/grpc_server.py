@@ -67,6 +67,8 @@ from bnc_deploy.serve.errors import BadRequest, Unauthenticated, status_of
 from bnc_deploy.serve.proto import grpc_service_pb2 as pb
 from bnc_deploy.serve.proto import grpc_service_pb2_grpc as pb_grpc
 from bnc_deploy.serve.protocol import (
+    SERVER_EXTENSIONS,
+    SERVER_NAME,
     check_shape,
     datatype_of,
     dtype_of,
@@ -78,8 +80,6 @@ log = logging.getLogger("bnc_deploy.serve.grpc")
 
 #: Default limit on one gRPC message, either way (gRPC's own default is 4 MiB received).
 DEFAULT_MAX_MESSAGE_BYTES = 64 * 2**20
-#: Server metadata: the protocol extensions this server implements.
-EXTENSIONS = ("classification", "model_repository", "binary_tensor_data")
 
 # Typed ``contents`` field of each datatype (FP16 has none: raw contents only).
 _CONTENTS_FIELD = {
@@ -188,7 +188,7 @@ def encode_outputs(response: pb.ModelInferResponse, outputs) -> None:
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     """``inference.GRPCInferenceService`` over a :class:`~bnc_deploy.serve.repository.ModelRepository`."""
 
-    def __init__(self, repository, *, api_keys=None, server_name: str = "bnc-serve") -> None:
+    def __init__(self, repository, *, api_keys=None, server_name: str = SERVER_NAME) -> None:
         self.repository = repository
         self.api_keys = list(api_keys) if api_keys else None
         self.server_name = server_name
@@ -229,7 +229,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
 
     def ServerMetadata(self, request, context):
         return self._call(context, lambda: pb.ServerMetadataResponse(
-            name=self.server_name, version=__version__, extensions=list(EXTENSIONS)))
+            name=self.server_name, version=__version__, extensions=list(SERVER_EXTENSIONS)))
 
     def ModelReady(self, request, context):
         def ready():
@@ -329,7 +329,6 @@ def start_grpc_server(repository, address: str = "127.0.0.1:8001", *, api_keys=N
 
 __all__ = [
     "DEFAULT_MAX_MESSAGE_BYTES",
-    "EXTENSIONS",
     "InferenceServicer",
     "classification_of",
     "decode_inputs",

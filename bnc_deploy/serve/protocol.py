@@ -32,6 +32,9 @@ DATATYPES: dict[str, np.dtype] = {
 }
 #: NumPy dtype name -> V2 datatype (for metadata, e.g. ``input_dtype = "int32"`` -> ``"INT32"``).
 NUMPY_NAMES = {np.dtype(v).name: k for k, v in DATATYPES.items() if k != "BYTES"}
+#: Server metadata, the same over REST and gRPC: the name and the protocol extensions implemented.
+SERVER_NAME = "bnc-serve"
+SERVER_EXTENSIONS = ("binary_tensor_data", "classification", "model_repository")
 #: Largest shape product accepted for one tensor (guards shape-only memory blow-ups).
 MAX_ELEMENTS = 1 << 31
 
@@ -188,6 +191,8 @@ def tensor_to_json_data(array: np.ndarray) -> list:
 
 
 __all__ = [
+    "SERVER_EXTENSIONS",
+    "SERVER_NAME",
     "DATATYPES",
     "NUMPY_NAMES",
     "check_shape",
