@@ -29,7 +29,8 @@ CASES = {
     "satimage-raw": (loaders.read_satimage, ["raw/satimage/sat.trn", "raw/satimage/sat.tst"], splits.CV_PROTOCOL,
                      11.5, "satimage"),
     "usps-raw": (loaders.read_usps_mat, ["raw/usps/usps_all.mat"], splits.HOLDOUT_PROTOCOL, 3.4, "usps"),
-    "mnist": (loaders.read_mnist_npz, ["raw/mnist/mnist.npz"], splits.HOLDOUT_PROTOCOL, 13.2, None),
+    "mnist": (loaders.read_mnist_bicubic, ["raw/mnist/mnist.npz"], splits.TRAIN_TEST_PROTOCOL, 13.2, None),
+    "mnist-mean2x2": (loaders.read_mnist_npz, ["raw/mnist/mnist.npz"], splits.HOLDOUT_PROTOCOL, 13.2, None),
 }
 
 
@@ -48,7 +49,8 @@ def report_row(name: str, data_dir, seed: int) -> str:
     start = time.perf_counter()
     raw = read(*(data_dir / f for f in files))
     load_s = time.perf_counter() - start
-    train, test = splits.split_indices(raw.x.shape[0], protocol, fold=1, seed=seed)
+    train, test = splits.split_indices(raw.x.shape[0], protocol, fold=1, seed=seed,
+                                       n_train=getattr(raw, "n_train", None))
     start = time.perf_counter()
     model = FayyadIraniDiscretizer().fit(raw.x[train], raw.y[train])
     model.transform(raw.x[train])

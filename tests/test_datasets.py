@@ -15,6 +15,7 @@ from bnc_deploy.datasets import (DATA_DIR_ENV, DatasetError, DiscreteDataset, da
                                  load_dataset)
 from bnc_deploy.datasets import loaders, splits
 from bnc_deploy.datasets.discretize import FayyadIraniDiscretizer
+from bnc_deploy.datasets.resize import imresize
 
 
 def _write(path: Path, text: str) -> Path:
@@ -149,7 +150,22 @@ def test_mnist_downscales_by_averaging_2x2_blocks(tmp_path):
     expected = (img[2 * r, 2 * c] + img[2 * r, 2 * c + 1] + img[2 * r + 1, 2 * c] + img[2 * r + 1, 2 * c + 1]) / 4
     assert raw.x[7, 14 * r + c] == expected
     assert raw.feature_names[14 * r + c] == "pixel_r5_c9"
-    assert "14x14" in raw.info["downscale"]
+    assert "14x14" in raw.info["downscale"] and raw.info["pixel_order"] == "row-major"
+    assert raw.n_train is None                                                 # pooled: the split is re-drawn
+
+
+def test_mnist_bicubic_keeps_the_standard_split_and_flattens_column_major(tmp_path):
+    arrays = _fake_mnist(tmp_path / "mnist.npz")
+    raw = loaders.read_mnist_bicubic(tmp_path / "mnist.npz")
+    assert raw.x.shape == (9, 196) and raw.n_train == 6
+    assert raw.y.tolist() == [0, 1, 2, 3, 4, 5, 5, 6, 7]                      # train then test, file order
+    small = imresize(arrays["x_test"][1], 0.5)                                 # tested in test_mnist_paper.py
+    r, c = 5, 9                                                                # column-major: j = 14 c + r
+    assert raw.x[7, 14 * c + r] == small[r, c] and raw.x[7, 14 * r + c] == small[c, r]
+    assert small[r, c] != small[c, r]                                          # else the order would not show
+    assert raw.feature_names[14 * c + r] == "pixel_r5_c9"
+    np.testing.assert_array_equal(raw.x[7].reshape(14, 14, order="F"), small)
+    assert "bicubic" in raw.info["downscale"] and raw.info["pixel_order"] == "column-major"
 
 
 def test_downscale_by_two_arithmetic():
@@ -157,18 +173,19 @@ def test_downscale_by_two_arithmetic():
     np.testing.assert_array_equal(loaders.downscale_by_two(images)[0], [[2.5, 4.5], [10.5, 12.5]])
 
 
-def test_mnist_reader_rejects_bad_files(tmp_path):
+@pytest.mark.parametrize("read", [loaders.read_mnist_npz, loaders.read_mnist_bicubic])
+def test_mnist_reader_rejects_bad_files(tmp_path, read):
     np.savez(tmp_path / "keys.npz", x_train=np.zeros((1, 28, 28)), y_train=np.zeros(1))
     with pytest.raises(DatasetError, match=r"keys\.npz: missing keys \['x_test', 'y_test'\]"):
-        loaders.read_mnist_npz(tmp_path / "keys.npz")
+        read(tmp_path / "keys.npz")
     np.savez(tmp_path / "shape.npz", x_train=np.zeros((2, 28, 27)), y_train=np.zeros(2),
              x_test=np.zeros((1, 28, 28)), y_test=np.zeros(1))
     with pytest.raises(DatasetError, match=r"shape\.npz: x_train must have shape \(n, 28, 28\), got \(2, 28, 27\)"):
-        loaders.read_mnist_npz(tmp_path / "shape.npz")
+        read(tmp_path / "shape.npz")
     np.savez(tmp_path / "label.npz", x_train=np.zeros((2, 28, 28)), y_train=np.array([3, 12]),
              x_test=np.zeros((1, 28, 28)), y_test=np.zeros(1))
     with pytest.raises(DatasetError, match=r"label\.npz: y_train row 1 has label 12"):
-        loaders.read_mnist_npz(tmp_path / "label.npz")
+        read(tmp_path / "label.npz")
 
 
 # -- CSV --------------------------------------------------------------------------------------
@@ -331,6 +348,17 @@ def test_five_fold_cv_partitions_the_rows():
         splits.kfold_indices(n, 5, 6)
 
 
+def test_standard_train_test_split_is_the_file_order_and_needs_n_train():
+    train, test = splits.split_indices(7, splits.TRAIN_TEST_PROTOCOL, fold=1, seed=9, n_train=5)
+    assert train.tolist() == [0, 1, 2, 3, 4] and test.tolist() == [5, 6]
+    with pytest.raises(DatasetError, match=r"needs data with a fixed training part"):
+        splits.split_indices(7, splits.TRAIN_TEST_PROTOCOL, fold=1, seed=0)
+    with pytest.raises(DatasetError, match=r"7 rows with 7 training rows leaves a part empty"):
+        splits.split_indices(7, splits.TRAIN_TEST_PROTOCOL, fold=1, seed=0, n_train=7)
+    with pytest.raises(DatasetError, match=r"fold 2 out of range, valid folds are 1\.\.1"):
+        splits.split_indices(7, splits.TRAIN_TEST_PROTOCOL, fold=2, seed=0, n_train=5)
+
+
 def test_discretizer_is_fitted_on_the_training_part_only(tmp_path):
     raw = loaders.read_letter(_write(tmp_path / "l.data", _letter_text(60)))
     ds = splits.discretize_split("l", raw, splits.HOLDOUT_PROTOCOL, seed=5)
@@ -377,9 +405,26 @@ def test_named_datasets_from_a_data_dir(fake_data_dir):
     assert sat.info["protocol"] == "5-fold CV"
     usps = load_dataset("usps-raw", data_dir=fake_data_dir)
     assert usps.x_train.shape == (20, 256) and usps.class_names[-1] == "0"
-    mnist = load_dataset("mnist", data_dir=fake_data_dir)
+    mnist = load_dataset("mnist", data_dir=fake_data_dir, seed=3)
     assert mnist.x_train.shape == (20, 196) and mnist.x_test.shape == (10, 196)
+    # The file's own split in file order (the seed plays no part), not a re-drawn 2/3-1/3 one.
+    assert mnist.y_train.tolist() == [i % 10 for i in range(20)]
+    assert mnist.y_test.tolist() == [(i + 5) % 10 for i in range(10)]
     np.testing.assert_array_equal(mnist.cardinalities, mnist.discretizer.n_values_)
+    described = mnist.describe()
+    assert described["protocol"] == "standard train/test" and "split_seed" not in described
+    assert described["pixel_order"] == "column-major" and "bicubic" in described["downscale"]
+    raw = loaders.read_mnist_bicubic(fake_data_dir / "raw" / "mnist" / "mnist.npz")
+    np.testing.assert_array_equal(mnist.x_train, mnist.discretizer.transform(raw.x[:20]))
+    # Fayyad-Irani sees only the 20 training images: refitting on them gives the same cuts.
+    np.testing.assert_array_equal(mnist.cardinalities, FayyadIraniDiscretizer().fit(raw.x[:20], raw.y[:20]).n_values_)
+    old = load_dataset("mnist-mean2x2", data_dir=fake_data_dir, seed=3)
+    assert old.x_train.shape == (20, 196) and old.x_test.shape == (10, 196)
+    pooled = np.concatenate([[i % 10 for i in range(20)], [(i + 5) % 10 for i in range(10)]])
+    train, test = splits.holdout_indices(30, seed=3)
+    assert old.y_train.tolist() == pooled[train].tolist() and old.y_test.tolist() == pooled[test].tolist()
+    assert old.describe()["protocol"] == "2/3-1/3" and old.info["pixel_order"] == "row-major"
+    assert "mean of 2x2" in old.info["downscale"]
 
 
 def test_fold_and_name_errors(fake_data_dir):
@@ -389,12 +434,16 @@ def test_fold_and_name_errors(fake_data_dir):
         load_dataset("letter-raw", fold=2, data_dir=fake_data_dir)
     with pytest.raises(DatasetError, match=r"valid folds are 1\.\.5"):
         load_dataset("satimage-raw", fold=0, data_dir=fake_data_dir)
+    with pytest.raises(DatasetError, match=r"fold 2 out of range, valid folds are 1\.\.1 \(standard train/test"):
+        load_dataset("mnist", fold=2, data_dir=fake_data_dir)
+    with pytest.raises(DatasetError, match=r"valid folds are 1\.\.1"):
+        load_dataset("mnist-mean2x2", fold=2, data_dir=fake_data_dir)
     with pytest.raises(DatasetError, match=r"unknown dataset 'letters'.*letter-raw.*mnist"):
         load_dataset("letters")
     with pytest.raises(DatasetError, match=r"satimage\.npz: file not found"):
         load_dataset("satimage", data_dir=fake_data_dir)
     assert set(dataset_names()) == {"digits", "letter", "satimage", "usps", "letter-raw", "satimage-raw",
-                                    "usps-raw", "mnist"}
+                                    "usps-raw", "mnist", "mnist-mean2x2"}
 
 
 def test_paths_dispatch_on_suffix_and_keys(fake_data_dir, tmp_path):
@@ -403,6 +452,10 @@ def test_paths_dispatch_on_suffix_and_keys(fake_data_dir, tmp_path):
     assert paper.fold == 2 and paper.name == "toy" and paper.discretizer is None
     mnist = load_dataset(str(fake_data_dir / "raw" / "mnist" / "mnist.npz"))
     assert mnist.n_features == 196 and mnist.discretizer is not None and "downscale" in mnist.info
+    named = load_dataset("mnist", data_dir=fake_data_dir)   # a path reads MNIST as the name does
+    assert mnist.name == named.name == "mnist" and mnist.info == named.info
+    np.testing.assert_array_equal(mnist.x_train, named.x_train)
+    np.testing.assert_array_equal(mnist.x_test, named.x_test)
     usps = load_dataset(fake_data_dir / "raw" / "usps" / "usps_all.mat")
     assert usps.n_features == 256
     rows = "".join(f"{i},{i % 3},{'pq'[i % 2]}\n" for i in range(12))

@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter)
     data = p.add_argument_group("data")
     data.add_argument("--data", default="digits", metavar="PATH_OR_NAME",
-                      help="dataset name (digits, letter, satimage, usps, letter-raw, satimage-raw, usps-raw, mnist) "
+                      help="dataset name (digits, letter, satimage, usps, letter-raw, satimage-raw, usps-raw, mnist, mnist-mean2x2) "
                            "or a file (.npz, .csv, .data, .mat); default: digits (built in)")
     data.add_argument("--fold", type=int, default=1, metavar="K", help="1-based fold (satimage has 5); default 1")
     data.add_argument("--validation", type=float, default=0.0, metavar="FRACTION",

@@ -12,10 +12,13 @@ usps           discretized/usps.npz                                 the file's f
 letter-raw     raw/letter/letter-recognition.data                   2/3-1/3 + Fayyad-Irani
 satimage-raw   raw/satimage/sat.trn + sat.tst (pooled)              5-fold CV + Fayyad-Irani
 usps-raw       raw/usps/usps_all.mat                                2/3-1/3 + Fayyad-Irani
-mnist          raw/mnist/mnist.npz (pooled, downscaled to 14x14)    2/3-1/3 + Fayyad-Irani
+mnist          raw/mnist/mnist.npz, 14x14 bicubic as MATLAB's       standard 60,000/10,000
+               imresize, column-major (the paper's preprocessing)   + Fayyad-Irani
+mnist-mean2x2  raw/mnist/mnist.npz (pooled, 2x2 means, row-major)   2/3-1/3 + Fayyad-Irani
 ============== ==================================================== =====================
 
-A path works too: ``.npz`` (paper fold format, or MNIST-style keys), ``.csv``/``.data``
+A path works too: ``.npz`` (paper fold format, or MNIST-style keys: read as ``mnist``, so a file
+named ``mnist.npz`` gives the same data, and the same image layout, as the name), ``.csv``/``.data``
 (generic CSV; the label column is chosen as :func:`bnc_deploy.datasets.loaders.read_csv` says, or by
 ``label_column``), ``.mat`` (the usps_all.mat layout). Raw files are split and discretized.
 """
@@ -100,7 +103,9 @@ _NAMED: dict[str, Callable] = {
     "satimage-raw": _raw("satimage-raw", loaders.read_satimage, ["raw/satimage/sat.trn", "raw/satimage/sat.tst"],
                          splits.CV_PROTOCOL),
     "usps-raw": _raw("usps-raw", loaders.read_usps_mat, ["raw/usps/usps_all.mat"], splits.HOLDOUT_PROTOCOL),
-    "mnist": _raw("mnist", loaders.read_mnist_npz, ["raw/mnist/mnist.npz"], splits.HOLDOUT_PROTOCOL),
+    "mnist": _raw("mnist", loaders.read_mnist_bicubic, ["raw/mnist/mnist.npz"], splits.TRAIN_TEST_PROTOCOL),
+    "mnist-mean2x2": _raw("mnist-mean2x2", loaders.read_mnist_npz, ["raw/mnist/mnist.npz"],
+                          splits.HOLDOUT_PROTOCOL),
 }
 
 
@@ -128,8 +133,10 @@ def _load_path(path: Path, fold: int, seed: int, label_column: int | str | None 
                                        fold=fold, seed=seed)
     if suffix == ".npz":
         if loaders.is_mnist_npz(path):
-            return splits.discretize_split(path.stem, loaders.read_mnist_npz(path), splits.HOLDOUT_PROTOCOL,
-                                           fold=fold, seed=seed)
+            # As the named ``mnist``: the CNN's image layout is looked up by name (the file's stem),
+            # so ``path/to/mnist.npz`` must give the same pixel order as ``mnist``.
+            return splits.discretize_split(path.stem, loaders.read_mnist_bicubic(path),
+                                           splits.TRAIN_TEST_PROTOCOL, fold=fold, seed=seed)
         return loaders.load_paper_npz(path, fold)
     readers = {".mat": loaders.read_usps_mat}
     if suffix not in readers:

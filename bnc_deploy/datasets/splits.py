@@ -1,11 +1,13 @@
 """The paper's split protocols, and discretization fitted on the training part only.
 
-* hold-out (letter, usps, mnist): a seeded random permutation; its first ``round(2N/3)`` rows
+* hold-out (letter, usps, mnist-mean2x2): a seeded random permutation; its first ``round(2N/3)`` rows
   train, the rest test.
 * 5-fold cross-validation (satimage): a seeded permutation cut into 5 near-equal consecutive
   chunks (``np.array_split``); fold ``k`` (1-based) tests on chunk ``k`` and trains on the rest.
+* the source's own train/test split (mnist: 60,000 / 10,000): rows ``0 .. n_train - 1`` train,
+  the rest test, in file order; one fold, and the seed plays no part.
 
-Both use ``np.random.default_rng(seed).permutation``.
+The first two use ``np.random.default_rng(seed).permutation``.
 """
 
 from __future__ import annotations
@@ -20,6 +22,8 @@ from .loaders import RawData
 
 HOLDOUT_PROTOCOL = "2/3-1/3"
 CV_PROTOCOL = "5-fold CV"
+#: The source's fixed split (``RawData.n_train``), e.g. MNIST's standard 60,000 / 10,000.
+TRAIN_TEST_PROTOCOL = "standard train/test"
 
 
 def holdout_indices(n_rows: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -54,19 +58,34 @@ def kfold_indices(n_rows: int, n_folds: int, fold: int, seed: int = 0) -> tuple[
     return train, test
 
 
-def split_indices(n_rows: int, protocol: str, fold: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """Dispatch on ``protocol`` (``HOLDOUT_PROTOCOL`` or ``CV_PROTOCOL``); fold is 1-based."""
-    if protocol == HOLDOUT_PROTOCOL:
+def train_test_indices(n_rows: int, n_train: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """Row indices of a fixed split: ``0 .. n_train - 1`` train, ``n_train .. n_rows - 1`` test."""
+    if n_train is None:
+        raise DatasetError(f"the {TRAIN_TEST_PROTOCOL!r} protocol needs data with a fixed training part "
+                           f"(RawData.n_train), and this data has none")
+    if not 1 <= n_train < n_rows:
+        raise DatasetError(f"fixed split of {n_rows} rows with {n_train} training rows leaves a part empty")
+    return np.arange(n_train), np.arange(n_train, n_rows)
+
+
+def split_indices(n_rows: int, protocol: str, fold: int, seed: int,
+                  n_train: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Dispatch on ``protocol`` (``HOLDOUT_PROTOCOL``, ``CV_PROTOCOL`` or ``TRAIN_TEST_PROTOCOL``,
+    which takes its split from ``n_train``); fold is 1-based."""
+    if protocol in (HOLDOUT_PROTOCOL, TRAIN_TEST_PROTOCOL):
         if fold != 1:
             raise DatasetError(f"fold {fold} out of range, valid folds are 1..1 ({protocol} split)")
-        return holdout_indices(n_rows, seed)
+        return holdout_indices(n_rows, seed) if protocol == HOLDOUT_PROTOCOL else train_test_indices(n_rows, n_train)
     if protocol == CV_PROTOCOL:
         return kfold_indices(n_rows, 5, fold, seed)
-    raise DatasetError(f"unknown split protocol {protocol!r}, expected {HOLDOUT_PROTOCOL!r} or {CV_PROTOCOL!r}")
+    raise DatasetError(f"unknown split protocol {protocol!r}, expected {HOLDOUT_PROTOCOL!r}, {CV_PROTOCOL!r} "
+                       f"or {TRAIN_TEST_PROTOCOL!r}")
 
 
 def _protocol_info(raw: RawData, protocol: str, seed: int, n_rows: int) -> dict:
-    return {**raw.info, "protocol": protocol, "split_seed": seed, "n_rows_total": n_rows}
+    # A fixed split ignores the seed: recording one would suggest another seed gives another split.
+    seed_info = {} if protocol == TRAIN_TEST_PROTOCOL else {"split_seed": seed}
+    return {**raw.info, "protocol": protocol, **seed_info, "n_rows_total": n_rows}
 
 
 def discretize_split(name: str, raw: RawData, protocol: str, *, fold: int = 1, seed: int = 0) -> DiscreteDataset:
@@ -75,7 +94,7 @@ def discretize_split(name: str, raw: RawData, protocol: str, *, fold: int = 1, s
     The test part is coded with the training cut points (so unseen values fall into the bins of
     the training data); ``cardinalities`` are the discretizer's ``n_values_``.
     """
-    train, test = split_indices(raw.x.shape[0], protocol, fold, seed)
+    train, test = split_indices(raw.x.shape[0], protocol, fold, seed, raw.n_train)
     try:
         discretizer = FayyadIraniDiscretizer().fit(raw.x[train], raw.y[train])
         x_train, x_test = discretizer.transform(raw.x[train]), discretizer.transform(raw.x[test])
@@ -96,7 +115,7 @@ def discrete_split(name: str, raw: RawData, cardinality: int, protocol: str, *, 
     codes = raw.x.astype(np.int64)
     if not np.array_equal(codes, raw.x):
         raise DatasetError(f"{raw.source}: features must be integers to be used without discretization")
-    train, test = split_indices(raw.x.shape[0], protocol, fold, seed)
+    train, test = split_indices(raw.x.shape[0], protocol, fold, seed, raw.n_train)
     info = _protocol_info(raw, protocol, seed, raw.x.shape[0])
     info["discretization"] = "none (already discrete)"
     return DiscreteDataset(
