@@ -1,8 +1,8 @@
 """``bnc-train`` adapter of the Bayesian network classifiers (``--model nb`` and ``--model tan``).
 
 Contract: :class:`bnc_deploy.train.TrainerFamily`. The family's flags are ``--structure``
-(``chow-liu``, ``learn`` or a file of parents), the structure-learning flags (only with
-``--structure learn``), ``--bits``/``--int-bits``, ``--init`` and ``--smoothing``. Another family's
+(``chow-liu``, ``learn`` or a file of parents), the structure-learning flags (:data:`LEARN_FLAGS`, only
+with ``--structure learn``), ``--bits``/``--int-bits``, ``--init`` and ``--smoothing``. Another family's
 model refuses ``--structure`` (other than ``chow-liu``), ``--bits``, ``--int-bits`` and the
 structure-learning flags; ``--init`` and ``--smoothing`` are accepted and ignored there, as they
 always were. ``--json`` adds ``structure``, ``parents``, ``bits``, ``int_bits``, ``frac_bits``,
@@ -15,12 +15,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from bnc_deploy.errors import ConfigError
 from bnc_deploy.train.arguments import applies_only, flag, refuse_random_model
 
 #: ``--structure`` when not given.
 DEFAULT_STRUCTURE = "chow-liu"
 #: Flags (attribute names) that apply only with ``--structure learn``.
-LEARN_FLAGS = ("candidates", "size_penalty", "size_penalty_mode", "finetune_epochs")
+LEARN_FLAGS = ("candidates", "candidates_file", "size_penalty", "size_penalty_mode", "structure_lr", "tau_start",
+               "tau_end", "finetune_epochs")
 #: Flags of this family (besides ``--structure``) that another family's model refuses, in message order.
 OWN_FLAGS = ("bits", "int_bits", *LEARN_FLAGS)
 
@@ -54,11 +56,26 @@ class BncFamily:
             help="--structure learn: at most K random candidate parents per feature among its "
                  "predecessors (default 8); 0 or 'all' for every predecessor")
         model_group.add_argument(
+            "--candidates-file", default=None, metavar="FILE[#DATASET]",
+            help="--structure learn: a fixed feature ordering and candidate parent sets from a JSON file, "
+                 "{\"ordering\": [...], \"candidates\": [[...], ...]} (per feature, -1 = class only), or the "
+                 "authors' pgm2020_tan_subset_settings.json (the entry of the loaded dataset, or #DATASET); "
+                 "not with --candidates")
+        model_group.add_argument(
             "--size-penalty", type=float, default=None, metavar="LAMBDA",
             help="--structure learn: weight lambda_MS of the expected model size (default 1e-3)")
         model_group.add_argument(
             "--size-penalty-mode", choices=("added", "absolute"), default=None,
             help="--structure learn: count parameters added over naive Bayes (default) or all")
+        model_group.add_argument(
+            "--structure-lr", type=float, default=None, metavar="X",
+            help="--structure learn: constant Adam learning rate of the structure logits (default 1e-3)")
+        model_group.add_argument(
+            "--tau-start", type=float, default=None, metavar="T",
+            help="--structure learn: Gumbel-softmax temperature of the first epoch (default 10)")
+        model_group.add_argument(
+            "--tau-end", type=float, default=None, metavar="T",
+            help="--structure learn: temperature of the last epoch, log-linear in between (default 0.1)")
         model_group.add_argument(
             "--finetune-epochs", type=int, default=None, metavar="N",
             help="--structure learn: epochs of (quantization-aware with --bits) training of the "
@@ -98,7 +115,13 @@ class BncFamily:
         return BncPlan(config, structure_learning_config(args))
 
     def input_paths(self, args) -> tuple:
-        return () if args.structure in (DEFAULT_STRUCTURE, "learn") else (args.structure,)
+        if args.structure == "learn":
+            if args.candidates_file is None:
+                return ()
+            from bnc_deploy.train.structure_learning import split_candidates_spec
+
+            return (split_candidates_spec(args.candidates_file)[0],)
+        return () if args.structure == DEFAULT_STRUCTURE else (args.structure,)
 
     def train(self, dataset, plan: BncPlan):
         if plan.learn is not None:
@@ -142,7 +165,12 @@ class BncFamily:
 
 
 def structure_learning_config(args):
-    """StructureLearningConfig for ``--structure learn`` (validated), else None; learn-only flags need it."""
+    """StructureLearningConfig for ``--structure learn`` (validated), else None; learn-only flags need it.
+
+    ``--candidates-file`` refuses ``--candidates`` (the file gives the candidate sets). The shared
+    ``--lr``, ``--lr-decay``, ``--loss`` and ``--hybrid-*`` flags are the TrainConfig's, which
+    structure learning trains its CPTs with.
+    """
     if args.structure != "learn":
         used = [flag(name) for name in LEARN_FLAGS if getattr(args, name) is not None]
         if used:
@@ -150,6 +178,9 @@ def structure_learning_config(args):
         return None
     from bnc_deploy.train.structure_learning import StructureLearningConfig, parse_candidates
 
+    if args.candidates_file is not None and args.candidates is not None:
+        raise ConfigError(f"--candidates-file {args.candidates_file} gives every feature's candidate parents; "
+                          f"--candidates {args.candidates} cannot also be given")
     sl = StructureLearningConfig()
     if args.candidates is not None:
         sl.candidates = parse_candidates(args.candidates)

@@ -7,10 +7,13 @@ penalty) is :mod:`bnc_deploy.models.structure_learning`, whose docstring describ
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import sys
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -84,6 +87,178 @@ def candidate_parents(order: np.ndarray, max_candidates: int | None = 8, seed: i
     return np.concatenate([np.full((d, 1), NO_PARENT, dtype=np.int64), slots.astype(np.int64)], axis=1)
 
 
+# -- explicit orderings and candidate sets (--candidates-file) ------------------------------------------
+@dataclass(frozen=True)
+class CandidateSets:
+    """A fixed ordering and candidate parent sets read from a file by :func:`read_candidates_file`.
+
+    ``ordering[p]``: the feature at position p (a permutation of 0..D-1). ``parents[f]``: the
+    candidate feature parents of feature f, ascending (``-1``, "class only", is dropped: slot 0 of
+    our layout is always "no parent"). ``entry``: the dataset entry of a settings file, None for a
+    plain file. ``sha256``: of the file's bytes (what a resumed sweep compares, not the path).
+    """
+
+    path: str
+    entry: str | None
+    sha256: str
+    ordering: tuple
+    parents: tuple
+
+    def array(self) -> np.ndarray:
+        """The (D, J) candidates of :class:`StructureLearningTAN`: slot 0 :data:`NO_PARENT`, then
+        the feature candidates ascending, padded with :data:`UNUSED_SLOT`; ``J = 1 + max_f |parents[f]|``."""
+        d = len(self.parents)
+        j = 1 + max((len(p) for p in self.parents), default=0)
+        out = np.full((d, j), UNUSED_SLOT, dtype=np.int64)
+        out[:, 0] = NO_PARENT
+        for f, parents in enumerate(self.parents):
+            out[f, 1:1 + len(parents)] = parents
+        return out
+
+    def describe(self) -> dict:
+        """JSON facts for metadata: where the sets came from, their digest, and the ordering."""
+        return {"path": self.path, "entry": self.entry, "sha256": self.sha256, "ordering": list(self.ordering)}
+
+
+def split_candidates_spec(spec: str) -> tuple[str, str | None]:
+    """``"FILE#NAME"`` -> ``(FILE, NAME)``; ``"FILE"`` -> ``(FILE, None)``.
+
+    A ``#`` is a separator only when the whole text is not itself an existing file (a file name
+    may contain ``#``).
+    """
+    spec = str(spec)
+    if "#" in spec and not Path(spec).is_file():
+        path, entry = spec.rsplit("#", 1)
+        if not entry.strip():
+            raise ConfigError(f"--candidates-file {spec}: no dataset name after '#'")
+        return path, entry.strip()
+    return spec, None
+
+
+def settings_entry_name(dataset_name: str) -> str:
+    """The entry of the authors' settings file that a loaded dataset picks: its name without ``-raw``
+    (``letter-raw`` has ``letter``'s features, undiscretized)."""
+    return dataset_name.removesuffix("-raw")
+
+
+def read_candidates_file(spec: str, dataset_name: str, n_features: int) -> CandidateSets:
+    """Read and strictly check an ordering with candidate parent sets (``--candidates-file``).
+
+    ``spec`` is a JSON file in one of two forms:
+
+    * ``{"ordering": [...], "candidates": [[...], ...]}``: ``ordering[p]`` is the feature at
+      position p; ``candidates[f]`` lists the candidate parents of feature f (original indices;
+      ``-1`` = class only, optional, as "no parent" is always slot 0). Other keys are ignored.
+    * the authors' settings file (``pgm2020_tan_subset_settings.json``: a ``settings`` list of
+      entries with ``dataset``, ``ordering`` and ``candidates_original``): the entry whose
+      ``dataset`` is :func:`settings_entry_name` of ``dataset_name``, or the one named by a
+      ``FILE#NAME`` suffix.
+
+    The sets are kept as given. In particular constant features (one value) stay candidates and
+    children, unlike :func:`candidate_parents` without a file: the authors' sets include them
+    (letter's feature 1), and a constant parent costs nothing and changes nothing but which
+    table the child trains, so it cannot make the model larger.
+
+    ConfigError naming the file (and entry), the feature and the value unless: ``ordering`` is a
+    permutation of 0..D-1 (``D = n_features``), there is one candidate list per feature, every
+    candidate is -1 or a feature index in range, not the feature itself, not repeated, and comes
+    before its child in the ordering (so every structure is acyclic).
+    """
+    path, entry = split_candidates_spec(spec)
+    where = f"candidates file {path}"
+    try:
+        raw = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(f"{where} does not exist") from None
+    except OSError as exc:
+        raise ConfigError(f"{where}: cannot read it ({exc.strerror or exc})") from None
+    try:
+        data = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"{where}: not a JSON file ({exc})") from None
+    if isinstance(data, dict) and "settings" in data:
+        settings = data["settings"]
+        if not isinstance(settings, list) or not all(isinstance(s, dict) for s in settings):
+            raise ConfigError(f"{where}: 'settings' must be a list of per-dataset objects")
+        names = [str(s.get("dataset")) for s in settings]
+        wanted = entry if entry is not None else settings_entry_name(dataset_name)
+        if wanted not in names:
+            if entry is not None:
+                raise ConfigError(f"{where} has no settings for dataset {entry!r} (named by #{entry}); "
+                                  f"it has {', '.join(names)}")
+            raise ConfigError(f"{where} has no settings for the loaded dataset {dataset_name!r} (entry {wanted!r}); "
+                              f"it has {', '.join(names)}; name an entry with {path}#NAME")
+        setting = settings[names.index(wanted)]
+        where, entry = f"{where}#{wanted}", wanted
+        if "ordering" not in setting or "candidates_original" not in setting:
+            raise ConfigError(f"{where}: the entry needs 'ordering' and 'candidates_original'")
+        ordering, candidates = setting["ordering"], setting["candidates_original"]
+    elif isinstance(data, dict) and "ordering" in data and "candidates" in data:
+        if entry is not None:
+            raise ConfigError(f"{where}: '#{entry}' picks a dataset of a settings file (one with a 'settings' "
+                              "list); this file holds a single ordering")
+        ordering, candidates = data["ordering"], data["candidates"]
+    else:
+        raise ConfigError(f"{where}: expected a JSON object with 'ordering' and 'candidates' (per feature, "
+                          "-1 = class only), or the authors' settings file (a 'settings' list of datasets)")
+    order = _check_ordering(ordering, n_features, where, dataset_name)
+    parents = _check_candidates(candidates, order, where, dataset_name)
+    return CandidateSets(path=str(path), entry=entry, sha256=hashlib.sha256(raw).hexdigest(),
+                         ordering=tuple(order), parents=parents)
+
+
+def _is_index(value) -> bool:
+    # JSON true/false are not indices, although Python's bool is an int.
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_ordering(ordering, d: int, where: str, dataset_name: str) -> list[int]:
+    if not isinstance(ordering, list) or not all(_is_index(v) for v in ordering):
+        raise ConfigError(f"{where}: ordering must be a list of feature indices, got {str(ordering)[:80]}")
+    if len(ordering) != d:
+        raise ConfigError(f"{where}: ordering has {len(ordering)} entries, but {dataset_name} has {d} features")
+    first_at: dict[int, int] = {}
+    for p, f in enumerate(ordering):
+        if not 0 <= f < d:
+            raise ConfigError(f"{where}: ordering position {p} is feature {f}, outside 0..{d - 1}")
+        if f in first_at:
+            raise ConfigError(f"{where}: ordering is not a permutation of 0..{d - 1}: feature {f} is at positions "
+                              f"{first_at[f]} and {p}")
+        first_at[f] = p
+    return list(ordering)
+
+
+def _check_candidates(candidates, order: list[int], where: str, dataset_name: str) -> tuple:
+    d = len(order)
+    if not isinstance(candidates, list) or not all(isinstance(c, list) for c in candidates):
+        raise ConfigError(f"{where}: candidates must be a list with one list of parents per feature")
+    if len(candidates) != d:
+        raise ConfigError(f"{where}: candidates has {len(candidates)} lists, but {dataset_name} has {d} features "
+                          "(one list per feature, by original index)")
+    position = {f: p for p, f in enumerate(order)}
+    parents = []
+    for f, given in enumerate(candidates):
+        seen = set()
+        for v in given:
+            if not _is_index(v):
+                raise ConfigError(f"{where}: feature {f}: candidate {v!r} is not a feature index (-1 = class only)")
+            if v in seen:
+                raise ConfigError(f"{where}: feature {f}: candidate {v} is listed twice")
+            seen.add(v)
+            if v == NO_PARENT:
+                continue
+            if not 0 <= v < d:
+                raise ConfigError(f"{where}: feature {f}: candidate {v} is outside -1..{d - 1} (-1 = class only)")
+            if v == f:
+                raise ConfigError(f"{where}: feature {f}: candidate {v} is the feature itself")
+            if position[v] > position[f]:
+                raise ConfigError(f"{where}: feature {f}: candidate {v} comes after it in the ordering (position "
+                                  f"{position[v]} > {position[f]}); a parent must precede its child, so that "
+                                  "every structure is acyclic")
+        parents.append(tuple(sorted(seen - {NO_PARENT})))
+    return tuple(parents)
+
+
 def parse_candidates(text) -> int | None:
     """``--candidates`` value: a positive int K, or ``0``/``"all"`` for every predecessor (None)."""
     text = str(text).strip().lower()
@@ -143,11 +318,15 @@ class StructureLearningConfig:
     """Settings of structure learning on top of a :class:`~bnc_deploy.train.bnc.TrainConfig`.
 
     ``candidates``: at most K candidate parents per feature (None: all predecessors).
+    ``candidates_file``: an explicit ordering and candidate sets (:func:`read_candidates_file`;
+    ``FILE`` or ``FILE#DATASET``) instead of ``order`` and ``candidates``, which must then keep
+    their defaults (a non-default value would be silently ignored, so it is refused).
     ``size_penalty``: lambda_MS. ``size_penalty_mode``: "added" (over naive Bayes) or "absolute".
     ``finetune_epochs``: epochs of (quantization-aware, if ``bits``) training of the extracted TAN.
     """
 
     candidates: int | None = 8
+    candidates_file: str | None = None
     size_penalty: float = 1e-3
     size_penalty_mode: str = "added"
     order: str = "identity"
@@ -165,17 +344,51 @@ class StructureLearningConfig:
             raise ConfigError(f"unknown size penalty mode {self.size_penalty_mode!r}: use 'added' or 'absolute'")
         if self.order not in ("identity", "random", "chow-liu"):
             raise ConfigError(f"unknown feature order {self.order!r}: use 'identity', 'random' or 'chow-liu'")
-        if not (self.structure_lr > 0 and self.tau_start > 0 and self.tau_end > 0):
-            raise ConfigError("structure learning rate and temperatures must be > 0")
+        for name in ("structure_lr", "tau_start", "tau_end"):
+            value = getattr(self, name)
+            if not (value > 0 and math.isfinite(value)):
+                raise ConfigError(f"--{name.replace('_', '-')} must be a finite number > 0, got {value}")
+        if self.candidates_file is not None:
+            self._validate_candidates_file()
         if self.finetune_epochs < 0:
             raise ConfigError(f"--finetune-epochs must be >= 0, got {self.finetune_epochs}")
 
+    def _validate_candidates_file(self) -> None:
+        """The file exists and ``candidates``/``order`` keep their defaults; the sets themselves are
+        checked against the dataset (which this config does not know) by :func:`read_candidates_file`."""
+        if not isinstance(self.candidates_file, str) or not self.candidates_file.strip():
+            raise ConfigError(f"--candidates-file must name a file, got {self.candidates_file!r}")
+        defaults = {f.name: f.default for f in fields(self)}
+        for name in ("candidates", "order"):
+            value = getattr(self, name)
+            if value != defaults[name]:
+                raise ConfigError(f"--candidates-file {self.candidates_file} gives the ordering and candidate sets; "
+                                  f"--{name} {'all' if value is None else value} cannot be given with it")
+        path, _ = split_candidates_spec(self.candidates_file)
+        if not Path(path).is_file():
+            raise ConfigError(f"candidates file {path} does not exist")
 
-def build_structure_model(dataset, config, sl: StructureLearningConfig) -> StructureLearningTAN:
-    """The structure-learning model for ``dataset`` (seeded by ``config.seed``)."""
+
+def structure_candidates(dataset, config, sl: StructureLearningConfig) -> tuple[np.ndarray, CandidateSets | None]:
+    """The (D, J) candidates for ``dataset``, and the :class:`CandidateSets` they came from (or None).
+
+    With ``sl.candidates_file`` the file's sets, as given; else :func:`candidate_parents` of
+    :func:`feature_order` (``sl.order``, ``sl.candidates``, seeded by ``config.seed``).
+    """
+    if sl.candidates_file is not None:
+        sets = read_candidates_file(sl.candidates_file, dataset.name, dataset.n_features)
+        return sets.array(), sets
     order = feature_order(dataset.n_features, sl.order, seed=config.seed,
                           data=(dataset.x_train, dataset.y_train, dataset.cardinalities, dataset.n_classes))
-    candidates = candidate_parents(order, sl.candidates, seed=config.seed, cardinalities=dataset.cardinalities)
+    return candidate_parents(order, sl.candidates, seed=config.seed, cardinalities=dataset.cardinalities), None
+
+
+def build_structure_model(dataset, config, sl: StructureLearningConfig,
+                          candidates: np.ndarray | None = None) -> StructureLearningTAN:
+    """The structure-learning model for ``dataset`` (seeded by ``config.seed``); ``candidates``
+    (D, J) default to :func:`structure_candidates`."""
+    if candidates is None:
+        candidates, _ = structure_candidates(dataset, config, sl)
     return StructureLearningTAN(dataset.cardinalities, dataset.n_classes, candidates, init=config.init,
                                 data=(dataset.x_train, dataset.y_train), smoothing=config.smoothing,
                                 generator=torch.Generator().manual_seed(config.seed))
@@ -275,7 +488,8 @@ def train_learned_tan(dataset, config, sl: StructureLearningConfig | None = None
     seed and bits. The extracted classifier starts from the jointly trained CPTs; with
     ``sl.finetune_epochs > 0`` it is trained further by the ordinary trainer (quantization-aware
     when ``config.bits`` is set), with 0 a quantized model is the rounded float one. Returns a
-    :class:`~bnc_deploy.train.bnc.TrainResult`; the artifact's metadata gains ``structure_learning``.
+    :class:`~bnc_deploy.train.bnc.TrainResult`; the artifact's metadata gains ``structure_learning``
+    (settings, candidates, ``candidates_file``: :meth:`CandidateSets.describe` or None, history).
     """
     from bnc_deploy.train.bnc import train_bnc
 
@@ -286,7 +500,8 @@ def train_learned_tan(dataset, config, sl: StructureLearningConfig | None = None
         raise ConfigError("structure learning needs --model tan")
     started = time.perf_counter()
     torch.manual_seed(config.seed)
-    model = build_structure_model(dataset, config, sl)
+    candidates, sets = structure_candidates(dataset, config, sl)
+    model = build_structure_model(dataset, config, sl, candidates)
     history = fit_structure(model, dataset, config, sl)
     parents = model.parents()
     extracted = model.to_classifier()
@@ -298,6 +513,8 @@ def train_learned_tan(dataset, config, sl: StructureLearningConfig | None = None
         "settings": asdict(sl),
         "epochs": config.epochs,
         "candidates": model.candidates.tolist(),
+        # Where explicit sets came from (path, dataset entry, sha256 of the file, ordering).
+        "candidates_file": None if sets is None else sets.describe(),
         "structure_probabilities": np.round(probabilities, 6).tolist(),
         "naive_bayes_parameters": naive_bayes_parameters(dataset.cardinalities, dataset.n_classes),
         "history": history,

@@ -59,7 +59,8 @@ def model_path(outdir: Path, lam: float) -> Path:
 def run_point(data: str, fold: int, config, sl, lam: float, outdir: str | Path, resume: bool = False) -> dict:
     """Train one learned TAN at ``lam`` (1 torch thread), save it, and return its CSV row.
 
-    With ``resume``, an existing model file for ``lam`` is read instead of retrained.
+    With ``resume``, an existing model file for ``lam`` is read instead of retrained; it must have
+    been checked first (:func:`check_resumable`, which :func:`sweep` runs before any training).
     """
     import torch
 
@@ -104,11 +105,90 @@ def row_from_artifact(artifact, lam: float, path, seconds: float) -> dict:
     }
 
 
+# -- resuming ---------------------------------------------------------------------------------------
+def point_settings(config, sl, lam: float, candidates_file: dict | None = None) -> dict:
+    """Everything that determines the model of one lambda, as one flat dict.
+
+    The ``TrainConfig`` fields (less ``progress``, display only), the ``StructureLearningConfig``
+    fields with ``size_penalty = lam``, and, instead of the candidates file's path (one file may
+    be named in several ways), ``"sha256:<digest>#<entry>"`` of its content and dataset entry
+    (``candidates_file``: :meth:`~bnc_deploy.train.structure_learning.CandidateSets.describe`).
+    """
+    settings = {k: v for k, v in asdict(config).items() if k != "progress"}
+    settings.update(asdict(replace(sl, size_penalty=lam)))
+    settings["candidates_file"] = _file_identity(candidates_file)
+    return settings
+
+
+def artifact_settings(artifact) -> dict:
+    """:func:`point_settings` of the run that wrote a learned TAN ``artifact``, from its metadata.
+
+    Its ``config`` is the fine-tuning copy (``epochs = finetune_epochs``); the structure-learning
+    epochs are in ``structure_learning.epochs``. Keys a model file predates are left out (the
+    comparison then treats them as differing unless the current value is the default).
+    """
+    learned = artifact.metadata["structure_learning"]
+    settings = {k: v for k, v in artifact.metadata["config"].items() if k != "progress"}
+    settings["epochs"] = learned["epochs"]
+    settings.update(learned["settings"])
+    settings["candidates_file"] = _file_identity(learned.get("candidates_file"))
+    return settings
+
+
+def _file_identity(described: dict | None) -> str | None:
+    return None if described is None else f"sha256:{described['sha256']}#{described['entry']}"
+
+
+def check_resumable(path: Path, expected: dict, data_name: str | None = None, fold: int | None = None) -> None:
+    """ConfigError unless the model file ``path`` was trained with ``expected`` (:func:`point_settings`)
+    on the dataset ``data_name`` and ``fold`` (when given); the message names the file and each
+    differing setting with both values."""
+    from bnc_deploy.artifacts import load_artifact
+    from bnc_deploy.train.structure_learning import StructureLearningConfig
+
+    artifact = load_artifact(path)
+    if "structure_learning" not in artifact.metadata or "config" not in artifact.metadata:
+        raise ConfigError(f"--resume: {path} is not a learned TAN of bnc-structure-sweep (no structure-learning "
+                          "metadata); remove it or drop --resume")
+    stored = artifact_settings(artifact)
+    # A setting the file predates had its default then (e.g. candidates_file before it existed).
+    learn_defaults = asdict(StructureLearningConfig())
+    differ = [f"{key}: {stored.get(key, learn_defaults.get(key))!r} in the file, {value!r} now"
+              for key, value in expected.items() if stored.get(key, learn_defaults.get(key)) != value]
+    described = artifact.metadata.get("data", {})
+    if data_name is not None and described.get("name") != data_name:
+        differ.append(f"dataset: {described.get('name')!r} in the file, {data_name!r} now")
+    if fold is not None and described.get("fold") not in (None, fold):
+        differ.append(f"fold: {described.get('fold')!r} in the file, {fold!r} now")
+    if differ:
+        raise ConfigError(f"--resume: {path} was trained with other settings ({'; '.join(differ)}); "
+                          "use another output folder, or drop --resume to retrain every lambda")
+
+
 def sweep(data: str, fold: int, config, sl, lambdas, outdir: str | Path, jobs: int = 1, log=print,
-          resume: bool = False) -> list[dict]:
-    """Run every lambda (``jobs`` processes side by side); rows sorted by lambda."""
+          resume: bool = False, dataset=None) -> list[dict]:
+    """Run every lambda (``jobs`` processes side by side); rows sorted by lambda.
+
+    With ``resume``, model files already in ``outdir`` are reused, after checking, before any
+    training, that each was trained with this sweep's settings (:func:`check_resumable`: refused
+    with a ConfigError otherwise, so a resumed sweep never mixes settings). ``dataset``: the loaded
+    ``data`` (loaded here if needed and not given), for the dataset name and candidates file.
+    """
     outdir = Path(outdir)
     outdir.mkdir(parents=True, exist_ok=True)
+    existing = [lam for lam in lambdas if model_path(outdir, lam).is_file()] if resume else []
+    if existing:
+        from bnc_deploy.train.structure_learning import structure_candidates
+
+        if dataset is None:
+            from bnc_deploy.datasets import load_dataset
+
+            dataset = load_dataset(data, fold=fold, seed=config.seed)
+        sets = structure_candidates(dataset, config, sl)[1] if sl.candidates_file is not None else None
+        for lam in existing:
+            check_resumable(model_path(outdir, lam),
+                            point_settings(config, sl, lam, None if sets is None else sets.describe()),
+                            dataset.name, dataset.fold)
     rows = []
     if jobs <= 1:
         for lam in lambdas:
@@ -233,8 +313,10 @@ def reference_point(path: str | Path, nb_parameters: int) -> dict:
             "nb_multiple": artifact.n_parameters / nb_parameters}
 
 
-def sweep_meta(data: str, fold: int, config, sl, lambdas, seconds: float) -> dict:
+def sweep_meta(data: str, fold: int, config, sl, lambdas, seconds: float, candidates_file: dict | None = None) -> dict:
+    """``trajectory.json``'s settings: data, lambdas, every training and structure-learning setting,
+    and ``candidates_file`` (path, entry, sha256, ordering of explicit candidate sets, or None)."""
     return {"data": data, "fold": fold, "lambdas": list(lambdas), "train_config": asdict(config),
-            "structure_learning": asdict(sl), "seconds": round(seconds, 1),
+            "structure_learning": asdict(sl), "candidates_file": candidates_file, "seconds": round(seconds, 1),
             "title": f"{data} (fold {fold}): learned TAN, {config.epochs} epochs",
             "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
