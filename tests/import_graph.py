@@ -37,7 +37,7 @@ ROOT_SUBPACKAGES = ("exporters", "runtimes")
 FOUNDATIONS = frozenset({"errors", "fileio", "validation", "quantizers", "costs"})
 #: Sub-packages (or modules) of bnc_deploy, each one stage.
 STAGES = frozenset({"datasets", "artifacts", "reference", "models", "train", "formats", "verify", "targets",
-                    "profiling", "testing", "cli", "exporters", "runtimes", "serve"})
+                    "profiling", "testing", "cli", "exporters", "runtimes", "serve", "sweep"})
 #: The only stages that may import torch.
 TORCH_STAGES = frozenset({"models", "train"})
 #: Stages that must never import torch, ``train`` or ``models``, directly or through a module of

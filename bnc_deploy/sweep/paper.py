@@ -1,0 +1,255 @@
+"""The paper's figures as sweeps: which grids each figure needs, per protocol, and its points.
+
+A figure is a list of :class:`FigureSweep` (a named grid, run by :func:`~bnc_deploy.sweep.runner.run_sweep`
+into ``DIR/sweeps/<name>``, so figures that share a grid share its results and every figure
+resumes) and a rule that turns the selected configurations into points.
+
+Protocols
+---------
+``paper``: the authors' grids (from their run scripts, ``../shared/paper/structures``): BN
+classifiers B ∈ 1..8 × B_I ∈ 1..6 × the 100 ICPR (λ, γ) draws × lr0 ∈ {3e-2, 3e-3}, 500 epochs;
+FC nets L ∈ 2..5 × B ∈ 1..8 × batch norm on/off × lr0 ∈ {3e-2, 3e-3, 3e-4} × 5 seeds per budget
+and activation; structure learning λ_MS ∈ logspace(−7, 1, 41) × lr0 × 5 seeds. For a GPU or a
+Ray cluster.
+
+``quick`` (about an hour per dataset and figure on 2 cores; what it drops, exactly):
+
+* BN grids: B_I ∈ {2, 3, 4} instead of 1..6; the first 20 of the authors' 100 (λ, γ) draws; both
+  learning rates; successive halving (rate 3, rungs at 500/27, 500/9, 500/3 epochs) instead of
+  500 epochs for every configuration. Float models: the same 20 draws × 2 learning rates.
+* FC nets: budgets of the NB at B ∈ {1, 2, 4, 8} bits (not all 8); one hidden layer (L = 2);
+  weight bits {1, 2}; batch norm on; lr0 = 3e-3; one seed; ReLU and sign; plain (not one-hot)
+  inputs.
+* CNNs (usps, mnist): operation budgets f ∈ {2, 8, 32, 128} × C·D (not 2, 4, …, 256); weight bits
+  {1, 2}; one seed; ReLU and sign.
+* Structure learning: λ_MS ∈ logspace(−7, 1, 9) (not 41 values); lr0 = 3e-3; one seed.
+
+Selection follows the sweep's ``--select`` (validation by default; ``test`` is the paper's protocol).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bnc_deploy.errors import ConfigError
+from bnc_deploy.sweep.grid import GridSpec, icpr2020_draws
+
+FIGURES = ("fig3", "fig4", "fig5", "fig6", "fig7")
+PROTOCOLS = ("quick", "paper", "smoke")
+#: ``smoke``: a few configurations of every kind for a few epochs (seconds on any dataset, no
+#: ``../shared`` needed): for tests of the pipeline, never for results.
+SMOKE_EPOCHS = 3
+#: Batch sizes of the paper's experiments.
+PAPER_BATCH_SIZE = {"letter": 100, "usps": 100, "satimage": 50, "mnist": 250}
+#: Datasets with an image layout (CNNs and the ops figure).
+IMAGE_DATASETS = ("usps", "mnist")
+
+
+@dataclass
+class FigureSweep:
+    name: str                      # DIR/sweeps/<name>
+    spec: GridSpec
+    family: str                    # the curve's label
+    halving: bool = False
+    group_by: tuple = ("model", "structure", "bits")
+    x: str = "bits"                # what the point's x is: "bits", "size_bits", "n_ops", "size_penalty"
+
+
+@dataclass
+class FigurePlan:
+    figure: str
+    data: str
+    protocol: str
+    sweeps: list[FigureSweep] = field(default_factory=list)
+    uses: tuple = ()               # figures whose points this one combines (fig7)
+
+
+def dataset_name(data: str) -> str:
+    return Path(str(data)).stem.replace("-raw", "")
+
+
+def _base(data: str, protocol: str = "quick") -> dict:
+    fixed = {"data": data, "epochs": SMOKE_EPOCHS if protocol == "smoke" else 500, "loss": "hybrid",
+             "hybrid_eta": 10.0}
+    name = dataset_name(data)
+    if name in PAPER_BATCH_SIZE:
+        fixed["batch_size"] = PAPER_BATCH_SIZE[name]
+    return fixed
+
+
+def _draws(protocol: str) -> dict:
+    if protocol == "smoke":
+        return {"n": 2, "seed": 0, "hybrid_lambda": {"log10_uniform": [1, 3]},
+                "hybrid_gamma": {"log10_uniform": [-1, 2]}}
+    draws = icpr2020_draws()
+    n = 20 if protocol == "quick" else len(draws["hybrid_lambda"])
+    return {key: values[:n] for key, values in draws.items()}
+
+
+def bn_sweeps(data: str, protocol: str, model: str) -> list[FigureSweep]:
+    """Quantized (B = 1..8) and float sweeps of NB or TAN with the authors' structure."""
+    fixed = {**_base(data, protocol), "model": model}
+    label = "NB"
+    if model == "tan":
+        authors = has_authors_structure(data)
+        fixed["structure"] = "authors" if authors else "chow-liu"
+        label = "TAN (authors' structure)" if authors else "TAN (Chow-Liu)"
+    int_bits = {"quick": [2, 3, 4], "paper": list(range(1, 7)), "smoke": [2]}[protocol]
+    bits = [2, 3] if protocol == "smoke" else list(range(1, 9))
+    quick = protocol in ("quick", "smoke")
+    quantized = GridSpec(axes={"bits": bits, "int_bits": int_bits, "lr": [3e-2, 3e-3]},
+                         draws=_draws(protocol), fixed=fixed).normalized(f"{model} grid")
+    floats = GridSpec(axes={"lr": [3e-2, 3e-3]}, draws=_draws(protocol),
+                      fixed={**fixed, "bits": None}).normalized(f"{model} float grid")
+    return [FigureSweep(f"{model}-quantized", quantized, label, halving=quick),
+            FigureSweep(f"{model}-float", floats, label, halving=quick)]
+
+
+def has_authors_structure(data: str) -> bool:
+    """Whether the authors' fixed TAN structures cover the dataset (letter, satimage, usps, mnist)."""
+    return dataset_name(data) in PAPER_BATCH_SIZE
+
+
+def nb_parameters(data: str, fold: int = 1) -> tuple[int, int, int]:
+    """(NB parameters, features D, classes C) of the dataset: C * (1 + sum |X_i|)."""
+    from bnc_deploy.datasets import load_dataset
+
+    ds = load_dataset(data, fold=fold)
+    return int(ds.n_classes * (1 + int(ds.cardinalities.sum()))), int(ds.n_features), int(ds.n_classes)
+
+
+def fc_sweeps(data: str, protocol: str) -> list[FigureSweep]:
+    """FC nets sized to the NB's memory at several bit widths, ReLU and sign."""
+    nb, _, _ = nb_parameters(data)
+    widths = {"quick": [1, 2, 4, 8], "paper": list(range(1, 9)), "smoke": [2]}[protocol]
+    budgets = [nb * b for b in widths]
+    out = []
+    for activation in ("relu", "sign"):
+        if protocol == "smoke":
+            axes = {"match_bits": budgets}
+            fixed = {"batch_norm": True, "layers": 2, "lr": 3e-3, "seed": 0, "weight_bits": 2,
+                     "epochs": SMOKE_EPOCHS}
+        elif protocol == "quick":
+            axes = {"match_bits": budgets, "weight_bits": [1, 2]}
+            fixed = {"batch_norm": True, "layers": 2, "lr": 3e-3, "seed": 0, "one_hot": False}
+        else:
+            axes = {"match_bits": budgets, "layers": [2, 3, 4, 5], "weight_bits": list(range(1, 9)),
+                    "batch_norm": [False, True], "lr": [3e-2, 3e-3, 3e-4], "seed": list(range(5))}
+            fixed = {"one_hot": False}
+        spec = GridSpec(axes=axes, draws={}, fixed={**_dnn_base(data), "model": "fc", "activation": activation,
+                                                     **fixed}).normalized(f"fc {activation} grid")
+        out.append(FigureSweep(f"fc-{activation}", spec, f"FC {activation}", group_by=("model", "activation",
+                                                                                       "match_bits"),
+                               x="size_bits"))
+    return out
+
+
+def cnn_sweeps(data: str, protocol: str) -> list[FigureSweep]:
+    """CNNs sized to operation budgets f x C*D, ReLU and sign (image datasets)."""
+    if dataset_name(data) not in IMAGE_DATASETS:
+        raise ConfigError(f"fig4 (operations budget, CNNs) needs an image dataset ({', '.join(IMAGE_DATASETS)}); "
+                          f"got {data!r}")
+    _, d, c = nb_parameters(data)
+    factors = {"quick": [2, 8, 32, 128], "paper": [2 ** k for k in range(1, 9)], "smoke": [8]}[protocol]
+    out = []
+    for activation in ("relu", "sign"):
+        axes = {"match_ops": [f * c * d for f in factors], "weight_bits": list(range(1, 9)) if protocol == "paper"
+                else [1, 2]}
+        if protocol == "paper":
+            axes.update({"batch_norm": [False, True], "lr": [3e-2, 3e-3, 3e-4], "seed": list(range(5))})
+        fixed = {**_dnn_base(data), "model": "cnn", "activation": activation, "layers": 1}
+        if protocol != "paper":
+            fixed.update({"batch_norm": True, "lr": 3e-3, "seed": 0})
+        if protocol == "smoke":
+            fixed["epochs"] = SMOKE_EPOCHS
+        spec = GridSpec(axes=axes, draws={}, fixed=fixed).normalized(f"cnn {activation} grid")
+        out.append(FigureSweep(f"cnn-{activation}", spec, f"CNN {activation}",
+                               group_by=("model", "activation", "match_ops"), x="n_ops"))
+    return out
+
+
+def _dnn_base(data: str) -> dict:
+    fixed = {"data": data, "epochs": 500}
+    name = dataset_name(data)
+    if name in PAPER_BATCH_SIZE:
+        fixed["batch_size"] = PAPER_BATCH_SIZE[name]
+    return fixed
+
+
+def structure_sweeps(data: str, protocol: str) -> list[FigureSweep]:
+    """Fig. 5: size-aware structure learning over λ_MS with the authors' settings for the dataset."""
+    from bnc_deploy.sweep.grid import preset
+
+    if protocol == "smoke":
+        spec = GridSpec(axes={"size_penalty": [1e-3, 1e-1]}, draws={},
+                        fixed={"data": data, "model": "tan", "structure": "learn", "epochs": SMOKE_EPOCHS})
+        return [FigureSweep("structure", spec.normalized("structure grid"), "TAN (learned structure)",
+                            group_by=("size_penalty",), x="size_penalty")]
+    spec = preset("icpr2020-structure", data=dataset_name(data))
+    fixed = dict(spec.fixed)
+    fixed["data"] = data
+    name = dataset_name(data)
+    if name in PAPER_BATCH_SIZE:
+        fixed["batch_size"] = PAPER_BATCH_SIZE[name]
+    axes = dict(spec.axes)
+    if protocol == "quick":
+        axes = {"size_penalty": "logspace(-7,1,9)", "lr": [3e-3], "seed": [0]}
+    spec = GridSpec(axes=axes, draws={}, fixed=fixed).normalized("structure grid")
+    return [FigureSweep("structure", spec, "TAN (learned structure)", group_by=("size_penalty",),
+                        x="size_penalty")]
+
+
+def plan(figure: str, data: str, protocol: str) -> FigurePlan:
+    if figure not in FIGURES:
+        raise ConfigError(f"unknown figure {figure!r}: use one of {', '.join(FIGURES)} or all")
+    if protocol not in PROTOCOLS:
+        raise ConfigError(f"unknown protocol {protocol!r}: use quick or paper")
+    p = FigurePlan(figure, data, protocol)
+    if figure == "fig6":
+        p.sweeps = bn_sweeps(data, protocol, "nb") + bn_sweeps(data, protocol, "tan")
+    elif figure == "fig3":
+        p.sweeps = bn_sweeps(data, protocol, "nb") + fc_sweeps(data, protocol)
+        if dataset_name(data) in IMAGE_DATASETS:
+            p.sweeps += [s for s in cnn_sweeps(data, protocol)]
+    elif figure == "fig4":
+        p.sweeps = bn_sweeps(data, protocol, "nb") + cnn_sweeps(data, protocol)
+    elif figure == "fig5":
+        p.sweeps = structure_sweeps(data, protocol)
+    elif figure == "fig7":
+        p.uses = ("fig3", "fig4", "fig6") if dataset_name(data) in IMAGE_DATASETS else ("fig3", "fig6")
+        seen: dict[str, FigureSweep] = {}
+        for used in p.uses:
+            for sweep in plan(used, data, protocol).sweeps:
+                seen.setdefault(sweep.name, sweep)
+        p.sweeps = list(seen.values())
+    return p
+
+
+# -- points -------------------------------------------------------------------------------------------
+def selected_points(rows: list[dict], sweep: FigureSweep, metric: str) -> list[dict]:
+    """The best configuration per selection group as a figure point (``profiling.pareto`` record)."""
+    best: dict[str, dict] = {}
+    for row in rows:
+        if row["status"] != "done":
+            continue
+        value = (row.get("final") or {}).get(metric)
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            continue
+        key = json.dumps({k: row["config"].get(k) for k in sweep.group_by}, sort_keys=True)
+        if key not in best or value < best[key]["_value"]:
+            best[key] = {**row, "_value": value}
+    points = []
+    for row in best.values():
+        config, final = row["config"], row["final"]
+        points.append({
+            "figure_sweep": sweep.name, "group": sweep.family, "dataset": dataset_name(config.get("data", "")),
+            "bits": config.get("bits", config.get("weight_bits")), "size_penalty": config.get("size_penalty"),
+            "test_error": final.get("test_error"), "val_error": final.get("val_error"),
+            "train_error": final.get("train_error"), "size_bits": row.get("size_bits"),
+            "n_ops": row.get("ops"), "n_parameters": row.get("n_parameters"), "config_id": row["id"],
+            "model_path": row.get("model_path"), "config": config,
+        })
+    return sorted(points, key=lambda p: (p["group"], p["size_bits"] or 0))

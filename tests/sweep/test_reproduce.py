@@ -1,0 +1,89 @@
+"""``bnc-reproduce``: the figure pipeline end to end on the built-in digits (smoke protocol), its
+resume, and the quick/paper plans on the real data (skipped without ../shared)."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+from support import SHARED_DATASETS
+
+from bnc_deploy.cli.reproduce import main
+
+
+def _run(capsys, *argv) -> tuple[int, dict]:
+    code = main([*argv, "--json"])
+    out = capsys.readouterr().out
+    return code, json.loads(out) if out.strip() else {}
+
+
+@pytest.fixture(scope="module")
+def smoke(tmp_path_factory):
+    import torch
+
+    torch.set_num_threads(1)
+    out = tmp_path_factory.mktemp("reproduce")
+    assert main(["all", "--data", "digits", "--protocol", "smoke", "-o", str(out), "--quiet"]) == 0
+    return out
+
+
+def test_every_figure_is_written_with_points_csv_and_plot(smoke):
+    for fig in ("fig3", "fig5", "fig6", "fig7"):
+        for suffix in (".csv", ".json", ".png", ".svg"):
+            assert (smoke / f"{fig}{suffix}").stat().st_size > 0, f"{fig}{suffix}"
+    assert not (smoke / "fig4.csv").exists()          # digits is not one of the paper's image datasets
+    with open(smoke / "fig6.csv") as f:
+        rows = list(csv.DictReader(f))
+    groups = {r["group"] for r in rows}
+    assert groups == {"NB", "TAN (Chow-Liu)"}
+    # One point per bit width (2, 3) and one float point per family; all labelled with the selection.
+    assert sorted(r["bits"] for r in rows if r["group"] == "NB") == ["", "2", "3"]
+    assert {r["selection"] for r in rows} == {"selected on the validation split"}
+    fig3 = json.loads((smoke / "fig3.json").read_text())
+    assert {p["group"] for p in fig3["points"]} == {"NB", "FC relu", "FC sign"}
+    fig5 = json.loads((smoke / "fig5.json").read_text())
+    assert sorted(p["size_penalty"] for p in fig5["points"]) == [1e-3, 1e-1]
+    fig7 = json.loads((smoke / "fig7.json").read_text())
+    assert any(p["pareto"] for p in fig7["points"]) and not all(p["pareto"] for p in fig7["points"])
+
+
+def test_each_point_is_the_best_of_its_group_on_validation(smoke):
+    from bnc_deploy.sweep.table import ResultsTable
+
+    points = json.loads((smoke / "fig6.json").read_text())["points"]
+    table = ResultsTable(smoke / "sweeps" / "nb-quantized")
+    try:
+        rows = [r for r in table.rows() if r["status"] == "done"]
+    finally:
+        table.close()
+    for bits in (2, 3):
+        best = min((r for r in rows if r["config"]["bits"] == bits), key=lambda r: r["final"]["val_error"])
+        [point] = [p for p in points if p["group"] == "NB" and p["bits"] == bits]
+        assert point["val_error"] == best["final"]["val_error"]
+
+
+def test_rerun_resumes_and_trains_nothing(smoke, capsys):
+    code, summary = _run(capsys, "fig6", "--data", "digits", "--protocol", "smoke", "-o", str(smoke))
+    assert code == 0
+    assert all(s["trained"] == 0 and s["skipped"] == s["configurations"] for s in summary["sweeps"].values())
+
+
+def test_bad_requests_are_refused_by_name(tmp_path, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["fig9", "--data", "digits", "-o", str(tmp_path)])
+    assert exc.value.code == 2
+    with pytest.raises(SystemExit) as exc:
+        main(["fig4", "--data", "digits", "--protocol", "smoke", "-o", str(tmp_path)])
+    assert exc.value.code == 2
+    assert "fig4 (operations budget, CNNs) needs an image dataset" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not (SHARED_DATASETS / "discretized").is_dir(), reason="../shared/datasets not found")
+def test_quick_and_paper_plans_on_letter(capsys, tmp_path):
+    code, plan = _run(capsys, "fig6", "--data", "letter", "--dry-run", "-o", str(tmp_path / "x"))
+    assert code == 0 and not (tmp_path / "x").exists()
+    # quick: 8 bit widths x B_I {2,3,4} x 20 draws x 2 lr, NB and TAN, plus 20 x 2 float each.
+    assert plan["config_epochs"] == 2 * (960 + 40) * 500
+    code, plan = _run(capsys, "fig6", "--data", "letter", "--protocol", "paper", "--dry-run", "-o", str(tmp_path))
+    assert plan["config_epochs"] == 2 * (9600 + 200) * 500
