@@ -4,7 +4,7 @@
 standard deviation, then rounds to a power-of-two grid ``2**-e`` with integer codes in
 ``-63 .. 63`` (7 bits: the TFLite exporter doubles them into int8). ``e`` is the largest shift
 that keeps 99.9 % of the training values unclipped, so the grid is as fine as the data allows
-(usps: ``e = 3``, a step of 1/8 standard deviation). Because the inputs are then exact
+(usps: ``e = 4``, a step of 1/16 standard deviation). Because the inputs are then exact
 fixed-point numbers, the first layer's accumulations are integers in every runtime.
 
 ``image_layout`` knows the image datasets: usps (16x16, stored column-major), mnist (14x14
