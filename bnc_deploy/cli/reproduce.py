@@ -200,6 +200,7 @@ def plot_figure(p, points: list[dict], path: Path, args) -> list[str]:
         ax1.grid(True, alpha=0.3)
         ax1.set_title("Error and size over λ_MS")
         plot_error_vs_size(ax2, points)
+        fig.subplots_adjust(wspace=0.45)     # room for the twin axis' label between the panels
     elif p.figure == "fig6":
         fig, ax = plt.subplots(figsize=(8, 5.2))
         plot_error_vs_bits(ax, points)
