@@ -56,14 +56,14 @@ class RayBackend:
                     break
                 except ConnectionError as exc:
                     raise ConfigError(f"--address {address}: cannot connect to a Ray cluster ({exc})") from None
-                except RuntimeError as exc:
-                    # A local instance can fail to come up on a loaded machine (its processes start
-                    # against a timeout): one more try, then a clear error.
+                except Exception as exc:  # noqa: BLE001  (Ray raises a bare Exception on a startup timeout)
+                    # A local instance can fail to come up on a loaded machine: its raylet must
+                    # register within a fixed 30 s. One more try, then a clear error.
                     ray.shutdown()
                     if address or attempt == 2:
                         where = f"the Ray cluster at {address}" if address else "a local Ray instance"
                         raise ConfigError(f"--backend ray: cannot start {where} ({exc})") from None
-                    time.sleep(2)
+                    time.sleep(5)
         resources = ray.cluster_resources()
         self.in_flight = in_flight or max(1, int(resources.get("CPU", 1)))
         self.cluster_gpus = resources.get("GPU", 0)
