@@ -225,3 +225,24 @@ def _fsync_folder(folder: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+#: The repository root (the parent of the ``bnc_deploy`` package): ``../shared`` is looked up beside it.
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def find_folder(explicit: str | os.PathLike | None, env_var: str, relative: Path,
+                explicit_name: str) -> tuple[Path | None, str, str]:
+    """The first existing folder of: ``explicit``; else ``$env_var``; else ``relative`` to the
+    current directory and to :data:`REPO_ROOT`. Returns ``(folder or None, how it was looked for,
+    the places searched)``, so that each caller raises its own error naming every place searched."""
+    if explicit is not None:
+        candidates, how = [Path(explicit)], explicit_name
+    elif os.environ.get(env_var):
+        candidates, how = [Path(os.environ[env_var])], f"${env_var}"
+    else:
+        candidates, how = [Path.cwd() / relative, REPO_ROOT / relative], "the default locations"
+    for candidate in candidates:
+        if candidate.is_dir():
+            return candidate.resolve(), how, ""
+    return None, how, ", ".join(str(c) for c in candidates)

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Callable
 
 from bnc_deploy.errors import ConfigError
+from bnc_deploy.fileio import find_folder
 
 from . import loaders, splits
 from .base import DatasetError, DiscreteDataset
@@ -39,7 +40,6 @@ __all__ = ["DiscreteDataset", "DatasetError", "load_dataset", "dataset_names", "
 
 DATA_DIR_ENV = "BNC_DEPLOY_DATA_DIR"
 _RELATIVE_DATA_DIR = Path("..") / "shared" / "datasets"
-_REPO_ROOT = Path(__file__).resolve().parent.parent.parent  # parent of the bnc_deploy package
 
 
 def find_data_dir(data_dir: str | Path | None = None) -> Path:
@@ -49,17 +49,9 @@ def find_data_dir(data_dir: str | Path | None = None) -> Path:
     ``../shared/datasets`` relative to the current directory and to the repository root.
     Raises DatasetError listing every place searched.
     """
-    if data_dir is not None:
-        candidates, how = [Path(data_dir)], "the data_dir argument"
-    elif os.environ.get(DATA_DIR_ENV):
-        candidates, how = [Path(os.environ[DATA_DIR_ENV])], f"${DATA_DIR_ENV}"
-    else:
-        candidates = [Path.cwd() / _RELATIVE_DATA_DIR, _REPO_ROOT / _RELATIVE_DATA_DIR]
-        how = "the default locations"
-    for candidate in candidates:
-        if candidate.is_dir():
-            return candidate.resolve()
-    searched = ", ".join(str(c) for c in candidates)
+    found, how, searched = find_folder(data_dir, DATA_DIR_ENV, _RELATIVE_DATA_DIR, "the data_dir argument")
+    if found is not None:
+        return found
     raise DatasetError(f"dataset folder not found (searched {how}: {searched}); pass data_dir=... "
                        f"or set {DATA_DIR_ENV} to the folder holding discretized/ and raw/")
 

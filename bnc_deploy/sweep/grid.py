@@ -689,7 +689,6 @@ def load_grid_file(path: str | os.PathLike) -> GridSpec:
 # -- presets ---------------------------------------------------------------------------------------
 STRUCTURES_DIR_ENV = "BNC_DEPLOY_STRUCTURES_DIR"
 _RELATIVE_STRUCTURES_DIR = Path("..") / "shared" / "paper" / "structures"
-_REPO_ROOT = Path(__file__).resolve().parent.parent.parent
 DRAWS_FILE = "icpr2020_hybrid_draws.json"
 SETTINGS_FILE = "pgm2020_tan_subset_settings.json"
 #: The presets and what they are (``bnc-sweep --preset NAME``).
@@ -710,17 +709,12 @@ def find_structures_dir(structures_dir: str | os.PathLike | None = None) -> Path
     ``../shared/paper/structures`` relative to the current directory and to the repository root.
     ConfigError listing every place searched.
     """
-    if structures_dir is not None:
-        candidates, how = [Path(structures_dir)], "the structures_dir argument"
-    elif os.environ.get(STRUCTURES_DIR_ENV):
-        candidates, how = [Path(os.environ[STRUCTURES_DIR_ENV])], f"${STRUCTURES_DIR_ENV}"
-    else:
-        candidates = [Path.cwd() / _RELATIVE_STRUCTURES_DIR, _REPO_ROOT / _RELATIVE_STRUCTURES_DIR]
-        how = "the default locations"
-    for candidate in candidates:
-        if candidate.is_dir():
-            return candidate.resolve()
-    searched = ", ".join(str(c) for c in candidates)
+    from bnc_deploy.fileio import find_folder
+
+    found, how, searched = find_folder(structures_dir, STRUCTURES_DIR_ENV, _RELATIVE_STRUCTURES_DIR,
+                                       "the structures_dir argument")
+    if found is not None:
+        return found
     raise ConfigError(f"paper structures folder not found (searched {how}: {searched}); set {STRUCTURES_DIR_ENV} "
                       f"to the folder holding {DRAWS_FILE}")
 
