@@ -44,8 +44,6 @@ AXIS_FLAGS = {
     "--batch-norm": "batch_norm", "--one-hot": "one_hot", "--match-bits": "match_bits", "--match-ops": "match_ops",
     "--hidden": "hidden",
 }
-#: Batch sizes of the paper's experiments, used by the presets when --batch-size is not given.
-PAPER_BATCH_SIZE = {"letter": 100, "usps": 100, "satimage": 50, "mnist": 250}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -100,6 +98,7 @@ def grid_from_args(args):
         GridSpec,
         icpr2020_draws,
         load_grid_file,
+        paper_batch_size,
         parse_values,
         preset,
     )
@@ -145,9 +144,8 @@ def grid_from_args(args):
             fixed.setdefault("hybrid_eta", 10.0)
     data = fixed.get("data")
     if "batch_size" not in fixed and "batch_size" not in axes and args.preset and isinstance(data, str):
-        name = Path(data).stem.replace("-raw", "")
-        if name in PAPER_BATCH_SIZE:
-            fixed["batch_size"] = PAPER_BATCH_SIZE[name]
+        if paper_batch_size(data):       # the presets use the paper's batch size unless told otherwise
+            fixed["batch_size"] = paper_batch_size(data)
     if args.validation is not None:
         put("validation", [args.validation])
     elif "validation" not in axes and "validation" not in fixed:     # a grid file's own value stays

@@ -702,6 +702,20 @@ PRESETS = {
 }
 
 
+#: Batch sizes of the paper's experiments (the authors' run scripts), per dataset.
+PAPER_BATCH_SIZE = {"letter": 100, "usps": 100, "satimage": 50, "mnist": 250}
+
+
+def dataset_name(data) -> str:
+    """The paper's name of a dataset given by name or path (``letter-raw`` and ``x/letter.npz`` are letter)."""
+    return Path(str(data)).stem.replace("-raw", "")
+
+
+def paper_batch_size(data) -> int | None:
+    """The paper's batch size for ``data``, or None for a dataset the paper did not use."""
+    return PAPER_BATCH_SIZE.get(dataset_name(data))
+
+
 def find_structures_dir(structures_dir: str | os.PathLike | None = None) -> Path:
     """The folder of the paper's structures, draws and settings (like ``datasets.find_data_dir``).
 

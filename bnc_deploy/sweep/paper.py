@@ -32,18 +32,15 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from bnc_deploy.errors import ConfigError
-from bnc_deploy.sweep.grid import GridSpec, icpr2020_draws
+from bnc_deploy.sweep.grid import PAPER_BATCH_SIZE, GridSpec, dataset_name, icpr2020_draws, paper_batch_size
 
 FIGURES = ("fig3", "fig4", "fig5", "fig6", "fig7")
 PROTOCOLS = ("quick", "paper", "smoke")
 #: ``smoke``: a few configurations of every kind for a few epochs (seconds on any dataset, no
 #: ``../shared`` needed): for tests of the pipeline, never for results.
 SMOKE_EPOCHS = 3
-#: Batch sizes of the paper's experiments.
-PAPER_BATCH_SIZE = {"letter": 100, "usps": 100, "satimage": 50, "mnist": 250}
 #: Datasets with an image layout (CNNs and the ops figure).
 IMAGE_DATASETS = ("usps", "mnist")
 
@@ -67,16 +64,11 @@ class FigurePlan:
     uses: tuple = ()               # figures whose points this one combines (fig7)
 
 
-def dataset_name(data: str) -> str:
-    return Path(str(data)).stem.replace("-raw", "")
-
-
 def _base(data: str, protocol: str = "quick") -> dict:
     fixed = {"data": data, "epochs": SMOKE_EPOCHS if protocol == "smoke" else 500, "loss": "hybrid",
              "hybrid_eta": 10.0}
-    name = dataset_name(data)
-    if name in PAPER_BATCH_SIZE:
-        fixed["batch_size"] = PAPER_BATCH_SIZE[name]
+    if paper_batch_size(data):
+        fixed["batch_size"] = paper_batch_size(data)
     return fixed
 
 
@@ -173,9 +165,8 @@ def cnn_sweeps(data: str, protocol: str) -> list[FigureSweep]:
 
 def _dnn_base(data: str) -> dict:
     fixed = {"data": data, "epochs": 500}
-    name = dataset_name(data)
-    if name in PAPER_BATCH_SIZE:
-        fixed["batch_size"] = PAPER_BATCH_SIZE[name]
+    if paper_batch_size(data):
+        fixed["batch_size"] = paper_batch_size(data)
     return fixed
 
 
@@ -191,9 +182,8 @@ def structure_sweeps(data: str, protocol: str) -> list[FigureSweep]:
     spec = preset("icpr2020-structure", data=dataset_name(data))
     fixed = dict(spec.fixed)
     fixed["data"] = data
-    name = dataset_name(data)
-    if name in PAPER_BATCH_SIZE:
-        fixed["batch_size"] = PAPER_BATCH_SIZE[name]
+    if paper_batch_size(data):
+        fixed["batch_size"] = paper_batch_size(data)
     axes = dict(spec.axes)
     if protocol == "quick":
         axes = {"size_penalty": "logspace(-7,1,9)", "lr": [3e-3], "seed": [0]}

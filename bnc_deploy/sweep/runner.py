@@ -39,6 +39,7 @@ from bnc_deploy.sweep.grid import (
     GridSpec,
     complete,
     config_id,
+    dataset_name,
     expand,
     find_structures_dir,
 )
@@ -154,7 +155,7 @@ def authors_parents(data: str, fold: int, structures_dir=None) -> list[int]:
         entries = json.loads(path.read_text())["structures"]
     except (OSError, ValueError, KeyError) as exc:
         raise ConfigError(f"{path}: cannot read the authors' TAN structures ({exc})") from None
-    name = Path(str(data)).stem.replace("-raw", "")
+    name = dataset_name(data)
     for entry in entries:
         if entry["dataset"] == name and int(entry["fold"]) == int(fold):
             return [int(p) for p in entry["parents"]]
