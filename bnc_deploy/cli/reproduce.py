@@ -57,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", metavar="cpu|cuda|auto")
     p.add_argument("--max-configs", type=int, default=None, metavar="N", help="configurations per chunk")
     p.add_argument("--dry-run", action="store_true", help="print the plan and the configuration-epochs, run nothing")
+    p.add_argument("--estimate", action="store_true",
+                   help="also time a short probe of each kind of configuration on --device and print the estimated "
+                        "time (always done before a --protocol paper run starts)")
     p.add_argument("-o", "--output", required=True, metavar="DIR")
     p.add_argument("--json", action="store_true", help="print a JSON summary")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -75,9 +78,10 @@ def figures_of(name: str, data: str) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     require_extra(PROG, "train", "torch", "matplotlib")
     args = build_parser().parse_args(argv)
+    from bnc_deploy.sweep.estimate import planned_config_epochs
     from bnc_deploy.sweep.grid import GridSpec, count
     from bnc_deploy.sweep.paper import plan
-    from bnc_deploy.sweep.runner import protocol_label
+    from bnc_deploy.sweep.runner import check_plan, protocol_label, records_of
 
     out = Path(args.output)
     plans = [plan(fig, args.data, args.protocol) for fig in figures_of(args.figure, args.data)]
@@ -90,14 +94,24 @@ def main(argv: list[str] | None = None) -> int:
         fixed = dict(sweep.spec.fixed)
         fixed["validation"] = args.validation if args.select == "validation" else 0.0
         sweep.spec = GridSpec(axes=sweep.spec.axes, draws=sweep.spec.draws, fixed=fixed).normalized(sweep.name)
+    tasks = {name: check_plan(records_of(s.spec), _options(s, out, args)) for name, s in sweeps.items()}
+    planned = {name: sum(planned_config_epochs(t) for t in ts) for name, ts in tasks.items()}
     lines = [f"{name}: {count(s.spec):,} configurations, {count(s.spec) * s.spec.fixed.get('epochs', 500):,} "
-             f"configuration-epochs{' (halving stops most early)' if s.halving else ''}" for name, s in sweeps.items()]
+             f"configuration-epochs" + (f" ({planned[name]:,} with successive halving)" if s.halving else "")
+             for name, s in sweeps.items()]
     total = sum(count(s.spec) * s.spec.fixed.get("epochs", 500) for s in sweeps.values())
     header = (f"{', '.join(p.figure for p in plans)} on {args.data}, {args.protocol} protocol, "
-              f"{protocol_label(args.select)}: {total:,} configuration-epochs at most")
+              f"{protocol_label(args.select)}: {total:,} configuration-epochs at most"
+              + (f", {sum(planned.values()):,} as planned" if sum(planned.values()) != total else ""))
+    estimate = None
+    if args.estimate or (args.protocol == "paper" and not args.dry_run):
+        estimate = _estimate([t for ts in tasks.values() for t in ts], args)
+        lines.append(estimate["text"])
     if args.dry_run:
         if args.json:
-            print_json({"plan": header, "sweeps": lines, "config_epochs": total})
+            print_json({"plan": header, "sweeps": lines, "config_epochs": total,
+                        "planned_config_epochs": sum(planned.values()),
+                        **({"estimate": estimate} if estimate else {})})
         else:
             print(header)
             print("\n".join(f"  {line}" for line in lines))
@@ -121,14 +135,35 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def _options(sweep, out: Path, args):
+    from bnc_deploy.sweep.runner import SweepOptions
+
+    return SweepOptions(directory=out / "sweeps" / sweep.name, select=args.select, device=args.device,
+                        backend=args.backend, address=args.address, halving=sweep.halving,
+                        max_configs=args.max_configs, resume=True, group_by=sweep.group_by,
+                        progress=not (args.json or args.quiet))
+
+
+def _estimate(tasks: list, args) -> dict:
+    """The probe's forecast over all sweeps' chunk tasks."""
+    from bnc_deploy.sweep.estimate import describe, probe
+
+    if not (args.json or args.quiet):
+        print("timing a short probe of each kind of configuration ...", file=sys.stderr, flush=True)
+    estimates = probe(tasks, device=args.device)
+    return {"text": describe(estimates, args.device), "seconds": sum(e.seconds for e in estimates),
+            "families": {e.family: {"configurations": e.configurations, "config_epochs": e.config_epochs,
+                                    "probed": e.probed, "seconds_per_config_epoch": e.seconds_per_config_epoch,
+                                    "seconds_per_config": e.seconds_per_config, "seconds": e.seconds}
+                         for e in estimates}}
+
+
 def _run(sweep, out: Path, args) -> dict:
-    from bnc_deploy.sweep.runner import SweepOptions, run_sweep
+    from bnc_deploy.sweep.runner import run_sweep
     from bnc_deploy.sweep.table import ResultsTable
 
-    directory = out / "sweeps" / sweep.name
-    options = SweepOptions(directory=directory, select=args.select, device=args.device, backend=args.backend,
-                           address=args.address, halving=sweep.halving, max_configs=args.max_configs,
-                           resume=True, group_by=sweep.group_by, progress=not (args.json or args.quiet))
+    options = _options(sweep, out, args)
+    directory = options.directory
     if not (args.json or args.quiet):
         print(f"sweep {sweep.name} -> {directory}", file=sys.stderr, flush=True)
     summary = run_sweep(sweep.spec, options)

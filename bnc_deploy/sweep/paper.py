@@ -14,14 +14,15 @@ Ray cluster.
 
 ``quick`` (about an hour per dataset and figure on 2 cores; what it drops, exactly):
 
-* BN grids: B_I ∈ {2, 3, 4} instead of 1..6; the first 20 of the authors' 100 (λ, γ) draws; both
-  learning rates; successive halving (rate 3, rungs at 500/27, 500/9, 500/3 epochs) instead of
+* BN grids: B_I ∈ {2, 3, 4} instead of 1..6; the first 20 of the authors' 100 (λ, γ) draws (the
+  first 10 on datasets with more than 64 features: usps, mnist); both learning rates; successive halving (rate 3, rungs at 500/27, 500/9, 500/3 epochs) instead of
   500 epochs for every configuration. Float models: the same 20 draws × 2 learning rates.
 * FC nets: budgets of the NB at B ∈ {1, 2, 4, 8} bits (not all 8); one hidden layer (L = 2);
   weight bits {1, 2}; batch norm on; lr0 = 3e-3; one seed; ReLU and sign; plain (not one-hot)
   inputs.
 * CNNs (usps, mnist): operation budgets f ∈ {2, 8, 32, 128} × C·D (not 2, 4, …, 256); weight bits
-  {1, 2}; one seed; ReLU and sign.
+  {1, 2}; 100 epochs instead of 500 (the learning rate decays to the same final value); batch norm
+  on; lr0 = 3e-3; one seed; ReLU and sign.
 * Structure learning: λ_MS ∈ logspace(−7, 1, 9) (not 41 values); lr0 = 3e-3; one seed.
 
 Selection follows the sweep's ``--select`` (validation by default; ``test`` is the paper's protocol).
@@ -29,12 +30,19 @@ Selection follows the sweep's ``--select`` (validation by default; ``test`` is t
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from dataclasses import dataclass, field
 
 from bnc_deploy.errors import ConfigError
-from bnc_deploy.sweep.grid import PAPER_BATCH_SIZE, GridSpec, dataset_name, icpr2020_draws, paper_batch_size
+from bnc_deploy.sweep.grid import (
+    PAPER_BATCH_SIZE,
+    GridSpec,
+    dataset_name,
+    icpr2020_draws,
+    paper_batch_size,
+)
 
 FIGURES = ("fig3", "fig4", "fig5", "fig6", "fig7")
 PROTOCOLS = ("quick", "paper", "smoke")
@@ -43,6 +51,11 @@ PROTOCOLS = ("quick", "paper", "smoke")
 SMOKE_EPOCHS = 3
 #: Datasets with an image layout (CNNs and the ops figure).
 IMAGE_DATASETS = ("usps", "mnist")
+#: quick: the authors' first 20 (λ, γ) draws, or 10 above this many features (usps 256, mnist 196).
+QUICK_DRAWS, QUICK_DRAWS_WIDE, QUICK_WIDE_FEATURES = 20, 10, 64
+#: quick: CNN epochs (a usps CNN epoch costs about 6 FC epochs; the learning rate still decays to
+#: lr0 * 1e-4 over the run).
+QUICK_CNN_EPOCHS = 100
 
 
 @dataclass
@@ -72,12 +85,18 @@ def _base(data: str, protocol: str = "quick") -> dict:
     return fixed
 
 
-def _draws(protocol: str) -> dict:
+def quick_draws(data: str) -> int:
+    """How many of the authors' (λ, γ) draws the quick protocol keeps: 20, or 10 on datasets with
+    more than :data:`QUICK_WIDE_FEATURES` features (a configuration-epoch costs about D times as much)."""
+    return QUICK_DRAWS_WIDE if nb_parameters(data)[1] > QUICK_WIDE_FEATURES else QUICK_DRAWS
+
+
+def _draws(protocol: str, data: str) -> dict:
     if protocol == "smoke":
         return {"n": 2, "seed": 0, "hybrid_lambda": {"log10_uniform": [1, 3]},
                 "hybrid_gamma": {"log10_uniform": [-1, 2]}}
     draws = icpr2020_draws()
-    n = 20 if protocol == "quick" else len(draws["hybrid_lambda"])
+    n = quick_draws(data) if protocol == "quick" else len(draws["hybrid_lambda"])
     return {key: values[:n] for key, values in draws.items()}
 
 
@@ -93,8 +112,8 @@ def bn_sweeps(data: str, protocol: str, model: str) -> list[FigureSweep]:
     bits = [2, 3] if protocol == "smoke" else list(range(1, 9))
     quick = protocol in ("quick", "smoke")
     quantized = GridSpec(axes={"bits": bits, "int_bits": int_bits, "lr": [3e-2, 3e-3]},
-                         draws=_draws(protocol), fixed=fixed).normalized(f"{model} grid")
-    floats = GridSpec(axes={"lr": [3e-2, 3e-3]}, draws=_draws(protocol),
+                         draws=_draws(protocol, data), fixed=fixed).normalized(f"{model} grid")
+    floats = GridSpec(axes={"lr": [3e-2, 3e-3]}, draws=_draws(protocol, data),
                       fixed={**fixed, "bits": None}).normalized(f"{model} float grid")
     return [FigureSweep(f"{model}-quantized", quantized, label, halving=quick),
             FigureSweep(f"{model}-float", floats, label, halving=quick)]
@@ -105,6 +124,7 @@ def has_authors_structure(data: str) -> bool:
     return dataset_name(data) in PAPER_BATCH_SIZE
 
 
+@functools.lru_cache(maxsize=16)
 def nb_parameters(data: str, fold: int = 1) -> tuple[int, int, int]:
     """(NB parameters, features D, classes C) of the dataset: C * (1 + sum |X_i|)."""
     from bnc_deploy.datasets import load_dataset
@@ -157,6 +177,8 @@ def cnn_sweeps(data: str, protocol: str) -> list[FigureSweep]:
             fixed.update({"batch_norm": True, "lr": 3e-3, "seed": 0})
         if protocol == "smoke":
             fixed["epochs"] = SMOKE_EPOCHS
+        elif protocol == "quick":
+            fixed["epochs"] = QUICK_CNN_EPOCHS
         spec = GridSpec(axes=axes, draws={}, fixed=fixed).normalized(f"cnn {activation} grid")
         out.append(FigureSweep(f"cnn-{activation}", spec, f"CNN {activation}",
                                group_by=("model", "activation", "match_ops"), x="n_ops"))

@@ -87,3 +87,16 @@ def test_quick_and_paper_plans_on_letter(capsys, tmp_path):
     assert plan["config_epochs"] == 2 * (960 + 40) * 500
     code, plan = _run(capsys, "fig6", "--data", "letter", "--protocol", "paper", "--dry-run", "-o", str(tmp_path))
     assert plan["config_epochs"] == 2 * (9600 + 200) * 500
+    # Successive halving (rate 3, rungs 6/19/56/167 of 500): per group of 120, 120 x 6 + 40 x 13
+    # + 14 x 37 + 5 x 111 + 2 x 333 = 2,979 epochs; 8 bit widths, and the float group of 40.
+    code, plan = _run(capsys, "fig6", "--data", "letter", "--dry-run", "-o", str(tmp_path / "x"))
+    assert plan["planned_config_epochs"] == 2 * (8 * 2979 + (40 * 6 + 14 * 13 + 5 * 37 + 2 * 111 + 333))
+
+
+@pytest.mark.skipif(not (SHARED_DATASETS / "discretized").is_dir(), reason="../shared/datasets not found")
+def test_quick_plan_of_a_wide_dataset_keeps_10_draws_and_trains_cnns_100_epochs(capsys, tmp_path):
+    code, plan = _run(capsys, "fig3", "--data", "usps", "--dry-run", "-o", str(tmp_path / "x"))
+    assert code == 0
+    # usps has 256 features: 8 x 3 x 10 draws x 2 lr quantized NB, 10 x 2 float; FC 2 x 8 at 500
+    # epochs; CNN 2 x 8 at 100.
+    assert plan["config_epochs"] == (480 + 20) * 500 + 16 * 500 + 16 * 100

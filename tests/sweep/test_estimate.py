@@ -1,0 +1,58 @@
+"""Sweep forecasts (``sweep.estimate``): planned configuration-epochs equal what a sweep trains,
+halving included, and ``bnc-reproduce --estimate`` probes every kind of configuration without
+writing anything."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+pytest.importorskip("torch")
+
+from bnc_deploy.cli.reproduce import main as reproduce
+from bnc_deploy.sweep.estimate import planned_config_epochs
+from bnc_deploy.sweep.grid import GridSpec
+from bnc_deploy.sweep.runner import SweepOptions, check_plan, records_of, run_sweep
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("halving, min_rung", [(False, 5), (True, 1), (True, 2)])
+def test_planned_config_epochs_are_what_the_sweep_trains(tmp_path, halving, min_rung):
+    # Two bit-width groups of 12 (uneven survivors at rate 3: 12 -> 4 -> 2), and a float group
+    # of 4 in its own chunk.
+    spec = GridSpec(axes={"bits": [2, 3], "int_bits": [1, 2, 3], "lr": [3e-2, 3e-3]},
+                    draws={"n": 2, "seed": 0, "hybrid_lambda": {"log10_uniform": [1, 2]},
+                           "hybrid_gamma": {"log10_uniform": [-1, 1]}},
+                    fixed={"data": "digits", "model": "nb", "epochs": 7, "batch_size": 50, "validation": 0.2}
+                    ).normalized()
+    options = SweepOptions(directory=tmp_path / "sweep", halving=halving, min_rung=min_rung, keep="none")
+    planned = sum(planned_config_epochs(task) for task in check_plan(records_of(spec), options))
+    summary = run_sweep(spec, options)
+    assert summary.config_epochs == planned
+    assert (planned < 24 * 7) == halving
+
+
+def test_estimate_probes_each_kind_and_writes_nothing(tmp_path, capsys):
+    out = tmp_path / "figs"
+    assert reproduce(["fig3", "--data", "digits", "--protocol", "smoke", "--dry-run", "--estimate", "-o", str(out),
+                      "--json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    assert not out.exists()
+    estimate = plan["estimate"]
+    assert set(estimate["families"]) == {"nb", "fc"}
+    nb, fc = estimate["families"]["nb"], estimate["families"]["fc"]
+    assert nb["probed"] >= 1 and fc["probed"] == min(3, fc["configurations"]) >= 1
+    assert nb["seconds_per_config_epoch"] > 0 and fc["seconds_per_config_epoch"] >= 0
+    assert nb["config_epochs"] + fc["config_epochs"] == plan["planned_config_epochs"]
+    assert estimate["seconds"] == pytest.approx(sum(f["seconds"] for f in estimate["families"].values()))
+    assert estimate["text"].startswith("estimated time on cpu: ") and estimate["text"] in plan["sweeps"]
