@@ -29,7 +29,9 @@ key), ``owned`` (the file on disk is still this call's, see
 :mod:`bnc_deploy.fileio`), ``exact_expected``, ``exact``, ``n_rows`` (the caller's or check-set
 rows), ``n_random_rows``, ``label_mismatches`` and ``agreement`` (on those rows),
 ``scores_identical`` and ``max_abs_score_diff`` (all verification rows), ``accuracy``,
-``reference_accuracy``, ``accuracy_change`` (when labels are known), ``metadata`` (the file's).
+``reference_accuracy``, ``accuracy_change`` (when labels are known), ``metadata`` (the file's),
+and with ``lowering="auto"`` ``lowering_auto`` (the timings that chose the lowering,
+:mod:`bnc_deploy.autolowering`).
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from pathlib import Path
 
 import numpy as np
 
+from bnc_deploy.autolowering import choose_lowering, wants_auto
 from bnc_deploy.errors import ExportError, InputError, RuntimeLoadError
 from bnc_deploy.exporters.base import exporter_for
 from bnc_deploy.fileio import atomic_path, publish
@@ -100,6 +103,9 @@ def export_file(artifact, path: str | os.PathLike, format: str, *, rows=None, la
     OutputError when ``path`` cannot be written. In every failure nothing is published.
     """
     spec = exporter_for(artifact.kind, format)
+    auto = None
+    if wants_auto(options):                       # time the candidate lowerings first (bnc_deploy.autolowering)
+        options, auto = choose_lowering(artifact, format, options, build=build, key=key)
     data, _ = build(artifact, format, key=key, **options)
     digest = hashlib.sha256(data).hexdigest()
     with atomic_path(path) as tmp:
@@ -121,6 +127,8 @@ def export_file(artifact, path: str | os.PathLike, format: str, *, rows=None, la
                 report)
         published = publish(tmp, path, expected_sha256=digest)
     report.update(path=published.path, owned=published.owned)
+    if auto is not None:
+        report["lowering_auto"] = auto
     return report
 
 

@@ -42,6 +42,8 @@ class Option:
     default: Any = None
     choices: tuple = ()
     help: str = ""
+    #: Set by the verifier, never by a user: no CLI flag (``lowering_timings`` of ``--lowering auto``).
+    internal: bool = False
 
     def __post_init__(self) -> None:
         if self.type not in OPTION_TYPES:

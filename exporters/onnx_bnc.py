@@ -85,15 +85,18 @@ builds the file's bytes; :mod:`bnc_deploy.verify` writes, runs, compares and pub
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import onnx
-from bnc_deploy.exporters._bnc_options import ONNX_LOWERING, RAW_INPUTS
+from bnc_deploy.exporters._bnc_options import LOWERING_BATCH, LOWERING_TIMINGS, ONNX_LOWERING, RAW_INPUTS
 from bnc_deploy.exporters.base import Option, register_exporter
 from onnx import TensorProto, helper, numpy_helper
 
 import bnc_deploy
 from bnc_deploy.errors import ExportError
 from bnc_deploy.formats.bnc import (
+    AUTO_LOWERING,
     ONNX_LOWERINGS,
     OUTPUT_LOG_JOINT,
     check_lowering,
@@ -174,8 +177,13 @@ class _Graph:
 
 
 def build_onnx_model(artifact, *, raw_inputs: bool = False, lowering: str = "gather",
-                     opset: int = DEFAULT_OPSET, pack_bits: bool = False) -> onnx.ModelProto:
-    """The ONNX ModelProto of :func:`export_onnx`, checked with ``onnx.checker`` (full_check)."""
+                     opset: int = DEFAULT_OPSET, pack_bits: bool = False,
+                     lowering_timings: str | None = None) -> onnx.ModelProto:
+    """The ONNX ModelProto of :func:`export_onnx`, checked with ``onnx.checker`` (full_check).
+
+    ``lowering_timings``: the JSON record of ``--lowering auto`` (the verifier's measurements that
+    chose ``lowering``), stored as metadata ``lowering_auto``."""
+    check_auto_resolved(lowering)
     check_lowering(lowering, ONNX_LOWERINGS)
     if pack_bits and not artifact.is_quantized:
         raise ExportError("pack_bits needs a quantized model (float tables have no integer codes to pack)")
@@ -247,7 +255,8 @@ def build_onnx_model(artifact, *, raw_inputs: bool = False, lowering: str = "gat
                                   "table_storage": f"bitplanes{artifact.quantizer.total_bits}" if pack_bits
                                   else ("uint8" if artifact.is_quantized else "float32"),
                                   # every lowering sums integer multiples of the step exactly (see above)
-                                  "exact": artifact.is_quantized, **extra})
+                                  "exact": artifact.is_quantized, **extra,
+                                  **lowering_auto_metadata(lowering_timings)})
     helper.set_model_props(model, {METADATA_KEY: dump_metadata(meta), **flat_metadata(meta)})
     onnx.checker.check_model(model, full_check=True)
     return model
@@ -826,10 +835,34 @@ def build_ort_lookup_model(artifact) -> onnx.ModelProto:
 
 
 def build_onnx_bytes(artifact, *, raw_inputs: bool = False, lowering: str = "gather",
-                     opset: int = DEFAULT_OPSET, pack_bits: bool = False) -> bytes:
-    """The serialized file of :func:`build_onnx_model` (what ``onnx.save_model`` writes)."""
+                     opset: int = DEFAULT_OPSET, pack_bits: bool = False, lowering_batch: int | None = None,
+                     lowering_timings: str | None = None) -> bytes:
+    """The serialized file of :func:`build_onnx_model` (what ``onnx.save_model`` writes).
+    ``lowering_batch`` is read by the verifier (``--lowering auto``), not here."""
     return build_onnx_model(artifact, raw_inputs=raw_inputs, lowering=lowering, opset=opset,
-                            pack_bits=pack_bits).SerializeToString()
+                            pack_bits=pack_bits, lowering_timings=lowering_timings).SerializeToString()
+
+
+def check_auto_resolved(lowering: str) -> None:
+    """ExportError for ``lowering="auto"`` reaching an exporter: timing candidates means running
+    files, which only the verifier does."""
+    if lowering == AUTO_LOWERING:
+        raise ExportError("--lowering auto times the candidate files in their runtime, which an exporter never "
+                          "does: export with bnc-export or bnc_deploy.verify.export_file, which choose the lowering "
+                          "and pass it on")
+
+
+def lowering_auto_metadata(lowering_timings: str | None) -> dict:
+    """``{"lowering_auto": record}`` from the verifier's JSON record, or ``{}``."""
+    if lowering_timings is None:
+        return {}
+    try:
+        record = json.loads(lowering_timings)
+    except (TypeError, json.JSONDecodeError) as exc:
+        raise ExportError(f"lowering_timings is not a JSON record ({exc})") from None
+    if not isinstance(record, dict):
+        raise ExportError("lowering_timings must be a JSON object")
+    return {"lowering_auto": record}
 
 
 register_exporter(
@@ -841,4 +874,6 @@ register_exporter(
         Option("opset", "int", DEFAULT_OPSET, help=f"ONNX opset (default: {DEFAULT_OPSET})"),
         Option("pack_bits", "bool", False, help="quantized models: store the B-bit codes (BN tables, DNN weights) "
                                                 "as bit-planes instead of one byte each"),
+        LOWERING_BATCH,
+        LOWERING_TIMINGS,
     ])

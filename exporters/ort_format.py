@@ -108,14 +108,16 @@ def build_ort_bytes(artifact, *, ort_optimization: str = "disabled", **options) 
                           "--ort-optimization basic (tables stored as float32: large), or --format onnx")
     spec = exporter_for(artifact.kind, "onnx")
     resolved = spec.resolve_options(options)
+    onnx_bnc.check_auto_resolved(resolved.get("lowering"))
+    extra = onnx_bnc.lowering_auto_metadata(resolved.get("lowering_timings"))
     if artifact.kind == "bnc" and ort_optimization == "disabled" and onnx_bnc.ort_lookup_applies(artifact, **resolved):
         model = onnx_bnc.build_ort_lookup_model(artifact)                       # the ORT lookup graph
     else:
         model = onnx.load_from_string(spec.build(artifact, **resolved))
-    return convert_to_ort(_with_ort_metadata(model, ort_optimization), ort_optimization)
+    return convert_to_ort(_with_ort_metadata(model, ort_optimization, extra), ort_optimization)
 
 
-def _with_ort_metadata(model, optimization: str) -> bytes:
+def _with_ort_metadata(model, optimization: str, extra: dict | None = None) -> bytes:
     """``model``'s bytes with its ``bnc_deploy`` blob saying ``format`` ``ort`` and the ``ort`` facts."""
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
@@ -125,6 +127,7 @@ def _with_ort_metadata(model, optimization: str) -> bytes:
     meta = json.loads(props[METADATA_KEY].value)
     meta["format"] = "ort"
     meta["ort"] = {"onnxruntime": ort.__version__, "graph_optimization": optimization}
+    meta.update(extra or {})
     props[METADATA_KEY].value = dump_metadata(meta)
     return copy.SerializeToString()
 

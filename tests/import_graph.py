@@ -37,13 +37,13 @@ ROOT_SUBPACKAGES = ("exporters", "runtimes")
 FOUNDATIONS = frozenset({"errors", "fileio", "validation", "quantizers", "costs"})
 #: Sub-packages (or modules) of bnc_deploy, each one stage.
 STAGES = frozenset({"datasets", "artifacts", "reference", "models", "train", "formats", "verify", "targets",
-                    "profiling", "testing", "cli", "exporters", "runtimes", "serve", "sweep"})
+                    "profiling", "testing", "cli", "exporters", "runtimes", "serve", "sweep", "autolowering"})
 #: The only stages that may import torch.
 TORCH_STAGES = frozenset({"models", "train"})
 #: Stages that must never import torch, ``train`` or ``models``, directly or through a module of
 #: another stage. ``root`` is ``bnc_deploy/__init__.py`` (run by every import of the package).
 TORCH_FREE_STAGES = frozenset({"root", "foundations", "datasets", "artifacts", "reference", "formats", "exporters",
-                               "runtimes", "profiling", "targets", "verify", "serve"})
+                               "runtimes", "profiling", "targets", "verify", "serve", "autolowering"})
 #: External top-level packages that count as "torch".
 TORCH_PACKAGES = frozenset({"torch", "torchvision", "torchaudio", "functorch"})
 #: External packages the foundations may use besides the standard library.

@@ -80,7 +80,7 @@ def _cli_options(specs) -> dict[str, dict]:
     merged: dict[str, dict] = {}
     for spec in sorted(specs, key=lambda s: (s.format, s.kind)):
         for option in spec.options:
-            if option.type == "rows":
+            if option.type == "rows" or option.internal:
                 continue
             entry = merged.setdefault(option.name, {"name": option.name, "flag": option.flag, "type": option.type,
                                                     "help": option.help, "choices": [], "takers": []})
@@ -217,6 +217,8 @@ def make_report(artifact, args, result: dict, data_desc: str, published: bool) -
         "sha256": result.get("sha256"), "scores_name": scores_name, "integrity": result.get("integrity"),
         "owned": bool(published and result.get("owned")),
     }
+    if result.get("lowering_auto"):
+        report["lowering_auto"] = result["lowering_auto"]
     if scores_name == "logits":  # DNN files name their scores logits; the report has said so since v0.1
         report.update(logits_identical=result["scores_identical"], max_abs_logit_diff=result["max_abs_score_diff"])
     return report
@@ -228,6 +230,13 @@ def format_table(r: dict) -> str:
     inputs = "raw float32 inputs" if r["raw_inputs"] else "integer code inputs"
     action = "wrote" if r["published"] else "did NOT write"
     lines = [f"bnc-export: {action} {r['output']} ({r['format']}, {r['lowering']}, {inputs})", *header]
+    if r.get("lowering_auto"):
+        auto = r["lowering_auto"]
+        timed = ", ".join(f"{name} {seconds * 1e6:,.1f} us" for name, seconds in
+                          sorted(auto["median_seconds"].items(), key=lambda kv: kv[1]))
+        lines.append(f"  {'lowering auto':<18}{auto['chosen']}: median call at {auto['batch']:,} row(s) in "
+                     f"{auto['runtime']}: {timed}" + (f" (refused: {', '.join(auto['refused'])})"
+                                                      if auto["refused"] else ""))
     lines.append(f"  {'verified on':<18}{r['n_rows']:,} rows: {r['data']} + {r['n_random_rows']} random rows "
                  f"({r['runtime']}, 1 thread)")
     if r["n_rows"]:

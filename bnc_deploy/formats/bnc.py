@@ -51,6 +51,10 @@ LOWERINGS = ("gather", "onehot-fc")
 #: time; ``exporters/onnx_bnc.py``). Only the ONNX exporter offers it: the others check against
 #: :data:`LOWERINGS` and refuse it by name.
 ONNX_LOWERINGS = LOWERINGS + ("gather-grouped",)
+#: ``--lowering auto``: not a graph but a request to the verifier (``bnc_deploy.autolowering``),
+#: which times every other declared lowering in the format's runtime at ``--lowering-batch`` rows
+#: and exports the fastest, with the timings in the metadata (``lowering_auto``).
+AUTO_LOWERING = "auto"
 #: Lowerings that look table rows up by index (exact for quantized models at every bit width).
 GATHER_LOWERINGS = ("gather", "gather-grouped")
 #: Largest bit width at which the TFLite ``onehot-fc`` lowering is exact (the TFLite exporter
