@@ -180,24 +180,14 @@ def onnx_runner(name: str, model_bytes_or_path, x_rows: list, x_full: np.ndarray
     if ORT_CALL["mode"] == "run":
         return Runner(name, lambda k: s.run(["label"], {feed: rows[k]}), lambda: s.run(["label"], {feed: full})[0],
                       note)
-    # Input and output bound once to NumPy buffers; a single row is copied into the bound buffer.
-    buf, out1, out_full = np.zeros((1, full.shape[1]), dtype=dtype), np.zeros(1, np.int64), np.zeros(len(full), np.int64)
-    one_binding, full_binding = s.io_binding(), s.io_binding()
-    one_binding.bind_input(feed, "cpu", 0, dtype, list(buf.shape), buf.ctypes.data)
-    one_binding.bind_output("label", "cpu", 0, np.int64, [1], out1.ctypes.data)
-    full_binding.bind_input(feed, "cpu", 0, dtype, list(full.shape), full.ctypes.data)
-    full_binding.bind_output("label", "cpu", 0, np.int64, [len(full)], out_full.ctypes.data)
+    # Input and output bound once to NumPy buffers (bench_onnx_vs_skl2onnx.call_paths, shared).
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_onnx_vs_skl2onnx import call_paths
 
-    def one(k):
-        buf[...] = rows[k]
-        s.run_with_iobinding(one_binding)
-        return out1
-
-    keep = (buf, out1, full, out_full)       # the bound buffers must outlive the bindings
+    one, bound_full = call_paths(s, rows, full)["iobinding"]
 
     def batch():
-        s.run_with_iobinding(full_binding)
-        return keep[3].copy()
+        return bound_full().copy()
     return Runner(name, one, batch, note + ", IOBinding")
 
 
