@@ -69,8 +69,11 @@ from pathlib import Path
 import numpy as np
 
 REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:  # run from a checkout without installing
-    sys.path.insert(0, str(REPO))
+for _path in (REPO, REPO / "benchmarks"):  # run from a checkout without installing
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
+
+from bench_onnx_vs_skl2onnx import call_paths
 
 from bnc_deploy.artifacts import BNCArtifact
 from bnc_deploy.quantizers import FixedPointLogQuantizer
@@ -181,9 +184,6 @@ def onnx_runner(name: str, model_bytes_or_path, x_rows: list, x_full: np.ndarray
         return Runner(name, lambda k: s.run(["label"], {feed: rows[k]}), lambda: s.run(["label"], {feed: full})[0],
                       note)
     # Input and output bound once to NumPy buffers (bench_onnx_vs_skl2onnx.call_paths, shared).
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from bench_onnx_vs_skl2onnx import call_paths
-
     one, bound_full = call_paths(s, rows, full)["iobinding"]
 
     def batch():

@@ -108,7 +108,6 @@ def build_ort_bytes(artifact, *, ort_optimization: str = "disabled", **options) 
                           "--ort-optimization basic (tables stored as float32: large), or --format onnx")
     spec = exporter_for(artifact.kind, "onnx")
     resolved = spec.resolve_options(options)
-    onnx_bnc.check_auto_resolved(resolved.get("lowering"))
     extra = onnx_bnc.lowering_auto_metadata(resolved.get("lowering_timings"))
     if artifact.kind == "bnc" and ort_optimization == "disabled" and onnx_bnc.ort_lookup_applies(artifact, **resolved):
         model = onnx_bnc.build_ort_lookup_model(artifact)                       # the ORT lookup graph

@@ -100,9 +100,10 @@ def main(argv: list[str] | None = None) -> int:
              f"configuration-epochs" + (f" ({planned[name]:,} with successive halving)" if s.halving else "")
              for name, s in sweeps.items()]
     total = sum(count(s.spec) * s.spec.fixed.get("epochs", 500) for s in sweeps.values())
+    total_planned = sum(planned.values())
     header = (f"{', '.join(p.figure for p in plans)} on {args.data}, {args.protocol} protocol, "
               f"{protocol_label(args.select)}: {total:,} configuration-epochs at most"
-              + (f", {sum(planned.values()):,} as planned" if sum(planned.values()) != total else ""))
+              + (f", {total_planned:,} as planned" if total_planned != total else ""))
     estimate = None
     if args.estimate or (args.protocol == "paper" and not args.dry_run):
         estimate = _estimate([t for ts in tasks.values() for t in ts], args)
@@ -110,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.dry_run:
         if args.json:
             print_json({"plan": header, "sweeps": lines, "config_epochs": total,
-                        "planned_config_epochs": sum(planned.values()),
+                        "planned_config_epochs": total_planned,
                         **({"estimate": estimate} if estimate else {})})
         else:
             print(header)

@@ -47,7 +47,7 @@ def planned_config_epochs(task) -> int:
     if not task.halving or not task.halving.get("rungs"):
         return sum(epochs)
     rate = float(task.halving["rate"])
-    rungs = [r for r in task.halving["rungs"]]
+    rungs = list(task.halving["rungs"])
     sizes: dict = {}
     for group in task.groups:
         sizes[group] = sizes.get(group, 0) + 1
