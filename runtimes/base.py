@@ -16,6 +16,12 @@ models take finite real values of shape (n, D), run as float32. Violations raise
 :class:`bnc_deploy.errors.InputError` naming the feature, the value and the row; a file that
 is missing, corrupt or not a bnc-deploy export raises :class:`RuntimeLoadError` naming the file.
 
+Adapters load from bytes, never from a path the runtime keeps open: the base class reads the
+file once (or takes ``data=`` bytes already read), checks the integrity seal on those bytes and
+hands the same bytes to :meth:`RuntimeAdapter._load`. A file replaced, truncated or rewritten in
+place after loading cannot change what a loaded adapter computes (a memory-mapped model would:
+LiteRT maps a file opened by path, and a truncated map kills the process with SIGBUS).
+
 Two steps under ``run``, for callers that time the runtime itself (``profiling.latency``)::
 
     prepared = rt.prepare(x)       # check + convert to the file's dtype + any allocation, once
@@ -54,7 +60,7 @@ from bnc_deploy.reference.chunks import run_in_chunks
 from bnc_deploy.validation import check_codes
 
 __all__ = ["RuntimeAdapter", "RuntimeLoadError", "RUNTIMES", "register_runtime", "load_runtime",
-           "runtime_class", "InputError", "contract_outputs", "check_raw"]
+           "runtime_class", "InputError", "contract_outputs", "check_raw", "read_model_bytes"]
 
 #: Runtime name -> the extra that installs its framework (``pip install 'bnc-deploy[EXTRA]'``).
 RUNTIME_EXTRAS = {"onnxruntime": "runtime", "litert": "tflite", "tflm": "micro"}
@@ -71,8 +77,8 @@ MIN_CHUNK_ROWS, MAX_CHUNK_ROWS = 1024, 65536
 class RuntimeAdapter:
     """Base class: load a file, validate inputs, run ``log_joint``/``predict``.
 
-    Subclasses set :attr:`name` and :attr:`extensions` and implement :meth:`_load` (read the
-    file, return its metadata dict), :meth:`invoke` (the bare runtime call -> ``(scores,
+    Subclasses set :attr:`name` and :attr:`extensions` and implement :meth:`_load` (load the
+    file's bytes in the runtime, return its metadata dict), :meth:`invoke` (the bare runtime call -> ``(scores,
     label)``) and, when the runtime wants converted or pre-allocated input, :meth:`_prepare`
     (checked rows -> what :meth:`invoke` takes). Adapters that only override the older
     ``_run(checked rows)`` keep working: their ``_run`` serves as ``invoke``.
@@ -90,6 +96,9 @@ class RuntimeAdapter:
         ``"<scheme>:<digest>"``, or ``"none"`` for a file exported before digests existed.
     key : bytes, optional
         The key of a signed (``hmac-sha256``) file; required for such files.
+    data : bytes, optional
+        The file's content, already read (e.g. by a server that hashed it for its version); the
+        file is then not read at all and ``path`` only names it in messages. Default: read once.
     chunk_rows : int, None or ``"auto"``
         Rows per runtime call in :meth:`run`, :meth:`predict` and :meth:`log_joint`; ``"auto"``
         (default) sizes chunks by :data:`CHUNK_BYTES` (1,024..65,536 rows; 5,041 for letter's 16
@@ -107,26 +116,27 @@ class RuntimeAdapter:
     static_batch: int | None = None
 
     def __init__(self, path: str | os.PathLike, *, threads: int | None = None, verify_integrity: bool = True,
-                 key: bytes | None = None, chunk_rows: int | str | None = "auto") -> None:
+                 key: bytes | None = None, chunk_rows: int | str | None = "auto", data: bytes | None = None) -> None:
         self.path = Path(path)
         self.chunk_rows = chunk_rows
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
             raise ConfigError(f"threads must be a positive integer or None, got {threads!r}")
         self.threads = threads
         key = None if key is None else integrity.check_key(key)
-        if not self.path.is_file():
-            raise RuntimeLoadError(f"{self.path}: no such model file")
+        data = read_model_bytes(self.path) if data is None else bytes(data)
+        where = str(self.path)
         try:
-            # The seal is checked before the runtime reads the file (formats/integrity.py).
-            seal = integrity.check_on_load(self.path, verify=bool(verify_integrity), key=key)
-            meta = self._load(self.path)
-            self.metadata = integrity.annotate(parse_metadata(meta, where=str(self.path)), seal, str(self.path),
+            # The seal is checked on the bytes the runtime then loads (formats/integrity.py).
+            seal = integrity.check_on_load(data, where=where, verify=bool(verify_integrity), key=key)
+            meta = self._load(self.path, data)
+            self.metadata = integrity.annotate(parse_metadata(meta, where=where), seal, where,
                                                checked=bool(verify_integrity))
         except (RuntimeLoadError, MissingExtraError):
             raise  # MissingExtraError is a ValueError too, but says "install X", not "bad file"
         except ValueError as exc:
             text = str(exc)
-            raise RuntimeLoadError(text if str(self.path) in text else f"{self.path}: {text}") from None
+            raise RuntimeLoadError(text if where in text else f"{where}: {text}") from None
+        self.file_size = len(data)
         self.cardinalities = np.asarray(self.metadata["cardinalities"], dtype=np.int64)
 
     @classmethod
@@ -261,7 +271,10 @@ class RuntimeAdapter:
         """
         return self.invoke(self._prepare(checked))
 
-    def _load(self, path: Path) -> dict:  # pragma: no cover - abstract
+    def _load(self, path: Path, data: bytes) -> dict:  # pragma: no cover - abstract
+        """Load ``data`` (the whole file, already read and seal-checked) in the runtime and return
+        the file's metadata dict. ``path`` names the file in messages only: the runtime must not
+        open it (see the module docstring)."""
         raise NotImplementedError
 
     def _prepare(self, checked: np.ndarray):
@@ -273,6 +286,16 @@ class RuntimeAdapter:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({str(self.path)!r}, threads={self.threads})"
+
+
+def read_model_bytes(path: Path) -> bytes:
+    """The whole content of a model file (RuntimeLoadError naming it when it is missing or unreadable)."""
+    if not path.is_file():
+        raise RuntimeLoadError(f"{path}: no such model file")
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        raise RuntimeLoadError(f"{path}: cannot read the file ({exc.strerror or exc})") from None
 
 
 def check_raw(x, n_features: int, feature_names=None, where: str = "input") -> np.ndarray:

@@ -88,12 +88,12 @@ class LiteRTAdapter(RuntimeAdapter):
         self.resolver = resolver
         super().__init__(path, threads=threads, **options)  # options: verify_integrity, key (base class)
 
-    def _load(self, path: Path) -> dict:
+    def _load(self, path: Path, data: bytes) -> dict:
         from bnc_deploy.formats.tflite import read_tflite_metadata
 
         interpreter_class, resolver_type, self.backend = interpreter_module()
         try:
-            meta = read_tflite_metadata(path)
+            meta = read_tflite_metadata(data)
         except ValueError as exc:       # MetadataError: not a TFLite file, or no/corrupt metadata
             raise RuntimeLoadError(f"{path}: {exc}") from None
         except Exception as exc:        # noqa: BLE001 - untrusted bytes: truncated data makes the
@@ -103,7 +103,9 @@ class LiteRTAdapter(RuntimeAdapter):
         resolver = {"auto": resolver_type.AUTO, "builtin": resolver_type.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
                     "reference": resolver_type.BUILTIN_REF}[self.resolver]
         try:
-            self.interpreter = interpreter_class(model_path=str(path), num_threads=self.threads,
+            # model_content, never model_path: LiteRT memory-maps a path, and a file truncated or
+            # rewritten in place under the map crashes the process (SIGBUS) or changes its outputs.
+            self.interpreter = interpreter_class(model_content=data, num_threads=self.threads,
                                                  experimental_op_resolver_type=resolver)
         except (ValueError, RuntimeError, OSError) as exc:
             raise RuntimeLoadError(f"{path}: not a loadable TFLite model ({_first_line(exc)})") from None

@@ -207,13 +207,14 @@ def _first_error(text: str) -> str:
     return lines[0] if lines else "no message"
 
 
-def compile_library(header: Path, wrapper: str) -> tuple[Path, tuple[str, ...]]:
-    """Compile ``header`` with ``wrapper`` into a cached shared library: ``(its path, the command's flags)``."""
+def compile_library(source: bytes, wrapper: str, where: str | os.PathLike = "header") -> tuple[Path, tuple[str, ...]]:
+    """Compile the C header ``source`` (its bytes, already read: the file is not read again) with
+    ``wrapper`` into a cached shared library: ``(its path, the command's flags)``; ``where`` names
+    the header in errors."""
     cc = compiler()
     threads = os.name == "posix"
     flags = (*optimization_flags(cc), *BASE_CFLAGS, *(("-pthread",) if threads else ()),
              f"-DBNCN_THREADS={int(threads)}")
-    source = header.read_bytes()
     key = hashlib.sha256(b"\0".join([source, wrapper.encode(), _compiler_identity(cc).encode(),
                                      " ".join((cc,) + flags).encode(), cpu_identity().encode()])).hexdigest()
     for folder in (cache_dir(), None):
@@ -227,7 +228,7 @@ def compile_library(header: Path, wrapper: str) -> tuple[Path, tuple[str, ...]]:
             return _build(cc, flags, source, wrapper, folder, library), flags
         except OSError:
             continue
-    raise RuntimeLoadError(f"{header}: cannot write the compiled library (no writable cache folder)")
+    raise RuntimeLoadError(f"{where}: cannot write the compiled library (no writable cache folder)")
 
 
 def _build(cc: str, flags: tuple[str, ...], source: bytes, wrapper: str, folder: Path, library: Path) -> Path:
@@ -280,9 +281,9 @@ class NativeAdapter(RuntimeAdapter):
     name = "native"
     extensions = (".h",)
 
-    def _load(self, path: Path) -> dict:
+    def _load(self, path: Path, data: bytes) -> dict:
         try:
-            meta = read_c_metadata(path)
+            meta = read_c_metadata(data)
         except MetadataError as exc:
             raise RuntimeLoadError(f"{path}: {exc}") from None
         if meta.get("model_kind", "bnc") != "bnc" or meta.get("format") != "c":
@@ -306,7 +307,7 @@ class NativeAdapter(RuntimeAdapter):
         self._n_classes = n_classes
         wrapper = wrapper_source(c_name, n_features=len(cards), n_classes=n_classes, bits=bits, frac_bits=frac_bits,
                                  tan=tan, raw=raw)
-        library, self.compile_flags = compile_library(path, wrapper)
+        library, self.compile_flags = compile_library(data, wrapper, where=path)
         self.library_path = library
         try:
             lib = ctypes.CDLL(str(library))         # batch calls release the GIL

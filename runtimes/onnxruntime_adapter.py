@@ -36,19 +36,20 @@ class OnnxRuntimeAdapter(RuntimeAdapter):
     name = "onnxruntime"
     extensions = (".onnx", ".ort")
 
-    def _load(self, path: Path) -> dict:
+    def _load(self, path: Path, data: bytes) -> dict:
         options = ort.SessionOptions()
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         options.inter_op_num_threads = 1
         if self.threads is not None:
             options.intra_op_num_threads = self.threads
         options.log_severity_level = 3  # errors only; a broken file is reported by our exception
-        self.ort_format = _is_ort_file(path)
+        self.ort_format = data[4:8] == ORT_IDENTIFIER  # ORT flatbuffer: "ORTM" at bytes 4..8
         if self.ort_format:
             # By content, not by name: onnxruntime guesses from a ".ort" suffix otherwise.
             options.add_session_config_entry("session.load_model_format", "ORT")
         try:
-            self.session = ort.InferenceSession(str(path), sess_options=options,
+            # From bytes (onnxruntime copies them): the session never reads the path.
+            self.session = ort.InferenceSession(data, sess_options=options,
                                                 providers=["CPUExecutionProvider"])
         except _ORT_ERRORS as exc:
             what = "ORT format" if self.ort_format else "ONNX"
@@ -82,15 +83,6 @@ class OnnxRuntimeAdapter(RuntimeAdapter):
             return self.session.run(self._outputs, prepared)
         except _ORT_ERRORS as exc:
             raise RuntimeError(f"{self.path}: onnxruntime failed to run the file ({_first_line(exc)})") from None
-
-
-def _is_ort_file(path: Path) -> bool:
-    """Whether the file starts like an ORT flatbuffer (``ORTM`` at bytes 4..8)."""
-    try:
-        with open(path, "rb") as f:
-            return f.read(8)[4:8] == ORT_IDENTIFIER
-    except OSError:
-        return False
 
 
 def _first_line(exc: Exception) -> str:

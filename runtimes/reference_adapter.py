@@ -42,9 +42,9 @@ class ReferenceAdapter(RuntimeAdapter):
         self._raw_inputs = raw_inputs
         super().__init__(path, threads=threads, **options)  # options: verify_integrity, key (base class)
 
-    def _load(self, path: Path) -> dict:
+    def _load(self, path: Path, data: bytes) -> dict:
         try:
-            self.artifact = load_artifact(path)
+            self.artifact = load_artifact(path, data=data)
             if self.artifact.kind == "dnn":
                 return self._load_dnn(path)
             meta = export_metadata(self.artifact, format="bnc", raw_inputs=self._raw_inputs)

@@ -66,11 +66,11 @@ class TFLMAdapter(RuntimeAdapter):
         """Only files whose metadata says ``"profile": "micro"`` (never an unknown file)."""
         return isinstance(metadata, dict) and metadata.get("profile") == MICRO_PROFILE
 
-    def _load(self, path: Path) -> dict:
+    def _load(self, path: Path, data: bytes) -> dict:
         from bnc_deploy.formats.tflite import read_tflite_metadata
 
         try:
-            meta = read_tflite_metadata(path)
+            meta = read_tflite_metadata(data)
         except ValueError as exc:
             raise RuntimeLoadError(f"{path}: {exc}") from None
         except Exception as exc:  # noqa: BLE001 - untrusted bytes (see the LiteRT adapter)
@@ -87,10 +87,10 @@ class TFLMAdapter(RuntimeAdapter):
         elif isinstance(recorded, int) and not isinstance(recorded, bool) and recorded > 0:
             self.arena_size = recorded + ARENA_SLACK
         else:
-            self.arena_size = max(DEFAULT_ARENA, 10 * path.stat().st_size)
+            self.arena_size = max(DEFAULT_ARENA, 10 * len(data))
         with captured_native_stderr() as log:
             try:
-                self.interpreter = tflm_runtime.Interpreter.from_bytes(path.read_bytes(), arena_size=self.arena_size)
+                self.interpreter = tflm_runtime.Interpreter.from_bytes(data, arena_size=self.arena_size)
                 failure = None
             except (RuntimeError, ValueError) as exc:
                 failure = exc

@@ -34,8 +34,8 @@ class ToyAdapter(RuntimeAdapter):
     name = "toy"
     extensions = (".toy",)
 
-    def _load(self, path):
-        artifact = load_artifact(path)
+    def _load(self, path, data):
+        artifact = load_artifact(path, data=data)
         self._tables = ReferencePredictor(artifact)
         self.calls = Counter()
         return export_metadata(artifact, format="bnc")
@@ -130,8 +130,8 @@ class LegacyToyAdapter(RuntimeAdapter):
 
     name = "toy-legacy"
 
-    def _load(self, path):
-        artifact = load_artifact(path)
+    def _load(self, path, data):
+        artifact = load_artifact(path, data=data)
         self._tables = ReferencePredictor(artifact)
         return export_metadata(artifact, format="bnc")
 

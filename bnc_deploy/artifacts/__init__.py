@@ -40,9 +40,10 @@ def publish_artifact(artifact, path: str | os.PathLike):
     return write_container_published(path, header, arrays)
 
 
-def load_artifact(path: str | os.PathLike):
-    """Load and validate a model file; raise ArtifactError naming the file and the problem."""
-    header, arrays = read_container(path)
+def load_artifact(path: str | os.PathLike, data: bytes | None = None):
+    """Load and validate a model file (or ``data``, its content already read, named ``path``);
+    raise ArtifactError naming the file and the problem."""
+    header, arrays = read_container(path, data)
     kind = header.get("kind")
     if kind not in ARTIFACT_KINDS:
         raise ArtifactError(f"{path}: unknown model kind {kind!r} (known: {sorted(ARTIFACT_KINDS)})")

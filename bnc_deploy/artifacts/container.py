@@ -75,19 +75,22 @@ def write_container_published(path: str | os.PathLike, header: dict,
     return header["content_sha256"], published
 
 
-def read_container(path: str | os.PathLike) -> tuple[dict, dict[str, np.ndarray]]:
+def read_container(path: str | os.PathLike, data: bytes | None = None) -> tuple[dict, dict[str, np.ndarray]]:
     """Read and verify a model file; return ``(header, arrays)``.
 
+    ``data``: the file's content, already read (``path`` then only names it in messages).
     Raises ArtifactError naming the file and the problem: missing, not a model file, corrupt or
     truncated, newer format version, or content hash mismatch.
     """
     path = Path(path)
-    if path.is_dir():
-        raise ArtifactError(f"{path}: is a directory, not a model file")
-    if not path.is_file():
-        raise ArtifactError(f"{path}: no such model file")
+    if data is None:
+        if path.is_dir():
+            raise ArtifactError(f"{path}: is a directory, not a model file")
+        if not path.is_file():
+            raise ArtifactError(f"{path}: no such model file")
+    source = path if data is None else io.BytesIO(data)
     try:
-        with zipfile.ZipFile(path) as zf:
+        with zipfile.ZipFile(source) as zf:
             names = set(zf.namelist())
             if HEADER_ENTRY not in names:
                 raise ArtifactError(f"{path}: not a bnc-deploy model file (no {HEADER_ENTRY})")

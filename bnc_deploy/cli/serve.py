@@ -6,6 +6,9 @@
               [--runtime onnxruntime|litert|numpy|...] [--threads N]
               [--max-batch N --max-queue-delay-ms T] [--api-key-file F] [--max-request-bytes N]
               [--poll S] [--workers N] [--no-access-log]
+              [--max-rows N] [--max-connections N] [--header-timeout S] [--body-timeout S]
+              [--keep-alive-timeout S] [--grpc-keepalive-time S] [--grpc-keepalive-timeout S]
+              [--grpc-max-connection-idle S] [--grpc-max-connection-age S]
 
 Without ``--http`` and ``--grpc`` it serves HTTP on 127.0.0.1:8000; addresses bind loopback
 unless a host is given (``--http 0.0.0.0:8000`` to listen on every interface). Every model file
@@ -13,11 +16,16 @@ of the repository is loaded and checked before the ports open (``bnc_deploy.serv
 documents the layout); a file that fails is reported and the server starts without it (not ready).
 SIGTERM / SIGINT shut down gracefully: readiness turns off, requests in flight finish (at most
 ``--graceful-timeout`` seconds), batchers drain, exit status 0.
+
+What one client may cost the server (rows, timeouts, connections) is bounded by the limit flags,
+whose defaults are safe on a network (:mod:`bnc_deploy.serve.limits` says what each does on
+either front end). The process's soft limit on open files is raised to fit the connection caps.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import signal
@@ -26,6 +34,7 @@ import threading
 
 from bnc_deploy.cli.common import cli_main
 from bnc_deploy.errors import ConfigError, require_extra
+from bnc_deploy.serve.limits import ServeLimits
 
 PROG = "bnc-serve"
 DEFAULT_HTTP = "127.0.0.1:8000"
@@ -58,8 +67,34 @@ def build_parser() -> argparse.ArgumentParser:
                    help="dynamic batching: wait at most T ms for more requests (default 0)")
     p.add_argument("--api-key-file", metavar="F", help="require 'Authorization: Bearer <key>' (one key per line in F) "
                    "on every route but liveness")
-    p.add_argument("--max-request-bytes", type=int, default=64 * 2**20, metavar="N",
+    p.add_argument("--max-request-bytes", type=int, default=ServeLimits.max_request_bytes, metavar="N",
                    help="largest request body / gRPC message accepted (default 64 MiB)")
+    limits = p.add_argument_group("limits (per front end and process; bnc_deploy.serve.limits)")
+    limits.add_argument("--max-rows", type=int, default=ServeLimits.max_rows, metavar="N",
+                        help=f"most rows in one request, refused (413) before decoding (default {ServeLimits.max_rows})")
+    limits.add_argument("--max-connections", type=int, default=ServeLimits.max_connections, metavar="N",
+                        help="most open connections; one more closes the longest-waiting connection without a "
+                        f"request in progress, else is answered 503 (default {ServeLimits.max_connections})")
+    limits.add_argument("--header-timeout", type=float, default=ServeLimits.header_timeout, metavar="S",
+                        help="a request's headers must arrive within S seconds of the connection (or the previous "
+                        f"response); gRPC: the handshake (default {ServeLimits.header_timeout:g})")
+    limits.add_argument("--body-timeout", type=float, default=ServeLimits.body_timeout, metavar="S",
+                        help=f"a request's body must arrive within S seconds of its headers, else 408 "
+                        f"(default {ServeLimits.body_timeout:g})")
+    limits.add_argument("--keep-alive-timeout", type=float, default=ServeLimits.keep_alive_timeout, metavar="S",
+                        help=f"close idle HTTP keep-alive connections after S seconds "
+                        f"(default {ServeLimits.keep_alive_timeout:g})")
+    limits.add_argument("--grpc-keepalive-time", type=float, default=ServeLimits.grpc_keepalive_time, metavar="S",
+                        help=f"gRPC keepalive ping interval (default {ServeLimits.grpc_keepalive_time:g})")
+    limits.add_argument("--grpc-keepalive-timeout", type=float, default=ServeLimits.grpc_keepalive_timeout,
+                        metavar="S", help="close a gRPC connection whose keepalive ping is not answered in S "
+                        f"seconds (default {ServeLimits.grpc_keepalive_timeout:g})")
+    limits.add_argument("--grpc-max-connection-idle", type=float, default=ServeLimits.grpc_max_connection_idle,
+                        metavar="S", help="close gRPC connections without calls for S seconds (GOAWAY; "
+                        f"default {ServeLimits.grpc_max_connection_idle:g})")
+    limits.add_argument("--grpc-max-connection-age", type=float, default=ServeLimits.grpc_max_connection_age,
+                        metavar="S", help="close gRPC connections older than S seconds (GOAWAY; clients reconnect, "
+                        f"load spreads; default {ServeLimits.grpc_max_connection_age:g})")
     p.add_argument("--poll", type=float, metavar="S", help="reload changed files, load new and unload removed ones "
                    "every S seconds (files named .* or *.tmp* are ignored)")
     p.add_argument("--workers", type=int, default=1, metavar="N",
@@ -72,13 +107,33 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def limits_of(args) -> ServeLimits:
+    """The :class:`ServeLimits` of the parsed flags (ConfigError naming a bad one)."""
+    return ServeLimits(**{f.name: getattr(args, f.name) for f in dataclasses.fields(ServeLimits)})
+
+
+def raise_open_files_limit(limits: ServeLimits) -> None:
+    """Raise the soft limit on open files (up to the hard one) to fit both front ends' connection
+    caps and the server's own files; warn when the hard limit is lower."""
+    try:
+        import resource
+    except ImportError:  # not on POSIX
+        return
+    needed = 2 * limits.max_connections + 1024
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+        if target < needed:
+            print(f"{PROG}: warning: the open-files limit is {target}; --max-connections {limits.max_connections} "
+                  f"on two front ends needs about {needed}", file=sys.stderr)
+
+
 def _check(args) -> None:
     if args.threads is not None and args.threads < 1:
         raise ConfigError("--threads must be >= 1")
     if args.max_batch < 0 or args.max_queue_delay_ms < 0:
         raise ConfigError("--max-batch and --max-queue-delay-ms must be >= 0")
-    if args.max_request_bytes < 1:
-        raise ConfigError("--max-request-bytes must be >= 1")
     if args.poll is not None and args.poll <= 0:
         raise ConfigError("--poll must be > 0 seconds")
     if args.workers < 1:
@@ -99,20 +154,22 @@ def _logging(level: str) -> None:
     serve_log.setLevel(level.upper())
 
 
-def _serve_workers(args, http: tuple[str, int]) -> int:
+def _serve_workers(args, http: tuple[str, int], limits: ServeLimits) -> int:
     """--workers N: uvicorn's process manager runs the app factory in N processes."""
     import uvicorn
+
+    from bnc_deploy.serve.connections import GuardedHttpToolsProtocol
 
     os.environ.update({k: str(v) for k, v in {
         "BNC_SERVE_REPOSITORY": os.path.abspath(args.repository), "BNC_SERVE_RUNTIME": args.runtime or "",
         "BNC_SERVE_THREADS": args.threads or "", "BNC_SERVE_MAX_BATCH": args.max_batch,
         "BNC_SERVE_MAX_QUEUE_DELAY_MS": args.max_queue_delay_ms,
         "BNC_SERVE_API_KEY_FILE": os.path.abspath(args.api_key_file) if args.api_key_file else "",
-        "BNC_SERVE_MAX_REQUEST_BYTES": args.max_request_bytes, "BNC_SERVE_POLL": args.poll or "",
-        "BNC_SERVE_ACCESS_LOG": "1" if args.access_log else "0"}.items()})
+        "BNC_SERVE_POLL": args.poll or "", "BNC_SERVE_ACCESS_LOG": "1" if args.access_log else "0"}.items()})
+    os.environ.update(limits.to_env())  # each worker's app and connection guard read them back
     uvicorn.run("bnc_deploy.serve.app:app_from_env", factory=True, host=http[0], port=http[1], workers=args.workers,
-                http="auto", loop="auto", log_level="warning", access_log=False, lifespan="on",
-                timeout_graceful_shutdown=args.graceful_timeout)
+                http=GuardedHttpToolsProtocol, loop="auto", log_level="warning", access_log=False, lifespan="on",
+                timeout_keep_alive=limits.keep_alive_timeout, timeout_graceful_shutdown=args.graceful_timeout)
     return 0
 
 
@@ -121,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     require_extra("bnc-serve", "serve", "starlette", "uvicorn", "prometheus_client")
     _check(args)
+    limits = limits_of(args)
     http = address(args.http) if args.http else (None if args.grpc else address(DEFAULT_HTTP))
     grpc_address = "{}:{}".format(*address(args.grpc)) if args.grpc else None
     _logging(args.log_level)
@@ -128,8 +186,9 @@ def main(argv: list[str] | None = None) -> int:
     from bnc_deploy.serve.repository import ModelRepository
 
     keys = auth.load_api_keys(args.api_key_file) if args.api_key_file else None
+    raise_open_files_limit(limits)
     if args.workers > 1:
-        return _serve_workers(args, http)
+        return _serve_workers(args, http, limits)
 
     repository = ModelRepository(args.repository, runtime=args.runtime, threads=args.threads,
                                  max_batch=args.max_batch, max_queue_delay_ms=args.max_queue_delay_ms)
@@ -155,19 +214,18 @@ def main(argv: list[str] | None = None) -> int:
         if grpc_address:
             from bnc_deploy.serve.grpc_server import start_grpc_server
 
-            grpc_server = start_grpc_server(repository, grpc_address, api_keys=keys,
-                                            max_message_bytes=args.max_request_bytes)
+            grpc_server = start_grpc_server(repository, grpc_address, api_keys=keys, limits=limits)
             print(f"{PROG}: gRPC on {grpc_address}", file=sys.stderr)
         if http:
             import uvicorn
 
             from bnc_deploy.serve.app import create_app
+            from bnc_deploy.serve.connections import uvicorn_config
 
-            app = create_app(repository, api_keys=keys, max_request_bytes=args.max_request_bytes,
+            app = create_app(repository, api_keys=keys, limits=limits, threads=args.threads,
                              access_log=args.access_log, close_repository=False)
-            config = uvicorn.Config(app, host=http[0], port=http[1], http="auto", loop="auto",
-                                    lifespan="on", access_log=False, log_level="warning",
-                                    timeout_graceful_shutdown=args.graceful_timeout)
+            config = uvicorn_config(app, http[0], http[1], limits, loop="auto", lifespan="on", access_log=False,
+                                    log_level="warning", timeout_graceful_shutdown=args.graceful_timeout)
             server = uvicorn.Server(config)
             print(f"{PROG}: HTTP on http://{http[0]}:{http[1]}", file=sys.stderr)
             try:

@@ -228,15 +228,15 @@ def verify_file(path: str | os.PathLike, *, key: bytes | None = None) -> Seal | 
     return verify_bytes(data, key=key, where=str(p))
 
 
-def check_on_load(path: str | os.PathLike, *, verify: bool = True, key: bytes | None = None) -> Seal | None:
-    """What a runtime adapter calls before its runtime reads ``path``: :func:`verify_file`, or with
-    ``verify=False`` only the seal as found (None if there is none or it cannot be read).
-    Pass the result to :func:`annotate` with the parsed metadata."""
+def check_on_load(data: bytes, *, where: str = "file", verify: bool = True, key: bytes | None = None) -> Seal | None:
+    """What a runtime adapter calls on a file's bytes before its runtime reads them:
+    :func:`verify_bytes`, or with ``verify=False`` only the seal as found (None if there is none
+    or it cannot be read). Pass the result to :func:`annotate` with the parsed metadata."""
     if verify:
-        return verify_file(path, key=key)
+        return verify_bytes(data, key=key, where=where)
     try:
-        return find_seal(Path(path).read_bytes(), str(path))
-    except (IntegrityError, OSError):
+        return find_seal(bytes(data), where)
+    except IntegrityError:
         return None
 
 

@@ -8,6 +8,10 @@ Modules, one job each:
 * :mod:`~bnc_deploy.serve.batching` - the opt-in dynamic batcher behind ``infer``;
 * :mod:`~bnc_deploy.serve.repository` - the model directory: load, check, atomic swap, poll;
 * :mod:`~bnc_deploy.serve.metrics`, :mod:`~bnc_deploy.serve.auth`, :mod:`~bnc_deploy.serve.accesslog`;
+* :mod:`~bnc_deploy.serve.limits` - what one client may cost: rows, sizes, timeouts, connections;
+* :mod:`~bnc_deploy.serve.connections` - uvicorn's HTTP protocol with header/body timeouts and a
+  connection cap;
+* :mod:`~bnc_deploy.serve.rest_codec` - the REST infer body to :class:`InferRequest` and back;
 * :mod:`~bnc_deploy.serve.app` - the REST front end (an ASGI app on Starlette);
 * ``grpc_server`` - the gRPC front end (``inference.GRPCInferenceService``).
 

@@ -1,7 +1,8 @@
 """Structured access log: one JSON line per HTTP request, written to a text stream (stdout).
 
 A pure ASGI middleware: ``{"ts", "method", "path", "status", "ms", "bytes_in", "bytes_out",
-"client"}`` (``bytes_in`` from Content-Length; ``ms`` from the request's arrival to its last
+"client"}`` (``bytes_in`` from Content-Length; ``status`` 499 when the client went away before
+its answer; ``ms`` from the request's arrival to its last
 response byte handed to the server). ``bnc-serve`` writes it to stdout, as uvicorn does its own
 access log (its messages and errors go to stderr); ``--no-access-log`` turns it off.
 
@@ -19,6 +20,9 @@ import sys
 import threading
 import time
 
+#: The status logged for a request whose client went away before its answer (nginx's convention).
+DISCONNECTED = 499
+
 
 class AccessLogMiddleware:
     """Wrap an ASGI app; write one JSON line per HTTP request to ``stream`` after its response."""
@@ -32,7 +36,7 @@ class AccessLogMiddleware:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         start = time.perf_counter()
-        facts = [500, 0]  # status, bytes out
+        facts = [None, 0]  # status, bytes out
 
         async def counting_send(message):
             if message["type"] == "http.response.start":
@@ -41,9 +45,15 @@ class AccessLogMiddleware:
                 facts[1] += len(message.get("body", b""))
             await send(message)
 
+        failed = True
         try:
             await self.app(scope, receive, counting_send)
+            failed = False
         finally:
+            if facts[0] is None:
+                # No response: the app failed (the server answers 500), or it returned because the
+                # client went away first, which is nginx's 499 "client closed request", no error.
+                facts[0] = 500 if failed else DISCONNECTED
             bytes_in = 0
             for k, v in scope["headers"]:
                 if k == b"content-length":

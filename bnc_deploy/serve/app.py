@@ -29,48 +29,57 @@ other than identity is refused (400).
 Errors are ``{"error": message}`` with the status of :func:`bnc_deploy.serve.errors.status_of`
 (400 bad request with the adapters' feature/value/row message, 404 unknown model/version, 413 over
 ``max_request_bytes`` - checked from Content-Length before the body is read, and while reading a
-body without one -, 401 without a valid bearer token when ``api_keys`` is set, 503 not ready).
+body without one -, over ``max_rows`` rows or too many inputs/outputs, 401 without a valid bearer
+token when ``api_keys`` is set, 503 not ready), messages capped at a few KB. A client that goes
+away before its answer is logged and counted as 499 (nginx's "client closed request"), not as an
+error of the server.
 
-The infer path is kept lean (the model call takes tens of microseconds): a plain Starlette
-route, ``json`` from the standard library, no per-request validation models, no thread hop.
+The infer path is kept lean (the model call takes tens of microseconds): a pure ASGI route,
+``json`` from the standard library, no per-request validation models. Small requests run on the
+event loop; large ones in worker threads and processes (:class:`InferFastPath`), so that a
+request of a million rows does not stall liveness or other clients. The request codec is
+:mod:`bnc_deploy.serve.rest_codec`; the limits are :class:`~bnc_deploy.serve.limits.ServeLimits`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import dataclasses
+import functools
 import json
 import logging
+import multiprocessing
 import os
+import threading
 import time
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
 
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 import bnc_deploy
-from bnc_deploy.serve import auth, metrics
+from bnc_deploy.serve import accesslog, auth, metrics
 from bnc_deploy.serve.accesslog import AccessLogMiddleware
-from bnc_deploy.serve.errors import (
-    BadRequest,
-    PayloadTooLarge,
-    status_of,
-)
-from bnc_deploy.serve.protocol import (
-    SERVER_EXTENSIONS,
-    SERVER_NAME,
-    datatype_of,
-    tensor_from_bytes,
-    tensor_from_json,
-    tensor_to_bytes,
-    tensor_to_json_data,
-)
+from bnc_deploy.serve.errors import BadRequest, PayloadTooLarge, status_of
+from bnc_deploy.serve.limits import ServeLimits
+from bnc_deploy.serve.protocol import SERVER_EXTENSIONS, SERVER_NAME
+from bnc_deploy.serve.rest_codec import InferRequest, encode_infer_body, parse_infer_request
 
 log = logging.getLogger("bnc_deploy.serve")
 
 #: Default ``--max-request-bytes`` (64 MiB: about 500k rows of letter's 16 int64 features).
-DEFAULT_MAX_REQUEST_BYTES = 64 * 2**20
-HEADER_LENGTH = "inference-header-content-length"
+DEFAULT_MAX_REQUEST_BYTES = ServeLimits.max_request_bytes
+#: Requests up to this size are decoded on the event loop (a JSON body of this size decodes in ~1 ms).
+INLINE_BODY_BYTES = 64 * 2**10
+#: ... and run there when they have at most this many rows (a thread hop costs more than such a call).
+INLINE_ROWS = 64
+#: JSON heads over this size are decoded in a worker process (:class:`WorkerPools`).
+PROCESS_JSON_BYTES = 2**20
+#: The access log's and metrics' status of a request whose client went away first (nginx's 499).
+DISCONNECTED = accesslog.DISCONNECTED
 _JSON = "application/json"
 
 
@@ -78,22 +87,35 @@ def _json_response(obj, status: int = 200) -> Response:
     return Response(json.dumps(obj, separators=(",", ":")), status_code=status, media_type=_JSON)
 
 
-def _error(exc: BaseException) -> Response:
+def error_body(exc: BaseException) -> tuple[int, bytes]:
+    """``(status, JSON body)`` of the error answer to ``exc``: the one place errors are rendered
+    and internal errors logged (a client's disconnect is neither: :data:`DISCONNECTED`)."""
     status, _, message = status_of(exc)
     if status >= 500 and status != 503:
         log.error("internal error", exc_info=exc)
-    return _json_response({"error": message}, status)
+    return status, json.dumps({"error": message}, separators=(",", ":")).encode()
+
+
+def answers_errors(route):
+    """A Starlette route whose exceptions become their error answers (:func:`error_body`)."""
+
+    @functools.wraps(route)
+    async def wrapped(request: Request) -> Response:
+        try:
+            return await route(request)
+        except ClientDisconnect:
+            return Response(b"", status_code=DISCONNECTED)  # nobody reads it; the access log says 499
+        except Exception as exc:  # noqa: BLE001 - every error becomes its status
+            status, body = error_body(exc)
+            return Response(body, status_code=status, media_type=_JSON)
+
+    return wrapped
 
 
 async def read_body(request: Request, limit: int) -> bytes:
     """The request body, refusing more than ``limit`` bytes before reading them (Content-Length)
     and while reading a body without one (PayloadTooLarge)."""
-    length = request.headers.get("content-length")
-    if length is not None:
-        if not length.isdigit():
-            raise BadRequest(f"bad Content-Length {length!r}")
-        if int(length) > limit:
-            raise PayloadTooLarge(f"request body of {int(length)} bytes exceeds the limit of {limit} bytes")
+    check_content_length(request.headers.get("content-length"), limit)
     chunks, size = [], 0
     async for chunk in request.stream():
         size += len(chunk)
@@ -103,111 +125,31 @@ async def read_body(request: Request, limit: int) -> bytes:
     return b"".join(chunks)
 
 
-def _parameters(obj, where: str) -> dict:
-    params = obj.get("parameters", {})
-    if not isinstance(params, dict):
-        raise BadRequest(f"{where}: 'parameters' must be an object")
-    return params
+def check_content_length(length: str | None, limit: int) -> None:
+    """BadRequest for a malformed Content-Length, PayloadTooLarge for one over ``limit``."""
+    if length is None:
+        return
+    if not length.isdigit():
+        raise BadRequest(f"bad Content-Length {length!r}")
+    if int(length) > limit:
+        raise PayloadTooLarge(f"request body of {int(length)} bytes exceeds the limit of {limit} bytes")
 
 
-def parse_infer_request(body: bytes, header_length: str | None) -> tuple[dict, dict, list, dict, bool, dict]:
-    """``(request JSON, inputs {name: array}, output names, classification {name: k},
-    binary-by-default, binary {output name: bool})`` of an infer body (BadRequest when malformed)."""
-    if header_length is not None:
-        if not (header_length.isascii() and header_length.isdigit()) or int(header_length) > len(body):
-            raise BadRequest(f"Inference-Header-Content-Length {header_length!r} does not fit a body of "
-                             f"{len(body)} bytes")
-        n = int(header_length)
-        head, binary = body[:n], memoryview(body)[n:]
-    else:
-        head, binary = body, memoryview(b"")
-    try:
-        req = json.loads(head)
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # RecursionError: JSON nested too deep
-        raise BadRequest(f"malformed JSON request: {exc}") from None
-    if not isinstance(req, dict):
-        raise BadRequest("the request must be a JSON object")
-    params = _parameters(req, "request")
-    binary_default = params.get("binary_data_output", False)
-    if not isinstance(binary_default, bool):
-        raise BadRequest("'binary_data_output' must be true or false")
-    raw_inputs = req.get("inputs")
-    if not isinstance(raw_inputs, list) or not raw_inputs:
-        raise BadRequest("the request needs a non-empty 'inputs' list")
-    inputs, pos = {}, 0
-    for item in raw_inputs:
-        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
-            raise BadRequest("each input needs a 'name'")
-        name = item["name"]
-        where = f"input {name!r}"
-        if name in inputs:
-            raise BadRequest(f"{where} appears twice")
-        size = _parameters(item, where).get("binary_data_size")
-        if size is not None:
-            if isinstance(size, bool) or not isinstance(size, int) or size < 0 or pos + size > len(binary):
-                raise BadRequest(f"{where}: binary_data_size {size!r} does not fit the {len(binary) - pos} "
-                                 "binary bytes left in the body")
-            if "data" in item:
-                raise BadRequest(f"{where}: both 'data' and binary_data_size")
-            inputs[name] = tensor_from_bytes(name, item.get("datatype"), item.get("shape"), binary[pos:pos + size])
-            pos += size
-        else:
-            if "data" not in item:
-                raise BadRequest(f"{where} has neither 'data' nor binary_data_size")
-            inputs[name] = tensor_from_json(name, item.get("datatype"), item.get("shape"), item["data"])
-    if pos != len(binary):
-        raise BadRequest(f"{len(binary) - pos} binary bytes after the inputs' binary_data_size")
-    names, classification, binary_of = [], {}, {}
-    raw_outputs = req.get("outputs", [])
-    if not isinstance(raw_outputs, list):
-        raise BadRequest("'outputs' must be a list")
-    for item in raw_outputs:
-        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
-            raise BadRequest("each requested output needs a 'name'")
-        name = item["name"]
-        oparams = _parameters(item, f"output {name!r}")
-        b = oparams.get("binary_data", binary_default)
-        if not isinstance(b, bool):
-            raise BadRequest(f"output {name!r}: binary_data must be true or false")
-        binary_of[name] = b
-        if "classification" in oparams:
-            classification[name] = oparams["classification"]
-        names.append(name)
-    return req, inputs, names, classification, binary_default, binary_of
-
-
-def encode_infer_body(model, req: dict, outputs, binary_default: bool, binary_of: dict) -> tuple[int, bytes, list]:
-    """``(status, body, headers)`` of the V2 infer response: JSON, or JSON + binary tensors with
-    ``Inference-Header-Content-Length``."""
-    items, chunks = [], []
-    for name, array in outputs:
-        entry = {"name": name, "datatype": datatype_of(array.dtype), "shape": list(array.shape)}
-        if binary_of.get(name, binary_default):
-            data = tensor_to_bytes(array)
-            entry["parameters"] = {"binary_data_size": len(data)}
-            chunks.append(data)
-        else:
-            entry["data"] = tensor_to_json_data(array)
-        items.append(entry)
-    obj = {"model_name": model.name, "model_version": model.version, "outputs": items}
-    if "id" in req:
-        obj["id"] = req["id"]
-    head = json.dumps(obj, separators=(",", ":")).encode()
-    if not chunks:
-        return 200, head, [(b"content-type", b"application/json")]
-    return 200, b"".join([head, *chunks]), [(b"content-type", b"application/octet-stream"),
-                                            (b"inference-header-content-length", str(len(head)).encode())]
-
-
-def create_app(repository, *, api_keys=None, max_request_bytes: int = DEFAULT_MAX_REQUEST_BYTES,
-               access_log: bool = True, close_repository: bool = True):
+def create_app(repository, *, api_keys=None, max_request_bytes: int | None = None, access_log: bool = True,
+               close_repository: bool = True, limits: ServeLimits | None = None, threads: int | None = None):
     """The ASGI app over ``repository`` (see the module docstring).
 
     ``api_keys``: list of bytes (``auth.load_api_keys``); ``access_log``: True (stdout), a text
-    stream, or False - the JSON access log middleware; ``close_repository``: close the repository (drain batchers, stop polling) on
-    the ASGI lifespan shutdown.
+    stream, or False - the JSON access log middleware; ``close_repository``: close the repository
+    (drain batchers, stop polling) on the ASGI lifespan shutdown; ``limits``: the request limits
+    (:class:`~bnc_deploy.serve.limits.ServeLimits`; ``max_request_bytes`` overrides its field);
+    ``threads``: the worker pool's size (default: the CPU count).
     """
-    limit = int(max_request_bytes)
+    limits = limits or ServeLimits()
+    if max_request_bytes is not None:
+        limits = dataclasses.replace(limits, max_request_bytes=int(max_request_bytes))
+    limit = limits.max_request_bytes
+    pools = WorkerPools(threads)
 
     def model_of(request: Request):
         p = request.path_params
@@ -223,53 +165,44 @@ def create_app(repository, *, api_keys=None, max_request_bytes: int = DEFAULT_MA
         return _json_response({"name": SERVER_NAME, "version": bnc_deploy.__version__,
                                "extensions": list(SERVER_EXTENSIONS)})
 
+    @answers_errors
     async def model_metadata(request: Request) -> Response:
-        try:
-            return _json_response(model_of(request).metadata())
-        except Exception as exc:  # noqa: BLE001 - every error becomes its status
-            return _error(exc)
+        return _json_response(model_of(request).metadata())
 
+    @answers_errors
     async def model_ready(request: Request) -> Response:
-        try:
-            model_of(request)
-            return Response(b"", status_code=200)
-        except Exception as exc:  # noqa: BLE001
-            return _error(exc)
+        model_of(request)
+        return Response(b"", status_code=200)
 
+    @answers_errors
     async def repo_index(request: Request) -> Response:
-        try:
-            body = await read_body(request, limit)
-            only_ready = False
-            if body.strip():
-                try:
-                    req = json.loads(body)
-                except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-                    raise BadRequest(f"malformed JSON request: {exc}") from None
-                if not isinstance(req, dict):
-                    raise BadRequest("the request must be a JSON object")
-                only_ready = req.get("ready", False) is True
-            index = repository.index()
-            if only_ready:
-                index = [e for e in index if e["state"] == "READY"]
-            return _json_response(index)
-        except Exception as exc:  # noqa: BLE001
-            return _error(exc)
+        body = await read_body(request, limit)
+        only_ready = False
+        if body.strip():
+            try:
+                req = json.loads(body)
+            except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+                raise BadRequest(f"malformed JSON request: {exc}") from None
+            if not isinstance(req, dict):
+                raise BadRequest("the request must be a JSON object")
+            only_ready = req.get("ready", False) is True
+        index = repository.index()
+        if only_ready:
+            index = [e for e in index if e["state"] == "READY"]
+        return _json_response(index)
 
+    @answers_errors
     async def repo_load(request: Request) -> Response:
-        try:
-            await read_body(request, limit)  # a body (Triton's load parameters) is read and ignored
-            repository.load(request.path_params["model"])  # blocking by design: the swap happens before 200
-            return _json_response({})
-        except Exception as exc:  # noqa: BLE001
-            return _error(exc)
+        await read_body(request, limit)  # a body (Triton's load parameters) is read and ignored
+        # In a worker thread (a C file compiles on load), awaited: the swap happens before 200.
+        await pools.run(repository.load, request.path_params["model"])
+        return _json_response({})
 
+    @answers_errors
     async def repo_unload(request: Request) -> Response:
-        try:
-            await read_body(request, limit)
-            repository.unload(request.path_params["model"])
-            return _json_response({})
-        except Exception as exc:  # noqa: BLE001
-            return _error(exc)
+        await read_body(request, limit)
+        await pools.run(repository.unload, request.path_params["model"])
+        return _json_response({})
 
     async def prometheus(request: Request) -> Response:
         body, content_type = metrics.exposition()
@@ -292,11 +225,12 @@ def create_app(repository, *, api_keys=None, max_request_bytes: int = DEFAULT_MA
     @contextlib.asynccontextmanager
     async def lifespan(app):
         yield
+        pools.close()
         if close_repository:
             repository.close()
 
     app = Starlette(routes=routes, lifespan=lifespan)
-    asgi = InferFastPath(app, repository, limit)
+    asgi = InferFastPath(app, repository, limits, pools)
     if api_keys:
         asgi = BearerAuthMiddleware(asgi, list(api_keys))
     if access_log:
@@ -308,14 +242,58 @@ class _Disconnected(Exception):
     """The client went away before its body arrived (nothing to answer)."""
 
 
+class WorkerPools:
+    """Where request work runs off the event loop, so that one large request never stalls the others
+    (liveness included): a thread pool of ``threads`` workers (default: the CPU count) for
+    decoding, the model call and encoding, and a process pool of as many workers, started on first
+    use, for JSON heads over :data:`PROCESS_JSON_BYTES`: ``json.loads`` holds the GIL for its whole
+    run (1.5 s for a 48 MB request of 10^6 rows), so a thread would still stall the loop."""
+
+    def __init__(self, threads: int | None = None) -> None:
+        self.size = int(threads or os.cpu_count() or 1)
+        self.threads = ThreadPoolExecutor(self.size, thread_name_prefix="bnc-serve")
+        self._processes: ProcessPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    async def run(self, fn, *args):
+        """``fn(*args)`` in a worker thread."""
+        return await asyncio.get_running_loop().run_in_executor(self.threads, fn, *args)
+
+    async def parse(self, body: bytes, header_length: str | None, max_rows: int) -> InferRequest:
+        """:func:`parse_infer_request` in a thread, or in a process for a large JSON head."""
+        head = len(body) if header_length is None or not header_length.isdigit() else int(header_length)
+        if head <= PROCESS_JSON_BYTES:
+            return await self.run(parse_infer_request, body, header_length, max_rows)
+        return await asyncio.get_running_loop().run_in_executor(self._process_pool(), parse_infer_request, body,
+                                                                header_length, max_rows)
+
+    def _process_pool(self) -> ProcessPoolExecutor:
+        with self._lock:
+            if self._processes is None:
+                # spawn: a fork of a process with running threads (uvicorn, onnxruntime) is unsafe.
+                self._processes = ProcessPoolExecutor(self.size, mp_context=multiprocessing.get_context("spawn"))
+            return self._processes
+
+    def close(self) -> None:
+        self.threads.shutdown(wait=False, cancel_futures=True)
+        if self._processes is not None:
+            self._processes.shutdown(wait=False, cancel_futures=True)
+
+
 class InferFastPath:
     """Pure ASGI: ``POST /v2/models/{m}[/versions/{v}]/infer`` handled here, everything else by
     the Starlette app. The infer route is the hot path (a letter-sized model runs in tens of
-    microseconds); skipping Starlette's request/response objects and router saved about a third
-    of the server's time per request in a measurement (``README``: Serve)."""
+    microseconds): skipping Starlette's request/response objects and router saved about a third
+    of the server's time per request in a measurement (``README``: Serve).
 
-    def __init__(self, app, repository, limit: int) -> None:
-        self.app, self.repository, self.limit = app, repository, limit
+    Where the work runs: a request of at most :data:`INLINE_BODY_BYTES` is decoded on the event
+    loop (microseconds), and run there too when it has at most :data:`INLINE_ROWS` rows (a thread
+    hop would cost more than the model call); anything larger is decoded, run and encoded in the
+    :class:`WorkerPools`."""
+
+    def __init__(self, app, repository, limits: ServeLimits, pools: WorkerPools) -> None:
+        self.app, self.repository, self.limits, self.pools = app, repository, limits, pools
+        self.limit = limits.max_request_bytes
 
     async def __call__(self, scope, receive, send):
         path = scope.get("path", "") if scope["type"] == "http" else ""
@@ -329,12 +307,7 @@ class InferFastPath:
         return await self.app(scope, receive, send)
 
     async def _body(self, receive, content_length: bytes | None) -> bytes:
-        if content_length is not None:
-            if not content_length.isdigit():
-                raise BadRequest(f"bad Content-Length {content_length.decode('latin-1')!r}")
-            if int(content_length) > self.limit:
-                raise PayloadTooLarge(f"request body of {int(content_length)} bytes exceeds the limit of "
-                                      f"{self.limit} bytes")
+        check_content_length(None if content_length is None else content_length.decode("latin-1"), self.limit)
         chunks, size = [], 0
         while True:
             message = await receive()
@@ -347,6 +320,19 @@ class InferFastPath:
             chunks.append(chunk)
             if not message.get("more_body", False):
                 return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+    async def _answer(self, model, body: bytes, header_length: str | None) -> tuple[int, bytes, list]:
+        """Decode, run and encode one request, each where it belongs (class docstring)."""
+        max_rows = self.limits.max_rows
+        if len(body) <= INLINE_BODY_BYTES:
+            request = parse_infer_request(body, header_length, max_rows)
+            if request.rows <= INLINE_ROWS:
+                outputs = await model.infer_async(request.inputs, request.output_names or None,
+                                                  classification=request.classification)
+                return encode_infer_body(model.name, model.version, request, outputs)
+        else:
+            request = await self.pools.parse(body, header_length, max_rows)
+        return await self.pools.run(_run_and_encode, model, request)
 
     async def infer(self, scope, receive, send, name: str, version: str | None) -> None:
         start = time.perf_counter()
@@ -365,23 +351,25 @@ class InferFastPath:
             if encoding not in (b"identity", b""):
                 raise BadRequest("compressed request bodies (Content-Encoding) are not supported")
             body = await self._body(receive, content_length)
-            req, inputs, names, classification, binary_default, binary_of = parse_infer_request(
-                body, None if header_length is None else header_length.decode("latin-1"))
-            outputs = await model.infer_async(inputs, names or None, classification=classification)
-            status, content, headers = encode_infer_body(model, req, outputs, binary_default, binary_of)
+            status, content, headers = await self._answer(
+                model, body, None if header_length is None else header_length.decode("latin-1"))
         except _Disconnected:
+            metrics.observe_request(name, "rest", time.perf_counter() - start, str(DISCONNECTED))
             return
         except Exception as exc:
-            status, _, message = status_of(exc)
-            if status >= 500 and status != 503:
-                log.error("internal error", exc_info=exc)
-            content = json.dumps({"error": message}, separators=(",", ":")).encode()
+            status, content = error_body(exc)
             headers = [(b"content-type", b"application/json")]
             code = str(status)
         headers.append((b"content-length", str(len(content)).encode()))
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": content})
         metrics.observe_request(name, "rest", time.perf_counter() - start, code)
+
+
+def _run_and_encode(model, request: InferRequest) -> tuple[int, bytes, list]:
+    """The blocking model call and the response's encoding, in a worker thread."""
+    outputs = model.infer(request.inputs, request.output_names or None, classification=request.classification)
+    return encode_infer_body(model.name, model.version, request, outputs)
 
 
 class BearerAuthMiddleware:
@@ -414,8 +402,9 @@ def app_from_env():
     (``uvicorn --factory bnc_deploy.serve.app:app_from_env --workers N``; Ray Serve, gunicorn):
     ``BNC_SERVE_REPOSITORY`` (required), ``BNC_SERVE_RUNTIME``, ``BNC_SERVE_THREADS``,
     ``BNC_SERVE_MAX_BATCH``, ``BNC_SERVE_MAX_QUEUE_DELAY_MS``, ``BNC_SERVE_API_KEY_FILE``,
-    ``BNC_SERVE_MAX_REQUEST_BYTES``, ``BNC_SERVE_POLL``, ``BNC_SERVE_ACCESS_LOG`` (``1``/``0``). Every
-    process loads and checks the models itself."""
+    ``BNC_SERVE_POLL``, ``BNC_SERVE_ACCESS_LOG`` (``1``/``0``), and the limits
+    ``BNC_SERVE_<FIELD>`` of :class:`~bnc_deploy.serve.limits.ServeLimits` (``BNC_SERVE_MAX_REQUEST_BYTES``,
+    ``BNC_SERVE_MAX_ROWS``, ...). Every process loads and checks the models itself."""
     from bnc_deploy.errors import ConfigError
     from bnc_deploy.serve.repository import ModelRepository
 
@@ -440,5 +429,5 @@ def app_from_env():
         repository.start_polling(poll)
     keys = auth.load_api_keys(env["BNC_SERVE_API_KEY_FILE"]) if env.get("BNC_SERVE_API_KEY_FILE") else None
     access = env.get("BNC_SERVE_ACCESS_LOG", "1") == "1"  # one JSON line per request on stdout
-    return create_app(repository, api_keys=keys, access_log=access,
-                      max_request_bytes=number("BNC_SERVE_MAX_REQUEST_BYTES", int, DEFAULT_MAX_REQUEST_BYTES))
+    return create_app(repository, api_keys=keys, access_log=access, limits=ServeLimits.from_env(env),
+                      threads=number("BNC_SERVE_THREADS", int, None))

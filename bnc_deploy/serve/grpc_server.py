@@ -64,6 +64,7 @@ from bnc_deploy import __version__
 from bnc_deploy.serve import auth as serve_auth
 from bnc_deploy.serve import metrics
 from bnc_deploy.serve.errors import BadRequest, Unauthenticated, status_of
+from bnc_deploy.serve.limits import ServeLimits, check_count, check_rows
 from bnc_deploy.serve.proto import grpc_service_pb2 as pb
 from bnc_deploy.serve.proto import grpc_service_pb2_grpc as pb_grpc
 from bnc_deploy.serve.protocol import (
@@ -119,11 +120,18 @@ def tensor_from_contents(name: str, datatype: str, shape, contents: pb.InferTens
     return wide.astype(dtype, copy=False).reshape(shape)
 
 
-def decode_inputs(request: pb.ModelInferRequest) -> dict[str, np.ndarray]:
-    """``{input name: array}`` of a ModelInferRequest (raw or typed contents; see the module docstring)."""
+def decode_inputs(request: pb.ModelInferRequest, max_rows: int = ServeLimits.max_rows) -> dict[str, np.ndarray]:
+    """``{input name: array}`` of a ModelInferRequest (raw or typed contents; see the module docstring).
+    Too many inputs or outputs, or an input of more than ``max_rows`` rows, raise PayloadTooLarge
+    (RESOURCE_EXHAUSTED) before any tensor is decoded."""
     raw = request.raw_input_contents
+    check_count(request.inputs, "inputs")
+    check_count(request.outputs, "outputs")
     if raw and len(raw) != len(request.inputs):
         raise BadRequest(f"raw_input_contents has {len(raw)} buffers for {len(request.inputs)} inputs")
+    for tensor in request.inputs:
+        where = f"input {tensor.name!r}"
+        check_rows(check_shape(list(tensor.shape), where), max_rows, where)
     inputs: dict[str, np.ndarray] = {}
     for i, tensor in enumerate(request.inputs):
         if tensor.name in inputs:
@@ -188,8 +196,10 @@ def encode_outputs(response: pb.ModelInferResponse, outputs) -> None:
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     """``inference.GRPCInferenceService`` over a :class:`~bnc_deploy.serve.repository.ModelRepository`."""
 
-    def __init__(self, repository, *, api_keys=None, server_name: str = SERVER_NAME) -> None:
+    def __init__(self, repository, *, api_keys=None, server_name: str = SERVER_NAME,
+                 limits: ServeLimits | None = None) -> None:
         self.repository = repository
+        self.limits = limits or ServeLimits()
         self.api_keys = list(api_keys) if api_keys else None
         self.server_name = server_name
 
@@ -262,7 +272,7 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             self._authorize(context)
             model = self.repository.get(request.model_name, request.model_version or None)
             model_name = model.name
-            inputs = decode_inputs(request)
+            inputs = decode_inputs(request, self.limits.max_rows)
             wanted = [o.name for o in request.outputs] or None
             outputs = model.infer(inputs, wanted, classification=classification_of(request))
             response = pb.ModelInferResponse(model_name=model.name, model_version=str(model.version), id=request.id)
@@ -299,22 +309,41 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         return self._call(context, unload)
 
 
+def grpc_options(limits: ServeLimits, max_message_bytes: int | None = None) -> list[tuple[str, int]]:
+    """grpcio server options enforcing ``limits`` (:mod:`bnc_deploy.serve.limits`)."""
+    size = int(max_message_bytes or limits.max_request_bytes)
+    ms = lambda seconds: int(seconds * 1000)  # noqa: E731 - gRPC takes milliseconds
+    return [("grpc.max_receive_message_length", size),
+            ("grpc.max_send_message_length", size),
+            ("grpc.so_reuseport", 0),  # a second server on the same port must fail, not share it
+            # Refused before the handshake: idle sockets cannot exhaust the descriptors.
+            ("grpc.max_allowed_incoming_connections", int(limits.max_connections)),
+            ("grpc.server_handshake_timeout_ms", ms(limits.header_timeout)),
+            ("grpc.keepalive_time_ms", ms(limits.grpc_keepalive_time)),
+            ("grpc.keepalive_timeout_ms", ms(limits.grpc_keepalive_timeout)),
+            ("grpc.max_connection_idle_ms", ms(limits.grpc_max_connection_idle)),
+            ("grpc.max_connection_age_ms", ms(limits.grpc_max_connection_age)),
+            # Calls in flight when a connection reaches its age get the body timeout to finish.
+            ("grpc.max_connection_age_grace_ms", ms(limits.body_timeout))]
+
+
 def start_grpc_server(repository, address: str = "127.0.0.1:8001", *, api_keys=None, workers: int = 8,
-                      max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES) -> grpc.Server:
+                      max_message_bytes: int | None = None, limits: ServeLimits | None = None) -> grpc.Server:
     """Serve ``repository`` over gRPC on ``address`` (``HOST:PORT``; port 0 picks a free one, read
     back from ``server.bound_port``); returns the started server. ``api_keys``: the keys of
     :func:`bnc_deploy.serve.auth.load_api_keys` (None: no authentication). ``workers``: handler
-    threads. Raises :class:`~bnc_deploy.errors.ConfigError` when the address cannot be bound."""
+    threads. ``limits``: :class:`~bnc_deploy.serve.limits.ServeLimits` (``max_message_bytes``
+    overrides its ``max_request_bytes``). Raises :class:`~bnc_deploy.errors.ConfigError` when the
+    address cannot be bound."""
     from bnc_deploy.errors import ConfigError
 
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ConfigError(f"gRPC workers must be a positive integer, got {workers!r}")
-    options = [("grpc.max_receive_message_length", int(max_message_bytes)),
-               ("grpc.max_send_message_length", int(max_message_bytes)),
-               ("grpc.so_reuseport", 0)]  # a second server on the same port must fail, not share it
+    limits = limits or ServeLimits()
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bnc-grpc"),
-                         options=options, maximum_concurrent_rpcs=None)
-    pb_grpc.add_GRPCInferenceServiceServicer_to_server(InferenceServicer(repository, api_keys=api_keys), server)
+                         options=grpc_options(limits, max_message_bytes), maximum_concurrent_rpcs=None)
+    servicer = InferenceServicer(repository, api_keys=api_keys, limits=limits)
+    pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, server)
     try:
         port = server.add_insecure_port(address)
     except RuntimeError as exc:
@@ -333,6 +362,7 @@ __all__ = [
     "classification_of",
     "decode_inputs",
     "encode_outputs",
+    "grpc_options",
     "start_grpc_server",
     "tensor_from_contents",
 ]

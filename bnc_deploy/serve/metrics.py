@@ -3,7 +3,8 @@
 Per model (label ``model``): requests and failures by protocol (``rest``/``grpc``), request
 duration (the whole request as the front end sees it), queue duration (waiting for the batcher
 or the runtime's lock) and compute duration (the runtime call; one observation per batch, with
-the batch's rows in ``bnc_serve_batch_rows``). Both front ends call :func:`observe_request` once
+the batch's rows in ``bnc_serve_batch_rows``). Per server: REST connections closed by a limit,
+by reason (``bnc_serve_connections_closed_total``). Both front ends call :func:`observe_request` once
 per inference request; the core (:mod:`~bnc_deploy.serve.model`) observes queue and compute.
 
 The metrics live in a registry of their own (:data:`REGISTRY`), created once per process, so
@@ -35,6 +36,8 @@ QUEUE_SECONDS = Histogram("bnc_serve_queue_duration_seconds", "Time a request wa
                           ["model"], buckets=_BUCKETS, registry=REGISTRY)
 COMPUTE_SECONDS = Histogram("bnc_serve_compute_duration_seconds", "Runtime call duration (per batch)",
                             ["model"], buckets=_BUCKETS, registry=REGISTRY)
+CONNECTIONS_CLOSED = Counter("bnc_serve_connections_closed", "REST connections the server closed by a limit "
+                             "(header_timeout, body_timeout, evicted, busy)", ["reason"], registry=REGISTRY)
 BATCH_ROWS = Histogram("bnc_serve_batch_rows", "Rows per runtime call", ["model"],
                        buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 4096), registry=REGISTRY)
 
@@ -92,6 +95,11 @@ def observe_compute(model: str, seconds: float, rows: int) -> None:
 def observe_queue(model: str, seconds: float) -> None:
     """Queue time of one request (the batcher calls this per request of a batch)."""
     QUEUE_SECONDS.labels(model).observe(seconds)
+
+
+def connection_closed(reason: str) -> None:
+    """Count one connection closed by a limit of :mod:`bnc_deploy.serve.connections`."""
+    CONNECTIONS_CLOSED.labels(reason).inc()
 
 
 def exposition() -> tuple[bytes, str]:

@@ -2,10 +2,12 @@
 
 ``ServedModel(name, path)`` reads the file's bytes once for its version (the first 12 hex digits
 of its SHA-256, so every response's ``model_version`` tells old from new after a reload), loads
-it in a runtime adapter (``bnc_deploy.runtimes``, which checks the file's integrity seal), then
+those same bytes in a runtime adapter (``bnc_deploy.runtimes``, which checks the file's
+integrity seal on them and never opens the path: a file changed in place after loading cannot
+change what a served version computes), then
 runs the check set stored in the file's metadata (:mod:`bnc_deploy.formats.checkset`; a ``.bnc``
 file's own check set) and refuses the file (:class:`ModelLoadError`) unless it reproduces it: a
-``ServedModel`` that exists is ready. A file that changed while it was loaded is refused too.
+``ServedModel`` that exists is ready. A file caught half-rewritten fails its seal and is refused.
 
 ``infer`` is blocking and thread-safe (runtimes that are not thread-safe, e.g. LiteRT, run under a
 lock); with ``max_batch`` it goes through the model's :class:`~bnc_deploy.serve.batching.Batcher`.
@@ -76,15 +78,10 @@ class ServedModel:
         self.version = file_version(before)
         self.file_bytes = len(before)
         try:
-            self.adapter = load_runtime(self.path, runtime, threads=threads, **({} if key is None else {"key": key}))
+            self.adapter = load_runtime(self.path, runtime, threads=threads, data=before,
+                                        **({} if key is None else {"key": key}))
         except BncDeployError as exc:  # RuntimeLoadError, IntegrityError, MissingExtraError, ConfigError
             raise ModelLoadError(f"{self.path.name}: {exc}") from None
-        try:
-            if file_version(self.path.read_bytes()) != self.version:
-                raise ModelLoadError(f"{self.path.name} changed while it was loaded; publish files by "
-                                     "write-then-rename and load again")
-        except OSError as exc:
-            raise ModelLoadError(f"{self.path}: cannot read ({exc.strerror or exc})") from None
         self.runtime = self.adapter.name
         meta = self.metadata_raw = self.adapter.metadata
         self.scores_name, self.label_name = contract_outputs(meta)

@@ -1,0 +1,182 @@
+"""The REST infer body, both ways: request bytes -> :class:`InferRequest`, outputs -> response bytes.
+
+Request: JSON ``{"id"?, "parameters"?, "inputs": [{"name", "datatype", "shape", "data" |
+"parameters": {"binary_data_size": n}}], "outputs"?: [{"name", "parameters"?: {"binary_data":
+bool, "classification": k}}]}``; with the binary tensor data extension the JSON is the first
+``Inference-Header-Content-Length`` bytes of the body and the binary tensors follow in input
+order. Malformed requests raise :class:`~bnc_deploy.serve.errors.BadRequest`; more than
+:data:`~bnc_deploy.serve.limits.MAX_TENSORS` inputs or outputs, or an input of more than
+``max_rows`` rows, raise :class:`~bnc_deploy.serve.errors.PayloadTooLarge` before any tensor
+is decoded.
+
+Both functions are plain functions of bytes and arrays (no event loop, no server state), so the
+front end can run them where it likes: inline for small requests, in a worker thread, or
+:func:`parse_infer_request` in a worker process for a large JSON head (``json.loads`` holds the
+GIL for its whole run). :func:`encode_infer_body` writes large JSON outputs in slices of
+:data:`JSON_SLICE_ELEMENTS` values, so a thread encoding a million rows gives the GIL back
+between slices; the bytes are the same as one ``json.dumps``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from bnc_deploy.serve.errors import BadRequest
+from bnc_deploy.serve.limits import check_count, check_rows
+from bnc_deploy.serve.protocol import (
+    check_shape,
+    datatype_of,
+    tensor_from_bytes,
+    tensor_from_json,
+    tensor_to_bytes,
+    tensor_to_json_data,
+)
+
+#: Values of a JSON output encoded per ``json.dumps`` call (about 10 ms of GIL each).
+JSON_SLICE_ELEMENTS = 2**15
+
+
+@dataclass
+class InferRequest:
+    """A decoded infer request: what the model call and the response need, nothing else."""
+
+    inputs: dict[str, np.ndarray]
+    #: Requested output names in order (empty: all of the model's).
+    output_names: list[str] = field(default_factory=list)
+    #: Output name -> k of the classification extension.
+    classification: dict[str, object] = field(default_factory=dict)
+    #: The request's ``binary_data_output`` (outputs' default), and each named output's choice.
+    binary_default: bool = False
+    binary_of: dict[str, bool] = field(default_factory=dict)
+    #: Whether the request had an ``id``, and its value (echoed in the response).
+    has_id: bool = False
+    id: object = None
+
+    @property
+    def rows(self) -> int:
+        """Rows of the largest input (0 for scalars): what the model call will run."""
+        return max((int(a.shape[0]) if a.ndim else 0 for a in self.inputs.values()), default=0)
+
+
+def _parameters(obj, where: str) -> dict:
+    params = obj.get("parameters", {})
+    if not isinstance(params, dict):
+        raise BadRequest(f"{where}: 'parameters' must be an object")
+    return params
+
+
+def parse_infer_request(body: bytes, header_length: str | None, max_rows: int) -> InferRequest:
+    """The :class:`InferRequest` of an infer body (see the module docstring)."""
+    if header_length is not None:
+        if not (header_length.isascii() and header_length.isdigit()) or int(header_length) > len(body):
+            raise BadRequest(f"Inference-Header-Content-Length {header_length!r} does not fit a body of "
+                             f"{len(body)} bytes")
+        n = int(header_length)
+        head, binary = body[:n], memoryview(body)[n:]
+    else:
+        head, binary = body, memoryview(b"")
+    try:
+        req = json.loads(head)
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # RecursionError: JSON nested too deep
+        raise BadRequest(f"malformed JSON request: {exc}") from None
+    if not isinstance(req, dict):
+        raise BadRequest("the request must be a JSON object")
+    params = _parameters(req, "request")
+    binary_default = params.get("binary_data_output", False)
+    if not isinstance(binary_default, bool):
+        raise BadRequest("'binary_data_output' must be true or false")
+    raw_inputs = req.get("inputs")
+    if not isinstance(raw_inputs, list) or not raw_inputs:
+        raise BadRequest("the request needs a non-empty 'inputs' list")
+    check_count(raw_inputs, "inputs")
+    raw_outputs = req.get("outputs", [])
+    if not isinstance(raw_outputs, list):
+        raise BadRequest("'outputs' must be a list")
+    check_count(raw_outputs, "outputs")
+    for item in raw_inputs:  # every declared size first: a too large request is refused before decoding
+        if isinstance(item, dict):
+            where = f"input {item.get('name')!r}"
+            check_rows(check_shape(item.get("shape"), where), max_rows, where)
+    inputs, pos = {}, 0
+    for item in raw_inputs:
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            raise BadRequest("each input needs a 'name'")
+        name = item["name"]
+        where = f"input {name!r}"
+        if name in inputs:
+            raise BadRequest(f"{where} appears twice")
+        size = _parameters(item, where).get("binary_data_size")
+        if size is not None:
+            if isinstance(size, bool) or not isinstance(size, int) or size < 0 or pos + size > len(binary):
+                raise BadRequest(f"{where}: binary_data_size {size!r} does not fit the {len(binary) - pos} "
+                                 "binary bytes left in the body")
+            if "data" in item:
+                raise BadRequest(f"{where}: both 'data' and binary_data_size")
+            inputs[name] = tensor_from_bytes(name, item.get("datatype"), item.get("shape"), binary[pos:pos + size])
+            pos += size
+        else:
+            if "data" not in item:
+                raise BadRequest(f"{where} has neither 'data' nor binary_data_size")
+            inputs[name] = tensor_from_json(name, item.get("datatype"), item.get("shape"), item["data"])
+    if pos != len(binary):
+        raise BadRequest(f"{len(binary) - pos} binary bytes after the inputs' binary_data_size")
+    out = InferRequest(inputs, binary_default=binary_default, has_id="id" in req, id=req.get("id"))
+    for item in raw_outputs:
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            raise BadRequest("each requested output needs a 'name'")
+        name = item["name"]
+        oparams = _parameters(item, f"output {name!r}")
+        b = oparams.get("binary_data", binary_default)
+        if not isinstance(b, bool):
+            raise BadRequest(f"output {name!r}: binary_data must be true or false")
+        out.binary_of[name] = b
+        if "classification" in oparams:
+            out.classification[name] = oparams["classification"]
+        out.output_names.append(name)
+    return out
+
+
+def _json_data(array: np.ndarray) -> bytes:
+    """``json.dumps(tensor_to_json_data(array))``, in slices for a large numeric array."""
+    flat = array.reshape(-1)
+    if flat.size <= JSON_SLICE_ELEMENTS or array.dtype.kind == "O":
+        return json.dumps(tensor_to_json_data(array), separators=(",", ":")).encode()
+    parts = [json.dumps(flat[i:i + JSON_SLICE_ELEMENTS].tolist(), separators=(",", ":")).encode()[1:-1]
+             for i in range(0, flat.size, JSON_SLICE_ELEMENTS)]
+    return b"[" + b",".join(parts) + b"]"
+
+
+def encode_infer_body(model_name: str, model_version: str, request: InferRequest,
+                      outputs) -> tuple[int, bytes, list]:
+    """``(status, body, headers)`` of the V2 infer response to ``request``: JSON, or JSON + binary
+    tensors with ``Inference-Header-Content-Length``."""
+    items, chunks, datas = [], [], []
+    for name, array in outputs:
+        entry = {"name": name, "datatype": datatype_of(array.dtype), "shape": list(array.shape)}
+        if request.binary_of.get(name, request.binary_default):
+            data = tensor_to_bytes(array)
+            entry["parameters"] = {"binary_data_size": len(data)}
+            chunks.append(data)
+        else:
+            entry["data"] = None  # placeholder, filled in below without a second dumps of the values
+            datas.append(_json_data(array))
+        items.append(entry)
+    obj = {"model_name": model_name, "model_version": model_version, "outputs": items}
+    if request.has_id:
+        obj["id"] = request.id
+    head = json.dumps(obj, separators=(",", ":")).encode()
+    if datas:
+        # '"data":null' cannot occur inside a JSON string (its quotes would be escaped there), so
+        # the split finds exactly the placeholders, in output order.
+        pieces = head.split(b'"data":null')
+        head = pieces[0] + b"".join(b'"data":' + d + p for d, p in zip(datas, pieces[1:], strict=True))
+    if not chunks:
+        return 200, head, [(b"content-type", b"application/json")]
+    return 200, b"".join([head, *chunks]), [(b"content-type", b"application/octet-stream"),
+                                            (b"inference-header-content-length", str(len(head)).encode())]
+
+
+__all__ = ["InferRequest", "JSON_SLICE_ELEMENTS", "encode_infer_body", "parse_infer_request"]

@@ -1,0 +1,70 @@
+"""A large request does not stall the server: decoding, the model call and encoding run off the
+event loop (``serve.app.WorkerPools``), so liveness answers within 100 ms while a JSON request of
+10^6 rows of 16 features (48 MB) is served, and its answer is the runtime's."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+import time
+
+import numpy as np
+import pytest
+from serve_support import ServerProcess
+
+from bnc_deploy.runtimes.base import load_runtime
+from bnc_deploy.testing import random_bnc_artifact
+from bnc_deploy.validation import random_valid_codes
+from bnc_deploy.verify import export_path
+
+ROWS = 10**6
+CARDS = [4, 3, 5, 2, 4, 3, 6, 2, 3, 4, 5, 2, 3, 4, 2, 3]  # 16 features, as letter
+LIVENESS_BUDGET_S = 0.1
+
+
+@pytest.mark.slow
+def test_liveness_answers_within_100_ms_while_a_million_row_json_request_is_served(tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    art = random_bnc_artifact(np.random.default_rng(3), n_classes=26, tan=False, bits=3, int_bits=2,
+                              cardinalities=CARDS)
+    path = export_path(art, repo / "big.onnx", "onnx")
+    x = random_valid_codes(np.asarray(CARDS), ROWS, 5)
+    body = json.dumps({"inputs": [{"name": "x", "datatype": "INT64", "shape": list(x.shape),
+                                   "data": x.ravel().tolist()}], "outputs": [{"name": "label"}]}).encode()
+    assert len(body) > 40e6
+    with ServerProcess(repo, args=["--threads", "2"]) as proc:
+        result: dict = {}
+
+        def big() -> None:
+            conn = http.client.HTTPConnection("127.0.0.1", proc.http_port, timeout=300)
+            conn.request("POST", "/v2/models/big/infer", body=body)
+            r = conn.getresponse()
+            result["status"], result["body"] = r.status, r.read()
+            conn.close()
+
+        sender = threading.Thread(target=big)
+        probe = http.client.HTTPConnection("127.0.0.1", proc.http_port, timeout=30)
+        probe.request("GET", "/v2/health/live")
+        probe.getresponse().read()  # connected and warm
+        sender.start()
+        latencies = []
+        while sender.is_alive():
+            t0 = time.perf_counter()
+            probe.request("GET", "/v2/health/live")
+            r = probe.getresponse()
+            r.read()
+            latencies.append(time.perf_counter() - t0)
+            assert r.status == 200
+            time.sleep(0.02)
+        sender.join()
+        probe.close()
+        assert result["status"] == 200, result["body"][:500]
+        assert len(latencies) >= 20, "the large request was served too fast to measure anything"
+        assert max(latencies) < LIVENESS_BUDGET_S, (
+            f"liveness took up to {max(latencies) * 1000:.0f} ms (p50 {np.median(latencies) * 1000:.1f} ms, "
+            f"{len(latencies)} probes)")
+        labels = np.asarray(json.loads(result["body"])["outputs"][0]["data"])
+        np.testing.assert_array_equal(labels, load_runtime(path).predict(x))
+        assert proc.stop() == 0
