@@ -60,7 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grpc", metavar="HOST:PORT", help="serve gRPC (inference.GRPCInferenceService) here")
     p.add_argument("--runtime", help="run every file in this runtime (default: by extension: .onnx/.ort onnxruntime, "
                    ".tflite litert, .h native, .bnc numpy)")
-    p.add_argument("--threads", type=int, help="intra-op threads per model (default: the runtime's)")
+    p.add_argument("--threads", type=int, help="intra-op threads per model (default: the runtime's), and the worker "
+                   "threads and processes that decode and run large REST requests (default: the CPU count)")
     p.add_argument("--max-batch", type=int, default=0, metavar="N",
                    help="dynamic batching: run up to N rows of queued requests together (default 0: off)")
     p.add_argument("--max-queue-delay-ms", type=float, default=0.0, metavar="T",

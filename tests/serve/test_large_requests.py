@@ -68,3 +68,42 @@ def test_liveness_answers_within_100_ms_while_a_million_row_json_request_is_serv
         labels = np.asarray(json.loads(result["body"])["outputs"][0]["data"])
         np.testing.assert_array_equal(labels, load_runtime(path).predict(x))
         assert proc.stop() == 0
+
+
+@pytest.mark.parametrize("rows", [3, 40_000])
+@pytest.mark.parametrize("binary_label", [False, True])
+def test_chunked_response_is_the_bytes_of_one_json_dumps(rows, binary_label):
+    """The response written in slices and chunks (``rest_codec``) is byte for byte the one-piece answer."""
+    from bnc_deploy.serve.protocol import datatype_of, tensor_to_bytes, tensor_to_json_data
+    from bnc_deploy.serve.rest_codec import RESPONSE_CHUNK_BYTES, InferRequest, encode_infer_body
+
+    rng = np.random.default_rng(rows)
+    scores = rng.standard_normal((rows, 26)).astype(np.float32)
+    labels = np.argmax(scores, axis=1).astype(np.int64)
+    request = InferRequest({}, has_id=True, id='tricky "data":null id', binary_of={"label": binary_label})
+    status, chunks, headers = encode_infer_body("m", "abc", request, [("log_joint", scores), ("label", labels)])
+    outputs = [{"name": "log_joint", "datatype": "FP32", "shape": [rows, 26], "data": tensor_to_json_data(scores)},
+               {"name": "label", "datatype": datatype_of(labels.dtype), "shape": [rows]}]
+    if binary_label:
+        outputs[1]["parameters"] = {"binary_data_size": labels.nbytes}
+    else:
+        outputs[1]["data"] = tensor_to_json_data(labels)
+    head = json.dumps({"model_name": "m", "model_version": "abc", "outputs": outputs, "id": request.id},
+                      separators=(",", ":")).encode()
+    expected = head + (tensor_to_bytes(labels) if binary_label else b"")
+    assert status == 200 and b"".join(chunks) == expected
+    assert max(len(c) for c in chunks) <= 2 * RESPONSE_CHUNK_BYTES + labels.nbytes
+    if rows > 10_000:
+        assert len(chunks) > 2, "a large body is handed over in chunks"
+    if binary_label:
+        assert dict(headers)[b"inference-header-content-length"] == str(len(head)).encode()
+
+
+@pytest.mark.parametrize("values", [[0, 3, 255], [-1, 5], [-(2**40), 2**40], [2**63 - 1, -(2**63)]])
+def test_inputs_narrowed_for_the_trip_from_the_decoder_process_come_back_exact(values):
+    from bnc_deploy.serve.app import _parse_narrowed, _widened
+
+    body = json.dumps({"inputs": [{"name": "x", "datatype": "INT64", "shape": [1, len(values)], "data": values}]})
+    request, dtypes = _parse_narrowed(body.encode(), None, 10)
+    x = _widened(request.inputs, dtypes)["x"]
+    assert x.dtype == np.int64 and x.ravel().tolist() == values
