@@ -60,7 +60,8 @@ from bnc_deploy.reference.chunks import run_in_chunks
 from bnc_deploy.validation import check_codes
 
 __all__ = ["RuntimeAdapter", "RuntimeLoadError", "RUNTIMES", "register_runtime", "load_runtime",
-           "runtime_class", "InputError", "contract_outputs", "check_raw", "read_model_bytes"]
+           "runtime_class", "InputError", "contract_outputs", "check_raw", "read_model_bytes", "default_runtime",
+           "model_suffixes"]
 
 #: Runtime name -> the extra that installs its framework (``pip install 'bnc-deploy[EXTRA]'``).
 RUNTIME_EXTRAS = {"onnxruntime": "runtime", "litert": "tflite", "tflm": "micro"}
@@ -373,6 +374,17 @@ def runtime_class(name: str) -> type[RuntimeAdapter]:
     return target
 
 
+def default_runtime(path: str | os.PathLike) -> str | None:
+    """The runtime that reads ``path`` by default, by its extension (None for an unknown one):
+    the one place that maps a file's suffix to a runtime (:data:`EXTENSIONS`)."""
+    return EXTENSIONS.get(Path(path).suffix.lower())
+
+
+def model_suffixes() -> tuple[str, ...]:
+    """Extensions of the files some registered runtime reads (``.bnc``, ``.onnx``, ...)."""
+    return tuple(EXTENSIONS)
+
+
 def load_runtime(path: str | os.PathLike, runtime: str | None = None, **options) -> RuntimeAdapter:
     """Open ``path`` with ``runtime`` (by name), or with the default runtime for its extension.
 
@@ -381,7 +393,7 @@ def load_runtime(path: str | os.PathLike, runtime: str | None = None, **options)
     """
     path = Path(path)
     if runtime is None:
-        runtime = EXTENSIONS.get(path.suffix.lower())
+        runtime = default_runtime(path)
         if runtime is None:
             raise ConfigError(f"{path}: cannot tell the runtime from the extension {path.suffix!r}; "
                               f"pass one of {', '.join(sorted(RUNTIMES))}")

@@ -225,6 +225,7 @@ def create_app(repository, *, api_keys=None, max_request_bytes: int | None = Non
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
+        pools.warm()
         yield
         pools.close()
         if close_repository:
@@ -270,6 +271,11 @@ class WorkerPools:
         if dtypes:  # widen back in a thread (NumPy's cast gives the GIL back; the unpickling did not)
             request.inputs = await self.run(_widened, request.inputs, dtypes)
         return request
+
+    def warm(self) -> None:
+        """Start a decoder process now, in the background, so that the first large JSON request
+        does not wait for it (a spawned interpreter takes about a second to import)."""
+        self._process_pool().submit(os.getpid)
 
     def _process_pool(self) -> ProcessPoolExecutor:
         with self._lock:

@@ -27,10 +27,14 @@ limits travel on the config, so ``--workers`` processes get them too).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections import OrderedDict
+from typing import Any
 
+from uvicorn.config import Config
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.server import ServerState
 
 from bnc_deploy.serve import metrics
 from bnc_deploy.serve.limits import ServeLimits
@@ -43,6 +47,10 @@ _BUSY_503 = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/jso
              b"content-length: %d\r\n\r\n%s")
 
 
+#: The attribute of a ``uvicorn.Config`` that carries the :class:`ServeLimits`.
+LIMITS_ATTRIBUTE = "bnc_limits"
+
+
 def _response(template: bytes, message: str) -> bytes:
     body = b'{"error":"' + message.encode() + b'"}'
     return template % (len(body), body)
@@ -51,22 +59,26 @@ def _response(template: bytes, message: str) -> bytes:
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with header/body timeouts and a connection cap (module docstring)."""
 
-    def __init__(self, config, server_state, app_state, _loop=None) -> None:
+    def __init__(self, config: Config, server_state: ServerState, app_state: dict[str, Any],
+                 _loop: asyncio.AbstractEventLoop | None = None) -> None:
         super().__init__(config, server_state, app_state, _loop)
-        limits = getattr(config, "bnc_limits", None)
+        # Our state rides on uvicorn's objects (attributes of our own, hence getattr/setattr).
+        limits = getattr(config, LIMITS_ATTRIBUTE, None)
         if limits is None:  # a config uvicorn built itself (--workers): the limits come in BNC_SERVE_* variables
-            limits = config.bnc_limits = ServeLimits.from_env()
+            limits = ServeLimits.from_env()
+            setattr(config, LIMITS_ATTRIBUTE, limits)
         self.limits: ServeLimits = limits
         # Connections with no request in progress, oldest first: the ones a new connection may evict.
         waiting = getattr(server_state, "bnc_waiting", None)
         if waiting is None:
-            waiting = server_state.bnc_waiting = OrderedDict()
-        self._waiting: OrderedDict = waiting
-        self._deadline = None        # TimerHandle of the header or body timeout
+            waiting = OrderedDict()
+            setattr(server_state, "bnc_waiting", waiting)  # noqa: B010 - an attribute uvicorn does not declare
+        self._waiting: OrderedDict[GuardedHttpToolsProtocol, None] = waiting
+        self._deadline: asyncio.TimerHandle | None = None  # of the header or body timeout
         self._partial = False         # bytes of a request have arrived since the last response
 
     # -- state changes -----------------------------------------------------------------------------
-    def connection_made(self, transport) -> None:
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # as uvicorn's
         super().connection_made(transport)
         if len(self.connections) > self.limits.max_connections and not self._evict_one():
             metrics.connection_closed("busy")
@@ -75,7 +87,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             return
         self._wait_for_request()
 
-    def connection_lost(self, exc) -> None:
+    def connection_lost(self, exc: Exception | None) -> None:
         self._waiting.pop(self, None)
         self._cancel()
         super().connection_lost(exc)
@@ -139,14 +151,13 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
         self.transport.abort()
 
 
-def uvicorn_config(app, host: str, port: int, limits: ServeLimits, **options):
+def uvicorn_config(app: Any, host: str, port: int, limits: ServeLimits, **options: Any) -> Config:
     """``uvicorn.Config`` serving ``app`` with :class:`GuardedHttpToolsProtocol` and ``limits``
     (``options``: other ``uvicorn.Config`` arguments, e.g. ``workers``, ``factory``)."""
-    import uvicorn
-
-    config = uvicorn.Config(app, host=host, port=port, http=GuardedHttpToolsProtocol,
-                            timeout_keep_alive=limits.keep_alive_timeout, **options)
-    config.bnc_limits = limits
+    # uvicorn annotates timeout_keep_alive as int but only passes it to loop.call_later: seconds as a float work.
+    config = Config(app, host=host, port=port, http=GuardedHttpToolsProtocol,
+                    timeout_keep_alive=limits.keep_alive_timeout, **options)  # type: ignore[arg-type]
+    setattr(config, LIMITS_ATTRIBUTE, limits)  # read back by the protocol, pickled to --workers
     return config
 
 

@@ -26,7 +26,9 @@ and both front ends read them:
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sized
 from dataclasses import dataclass, fields
+from typing import Any
 
 from bnc_deploy.errors import ConfigError
 from bnc_deploy.serve.errors import PayloadTooLarge
@@ -71,10 +73,10 @@ class ServeLimits:
         return {f"BNC_SERVE_{f.name.upper()}": str(getattr(self, f.name)) for f in fields(self)}
 
     @classmethod
-    def from_env(cls, env=None) -> ServeLimits:
+    def from_env(cls, env: Mapping[str, str] | None = None) -> ServeLimits:
         """The limits named by ``BNC_SERVE_<FIELD>`` variables; the defaults for the others."""
         env = os.environ if env is None else env
-        values = {}
+        values: dict[str, Any] = {}
         for f in fields(cls):
             key = f"BNC_SERVE_{f.name.upper()}"
             if env.get(key):
@@ -85,14 +87,14 @@ class ServeLimits:
         return cls(**values)
 
 
-def check_rows(shape, max_rows: int, where: str) -> None:
+def check_rows(shape: object, max_rows: int, where: str) -> None:
     """PayloadTooLarge when a declared ``shape``'s first dimension exceeds ``max_rows``."""
     if isinstance(shape, (list, tuple)) and shape and isinstance(shape[0], int) and shape[0] > max_rows:
         raise PayloadTooLarge(f"{where}: {shape[0]} rows; a request may have at most {max_rows} "
                               "(--max-rows): send fewer rows per request")
 
 
-def check_count(items: list, what: str) -> None:
+def check_count(items: Sized, what: str) -> None:
     """PayloadTooLarge for a request naming more than :data:`MAX_TENSORS` inputs or outputs."""
     if len(items) > MAX_TENSORS:
         raise PayloadTooLarge(f"the request names {len(items)} {what}; at most {MAX_TENSORS} are accepted")

@@ -21,7 +21,9 @@ bytes are the same as one ``json.dumps``.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -47,7 +49,7 @@ RESPONSE_CHUNK_BYTES = 2**20
 class InferRequest:
     """A decoded infer request: what the model call and the response need, nothing else."""
 
-    inputs: dict[str, np.ndarray]
+    inputs: dict[str, np.ndarray[Any, Any]]
     #: Requested output names in order (empty: all of the model's).
     output_names: list[str] = field(default_factory=list)
     #: Output name -> k of the classification extension.
@@ -65,7 +67,7 @@ class InferRequest:
         return max((int(a.shape[0]) if a.ndim else 0 for a in self.inputs.values()), default=0)
 
 
-def _parameters(obj, where: str) -> dict:
+def _parameters(obj: dict[str, Any], where: str) -> dict[str, Any]:
     params = obj.get("parameters", {})
     if not isinstance(params, dict):
         raise BadRequest(f"{where}: 'parameters' must be an object")
@@ -119,12 +121,14 @@ def parse_infer_request(body: bytes, header_length: str | None, max_rows: int) -
                                  "binary bytes left in the body")
             if "data" in item:
                 raise BadRequest(f"{where}: both 'data' and binary_data_size")
-            inputs[name] = tensor_from_bytes(name, item.get("datatype"), item.get("shape"), binary[pos:pos + size])
+            inputs[name] = tensor_from_bytes(name, item.get("datatype"), item.get("shape"),  # type: ignore[arg-type]
+                                             binary[pos:pos + size])  # (datatype checked there, None included)
             pos += size
         else:
             if "data" not in item:
                 raise BadRequest(f"{where} has neither 'data' nor binary_data_size")
-            inputs[name] = tensor_from_json(name, item.get("datatype"), item.get("shape"), item["data"])
+            inputs[name] = tensor_from_json(name, item.get("datatype"), item.get("shape"),  # type: ignore[arg-type]
+                                            item["data"])  # (datatype checked there, None included)
     if pos != len(binary):
         raise BadRequest(f"{len(binary) - pos} binary bytes after the inputs' binary_data_size")
     out = InferRequest(inputs, binary_default=binary_default, has_id="id" in req, id=req.get("id"))
@@ -163,13 +167,15 @@ def _json_data(array: np.ndarray) -> list[bytes]:
 
 
 def encode_infer_body(model_name: str, model_version: str, request: InferRequest,
-                      outputs) -> tuple[int, list[bytes], list]:
+                      outputs: Iterable[tuple[str, np.ndarray]]) -> tuple[int, list[bytes], list[tuple[bytes, bytes]]]:
     """``(status, body chunks, headers)`` of the V2 infer response to ``request``: JSON, or JSON +
     binary tensors with ``Inference-Header-Content-Length``. The body is the chunks in order
     (one chunk for a small response; a large one is sent chunk by chunk, never joined)."""
-    items, binaries, datas = [], [], []
+    items: list[dict[str, object]] = []
+    binaries: list[bytes] = []
+    datas: list[list[bytes]] = []
     for name, array in outputs:
-        entry = {"name": name, "datatype": datatype_of(array.dtype), "shape": list(array.shape)}
+        entry: dict[str, object] = {"name": name, "datatype": datatype_of(array.dtype), "shape": list(array.shape)}
         if request.binary_of.get(name, request.binary_default):
             data = tensor_to_bytes(array)
             entry["parameters"] = {"binary_data_size": len(data)}
@@ -178,7 +184,7 @@ def encode_infer_body(model_name: str, model_version: str, request: InferRequest
             entry["data"] = None  # placeholder, filled in below without a second dumps of the values
             datas.append(_json_data(array))
         items.append(entry)
-    obj = {"model_name": model_name, "model_version": model_version, "outputs": items}
+    obj: dict[str, object] = {"model_name": model_name, "model_version": model_version, "outputs": items}
     if request.has_id:
         obj["id"] = request.id
     head = json.dumps(obj, separators=(",", ":")).encode()
@@ -188,8 +194,8 @@ def encode_infer_body(model_name: str, model_version: str, request: InferRequest
         # the split finds exactly the placeholders, in output order.
         text = head.split(b'"data":null')
         chunks = [text[0]]
-        for data, rest in zip(datas, text[1:], strict=True):
-            chunks += [b'"data":', *data, rest]
+        for pieces, rest in zip(datas, text[1:], strict=True):
+            chunks += [b'"data":', *pieces, rest]
         if sum(len(c) for c in chunks) <= RESPONSE_CHUNK_BYTES:
             chunks = [b"".join(chunks)]
     if not binaries:
