@@ -36,8 +36,9 @@ Cost functions register by artifact kind in :data:`COST_MODELS` (``"bnc"``, ``"d
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Callable
+from typing import Any, Protocol, SupportsInt
 
 from bnc_deploy.errors import ArtifactError
 
@@ -79,9 +80,9 @@ class CostReport:
     n_ops: int
     argmax_comparisons: int = 0
     addressing_ops: int = 0
-    lines: list = field(default_factory=list)
+    lines: list[tuple[str, int, str]] = field(default_factory=list)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     def format(self) -> str:
@@ -90,21 +91,22 @@ class CostReport:
         return "\n".join(f"  {label:<{width}}  {value:>12,}  {note}" for label, value, note in self.lines)
 
 
-#: Artifact kind -> cost function(artifact) -> CostReport.
-COST_MODELS: dict[str, Callable[[object], CostReport]] = {}
+#: Artifact kind -> cost function(artifact) -> CostReport. Each function takes the artifacts of its
+#: own kind (their classes are not imported here), hence ``Any``.
+COST_MODELS: dict[str, Callable[[Any], CostReport]] = {}
 #: Artifact kind -> cost function(an exported file's metadata dict) -> CostReport.
-METADATA_COST_MODELS: dict[str, Callable[[dict], CostReport]] = {}
+METADATA_COST_MODELS: dict[str, Callable[[Mapping[str, Any]], CostReport]] = {}
 
 
-def register_cost_model(kind: str, function: Callable[[object], CostReport],
-                        from_metadata: Callable[[dict], CostReport] | None = None) -> None:
+def register_cost_model(kind: str, function: Callable[[Any], CostReport],
+                        from_metadata: Callable[[Mapping[str, Any]], CostReport] | None = None) -> None:
     """Add or replace the cost functions of an artifact kind (from the artifact, from a file's metadata)."""
     COST_MODELS[kind] = function
     if from_metadata is not None:
         METADATA_COST_MODELS[kind] = from_metadata
 
 
-def analytic_costs(artifact) -> CostReport:
+def analytic_costs(artifact: object) -> CostReport:
     """Costs of an artifact by its kind; ArtifactError naming the kind if none is registered."""
     kind = getattr(artifact, "kind", None)
     if kind not in COST_MODELS:
@@ -113,7 +115,8 @@ def analytic_costs(artifact) -> CostReport:
 
 
 # -- Bayesian network classifiers -------------------------------------------------------------------
-def bnc_cost_terms(cardinalities, parents, n_classes: int, bits: int) -> CostReport:
+def bnc_cost_terms(cardinalities: Iterable[SupportsInt], parents: Iterable[SupportsInt], n_classes: int,
+                   bits: int) -> CostReport:
     """BNC costs from the structure alone (pure function: no artifact needed).
 
     Parameters
@@ -125,11 +128,11 @@ def bnc_cost_terms(cardinalities, parents, n_classes: int, bits: int) -> CostRep
         Bits per parameter (32 for float models).
     """
     cards = [int(c) for c in cardinalities]
-    parents = [int(p) for p in parents]
+    pa = [int(p) for p in parents]
     d, c = len(cards), int(n_classes)
-    rows = sum(card * (cards[p] if p >= 0 else 1) for card, p in zip(cards, parents))
+    rows = sum(card * (cards[p] if p >= 0 else 1) for card, p in zip(cards, pa))
     n_parameters = c * (1 + rows)
-    n_with_parent = sum(p >= 0 for p in parents)
+    n_with_parent = sum(p >= 0 for p in pa)
     addressing = d + 2 * n_with_parent
     report = CostReport(kind="bnc", n_parameters=n_parameters, bits_per_parameter=int(bits),
                         size_bits=n_parameters * int(bits), n_ops=d * c, argmax_comparisons=max(c - 1, 0),
@@ -147,13 +150,29 @@ def bnc_cost_terms(cardinalities, parents, n_classes: int, bits: int) -> CostRep
     return report
 
 
-def bnc_costs(artifact) -> CostReport:
+class BNCStructure(Protocol):
+    """What :func:`bnc_costs` reads of a BNC artifact (a protocol: this module imports no artifact code)."""
+
+    @property
+    def cardinalities(self) -> Iterable[SupportsInt]: ...
+
+    @property
+    def parents(self) -> Iterable[SupportsInt]: ...
+
+    @property
+    def n_classes(self) -> int: ...
+
+    @property
+    def bits_per_parameter(self) -> int: ...
+
+
+def bnc_costs(artifact: BNCStructure) -> CostReport:
     """Costs of a :class:`~bnc_deploy.artifacts.bnc.BNCArtifact` (agrees with its ``size_bits``/``n_ops``)."""
     return bnc_cost_terms(artifact.cardinalities, artifact.parents, artifact.n_classes,
                           artifact.bits_per_parameter)
 
 
-def bnc_costs_from_metadata(meta: dict) -> CostReport:
+def bnc_costs_from_metadata(meta: Mapping[str, Any]) -> CostReport:
     """Costs from an exported file's ``bnc_deploy`` metadata (cardinalities, parents, classes, bits)."""
     return bnc_cost_terms(meta["cardinalities"], meta["parents"], len(meta["class_names"]), int(meta["bits"]))
 
@@ -179,8 +198,8 @@ class Conv2D:
 
     in_channels: int
     out_channels: int
-    kernel: tuple
-    out_hw: tuple
+    kernel: tuple[int, int]
+    out_hw: tuple[int, int]
     groups: int = 1
     batch_norm: bool = False
     bias: bool = False
@@ -193,14 +212,14 @@ class Free:
     name: str = "activation"
 
 
-def dnn_costs(layers, bits: int) -> CostReport:
+def dnn_costs(layers: Sequence[Dense | Conv2D | Free], bits: int) -> CostReport:
     """DNN costs for a layer list (``Dense``, ``Conv2D``, ``Free``) at ``bits`` bits per weight.
 
     bits = B x weights + 64 x batch-norm units + 32 x biases;
     ops  = MACs + batch-norm outputs + bias outputs (pooling/activations free).
     """
     weights = macs = bn_units = bn_outputs = biases = bias_outputs = 0
-    lines = []
+    lines: list[tuple[str, int, str]] = []
     for k, layer in enumerate(layers):
         if isinstance(layer, Dense):
             w, m, outputs, units = layer.n_in * layer.n_out, layer.n_in * layer.n_out, layer.n_out, layer.n_out
@@ -230,10 +249,10 @@ def dnn_costs(layers, bits: int) -> CostReport:
         lines.append((f"layer {k}", m, note))
     size = int(bits) * weights + DNN_BATCH_NORM_BITS * bn_units + DNN_BIAS_BITS * biases
     ops = macs + bn_outputs + bias_outputs
-    outputs = [layer.n_out if isinstance(layer, Dense) else layer.out_channels
-               for layer in layers if isinstance(layer, (Dense, Conv2D))]
+    widths = [layer.n_out if isinstance(layer, Dense) else layer.out_channels
+              for layer in layers if isinstance(layer, (Dense, Conv2D))]
     report = CostReport(kind="dnn", n_parameters=weights, bits_per_parameter=int(bits), size_bits=size, n_ops=ops,
-                        argmax_comparisons=max(outputs[-1] - 1, 0) if outputs else 0)
+                        argmax_comparisons=max(widths[-1] - 1, 0) if widths else 0)
     report.lines = lines + [
         ("weights", weights, f"x {bits} bits"),
         ("batch-norm units", bn_units, f"x {DNN_BATCH_NORM_BITS} bits, {bn_outputs:,} ops"),
@@ -244,7 +263,8 @@ def dnn_costs(layers, bits: int) -> CostReport:
     return report
 
 
-def fc_dnn_costs(n_inputs: int, hidden: list[int], n_classes: int, bits: int, batch_norm: bool = True) -> CostReport:
+def fc_dnn_costs(n_inputs: int, hidden: Iterable[int], n_classes: int, bits: int,
+                 batch_norm: bool = True) -> CostReport:
     """The paper's fully connected DNN: hidden layers with batch norm, output layer with bias."""
     sizes = [n_inputs, *hidden, n_classes]
     layers = [Dense(a, b, batch_norm=batch_norm and i < len(sizes) - 2, bias=i == len(sizes) - 2)
@@ -253,19 +273,30 @@ def fc_dnn_costs(n_inputs: int, hidden: list[int], n_classes: int, bits: int, ba
 
 
 # -- DNN artifacts and exported DNN files ----------------------------------------------------------
-def dnn_artifact_costs(artifact) -> CostReport:
+class CostedArtifact(Protocol):
+    """An artifact that computes its own costs (a DNN artifact from its layer list)."""
+
+    def costs(self) -> CostReport: ...
+
+
+def dnn_artifact_costs(artifact: CostedArtifact) -> CostReport:
     """Costs of a :class:`~bnc_deploy.artifacts.dnn.DNNArtifact` (its layer list, ``B`` bits)."""
     return artifact.costs()
 
 
-def dnn_layers_from_metadata(meta: dict) -> list:
+def dnn_layers_from_metadata(meta: Mapping[str, Any]) -> list[Dense | Conv2D | Free]:
     """The cost layer list of an exported DNN from its metadata (``layers``, ``image_shape``).
 
     Convolutions are 3x3 'same' (output = input positions), pooled 2x2 (floor) when ``pool``.
+    Missing keys raise KeyError (reported as incomplete metadata), ``image_shape`` too when a
+    convolution needs it.
     """
-    layers, hw = [], tuple(meta["image_shape"]) if meta.get("image_shape") else None
+    layers: list[Dense | Conv2D | Free] = []
+    hw: tuple[int, int] | None = tuple(meta["image_shape"]) if meta.get("image_shape") else None
     for spec in meta["layers"]:
         if spec["type"] == "conv2d":
+            if hw is None:  # was a TypeError on None further on; callers report a KeyError as a missing key
+                raise KeyError("image_shape")
             layers.append(Conv2D(spec["in"], spec["out"], (3, 3), hw, batch_norm=spec["batch_norm"],
                                  bias=spec["bias"]))
             layers.append(Free(f"{spec['activation']} + 2x2 max-pool" if spec["pool"] else str(spec["activation"])))
@@ -278,12 +309,12 @@ def dnn_layers_from_metadata(meta: dict) -> list:
     return layers
 
 
-def dnn_costs_from_metadata(meta: dict) -> CostReport:
+def dnn_costs_from_metadata(meta: Mapping[str, Any]) -> CostReport:
     """Costs from an exported DNN file's ``bnc_deploy`` metadata."""
     return dnn_costs(dnn_layers_from_metadata(meta), int(meta["weight_bits"]))
 
 
-def costs_from_metadata(meta: dict) -> CostReport:
+def costs_from_metadata(meta: Mapping[str, Any]) -> CostReport:
     """Analytic costs of an exported file of any kind, from its metadata (``model_kind``; absent: BN)."""
     kind = meta.get("model_kind", "bnc")
     if kind not in METADATA_COST_MODELS:

@@ -30,10 +30,10 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
 from bnc_deploy.errors import OutputError
 
@@ -48,7 +48,8 @@ class Published:
     owned: bool
 
 
-def check_output_path(path: str | os.PathLike, *, inputs: tuple = (), what: str = "output") -> Path:
+def check_output_path(path: str | os.PathLike[str], *, inputs: tuple[str | os.PathLike[str] | None, ...] = (),
+                      what: str = "output") -> Path:
     """Check, before any work, that ``path`` can be written and is none of ``inputs``.
 
     Creates missing parent folders (as the writers do). Raises OutputError naming the path.
@@ -81,7 +82,7 @@ def _same_file(a: Path, b: Path) -> bool:
 
 
 @contextmanager
-def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
     """A unique temporary path beside ``path`` for a writer that needs a file name (e.g. a zip).
 
     The body writes the temporary file; :func:`publish` must be called on it before the block
@@ -113,7 +114,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
             pass
 
 
-def publish(tmp: Path, path: str | os.PathLike, *, expected_sha256: str | None = None) -> Published:
+def publish(tmp: Path, path: str | os.PathLike[str], *, expected_sha256: str | None = None) -> Published:
     """fsync ``tmp``, check its bytes (against ``expected_sha256`` when given), move it to ``path``.
 
     Raises OutputError (nothing published, ``tmp`` left for the caller's clean-up) when the bytes
@@ -142,7 +143,7 @@ def publish(tmp: Path, path: str | os.PathLike, *, expected_sha256: str | None =
     return Published(path=path, bytes=len(data), sha256=digest, owned=owned)
 
 
-def holds(path: str | os.PathLike, sha256: str) -> bool:
+def holds(path: str | os.PathLike[str], sha256: str) -> bool:
     """Whether the file at ``path`` now holds the bytes with digest ``sha256`` (False if missing).
 
     A writer calls it just before reporting a file as written: False means another writer has
@@ -158,7 +159,7 @@ def holds(path: str | os.PathLike, sha256: str) -> bool:
     return digest.hexdigest() == sha256
 
 
-def stray_temporaries(path: str | os.PathLike) -> list[Path]:
+def stray_temporaries(path: str | os.PathLike[str]) -> list[Path]:
     """Temporary files of writers to ``path`` (``.NAME.*.tmp*`` beside it): a writer's in flight,
     or one left by a writer killed with SIGKILL. Delete them only when no writer is running."""
     path = Path(path)
@@ -191,7 +192,7 @@ def _umask() -> int:
     return mask
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Published:
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Published:
     """Write ``data`` to ``path`` atomically (see the module docstring); return what was published."""
     digest = hashlib.sha256(data).hexdigest()
     with atomic_path(path) as tmp:
@@ -203,7 +204,7 @@ def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Published:
         return publish(tmp, path, expected_sha256=digest)
 
 
-def atomic_write_with(path: str | os.PathLike, write: Callable[[Path], None]) -> Published:
+def atomic_write_with(path: str | os.PathLike[str], write: Callable[[Path], None]) -> Published:
     """Let ``write(tmp_path)`` produce the file, then publish it atomically (zip files, plots)."""
     with atomic_path(path) as tmp:
         try:
@@ -231,7 +232,7 @@ def _fsync_folder(folder: Path) -> None:
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
-def find_folder(explicit: str | os.PathLike | None, env_var: str, relative: Path,
+def find_folder(explicit: str | os.PathLike[str] | None, env_var: str, relative: Path,
                 explicit_name: str) -> tuple[Path | None, str, str]:
     """The first existing folder of: ``explicit``; else ``$env_var``; else ``relative`` to the
     current directory and to :data:`REPO_ROOT`. Returns ``(folder or None, how it was looked for,

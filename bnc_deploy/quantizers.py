@@ -17,18 +17,21 @@ with ``B_I`` integer bits and ``B_F`` fractional bits (``B_F`` may be negative: 
 every ``2**-B_F``-th integer is reachable). A quantized value is stored as an unsigned integer
 code with ``theta_q = -code * 2**-B_F`` and ``code in 0 .. 2**(B_I+B_F) - 1``, so codes fit uint8.
 
-The torch side (:func:`bnc_deploy.models.ste.fixed_point_ste`) uses the straight-through estimator: the forward pass returns ``q(theta)``
-*exactly* (not ``theta + (q - theta).detach()``, whose float rounding can be one ulp off the
-grid, which would break bit-exact export), the backward pass is the identity.
+The torch side (:func:`bnc_deploy.models.ste.fixed_point_ste`) uses the straight-through estimator:
+the forward pass returns ``q(theta)`` *exactly* (not ``theta + (q - theta).detach()``, whose float
+rounding can be one ulp off the grid, which would break bit-exact export), the backward pass is the
+identity.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
-from bnc_deploy.errors import UnsupportedBitWidth
+from bnc_deploy.errors import UnsupportedBitWidth as UnsupportedBitWidth  # re-exported: callers import it from here
 
 #: Supported ranges (paper, Sec. V-B): total bits 1..8, integer bits 1..6.
 MIN_TOTAL_BITS, MAX_TOTAL_BITS = 1, 8
@@ -79,19 +82,20 @@ class FixedPointLogQuantizer:
     @property
     def max_code(self) -> int:
         """Largest code ``2**B - 1``; ``U = max_code * step``."""
-        return 2 ** self.total_bits - 1
+        # cast: typeshed types ``int ** int`` as Any (a negative exponent gives a float); total_bits >= 1.
+        return cast(int, 2 ** self.total_bits - 1)
 
     @property
     def max_magnitude(self) -> float:
         """``U = 2**B_I - 2**-B_F``, the largest representable ``|theta_q|``."""
         return float(2.0 ** self.int_bits - self.step)
 
-    def levels(self) -> np.ndarray:
+    def levels(self) -> NDArray[np.float64]:
         """All representable values, shape (2**B,), from 0 down to -U."""
         return -np.arange(self.max_code + 1, dtype=np.float64) * self.step
 
     # -- numpy --------------------------------------------------------------------------------
-    def to_codes(self, theta: np.ndarray) -> np.ndarray:
+    def to_codes(self, theta: ArrayLike) -> NDArray[np.uint8]:
         """Quantize log-probabilities to codes: ``code = clip(round(-theta * 2**B_F), 0, 2**B - 1)``.
 
         ``theta`` of any shape (float, <= 0 expected; positive values clip to code 0).
@@ -103,18 +107,18 @@ class FixedPointLogQuantizer:
         codes = np.clip(np.round(-theta * 2.0 ** self.frac_bits), 0, self.max_code)
         return codes.astype(np.uint8)
 
-    def from_codes(self, codes: np.ndarray) -> np.ndarray:
+    def from_codes(self, codes: ArrayLike) -> NDArray[np.float64]:
         """Dequantize codes to ``theta_q = -code * 2**-B_F`` (float64, exact)."""
         codes = np.asarray(codes)
         if codes.size and int(codes.max()) > self.max_code:
             raise ValueError(f"code {int(codes.max())} exceeds {self.max_code} for {self}")
         return -codes.astype(np.float64) * self.step
 
-    def quantize(self, theta: np.ndarray) -> np.ndarray:
+    def quantize(self, theta: ArrayLike) -> NDArray[np.float64]:
         """``q(theta)`` in numpy (float64)."""
         return self.from_codes(self.to_codes(theta))
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, int]:
         return {"total_bits": self.total_bits, "int_bits": self.int_bits, "frac_bits": self.frac_bits}
 
     def __str__(self) -> str:
@@ -196,7 +200,8 @@ class DoReFaWeightQuantizer:
     @property
     def max_code(self) -> int:
         """``M = 2**B - 1``, the largest code magnitude (codes are odd, ``-M..M``)."""
-        return 2 ** self.bits - 1
+        # cast: typeshed types ``int ** int`` as Any (a negative exponent gives a float); bits >= 1.
+        return cast(int, 2 ** self.bits - 1)
 
     @property
     def scale(self) -> float:
@@ -204,20 +209,20 @@ class DoReFaWeightQuantizer:
         return 1.0 / self.max_code
 
     @property
-    def code_dtype(self) -> np.dtype:
+    def code_dtype(self) -> np.dtype[np.int8 | np.int16]:
         """int8 for ``B <= 7`` (``|code| <= 127``), int16 for ``B = 8`` (``|code| <= 255``)."""
         return np.dtype(np.int8 if self.max_code <= 127 else np.int16)
 
-    def codes(self) -> np.ndarray:
+    def codes(self) -> NDArray[np.int8 | np.int16]:
         """All codes, ascending: shape (2**B,), the odd integers ``-M, -M+2, ..., M``."""
         return np.arange(-self.max_code, self.max_code + 1, 2).astype(self.code_dtype)
 
-    def levels(self) -> np.ndarray:
+    def levels(self) -> NDArray[np.float64]:
         """All representable values, ascending: shape (2**B,), float64, from -1 to 1, symmetric."""
         return self.from_codes(self.codes())
 
     # -- numpy --------------------------------------------------------------------------------
-    def to_codes(self, w) -> np.ndarray:
+    def to_codes(self, w: ArrayLike) -> NDArray[np.int8 | np.int16]:
         """Quantize weights to odd integer codes.
 
         Parameters
@@ -230,18 +235,19 @@ class DoReFaWeightQuantizer:
         codes : ndarray of :attr:`code_dtype`, same shape as ``w``
             Odd integers in ``-M..M``; ``w >= 0`` gives a positive code for every ``B``.
         """
-        w = np.asarray(w, dtype=np.float64)
-        if not np.all(np.isfinite(w)):
+        # A new name, not ``w``: reassigning the ArrayLike parameter would lose the ndarray type.
+        weights = np.asarray(w, dtype=np.float64)
+        if not np.all(np.isfinite(weights)):
             raise ValueError("cannot quantize non-finite weights")
-        w = np.clip(w, -1.0, 1.0)
+        weights = np.clip(weights, -1.0, 1.0)
         if self.bits == 1:
             # sign with sign(0) = +1 (the DoReFa formula would give -1 at the tie w = 0).
-            return np.where(w >= 0.0, 1, -1).astype(self.code_dtype)
+            return np.where(weights >= 0.0, 1, -1).astype(self.code_dtype)
         # Float64, this exact order, half to even: the torch forward repeats it op for op.
-        k = np.round(((w + 1.0) / 2.0) * self.max_code)
+        k = np.round(((weights + 1.0) / 2.0) * self.max_code)
         return (2.0 * k - self.max_code).astype(self.code_dtype)
 
-    def from_codes(self, codes) -> np.ndarray:
+    def from_codes(self, codes: ArrayLike) -> NDArray[np.float64]:
         """Dequantize codes to ``code / M`` (float64, correctly rounded).
 
         Parameters
@@ -266,11 +272,11 @@ class DoReFaWeightQuantizer:
                                  f"{values[values % 2 == 0].flat[0]:.0f}")
         return values / self.max_code
 
-    def quantize(self, w) -> np.ndarray:
+    def quantize(self, w: ArrayLike) -> NDArray[np.float64]:
         """``q_DNN(w)`` in numpy: ``from_codes(to_codes(w))``, float64, same shape as ``w``."""
         return self.from_codes(self.to_codes(w))
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, str | int | float]:
         return {"quantizer": "dorefa_weights", "bits": self.bits, "max_code": self.max_code,
                 "scale": self.scale, "n_levels": 2 ** self.bits, "code_dtype": self.code_dtype.name}
 
@@ -279,7 +285,7 @@ class DoReFaWeightQuantizer:
         return f"DoReFaWeightQuantizer(B={self.bits}, codes=odd -{m}..{m}, scale=1/{m})"
 
 
-def sign_activation(a) -> np.ndarray:
+def sign_activation(a: ArrayLike) -> NDArray[np.float64]:
     """Deterministic sign activation: ``+1.0`` where ``a >= 0``, else ``-1.0``.
 
     Parameters

@@ -6,14 +6,19 @@ find the bad input; nothing is clipped or wrapped silently.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 from bnc_deploy.errors import InputError
 
 __all__ = ["InputError", "check_codes", "out_of_range"]
 
 
-def check_codes(x, cardinalities: np.ndarray, feature_names=None, where: str = "input") -> np.ndarray:
+def check_codes(x: ArrayLike, cardinalities: ArrayLike, feature_names: Sequence[str] | None = None,
+                where: str = "input") -> NDArray[np.int64]:
     """Validate discrete feature codes; return them as an int64 array of shape (n, n_features).
 
     Parameters
@@ -33,7 +38,8 @@ def check_codes(x, cardinalities: np.ndarray, feature_names=None, where: str = "
     if arr.ndim != 2 or arr.shape[1] != d:
         raise InputError(f"{where}: expected discrete features of shape (n, {d}), got shape {arr.shape}")
     if arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer):
-        if np.issubdtype(arr.dtype, np.floating) and arr.size and np.all(np.isfinite(arr)) and np.all(arr == np.round(arr)):
+        if (np.issubdtype(arr.dtype, np.floating) and arr.size and np.all(np.isfinite(arr))
+                and np.all(arr == np.round(arr))):
             hint = " (whole-valued floats: cast with .astype(int) if they are codes)"
         else:
             hint = ""
@@ -49,20 +55,20 @@ def check_codes(x, cardinalities: np.ndarray, feature_names=None, where: str = "
     return arr.astype(np.int64, copy=False)
 
 
-def out_of_range(values: np.ndarray, limits) -> np.ndarray:
+def out_of_range(values: NDArray[np.integer[Any]], limits: ArrayLike) -> NDArray[np.bool_]:
     """Mask of integer ``values`` outside ``0 .. limits - 1`` (broadcast), exact for every integer dtype.
 
     Unsigned values are compared as unsigned (no wrap-around of uint64 values above 2^63 - 1), signed
     ones as int64; ``limits`` are positive.
     """
-    limits = np.asarray(limits, dtype=np.int64)
+    bounds = np.asarray(limits, dtype=np.int64)
     if np.issubdtype(values.dtype, np.unsignedinteger):
-        return values.astype(np.uint64, copy=False) >= np.maximum(limits, 0).astype(np.uint64)
+        return values.astype(np.uint64, copy=False) >= np.maximum(bounds, 0).astype(np.uint64)
     values = values.astype(np.int64, copy=False)
-    return (values < 0) | (values >= limits)
+    return (values < 0) | (values >= bounds)
 
 
-def random_valid_codes(cardinalities, n: int, seed: int = 0) -> np.ndarray:
+def random_valid_codes(cardinalities: ArrayLike, n: int, seed: int = 0) -> NDArray[np.int64]:
     """``n`` seeded random valid code rows, int64 (n, D), for verifying and calibrating exports.
 
     The first two rows are the all-zero and the all-maximum codes (the first and last rows of

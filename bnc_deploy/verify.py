@@ -9,8 +9,9 @@ Every exported file reaches disk through :func:`export_file`, whatever its model
     -> run the verification rows, compare scores and labels with the artifact's reference predictor
     -> publish atomically (os.replace) only if a file that promises exactness is exact
 
-Verification rows are the caller's rows (``bnc-export --data``'s test split), else the check set
-stored in the model, plus :data:`N_RANDOM_ROWS` seeded random valid rows (the first two are the
+Verification rows (:func:`bnc_deploy.formats.checkset.verification_rows`) are the caller's rows
+(``bnc-export --data``'s test split), else the check set stored in the model, plus
+:data:`~bnc_deploy.formats.checkset.N_RANDOM_ROWS` seeded random valid rows (the first two are the
 all-zero and all-maximum rows: the first and last table rows). Raw-input files (metadata ``input
 = "raw"``) are fed the raw value on the upper edge of each row's bins
 (:func:`bnc_deploy.formats.bnc.raw_representatives`), and the reference codes are what the
@@ -39,46 +40,39 @@ from __future__ import annotations
 import hashlib
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 from bnc_deploy.autolowering import choose_lowering, wants_auto
 from bnc_deploy.errors import ExportError, InputError, RuntimeLoadError
 from bnc_deploy.exporters.base import exporter_for
 from bnc_deploy.fileio import atomic_path, publish
+from bnc_deploy.formats.checkset import N_RANDOM_ROWS, verification_rows
 from bnc_deploy.formats.integrity import SCHEME_HMAC, SCHEME_SHA256, seal
 from bnc_deploy.formats.metadata import INPUT_RAW
 from bnc_deploy.reference import reference_predictor
-from bnc_deploy.validation import random_valid_codes
 
-#: Seeded random valid rows added to every verification.
-N_RANDOM_ROWS = 256
+if TYPE_CHECKING:
+    from bnc_deploy.artifacts.bnc import BNCArtifact
+    from bnc_deploy.artifacts.dnn import DNNArtifact
+
+__all__ = ["N_RANDOM_ROWS", "VerificationError", "build", "export_file", "export_path", "verification_rows",
+           "verify_file"]
 
 
 class VerificationError(ExportError):
     """An export that promises exactness differs from the reference (or agrees on too few labels);
     nothing was published. ``report`` holds the full comparison."""
 
-    def __init__(self, message: str, report: dict) -> None:
+    def __init__(self, message: str, report: dict[str, Any]) -> None:
         super().__init__(message)
         self.report = report
 
 
-def random_rows(artifact, n: int = N_RANDOM_ROWS, seed: int = 0) -> np.ndarray:
-    """``n`` seeded random valid code rows, int64 (n, D); the first two are all-zero and all-maximum."""
-    return random_valid_codes(artifact.cardinalities, n, seed)
-
-
-def verification_rows(artifact, rows=None, n_random: int = N_RANDOM_ROWS, seed: int = 0) -> tuple[np.ndarray, int]:
-    """``(rows (n, D) int64, n_given)``: the given rows (else the check set), then random rows."""
-    given = rows if rows is not None else artifact.check_x
-    parts = [] if given is None else [np.asarray(given, dtype=np.int64).reshape(-1, artifact.n_features)]
-    n_given = int(parts[0].shape[0]) if parts else 0
-    parts.append(random_rows(artifact, n_random, seed))
-    return np.concatenate(parts), n_given
-
-
-def build(artifact, format: str, *, key: bytes | None = None, **options) -> tuple[bytes, dict]:
+def build(artifact: BNCArtifact | DNNArtifact, format: str, *, key: bytes | None = None,
+          **options: Any) -> tuple[bytes, dict[str, Any]]:
     """The exported file's bytes, sealed, and the resolved options (nothing written, nothing run).
 
     The exporter's bytes carry the ``integrity`` placeholder; it is filled in here with the
@@ -89,9 +83,9 @@ def build(artifact, format: str, *, key: bytes | None = None, **options) -> tupl
     return seal(spec.build(artifact, **resolved), key), resolved
 
 
-def export_file(artifact, path: str | os.PathLike, format: str, *, rows=None, labels=None,
-                min_agreement: float | None = None, n_random: int = N_RANDOM_ROWS, key: bytes | None = None,
-                **options) -> dict:
+def export_file(artifact: BNCArtifact | DNNArtifact, path: str | os.PathLike[str], format: str, *,
+                rows: ArrayLike | None = None, labels: ArrayLike | None = None, min_agreement: float | None = None,
+                n_random: int = N_RANDOM_ROWS, key: bytes | None = None, **options: Any) -> dict[str, Any]:
     """Build, verify and publish ``artifact`` as a ``format`` file at ``path``; return the report.
 
     ``rows``/``labels``: rows to verify on and their true labels (default: the check set stored
@@ -103,7 +97,7 @@ def export_file(artifact, path: str | os.PathLike, format: str, *, rows=None, la
     OutputError when ``path`` cannot be written. In every failure nothing is published.
     """
     spec = exporter_for(artifact.kind, format)
-    auto = None
+    auto: dict[str, Any] | None = None
     if wants_auto(options):                       # time the candidate lowerings first (bnc_deploy.autolowering)
         options, auto = choose_lowering(artifact, format, options, build=build, key=key)
     data, _ = build(artifact, format, key=key, **options)
@@ -132,8 +126,9 @@ def export_file(artifact, path: str | os.PathLike, format: str, *, rows=None, la
     return report
 
 
-def verify_file(artifact, path: str | os.PathLike, runtime: str, *, rows=None, labels=None,
-                n_random: int = N_RANDOM_ROWS, key: bytes | None = None) -> dict:
+def verify_file(artifact: BNCArtifact | DNNArtifact, path: str | os.PathLike[str], runtime: str, *,
+                rows: ArrayLike | None = None, labels: ArrayLike | None = None, n_random: int = N_RANDOM_ROWS,
+                key: bytes | None = None) -> dict[str, Any]:
     """Run ``path`` in ``runtime`` on the verification rows and compare with the reference.
 
     The runtime checks the file's seal on load (``key``: the one it was signed with)."""
@@ -146,7 +141,8 @@ def verify_file(artifact, path: str | os.PathLike, runtime: str, *, rows=None, l
     meta = rt.metadata
     x, n_given = verification_rows(artifact, rows, n_random)
     reference = reference_predictor(artifact)
-    fed, codes = x, x
+    fed: NDArray[np.int64] | NDArray[np.float32] = x
+    codes = x
     if meta.get("input") == INPUT_RAW:
         from bnc_deploy.formats.bnc import raw_representatives
 
@@ -163,7 +159,7 @@ def verify_file(artifact, path: str | os.PathLike, runtime: str, *, rows=None, l
     differ = label != ref_label
     identical = bool(np.array_equal(scores, ref_scores))
     exact_expected = bool(meta.get("exact"))
-    report = {
+    report: dict[str, Any] = {
         "model_kind": artifact.kind, "lowering": meta.get("lowering"), "runtime": runtime, "metadata": meta,
         "exact_expected": exact_expected, "exact": bool(identical and not differ.any()),
         "n_rows": n_given, "n_random_rows": int(len(x) - n_given), "n_verified": int(len(x)),
@@ -186,6 +182,7 @@ def verify_file(artifact, path: str | os.PathLike, runtime: str, *, rows=None, l
     return report
 
 
-def export_path(artifact, path: str | os.PathLike, format: str, **options) -> Path:
+def export_path(artifact: BNCArtifact | DNNArtifact, path: str | os.PathLike[str], format: str,
+                **options: Any) -> Path:
     """:func:`export_file` returning only the published path (for scripts and tests)."""
     return Path(export_file(artifact, path, format, **options)["path"])

@@ -4,11 +4,12 @@ A private helper module (the leading underscore keeps the exporter registry from
 an exporter). ``ONNX_LOWERING`` is the same ``--lowering`` flag with the ONNX-only choices added
 (``gather-grouped``): the CLI merges the choices of every exporter, and an exporter that does not
 offer a lowering refuses it by name (``formats.bnc.check_lowering`` against its own list).
+``RAW_INPUTS_NEED_DISCRETIZER`` is the refusal every exporter declaring ``RAW_INPUTS`` declares too.
 """
 
 from __future__ import annotations
 
-from bnc_deploy.exporters.base import Option
+from bnc_deploy.exporters.base import Option, Refusal
 
 from bnc_deploy.formats.bnc import AUTO_LOWERING, LOWERINGS, ONNX_LOWERINGS
 
@@ -26,3 +27,16 @@ LOWERING_TIMINGS = Option("lowering_timings", "str", None, internal=True,
                           help="--lowering auto's measurements (JSON), written by the verifier into the metadata")
 RAW_INPUTS = Option("raw_inputs", "bool", False,
                     help="embed the model's discretizer: the file takes raw float32 feature values")
+
+
+def stores_no_discretizer(artifact) -> bool:
+    """A model trained on discrete codes: it has no cut points to embed."""
+    return getattr(artifact, "discretizer", None) is None
+
+
+#: ``formats.bnc.raw_cut_points`` raises it for every exporter that declares ``RAW_INPUTS``.
+RAW_INPUTS_NEED_DISCRETIZER = Refusal(
+    "--raw-inputs embeds the model's discretizer (its cut points) in the file; a model trained on "
+    "discrete codes stores none, so there is nothing to bin raw values with",
+    r"--raw-inputs needs a model trained on raw values", options={"raw_inputs": True},
+    models=stores_no_discretizer)

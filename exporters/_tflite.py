@@ -13,11 +13,13 @@ from __future__ import annotations
 import os
 import platform
 import re
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
-from bnc_deploy.formats.tflite import captured_native_stderr
 from bnc_deploy.errors import ExportError, MissingExtraError
+from bnc_deploy.formats.tflite import captured_native_stderr, inspect_tflite
 
 #: Largest int8 weight (TFLite int8 weights are symmetric: -127..127, zero point 0).
 INT8_WEIGHT_MAX = 127
@@ -36,6 +38,19 @@ def tensorflow():
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise MissingExtraError("TFLite export", "convert", exc) from None
     return tf
+
+
+def check_builtin_ops(summary, int8_refused=COMPARISON_OPS) -> None:
+    """ExportError unless every operator of a converted file (``formats.tflite.inspect_tflite``) is
+    a builtin that is not forbidden (no Flex/custom ops, no ONE_HOT) and none of ``int8_refused``
+    has an int8 operand (LiteRT aborts the process on an int8 comparison)."""
+    bad = [n for n in summary.op_names if n.startswith("CUSTOM") or n in FORBIDDEN_OPS or "FLEX" in n.upper()]
+    if bad:
+        raise ExportError(f"converted model uses non-builtin or forbidden operators {sorted(set(bad))}")
+    for op in summary.ops:
+        if op.name in int8_refused and any(i >= 0 and summary.tensors[i].dtype == "INT8" for i in op.inputs):
+            raise ExportError(f"the converter left {op.name} (op #{op.index}) on int8 operands, which LiteRT "
+                              "cannot run; please report this with your TensorFlow version")
 
 
 def fake_quant(tf, value, low: float, high: float, narrow: bool = False):
@@ -175,6 +190,15 @@ def check_micro_contract(summary, batch_shape: list) -> None:
     x = summary.tensors[summary.inputs[0]]
     if list(x.shape_signature) != list(batch_shape):
         raise ExportError(f"micro input shape {x.shape_signature}, expected the static {batch_shape}")
+
+
+def check_profile_contract(summary, profile: str, n_features: int, web_batch: int = WEB_BATCH) -> None:
+    """The profile's own checks of a converted file: micro (TFLM operators and types, static
+    ``[1, D]``) or web (no int64 tensor, static ``[web_batch, D]``); nothing for the default."""
+    if profile == "micro":
+        check_micro_contract(summary, [MICRO_BATCH, n_features])
+    if profile == "web":
+        check_web_contract(summary, [web_batch, n_features])
 
 
 def micro_metadata(summary) -> dict:
@@ -375,3 +399,29 @@ def finish_with_metadata(converted: bytes, meta: dict, standard: bool, **kwargs)
     buffer, files = standard_metadata(meta)
     model = finish_flatbuffer(converted, meta, extra_metadata={TFLITE_METADATA: buffer}, **kwargs)
     return append_associated_files(model, files)
+
+
+def finish_export(converted: bytes, extra: dict, make_meta: Callable[[dict], dict], check: Callable[[bytes], Any], *,
+                  profile: str, web_batch: int | None, standard: bool, n_features: int, **kwargs) -> bytes:
+    """The finished file of either TFLite exporter, from the converter's flatbuffer.
+
+    ``extra`` (the exporter's own metadata entries) gets the profile's (micro: TFLM's operators
+    and guard; web: the static batch ``web_batch``) and, with ``standard``, the note on the
+    standard metadata; ``make_meta(extra)`` makes the export metadata, which is embedded
+    (:func:`finish_with_metadata` with ``kwargs``), and ``check(model)`` checks the file against
+    the exporter's contract. A micro file's tensor arena is then measured on that file (it holds
+    tensors and the interpreter's structs, not the metadata buffer) and recorded in the same
+    file's metadata."""
+    if profile == "micro":
+        extra.update(micro_metadata(inspect_tflite(converted)))
+    if profile == "web":
+        extra.update(web_metadata(web_batch))
+    if standard:
+        extra["tflite_metadata"] = standard_metadata_note()
+    meta = make_meta(extra)
+    model = finish_with_metadata(converted, meta, standard, **kwargs)
+    check(model)
+    if profile == "micro":
+        meta["tflm"].update(measure_tflm_arena(model, n_features, np.dtype(meta["input_dtype"])))
+        model = finish_with_metadata(converted, meta, standard, **kwargs)
+    return model

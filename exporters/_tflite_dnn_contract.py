@@ -1,12 +1,13 @@
-"""The TFLite DNN exporter's contract check: re-read a converted flatbuffer (no TensorFlow, the
-schema only) and assert every op, dtype, scale, zero point, bias and fused activation the plan
-promises. Split from :mod:`bnc_deploy.exporters.tflite_dnn` to keep each module to one job; the
-``plan`` argument is that module's ``DNNTFLitePlan`` (read by attribute, so no import cycle).
+"""The TFLite DNN exporter's contract: the plan's types (:class:`DNNTFLitePlan`, one
+:class:`SignLayerPlan` per hidden sign layer; :mod:`bnc_deploy.exporters.tflite_dnn` fills them in)
+and the check that re-reads a converted flatbuffer (no TensorFlow, the schema only) and asserts
+every op, dtype, scale, zero point, bias and fused activation the plan promises. Split from
+``tflite_dnn`` to keep each module to one job; this module sits below it and never imports it.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -23,9 +24,6 @@ from bnc_deploy.formats.dnn import OUTPUT_LOGITS
 from bnc_deploy.formats.metadata import INPUT_NAME, OUTPUT_LABEL
 from bnc_deploy.formats.tflite import TFLiteSummary, inspect_tflite, load_model_t, model_bytes
 
-if TYPE_CHECKING:  # only for the annotation; the plan is read by attribute
-    from bnc_deploy.exporters.tflite_dnn import DNNTFLitePlan
-
 LOWERING_SIGN = "int8-sign"
 LOWERING_PTQ = "int8-ptq"
 #: Real value of one int8 step of a sign activation: +-1 is stored as +-2.
@@ -34,6 +32,96 @@ SIGN_ACTIVATION_SCALE = 0.5
 SIGN_REQUANT_MULTIPLIER = 2.0
 #: Ops that carry a layer's multiply-accumulates.
 MAC_OPS = ("FULLY_CONNECTED", "CONV_2D")
+
+
+@dataclass
+class SignLayerPlan:
+    """One hidden layer of a sign network as an int8 FULLY_CONNECTED / CONV_2D.
+
+    ``weights``: int8 in TFLite layout (dense ``[out, copies * in]``, conv OHWI
+    ``[out, 3, 3, copies * in]``); ``codes``: the artifact's codes times ``direction``, columns
+    permuted for an NHWC flatten, in the same layout with one copy (int64); the ``copies``
+    parts of ``weights`` sum to ``codes``. ``bias``: int32 ``1 - 2 * threshold``.
+    """
+
+    index: int
+    type: str
+    codes: np.ndarray
+    weights: np.ndarray
+    copies: int
+    direction: np.ndarray
+    threshold: np.ndarray
+    bias: np.ndarray
+    input_scale: float
+    weight_scale: float
+    pool: bool
+
+    @property
+    def output_scale(self) -> float:
+        return SIGN_ACTIVATION_SCALE
+
+    def describe(self) -> dict:
+        return {"layer": self.index, "op": "FULLY_CONNECTED" if self.type == "dense" else "CONV_2D",
+                "dtype": "int8", "input_scale": self.input_scale, "weight_scale": self.weight_scale,
+                "output_scale": self.output_scale, "input_copies": self.copies,
+                "fused_activation": "RELU_N1_TO_1", "bias": "int32 1 - 2 * threshold (batch norm + sign)",
+                "pool": "MAX_POOL_2D" if self.pool else None}
+
+
+@dataclass
+class DNNTFLitePlan:
+    """Everything the exporter decides before tracing (NumPy only).
+
+    ``encoding_scale``: int8 scale of the encoded input (None: float32 integers, a sign network
+    without hidden layers). ``hidden``: a :class:`SignLayerPlan` per hidden layer (sign; empty
+    for ReLU, whose hidden layers are described by ``relu_ranges``, the calibrated int8 range of
+    each ReLU output). ``output_dtype``: ``"float32"`` (float FULLY_CONNECTED on the integer
+    codes, then MUL ``output_unit`` and ADD bias) or ``"int8"`` (ReLU, full-integer: weights
+    with scale ``output_weight_scale``, logits in ``logit_range``). ``output_codes``: the output
+    layer's codes [C, K], columns permuted for an NHWC flatten (int64).
+    """
+
+    lowering: str
+    exact: bool
+    encoding_scale: float | None
+    hidden: list = field(default_factory=list)
+    output_codes: np.ndarray | None = None
+    output_unit: float = 1.0
+    output_dtype: str = "float32"
+    output_weight_scale: float = 1.0
+    relu_ranges: list = field(default_factory=list)
+    logit_range: tuple | None = None
+    calibration: dict | None = None
+    permutations: dict = field(default_factory=dict)
+    profile: str = "default"
+    #: Static batch of a web-profile file (``profile == "web"``).
+    web_batch: int = WEB_BATCH
+    #: Also write the standard TFLITE_METADATA and labels file.
+    standard_metadata: bool = False
+
+    def describe(self, artifact) -> list[dict]:
+        """Per weight layer: the TFLite op carrying its MACs and how it is stored (metadata)."""
+        layers = []
+        for k, layer in enumerate(artifact.layers):
+            last = k == len(artifact.layers) - 1
+            if self.lowering == LOWERING_SIGN and not last:
+                layers.append(self.hidden[k].describe())
+            elif last and self.output_dtype == "float32":
+                layers.append({"layer": k, "op": "FULLY_CONNECTED", "dtype": "float32", "weights": "integer codes",
+                               "scale": "MUL float32(s_w * s_in)", "bias": "ADD float32"})
+            else:
+                entry = {"layer": k, "op": "FULLY_CONNECTED" if layer.type == "dense" else "CONV_2D", "dtype": "int8",
+                         "bias": "int32 (batch-norm shift folded)" if layer.batch_norm else
+                         ("int32" if last else None),
+                         "weights": "int8 per-channel, batch norm folded (converter)" if not last else
+                         f"int8 codes, per-tensor scale {self.output_weight_scale!r}"}
+                if not last:
+                    entry.update(fused_activation="RELU", output_range=list(self.relu_ranges[k]),
+                                 pool="MAX_POOL_2D" if layer.pool else None)
+                else:
+                    entry["output_range"] = list(self.logit_range)
+                layers.append(entry)
+        return layers
 
 
 def _activation_names() -> dict[int, str]:
@@ -58,7 +146,7 @@ def _constant(tensor, dtype) -> np.ndarray:
     return np.frombuffer(tensor.data, dtype=dtype).reshape(tensor.shape)
 
 
-def check_dnn_contract(model: bytes, artifact, plan: "DNNTFLitePlan") -> TFLiteSummary:
+def check_dnn_contract(model: bytes, artifact, plan: DNNTFLitePlan) -> TFLiteSummary:
     """Check a converted DNN model against the contract; raise ExportError naming what is wrong.
 
     Builtins only, no comparison on int8 operands, I/O names/dtypes/shapes and a dynamic batch

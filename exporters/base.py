@@ -7,7 +7,12 @@ exporter. Each exporter module registers itself at its bottom (skl2onnx's
 ``register_converter(..., options=...)`` style)::
 
     register_exporter("bnc", "onnx", build_onnx_bytes, extension=".onnx", runtime="onnxruntime",
-                      options=[Option("lowering", choices=LOWERINGS, default="gather", help=...), ...])
+                      options=[Option("lowering", choices=LOWERINGS, default="gather", help=...), ...],
+                      refusals=[Refusal("float tables have no codes", "pack_bits needs a quantized model",
+                                        options={"pack_bits": True}, models=float_model), ...])
+
+A (kind, format) is registered once: registering it again raises ConfigError naming both modules,
+unless ``overwrite=True`` says the replacement is meant (skl2onnx's ``register_converter``).
 
 :func:`exporters` imports every module of this package once (so a new exporter is one new file
 plus its registration line, with no edit anywhere else) and returns the registry. Modules import
@@ -16,17 +21,27 @@ is recorded in :func:`unavailable` with what to install, instead of breaking the
 
 Options are declared, typed and documented here, and ``bnc-export`` builds its flags from them:
 an option named ``pack_bits`` is the flag ``--pack-bits``. An option given to an exporter that
-does not declare it is refused with a message saying which exporters take it.
+does not declare it is refused with a message saying which exporters take it; a value outside an
+option's declared ``choices`` is refused naming the option, the value and the choices.
+
+What an exporter refuses on purpose is declared too (:class:`Refusal`, scikit-learn's
+``expected_failed_checks`` in spirit): option values it refuses on some models, each with the
+reason and the wording of its ExportError. The conformance matrix (``tests/test_conformance.py``)
+expects every other (model, option value) to export and pass its checks, and every declared
+refusal to happen, so neither a blanket refusal nor a stale declaration passes. Declarations are
+for the matrix and readers; ``build`` still raises its own errors (direct callers bypass this).
 """
 
 from __future__ import annotations
 
 import importlib
 import pkgutil
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from bnc_deploy.errors import ExportError, MissingExtraError
+from bnc_deploy.errors import ConfigError, ExportError, MissingExtraError
 
 #: ``bool`` options are flags; ``int``/``str`` options take a value (``choices`` restricts it);
 #: ``rows`` options are arrays the caller supplies (e.g. calibration rows), never a CLI flag.
@@ -44,6 +59,8 @@ class Option:
     help: str = ""
     #: Set by the verifier, never by a user: no CLI flag (``lowering_timings`` of ``--lowering auto``).
     internal: bool = False
+    #: What a value is called in "unknown <noun> 'x'" (default: the name, spaced): the exporter's own word.
+    noun: str = ""
 
     def __post_init__(self) -> None:
         if self.type not in OPTION_TYPES:
@@ -54,16 +71,65 @@ class Option:
         return "--" + self.name.replace("_", "-")
 
     def check(self, value, where: str):
-        """``value`` checked against the declared type (bool flags); ExportError naming the option."""
+        """``value`` checked against the declared type (bool flags) and ``choices``; ExportError naming
+        the option, the value and what it takes."""
         if self.type == "rows" or value is None:
             return value
         if self.type == "bool":
             if not isinstance(value, bool):
                 raise ExportError(f"{where}: option {self.flag} takes true/false, got {value!r}")
             return value
-        # Values (ranges, choices) are the exporter's to check: it knows the domain and says why
-        # (e.g. "unknown lowering 'x'; choose one of ..."); the CLI offers only the declared choices.
+        if self.choices and value not in self.choices:
+            # The CLI merges the choices of every exporter (``--lowering gather-grouped`` parses for
+            # tflite too), so the exporter's own list is enforced here, worded like the exporters'
+            # own checks ("unknown lowering 'x'; choose one of ...") that direct build() callers get.
+            noun = self.noun or self.name.replace("_", " ")
+            raise ExportError(f"{where}: unknown {noun} {value!r} (option {self.flag}); "
+                              f"choose one of {', '.join(str(c) for c in self.choices)}")
+        # Ranges (an opset, a batch size) are the exporter's to check: it knows the domain and says why.
         return value
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A declared refusal: ``build`` raises ExportError, on purpose, for ``options`` on ``models``.
+
+    ``reason`` says why, for people; ``message`` is a regular expression (``re.search``) that the
+    ExportError's text matches, so a refusal for another reason is not taken for this one.
+    ``options`` (a mapping or ``(name, value)`` pairs) are values the *resolved* options all have
+    (defaults included, so ``{"lowering": "gather-grouped", "ort_optimization": "disabled"}`` also
+    covers a call that gives only the lowering); empty: whatever the options. ``models`` tells the
+    refused artifacts (``float_model``); None: every artifact of the exporter's kind. A refusal
+    names options or models or both: an exporter that refuses everything cannot declare it.
+    """
+
+    reason: str
+    message: str
+    options: tuple = ()
+    models: Callable[[Any], bool] | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.options, Mapping):
+            object.__setattr__(self, "options", tuple(self.options.items()))  # frozen and hashable
+        if not self.reason.strip() or not self.message.strip():
+            raise ValueError("a declared refusal needs a reason and the ExportError message it expects")
+        if not self.options and self.models is None:
+            raise ValueError(f"refusal {self.reason!r} names neither options nor models: it would refuse everything")
+        re.compile(self.message)
+
+    def applies(self, artifact, resolved: dict) -> bool:
+        """Whether this refusal is declared for ``artifact`` exported with ``resolved`` options."""
+        if any(resolved.get(name) != value for name, value in self.options):
+            return False
+        return self.models is None or bool(self.models(artifact))
+
+    def matches(self, message: str) -> bool:
+        return re.search(self.message, message) is not None
+
+
+def float_model(artifact) -> bool:
+    """``models=`` of a refusal for float models (tables without integer codes)."""
+    return not getattr(artifact, "is_quantized", True)
 
 
 @dataclass(frozen=True)
@@ -78,10 +144,17 @@ class ExporterSpec:
     options: tuple[Option, ...] = ()
     description: str = ""
     module: str = field(default="", compare=False)
+    #: What ``build`` refuses on purpose (:class:`Refusal`); anything else must export.
+    refusals: tuple[Refusal, ...] = ()
 
     @property
     def option_names(self) -> tuple[str, ...]:
         return tuple(o.name for o in self.options)
+
+    def refusals_for(self, artifact, given: dict) -> list[Refusal]:
+        """The declared refusals that ``given`` options (resolved) on ``artifact`` hit; [] means it must export."""
+        resolved = self.resolve_options(given)
+        return [refusal for refusal in self.refusals if refusal.applies(artifact, resolved)]
 
     def resolve_options(self, given: dict) -> dict:
         """Declared defaults overlaid with ``given`` (unknown names refused, values checked)."""
@@ -109,11 +182,32 @@ _discovered = False
 
 
 def register_exporter(kind: str, format: str, build: Callable[..., bytes], *, extension: str, runtime: str,
-                      options=(), description: str = "") -> ExporterSpec:
-    """Add or replace the exporter of ``kind`` artifacts to ``format`` (call at a module's bottom)."""
+                      options=(), description: str = "", refusals=(), overwrite: bool = False) -> ExporterSpec:
+    """Add the exporter of ``kind`` artifacts to ``format`` (call at a module's bottom).
+
+    ``refusals``: what ``build`` refuses on purpose (:class:`Refusal`; each names declared options
+    and values among their choices, else ValueError). A (kind, format) that is already registered
+    raises ConfigError unless ``overwrite=True``: two modules claiming one format would otherwise
+    leave whichever was imported last, silently.
+    """
     spec = ExporterSpec(kind=kind, format=format, build=build, extension=extension, runtime=runtime,
                         options=tuple(options), description=description,
-                        module=getattr(build, "__module__", ""))
+                        module=getattr(build, "__module__", ""), refusals=tuple(refusals))
+    declared = {option.name: option for option in spec.options}
+    for refusal in spec.refusals:
+        for name, value in refusal.options:
+            option = declared.get(name)
+            if option is None:
+                raise ValueError(f"{format} exporter of {kind} models: refusal {refusal.reason!r} names option "
+                                 f"{name!r}, which it does not declare")
+            if option.choices and value not in option.choices:
+                raise ValueError(f"{format} exporter of {kind} models: refusal {refusal.reason!r} names "
+                                 f"{option.flag} {value!r}, not one of its choices {option.choices}")
+    existing = _EXPORTERS.get((kind, format))
+    if existing is not None and not overwrite:
+        raise ConfigError(f"an exporter of {kind} models to --format {format} is already registered (by "
+                          f"{existing.module or 'an unknown module'}); {spec.module or 'the new one'} cannot "
+                          "register it again: pass overwrite=True to replace it")
     _EXPORTERS[(kind, format)] = spec
     return spec
 

@@ -131,28 +131,18 @@ from onnx import TensorProto, helper, numpy_helper
 
 import bnc_deploy
 from bnc_deploy.artifacts.dnn import accumulator_bound, sign_thresholds, weight_code_dtype
-from bnc_deploy.formats.metadata import (
-    INPUT_NAME,
-    INVALID_LABEL,
-    METADATA_KEY,
-    OUTPUT_LABEL,
-    dump_metadata,
-    flat_metadata,
-)
 from bnc_deploy.errors import ExportError
+from bnc_deploy.exporters._onnx_graph import DEFAULT_OPSET, MIN_OPSET, pack_bitplanes, set_export_metadata
 from bnc_deploy.exporters.base import Option, register_exporter
 from bnc_deploy.formats.dnn import INT8_EXACT_MAX_BITS, OUTPUT_LOGITS, dnn_export_metadata
+from bnc_deploy.formats.metadata import INPUT_NAME, INVALID_LABEL, OUTPUT_LABEL
+from bnc_deploy.limits import FLOAT32_EXACT_LIMIT
 
-#: Default opset (raised to :data:`INT16_MIN_OPSET` for B = 8).
-DEFAULT_OPSET = 17
-#: Oldest opset with Unsqueeze/ReduceSum taking axes as inputs, as this graph writes them.
-MIN_OPSET = 13
+# DEFAULT_OPSET (17, raised to INT16_MIN_OPSET for B = 8) and MIN_OPSET (13): ``_onnx_graph``'s.
 #: Newest opset verified with onnxruntime (tests run 13, 17, 21 and this one).
 MAX_OPSET = 25
 #: First opset whose DequantizeLinear accepts int16 (B = 8 codes).
 INT16_MIN_OPSET = 21
-#: float32 represents every integer of magnitude <= 2**24; accumulators must stay below it.
-FLOAT32_EXACT_INT = 2 ** 24
 LOWERING_SIGN = "integer-sign"
 LOWERING_FLOAT = "float"
 
@@ -203,7 +193,7 @@ def build_onnx_dnn(artifact, *, opset: int = DEFAULT_OPSET, pack_bits: bool = Fa
     }
     meta = dnn_export_metadata(artifact, format="onnx", exact=exact_export(artifact), input_dtype="int64",
                                lowering=LOWERING_SIGN if sign else LOWERING_FLOAT, opset=used_opset, extra=extra)
-    helper.set_model_props(model, {METADATA_KEY: dump_metadata(meta), **flat_metadata(meta)})
+    set_export_metadata(model, meta)
     try:
         onnx.checker.check_model(model, full_check=True)
     except onnx.checker.ValidationError as exc:  # a bug here, not bad input: say so
@@ -230,10 +220,10 @@ def check_accumulators(artifact) -> int:
     worst = 0
     for k, layer in enumerate(artifact.layers):
         bound = int(accumulator_bound(artifact, k).max(initial=0))
-        if bound >= FLOAT32_EXACT_INT:
+        if bound >= FLOAT32_EXACT_LIMIT:
             raise ExportError(
                 f"layer {k} ({layer.type}, {layer.n_in} inputs -> {layer.n_out}): the integer accumulator can "
-                f"reach {bound:,} >= 2**24 = {FLOAT32_EXACT_INT:,}, beyond exact float32 arithmetic; the sign "
+                f"reach {bound:,} >= 2**24 = {FLOAT32_EXACT_LIMIT:,}, beyond exact float32 arithmetic; the sign "
                 f"network cannot be exported exactly (fewer inputs per unit or fewer weight bits)")
         worst = max(worst, bound)
     return worst
@@ -358,13 +348,11 @@ def _unpacked_weights(g: _Graph, p: str, codes: np.ndarray, bits: int) -> str:
     """Layer weights from bit-planes, float32, equal to ``DequantizeLinear(codes, weight.scale)``.
 
     Stored: ``level = (code + M) / 2`` in ``0 .. 2**B - 1`` (``M = 2**B - 1``; codes are odd),
-    as ``B`` bit-planes (:func:`bnc_deploy.exporters.onnx_bnc.pack_bitplanes`). In the graph,
+    as ``B`` bit-planes (:func:`bnc_deploy.exporters._onnx_graph.pack_bitplanes`). In the graph,
     from constants only (load-time): bits by BitShift + Mod, ``2 * level`` by a MatMul with the
     weights ``2 * 2**b`` (sums of powers of two: exact), ``code = 2 * level - M`` (exact), then
     one Mul by ``weight.scale``: the single rounding DequantizeLinear makes.
     """
-    from bnc_deploy.exporters.onnx_bnc import pack_bitplanes
-
     m = 2 ** bits - 1
     levels = ((codes.astype(np.int64) + m) // 2).astype(np.uint8)
     n = int(codes.size)

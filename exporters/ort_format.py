@@ -14,7 +14,7 @@ reference, before publishing it.
 Which ONNX graph:
 
 * **Quantized NB and TAN, ``gather`` lowering, code inputs, no ``pack_bits``, ``ort_optimization``
-  disabled (the default case): the ORT lookup graph** (``onnx_bnc.build_ort_lookup_model``, built
+  disabled (the default case): the ORT lookup graph** (:func:`build_ort_lookup_model` below, built
   only for this exporter): Clip, an index map (``GatherElements`` of a uint8 [K + 1, D] map +
   ``Cast``), ``com.microsoft.GatherBlockQuantized`` on the stored codes (4 bits, two a byte, where
   they fit; a NaN scale for the guard's invalid row), ``ReduceSum``, and the label. No load-time
@@ -76,13 +76,23 @@ import json
 import tempfile
 from pathlib import Path
 
+import numpy as np
 import onnx
 import onnxruntime as ort
+from onnx import TensorProto, helper
 
 from bnc_deploy.errors import ExportError
 from bnc_deploy.exporters import onnx_bnc, onnx_dnn  # noqa: F401  (registered before their options are read)
-from bnc_deploy.exporters.base import Option, exporter_for, register_exporter
-from bnc_deploy.formats.metadata import METADATA_KEY, dump_metadata
+from bnc_deploy.exporters._onnx_graph import (
+    IR_VERSION_FOR_OPSET,
+    GraphBuilder,
+    PaddedLayout,
+    bnc_model,
+    set_export_metadata,
+)
+from bnc_deploy.exporters.base import Option, Refusal, exporter_for, register_exporter
+from bnc_deploy.formats.bnc import OUTPUT_LOG_JOINT, export_metadata, lookup_constants
+from bnc_deploy.formats.metadata import INPUT_NAME, METADATA_KEY, OUTPUT_LABEL, dump_metadata
 from bnc_deploy.formats.ort import is_ort
 
 #: ``ort_optimization`` choices -> onnxruntime's level (see the module docstring).
@@ -93,7 +103,14 @@ LOAD_TIME_LOWERINGS = ("gather-grouped",)
 OPTIMIZATION = Option("ort_optimization", "str", "disabled", tuple(OPTIMIZATIONS),
                       "graph optimization before the ORT save: disabled (default: uint8 tables and int8 weights "
                       "stored as in the ONNX file, smallest) or basic (constant folding: float tables, larger, "
-                      "no per-call table build)")
+                      "no per-call table build)", noun="ORT optimization")
+#: ``build_ort_bytes`` refuses each of ``LOAD_TIME_LOWERINGS`` unoptimized (its first check).
+LOAD_TIME_REFUSALS = [
+    Refusal(f"--lowering {lowering} builds its tables when a session loads the file, and ORT format sessions do "
+            "not fold constants at load: every call would rebuild them (use --ort-optimization basic)",
+            rf"--lowering {lowering} builds its tables when a session loads the file",
+            options={"lowering": lowering, "ort_optimization": "disabled"})
+    for lowering in LOAD_TIME_LOWERINGS]
 
 
 def build_ort_bytes(artifact, *, ort_optimization: str = "disabled", **options) -> bytes:
@@ -109,8 +126,8 @@ def build_ort_bytes(artifact, *, ort_optimization: str = "disabled", **options) 
     spec = exporter_for(artifact.kind, "onnx")
     resolved = spec.resolve_options(options)
     extra = onnx_bnc.lowering_auto_metadata(resolved.get("lowering_timings"))
-    if artifact.kind == "bnc" and ort_optimization == "disabled" and onnx_bnc.ort_lookup_applies(artifact, **resolved):
-        model = onnx_bnc.build_ort_lookup_model(artifact)                       # the ORT lookup graph
+    if artifact.kind == "bnc" and ort_optimization == "disabled" and ort_lookup_applies(artifact, **resolved):
+        model = build_ort_lookup_model(artifact)                                # the ORT lookup graph
     else:
         model = onnx.load_from_string(spec.build(artifact, **resolved))
     return convert_to_ort(_with_ort_metadata(model, ort_optimization, extra), ort_optimization)
@@ -157,6 +174,168 @@ def convert_to_ort(onnx_bytes: bytes, optimization: str = "disabled") -> bytes:
     return data
 
 
+# ================================================================================================
+# The ORT lookup graph (quantized NB/TAN, ``gather``, codes input; module docstring)
+# ================================================================================================
+#: Opset of the ORT lookup graph's default domain: 12 is the last with ReduceSum's ``axes`` as an
+#: attribute (an initializer less per reduction in the ORT file) and the first with an int64 Clip.
+ORT_LOOKUP_OPSET = 12
+#: The contrib domain of ``GatherBlockQuantized`` (onnxruntime >= 1.20; CPU, WebAssembly, mobile).
+MS_DOMAIN = "com.microsoft"
+
+
+def ort_lookup_applies(artifact, *, raw_inputs: bool = False, lowering: str = "gather",
+                       pack_bits: bool = False, **_) -> bool:
+    """Whether :func:`build_ort_lookup_model` covers this export: a quantized NB or TAN model,
+    ``gather`` lowering, code inputs, no bit-planes, a padded layout, and fewer than 2**16 table rows."""
+    return (artifact.is_quantized and lowering == "gather" and not raw_inputs and not pack_bits
+            and artifact.n_features > 0 and onnx_bnc.padded_layout(artifact) is not None
+            and artifact.n_rows + 1 < 2 ** 16)
+
+
+def ort_lookup_storage(artifact) -> tuple[int, bool]:
+    """``(bits, prior_folded)`` of the ORT lookup table: the prior is folded into feature 0's rows
+    when the sums fit a byte (``B <= 7``); the stored values (codes, or code + prior codes for
+    feature 0) take 4 bits, two a byte, when they are all below 16 and the class count is even
+    (letter NB 3-bit), else one byte each."""
+    max_code = int(artifact.quantizer.max_code)
+    folded = 2 * max_code <= 255
+    largest = 2 * max_code if folded else max_code
+    return (4 if largest < 16 and artifact.n_classes % 2 == 0 else 8), folded
+
+
+def build_ort_lookup_model(artifact) -> onnx.ModelProto:
+    """The graph this exporter converts for quantized NB and TAN models (``ort_lookup_applies``).
+
+    An ORT format session never folds constants, so the ONNX graph's load-time table build (19 of
+    its 28 nodes) would run on every call, and the ORT file stores a type/shape record per tensor
+    and edges and kernel type records per node (about 400 bytes a node). This graph has no
+    load-time nodes; the table is stored as the op reads it:
+
+    * ``c = Clip(x, -1, K)``: the guard, as in the ``clip`` layout;
+    * ``r = Cast(GatherElements(M, c), int32)``: ``M`` [K + 1, D] (uint8; uint16 from 256 table rows)
+      maps clipped code ``j`` of feature ``i`` to its row ``offset_i + j`` of the stacked table, or
+      to the NaN row ``R`` when ``j`` is invalid (:func:`_ort_row_map`; TAN: indexed by ``a * W + b``);
+    * ``g = GatherBlockQuantized(T, r, S, Z)`` (com.microsoft, onnxruntime >= 1.20): the looked-up
+      rows dequantized, ``(q - 0) * S[row]`` with ``S = -2**-B_F`` for the model's rows and NaN for
+      row ``R`` (so one invalid code makes its row of ``log_joint`` NaN, as in the ONNX graph);
+      exact (a small integer times a power of two);
+    * ``log_joint = ReduceSum(g, axis 1)``; ``label = Where(IsNaN(ReduceSum(log_joint, axis 1)),
+      -1, ArgMax(log_joint))`` (first maximum). Every partial sum is an integer multiple of the
+      step below ``2**24``: bit-identical to the ONNX export.
+
+    The table ``T`` (``ort_lookup_storage``, :func:`_ort_table`): the class prior is folded into
+    feature 0's rows (all ``rows_per_feature[0]`` of them; every valid row reads exactly one; the
+    ONNX graph does the same ``C`` additions once at load time, here they are done at export:
+    ``prior_folded_into_feature = 0`` in the metadata, which the graph counter credits as folded
+    additions), and the values are stored in 4 bits, two a byte, when they fit (letter NB 3-bit:
+    codes + prior codes <= 14), else one a byte. 8-bit models (code + prior may exceed a byte) keep
+    the prior apart and add it per call (``Add``).
+
+    Per call 9 nodes for NB, 12 for TAN (the ONNX graph: 8 and 12 after its load-time folding; as
+    ORT files they ran all 28 and 43). Letter NB 3-bit: 10,648 bytes (``.onnx`` 7,266); letter TAN
+    3-bit: 44,920 (``.onnx`` 43,994; the ONNX graph as ORT: 62,472).
+    Metadata: ``opset`` 12 (``ORT_LOOKUP_OPSET``, whatever ``--opset`` says), ``table_storage``
+    ``uint4x2`` or ``uint8``, ``index_guard`` ``clip``.
+    """
+    if not ort_lookup_applies(artifact):
+        raise ExportError("the ORT lookup graph covers quantized NB/TAN models with the gather lowering and "
+                          "code inputs")
+    bits, folded = ort_lookup_storage(artifact)
+    g = _ort_lookup_graph(artifact, bits, folded)
+    model = bnc_model(g, artifact, TensorProto.INT64, [helper.make_opsetid("", ORT_LOOKUP_OPSET),
+                                                       helper.make_opsetid(MS_DOMAIN, 1)],
+                      IR_VERSION_FOR_OPSET[13])                                   # IR 7: opsets 12 and 13
+    meta = export_metadata(artifact, format="onnx", lowering="gather", input_dtype="int64",
+                           opset=ORT_LOOKUP_OPSET,
+                           extra={"n_nodes": len(g.nodes), "table_storage": "uint4x2" if bits == 4 else "uint8",
+                                  "exact": True, "index_guard": "clip", "lookups_per_row": artifact.n_features,
+                                  **({"prior_folded_into_feature": 0} if folded else {})})
+    set_export_metadata(model, meta)
+    onnx.checker.check_model(model)
+    return model
+
+
+def _ort_row_map(artifact, k: int) -> np.ndarray:
+    """The index map ``M`` int64 from clipped codes to stacked-table rows (``n_rows``: the NaN row).
+
+    NB: [K + 1, D], row ``j`` of feature ``i`` is ``offset_i + j`` (``-1`` indexes row ``K`` from
+    the end, which is invalid for every feature). TAN: [(K + 2)**2, D] indexed by ``a * W + b``
+    (``W = K + 2``; ``a`` the clipped code, ``b`` its parent's; a root's own code stands in for the
+    parent's and the root's row ignores it); negative values index from the end, and the rows hold
+    every pair once; a pair with an invalid code maps to the NaN row."""
+    d, n_rows = artifact.n_features, artifact.n_rows
+    constants = lookup_constants(artifact)
+    offsets, strides = constants["offsets"], constants["strides"]
+    parents = [int(p) for p in artifact.parents]
+    if not any(p >= 0 for p in parents):
+        row_map = np.full((k + 1, d), n_rows, dtype=np.int64)                      # invalid -> the NaN row
+        for i, card in enumerate(artifact.cardinalities):
+            row_map[:int(card), i] = offsets[i] + np.arange(int(card))
+        return row_map
+    width = k + 2
+    row_map = np.full((width * width, d), n_rows, dtype=np.int64)
+    for i, card in enumerate(artifact.cardinalities):
+        p = parents[i]
+        b = np.arange(-1, k + 1) if p < 0 else np.arange(int(artifact.cardinalities[p]))
+        for a in range(int(card)):                      # a root reads its own code as "parent": any b
+            rows = offsets[i] + a if p < 0 else offsets[i] + a * strides[i] + b
+            row_map[(a * width + b) % (width * width), i] = rows
+    return row_map
+
+
+def _ort_table(artifact, bits: int, folded: bool) -> tuple[np.ndarray, np.ndarray]:
+    """``(T, S)``: the stored codes (with the NaN row ``n_rows`` of zeros; the prior added to
+    feature 0's rows when ``folded``; two 4-bit values a byte, low nibble first, when ``bits`` is 4)
+    and the per-row scales float32 [n_rows + 1, 1] (``-2**-B_F``; NaN for the NaN row)."""
+    n_rows = artifact.n_rows
+    values = np.vstack([artifact.table_codes, np.zeros((1, artifact.n_classes), dtype=np.uint8)]).astype(np.int64)
+    if folded:
+        values[:int(artifact.rows_per_feature[0])] += artifact.class_codes       # feature 0: rows 0 ..
+    if bits == 4:
+        table = (values[:, 0::2] | (values[:, 1::2] << 4)).astype(np.uint8)      # low nibble first
+    else:
+        table = values.astype(np.uint8)
+    scales = np.full((n_rows + 1, 1), -artifact.quantizer.step, dtype=np.float32)
+    scales[n_rows] = np.nan
+    return table, scales
+
+
+def _ort_lookup_graph(artifact, bits: int, folded: bool) -> GraphBuilder:
+    """The nodes and initializers of :func:`build_ort_lookup_model` (one-letter initializer names:
+    each is stored in the file)."""
+    c, n_rows = artifact.n_classes, artifact.n_rows
+    k = PaddedLayout(artifact).max_code
+    parents = [int(p) for p in artifact.parents]
+    row_map = _ort_row_map(artifact, k)
+    table, scales = _ort_table(artifact, bits, folded)
+    g = GraphBuilder()
+    g.const("T", table)
+    g.const("S", scales)
+    g.const("Z", np.zeros((n_rows + 1, 1), dtype=np.uint8))                       # zero points (packed: 0)
+    g.const("m", np.array(-1, dtype=np.int64))
+    g.const("K", np.array(k, dtype=np.int64))
+    g.const("M", row_map.astype(np.uint8 if n_rows < 256 else np.uint16))           # n_rows: the NaN row
+    clipped = g.op("Clip", [INPUT_NAME, "m", "K"])
+    if any(p >= 0 for p in parents):
+        g.const("p", np.array([p if p >= 0 else i for i, p in enumerate(parents)], dtype=np.int64))
+        g.const("W", np.array(k + 2, dtype=np.int64))
+        parent_codes = g.op("Gather", [clipped, "p"], axis=1)
+        clipped = g.op("Add", [g.op("Mul", [clipped, "W"]), parent_codes])
+    rows = g.op("Cast", [g.op("GatherElements", ["M", clipped], axis=0)], to=TensorProto.INT32)
+    looked_up = g.op("GatherBlockQuantized", ["T", rows, "S", "Z"], domain=MS_DOMAIN, bits=bits, gather_axis=0,
+                     quantize_axis=1, block_size=max(16, 1 << int(np.ceil(np.log2(max(c, 2))))))
+    if folded:
+        log_joint = g.op("ReduceSum", [looked_up], OUTPUT_LOG_JOINT, axes=[1], keepdims=0)
+    else:
+        g.const("P", (-artifact.class_codes.astype(np.float32) * np.float32(artifact.quantizer.step)))
+        log_joint = g.op("Add", [g.op("ReduceSum", [looked_up], axes=[1], keepdims=0), "P"], OUTPUT_LOG_JOINT)
+    best = g.op("ArgMax", [log_joint], axis=1, keepdims=0)
+    invalid = g.op("IsNaN", [g.op("ReduceSum", [log_joint], axes=[1], keepdims=0)])
+    g.op("Where", [invalid, "m", best], OUTPUT_LABEL)
+    return g
+
+
 def _builder(kind: str):
     """``build(artifact, **options)`` for ``kind`` whose signature is the ONNX exporter's plus
     ``ort_optimization`` (the registry checks declared options against the build's keywords)."""
@@ -182,8 +361,10 @@ register_exporter(
     "bnc", "ort", build_ort_bnc, extension=".ort", runtime="onnxruntime",
     description="ONNX Runtime's ORT format (ORT Mobile): quantized NB/TAN as a lookup graph with the codes "
                 "stored small (4 bits where they fit), else the ONNX export unoptimized",
-    options=[*exporter_for("bnc", "onnx").options, OPTIMIZATION])
+    options=[*exporter_for("bnc", "onnx").options, OPTIMIZATION],
+    refusals=[*exporter_for("bnc", "onnx").refusals, *LOAD_TIME_REFUSALS])  # the ONNX build's refusals, and its own
 register_exporter(
     "dnn", "ort", build_ort_dnn, extension=".ort", runtime="onnxruntime",
     description="ONNX Runtime's ORT format (ORT Mobile): the ONNX export, unoptimized, int8 weights kept",
-    options=[*exporter_for("dnn", "onnx").options, OPTIMIZATION])
+    options=[*exporter_for("dnn", "onnx").options, OPTIMIZATION],
+    refusals=exporter_for("dnn", "onnx").refusals)

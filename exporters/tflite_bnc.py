@@ -96,7 +96,8 @@ Lowerings
 
 LiteRT note: a comparison whose operands the converter leaves in int8 (e.g. GREATER of an int8
 tensor and a constant) aborts the process in ai-edge-litert 2.3; the exporter compares in float
-and :func:`check_contract` refuses any int8 comparison before a file is run.
+and :func:`check_contract` (``exporters/_tflite_bnc_contract.py``) refuses any int8 comparison
+before a file is run.
 
 TFLite Micro profile (``profile="micro"``, ``bnc-export --profile micro``)
 ------------------------------------------------------------------------
@@ -152,34 +153,11 @@ Metadata: ``"profile": "web"``, ``"batch": "static N"``, ``"label_dtype": "int32
 from __future__ import annotations
 
 import warnings
-from collections import Counter
 
 import numpy as np
 
-from bnc_deploy.exporters._tflite import (
-    COMPARISON_OPS,
-    FORBIDDEN_OPS,
-    INT8_WEIGHT_MAX,
-    METADATA_HELP,
-    MICRO_BATCH,
-    PROFILE_HELP,
-    PROFILES,
-    WEB_BATCH,
-    WEB_BATCH_HELP,
-    check_micro_contract,
-    check_profile,
-    check_web_contract,
-    fake_quant,
-    finish_with_metadata,
-    int8_weights,
-    measure_tflm_arena,
-    micro_invalid,
-    micro_label,
-    micro_metadata,
-    standard_metadata_note,
-    tensorflow,
-    web_metadata,
-)
+from bnc_deploy.errors import ExportError
+from bnc_deploy.exporters._bnc_options import LOWERING, RAW_INPUTS, RAW_INPUTS_NEED_DISCRETIZER
 from bnc_deploy.exporters._onehot_fc_plan import (  # noqa: F401  (constants stay importable from here)
     INT8_BUILDERS,
     INT8_OUTPUT_LEVELS,
@@ -190,22 +168,27 @@ from bnc_deploy.exporters._onehot_fc_plan import (  # noqa: F401  (constants sta
     _pack_groups,
     onehot_fc_plan,
 )
-from bnc_deploy.exporters._bnc_options import LOWERING, RAW_INPUTS
+from bnc_deploy.exporters._tflite import (
+    INT8_WEIGHT_MAX,
+    METADATA_HELP,
+    MICRO_BATCH,
+    PROFILE_HELP,
+    PROFILES,
+    WEB_BATCH,
+    WEB_BATCH_HELP,
+    check_profile,
+    fake_quant,
+    finish_export,
+    int8_weights,
+    micro_invalid,
+    micro_label,
+    tensorflow,
+)
+from bnc_deploy.exporters._tflite_bnc_contract import check_contract
 from bnc_deploy.exporters.base import Option, register_exporter
-from bnc_deploy.formats.tflite import (
-    TFLiteSummary,
-    inspect_tflite,
-    tflite_op_names,
-)
-from bnc_deploy.formats.metadata import INPUT_NAME, INVALID_LABEL, OUTPUT_LABEL
-from bnc_deploy.formats.bnc import (
-    OUTPUT_LOG_JOINT,
-    check_lowering,
-    export_metadata,
-    lookup_constants,
-    padded_thresholds,
-)
-from bnc_deploy.errors import ExportError
+from bnc_deploy.formats.bnc import check_lowering, export_metadata, lookup_constants, padded_thresholds
+from bnc_deploy.formats.metadata import INPUT_NAME, INVALID_LABEL
+from bnc_deploy.formats.tflite import tflite_op_names
 
 #: B = 8 micro gather: the int8 table stores ``code - 128`` (codes 0..255 do not fit int8).
 MICRO_TABLE_SHIFT = 128
@@ -240,23 +223,17 @@ def build_tflite_model(artifact, *, lowering: str = "gather", raw_inputs: bool =
     extra = {"n_ops_tflite": len(tflite_op_names(converted)), "batch": "static 1" if plan or micro else "dynamic"}
     if plan is not None:
         extra["onehot_fc"] = plan.describe()
-    if micro:
-        extra.update(micro_metadata(inspect_tflite(converted)))
-    if web_batch is not None:
-        extra.update(web_metadata(web_batch))
     input_dtype = "int8" if plan is not None and plan.builder in INT8_BUILDERS else "int32"
-    if metadata:
-        extra["tflite_metadata"] = standard_metadata_note()
-    meta = export_metadata(artifact, format="tflite", lowering=lowering, raw_inputs=raw_inputs,
-                           input_dtype=input_dtype, extra=extra)
-    model = finish_with_metadata(converted, meta, metadata)
-    check_contract(model, artifact, plan, profile=profile, web_batch=web_batch or WEB_BATCH)
-    if micro:
-        # The arena holds tensors and the interpreter's structs, not the metadata buffer: measure
-        # this file, then store the number in the same file's metadata.
-        meta["tflm"].update(measure_tflm_arena(model, artifact.n_features, np.dtype(meta["input_dtype"])))
-        model = finish_with_metadata(converted, meta, metadata)
-    return model
+
+    def make_meta(entries: dict) -> dict:
+        return export_metadata(artifact, format="tflite", lowering=lowering, raw_inputs=raw_inputs,
+                               input_dtype=input_dtype, extra=entries)
+
+    def check(model: bytes) -> None:
+        check_contract(model, artifact, plan, profile=profile, web_batch=web_batch or WEB_BATCH)
+
+    return finish_export(converted, extra, make_meta, check, profile=profile, web_batch=web_batch,
+                         standard=metadata, n_features=artifact.n_features)
 
 
 # ================================================================================================
@@ -298,7 +275,7 @@ def _convert(artifact, lowering: str, raw_inputs: bool, plan: OneHotFCPlan | Non
             log_joint, invalid = _relu_onehot_lookup(tf, artifact, plan, x)
         else:
             codes, non_finite = _raw_codes(tf, artifact, x, micro=True) if raw_inputs else (x, None)
-            clipped, invalid = _micro_guard(tf, artifact, codes, non_finite)
+            clipped, invalid = _guard(tf, artifact, codes, non_finite, micro=True)
             if plan is None:
                 log_joint = _micro_gather_lookup(tf, artifact, clipped)
             else:
@@ -343,27 +320,18 @@ def _raw_codes(tf, artifact, x, micro: bool = False):
     return codes, non_finite
 
 
-def _guard(tf, artifact, codes, non_finite):
+def _guard(tf, artifact, codes, non_finite, micro: bool = False):
     """Clip codes into each feature's range; flag rows with any clipped (or non-finite) value.
 
-    Returns ``(clipped int32 [N, D], invalid bool [N])``.
+    Returns ``(clipped int32 [N, D], invalid bool [N])``. ``micro``: the row flag by REDUCE_MAX
+    over a float32 CAST (TFLite Micro has no REDUCE_ANY).
     """
     max_code = lookup_constants(artifact)["max_code"].astype(np.int32)
     clipped = tf.maximum(tf.minimum(codes, tf.constant(max_code)), 0)
     bad = tf.not_equal(codes, clipped)                                    # True exactly where clipping acted
     if non_finite is not None:
         bad = tf.logical_or(bad, non_finite)
-    return clipped, tf.reduce_any(bad, axis=1)
-
-
-def _micro_guard(tf, artifact, codes, non_finite):
-    """:func:`_guard` for TFLite Micro: the row flag by REDUCE_MAX over a float32 CAST (no REDUCE_ANY)."""
-    max_code = lookup_constants(artifact)["max_code"].astype(np.int32)
-    clipped = tf.maximum(tf.minimum(codes, tf.constant(max_code)), 0)
-    bad = tf.not_equal(codes, clipped)
-    if non_finite is not None:
-        bad = tf.logical_or(bad, non_finite)
-    return clipped, micro_invalid(tf, bad)
+    return clipped, (micro_invalid(tf, bad) if micro else tf.reduce_any(bad, axis=1))
 
 
 def _micro_local_rows(tf, artifact, clipped):
@@ -558,65 +526,6 @@ def _relu_joint_onehot(tf, artifact, value_onehot):
     return _int8_counts(tf, joint)
 
 
-def check_contract(model: bytes, artifact, plan: OneHotFCPlan | None = None, *,
-                   profile: str = "default", web_batch: int = WEB_BATCH) -> TFLiteSummary:
-    """Check a converted model against the contract; raise ExportError naming what is wrong.
-
-    Builtins only (no Flex/custom/ONE_HOT), no comparison on int8 operands (LiteRT aborts the
-    process on those), I/O names, dtypes and shapes, and for ``onehot-fc`` that every
-    FULLY_CONNECTED is int8 with an exact requantization (``s_in * s_w = s_out``, weight zero
-    point 0) and that each group's weights are stored exactly as planned. ``profile``: micro (TFLM
-    operators and types, static [1, D]) or web (no int64 tensor, static [web_batch, D]) add theirs.
-    """
-    summary = inspect_tflite(model)
-    bad = [n for n in summary.op_names if n.startswith("CUSTOM") or n in FORBIDDEN_OPS or "FLEX" in n.upper()]
-    if bad:
-        raise ExportError(f"converted model uses non-builtin or forbidden operators {sorted(set(bad))}")
-    for op in summary.ops:
-        if op.name in COMPARISON_OPS and any(summary.tensors[i].dtype == "INT8" for i in op.inputs):
-            raise ExportError(f"the converter left {op.name} (op #{op.index}) on int8 operands, which LiteRT "
-                              "cannot run; please report this with your TensorFlow version")
-    t = summary.tensors
-    x, lj, label = t[summary.inputs[0]], t[summary.outputs[0]], t[summary.outputs[1]]
-    d, c = artifact.n_features, artifact.n_classes
-    expected = [(x, INPUT_NAME, {"INT32", "FLOAT32", "INT8"}, d), (lj, OUTPUT_LOG_JOINT, {"FLOAT32"}, c),
-                (label, OUTPUT_LABEL, {"INT64" if profile == "default" else "INT32"}, None)]
-    for tensor, name, dtypes, last in expected:
-        if tensor.name != name or tensor.dtype not in dtypes or (last is not None and tensor.shape[-1] != last):
-            raise ExportError(f"converted model has I/O tensor {tensor.name!r} {tensor.dtype} {tensor.shape}, "
-                              f"expected {name!r} of type {sorted(dtypes)} with last dimension {last}")
-    if x.dtype == "INT8" and (x.scale != [1.0] or x.zero_point != [0]):
-        raise ExportError(f"int8 input has scale {x.scale} and zero point {x.zero_point}, expected 1 and 0")
-    if plan is not None:
-        _check_fc_quantization(summary, plan)
-    if profile == "micro":
-        check_micro_contract(summary, [MICRO_BATCH, d])
-    if profile == "web":
-        check_web_contract(summary, [web_batch, d])
-    return summary
-
-
-def _check_fc_quantization(summary: TFLiteSummary, plan: OneHotFCPlan) -> None:
-    """Every FULLY_CONNECTED exact in int8; every group's planned weights stored bit for bit."""
-    fcs = [op for op in summary.ops if op.name == "FULLY_CONNECTED"]
-    stored = []
-    for op in fcs:
-        x, w, out = (summary.tensors[i] for i in (op.inputs[0], op.inputs[1], op.outputs[0]))
-        ok = (all(t.dtype == "INT8" and len(t.scale) == 1 for t in (x, w, out)) and w.zero_point == [0]
-              and np.isclose(x.scale[0] * w.scale[0], out.scale[0], rtol=1e-6))
-        if not ok:
-            raise ExportError(f"FULLY_CONNECTED {out.name!r} is not an exact int8 layer: input {x.dtype} "
-                              f"{x.scale}/{x.zero_point}, weights {w.dtype} {w.scale}/{w.zero_point}, output "
-                              f"{out.dtype} {out.scale}/{out.zero_point} (need s_in * s_w = s_out, weight zp 0)")
-        stored.append(np.frombuffer(w.data, dtype=np.int8).reshape(w.shape).tobytes())   # [out, in]
-    # The converter orders FCs by name, not by group: match the weight matrices as a multiset.
-    missing = Counter(np.ascontiguousarray(plan.group_weights(k).T).tobytes() for k in range(len(plan.groups)))
-    missing.subtract(Counter(stored))
-    if any(n > 0 for n in missing.values()):
-        raise ExportError(f"{sum(n for n in missing.values() if n > 0)} of {len(plan.groups)} FULLY_CONNECTED "
-                          "weight matrices differ from the planned int8 codes; the converter re-quantized them")
-
-
 register_exporter(
     "bnc", "tflite", build_tflite_model, extension=".tflite", runtime="litert",
     description="builtin-ops TFLite: uint8 gather (exact) or int8 one-hot x FULLY_CONNECTED for accelerators",
@@ -626,8 +535,10 @@ register_exporter(
         Option("onehot", "str", "equal-cast", ONEHOT_BUILDERS,
                "onehot-fc lowering: build the one-hot with EQUAL+CAST (default) or from int8 ops the Edge TPU "
                "maps (FC+ReLU, MINIMUM, SUB, MUL; cardinalities <= 128, codes input): relu, or edgetpu (relu with "
-               "the prior in the int8 part, which then ends at the class scores or per-group partial scores)"),
+               "the prior in the int8 part, which then ends at the class scores or per-group partial scores)",
+               noun="one-hot builder"),
         Option("profile", "str", "default", PROFILES, PROFILE_HELP),
         Option("web_batch", "int", WEB_BATCH, help=WEB_BATCH_HELP),
         Option("metadata", "bool", False, help=METADATA_HELP),
-    ])
+    ],
+    refusals=[RAW_INPUTS_NEED_DISCRETIZER])

@@ -130,7 +130,6 @@ from __future__ import annotations
 
 import math
 import warnings
-from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -141,9 +140,12 @@ from bnc_deploy.exporters._tflite_dnn_contract import (
     LOWERING_PTQ,
     LOWERING_SIGN,
     SIGN_ACTIVATION_SCALE,
+    DNNTFLitePlan,
+    SignLayerPlan,
     check_dnn_contract,
 )
-from bnc_deploy.exporters.base import Option, register_exporter
+from bnc_deploy.exporters.base import Option, Refusal, register_exporter
+from bnc_deploy.limits import FLOAT32_EXACT_LIMIT, INT32_LIMIT
 from bnc_deploy.validation import random_valid_codes
 from bnc_deploy.formats.dnn import DNN_OUTPUTS, dnn_export_metadata
 from bnc_deploy.exporters._tflite import (
@@ -156,22 +158,14 @@ from bnc_deploy.exporters._tflite import (
     WEB_BATCH_HELP,
     check_profile,
     fake_quant,
-    finish_with_metadata,
+    finish_export,
     int8_weights,
-    measure_tflm_arena,
     micro_invalid,
     micro_label,
-    micro_metadata,
-    standard_metadata_note,
     tensorflow,
-    web_metadata,
 )
 from bnc_deploy.formats.tflite import inspect_tflite
 
-#: Integers below this magnitude are exact in float32.
-FLOAT32_EXACT_LIMIT = 2 ** 24
-#: int32 accumulator limit.
-INT32_LIMIT = 2 ** 31 - 1
 #: How a ReLU network's output layer is computed (sign networks: always float32).
 OUTPUT_LAYERS = ("int8", "float32")
 #: Random rows to calibrate a ReLU network on when the artifact has no check set.
@@ -199,98 +193,8 @@ def build_tflite_dnn(artifact, *, representative=None, output_layer: str = "int8
 
 
 # ================================================================================================
-# Plan (NumPy only): what every int8 tensor holds
+# Plan (NumPy only): what every int8 tensor holds (the plan's types: ``_tflite_dnn_contract``)
 # ================================================================================================
-@dataclass
-class SignLayerPlan:
-    """One hidden layer of a sign network as an int8 FULLY_CONNECTED / CONV_2D.
-
-    ``weights``: int8 in TFLite layout (dense ``[out, copies * in]``, conv OHWI
-    ``[out, 3, 3, copies * in]``); ``codes``: the artifact's codes times ``direction``, columns
-    permuted for an NHWC flatten, in the same layout with one copy (int64); the ``copies``
-    parts of ``weights`` sum to ``codes``. ``bias``: int32 ``1 - 2 * threshold``.
-    """
-
-    index: int
-    type: str
-    codes: np.ndarray
-    weights: np.ndarray
-    copies: int
-    direction: np.ndarray
-    threshold: np.ndarray
-    bias: np.ndarray
-    input_scale: float
-    weight_scale: float
-    pool: bool
-
-    @property
-    def output_scale(self) -> float:
-        return SIGN_ACTIVATION_SCALE
-
-    def describe(self) -> dict:
-        return {"layer": self.index, "op": "FULLY_CONNECTED" if self.type == "dense" else "CONV_2D",
-                "dtype": "int8", "input_scale": self.input_scale, "weight_scale": self.weight_scale,
-                "output_scale": self.output_scale, "input_copies": self.copies,
-                "fused_activation": "RELU_N1_TO_1", "bias": "int32 1 - 2 * threshold (batch norm + sign)",
-                "pool": "MAX_POOL_2D" if self.pool else None}
-
-
-@dataclass
-class DNNTFLitePlan:
-    """Everything the exporter decides before tracing (NumPy only).
-
-    ``encoding_scale``: int8 scale of the encoded input (None: float32 integers, a sign network
-    without hidden layers). ``hidden``: a :class:`SignLayerPlan` per hidden layer (sign; empty
-    for ReLU, whose hidden layers are described by ``relu_ranges``, the calibrated int8 range of
-    each ReLU output). ``output_dtype``: ``"float32"`` (float FULLY_CONNECTED on the integer
-    codes, then MUL ``output_unit`` and ADD bias) or ``"int8"`` (ReLU, full-integer: weights
-    with scale ``output_weight_scale``, logits in ``logit_range``). ``output_codes``: the output
-    layer's codes [C, K], columns permuted for an NHWC flatten (int64).
-    """
-
-    lowering: str
-    exact: bool
-    encoding_scale: float | None
-    hidden: list = field(default_factory=list)
-    output_codes: np.ndarray | None = None
-    output_unit: float = 1.0
-    output_dtype: str = "float32"
-    output_weight_scale: float = 1.0
-    relu_ranges: list = field(default_factory=list)
-    logit_range: tuple | None = None
-    calibration: dict | None = None
-    permutations: dict = field(default_factory=dict)
-    profile: str = "default"
-    #: Static batch of a web-profile file (``profile == "web"``).
-    web_batch: int = WEB_BATCH
-    #: Also write the standard TFLITE_METADATA and labels file.
-    standard_metadata: bool = False
-
-    def describe(self, artifact) -> list[dict]:
-        """Per weight layer: the TFLite op carrying its MACs and how it is stored (metadata)."""
-        layers = []
-        for k, layer in enumerate(artifact.layers):
-            last = k == len(artifact.layers) - 1
-            if self.lowering == LOWERING_SIGN and not last:
-                layers.append(self.hidden[k].describe())
-            elif last and self.output_dtype == "float32":
-                layers.append({"layer": k, "op": "FULLY_CONNECTED", "dtype": "float32", "weights": "integer codes",
-                               "scale": "MUL float32(s_w * s_in)", "bias": "ADD float32"})
-            else:
-                entry = {"layer": k, "op": "FULLY_CONNECTED" if layer.type == "dense" else "CONV_2D", "dtype": "int8",
-                         "bias": "int32 (batch-norm shift folded)" if layer.batch_norm else
-                         ("int32" if last else None),
-                         "weights": "int8 per-channel, batch norm folded (converter)" if not last else
-                         f"int8 codes, per-tensor scale {self.output_weight_scale!r}"}
-                if not last:
-                    entry.update(fused_activation="RELU", output_range=list(self.relu_ranges[k]),
-                                 pool="MAX_POOL_2D" if layer.pool else None)
-                else:
-                    entry["output_range"] = list(self.logit_range)
-                layers.append(entry)
-        return layers
-
-
 def plan_tflite_dnn(artifact, *, representative=None, output_layer: str = "int8") -> DNNTFLitePlan:
     """Choose every int8 tensor's contents and scale (sign) or calibrate the ranges (ReLU)."""
     if getattr(artifact, "kind", None) != "dnn":
@@ -426,22 +330,13 @@ def _build(artifact, plan: DNNTFLitePlan) -> bytes:
              "output_layer": plan.output_dtype, "int8": _int8_summary(plan)}
     if plan.calibration is not None:
         extra["calibration"] = plan.calibration
-    if plan.profile == "micro":
-        extra.update(micro_metadata(summary))
-    if plan.profile == "web":
-        extra.update(web_metadata(plan.web_batch))
-    if plan.standard_metadata:
-        extra["tflite_metadata"] = standard_metadata_note()
-    meta = dnn_export_metadata(artifact, format="tflite", exact=plan.exact, input_dtype="int32",
-                               lowering=plan.lowering, extra=extra)
-    model = finish_with_metadata(converted, meta, plan.standard_metadata, output_names=DNN_OUTPUTS)
-    check_dnn_contract(model, artifact, plan)
-    if plan.profile == "micro":
-        # The arena holds tensors and the interpreter's structs, not the metadata: measure this
-        # file, then record the number in the same file's metadata.
-        meta["tflm"].update(measure_tflm_arena(model, artifact.n_features, np.int32))
-        model = finish_with_metadata(converted, meta, plan.standard_metadata, output_names=DNN_OUTPUTS)
-    return model
+    return finish_export(
+        converted, extra,
+        lambda entries: dnn_export_metadata(artifact, format="tflite", exact=plan.exact, input_dtype="int32",
+                                            lowering=plan.lowering, extra=entries),
+        lambda model: check_dnn_contract(model, artifact, plan),
+        profile=plan.profile, web_batch=plan.web_batch, standard=plan.standard_metadata,
+        n_features=artifact.n_features, output_names=DNN_OUTPUTS)
 
 
 def _int8_summary(plan: DNNTFLitePlan) -> dict:
@@ -634,4 +529,10 @@ register_exporter(
         Option("profile", "str", "default", PROFILES, PROFILE_HELP),
         Option("web_batch", "int", WEB_BATCH, help=WEB_BATCH_HELP),
         Option("metadata", "bool", False, help=METADATA_HELP),
+    ],
+    refusals=[
+        Refusal("a sign network's output layer is always computed exactly in float32 (integer sums of +-1 "
+                "activations); --output-layer chooses the output layer of ReLU networks only",
+                r"--output-layer float32 applies to ReLU DNN models only", options={"output_layer": "float32"},
+                models=lambda artifact: getattr(artifact, "activation", None) == "sign"),
     ])

@@ -81,8 +81,7 @@ class RuntimeAdapter:
     Subclasses set :attr:`name` and :attr:`extensions` and implement :meth:`_load` (load the
     file's bytes in the runtime, return its metadata dict), :meth:`invoke` (the bare runtime call -> ``(scores,
     label)``) and, when the runtime wants converted or pre-allocated input, :meth:`_prepare`
-    (checked rows -> what :meth:`invoke` takes). Adapters that only override the older
-    ``_run(checked rows)`` keep working: their ``_run`` serves as ``invoke``.
+    (checked rows -> what :meth:`invoke` takes).
 
     Parameters
     ----------
@@ -217,11 +216,7 @@ class RuntimeAdapter:
     def invoke(self, prepared) -> tuple[np.ndarray, np.ndarray]:
         """The bare runtime call on :meth:`prepare`'s result: ``(scores, label)`` as the runtime
         returns them. No validation, conversion or output checks (see :meth:`run` for those)."""
-        if type(self)._run is RuntimeAdapter._run:
-            raise NotImplementedError(f"{type(self).__name__} implements neither invoke() nor _run()")
-        # An adapter written before prepare/invoke overrides _run(checked rows) instead; with the
-        # default _prepare its prepared input is those rows, so its _run is its runtime call.
-        return self._run(prepared)
+        raise NotImplementedError(f"{type(self).__name__} does not implement invoke()")
 
     def run(self, x) -> tuple[np.ndarray, np.ndarray]:
         """``(log_joint (n, C) float64, label (n,) int64)``.

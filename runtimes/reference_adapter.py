@@ -2,8 +2,8 @@
 (``ReferencePredictor`` for BN classifiers, ``DNNReferencePredictor`` for DNNs).
 
 The one adapter that reads artifacts: it is the ground truth the others are compared with. Its
-metadata is the same dict an exporter would write (``exporters.common.export_metadata`` with
-``format="bnc"``), so code written against the interface cannot tell the difference.
+metadata is the same dict an exporter would write (:func:`bnc_deploy.formats.bnc.export_metadata`
+with ``format="bnc"``), so code written against the interface cannot tell the difference.
 
 Its "runtime call" (:meth:`ReferenceAdapter.invoke`) is the predictor itself: the discretizer
 (raw inputs), ``log_joint`` (a DNN's logits) and the argmax. ``prepare`` only converts: codes

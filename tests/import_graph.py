@@ -11,10 +11,12 @@ What counts as an import (a lazy import is still a dependency):
 * ``importlib.import_module("a.b")`` and ``__import__("a.b")`` with a literal name (marked
   ``dynamic``; a computed name cannot be followed and is not counted);
 * relative imports, resolved against the importing module's package;
-* ``from pkg import name`` is an edge to ``pkg.name`` when that is a module of the tree, else to ``pkg``.
+* ``from pkg import name`` is an edge to ``pkg.name`` when that is a module of the tree, else to ``pkg``;
+* imports under ``if TYPE_CHECKING:`` (or ``typing.TYPE_CHECKING``; marked ``type checking``), and
+  their ``else`` branch: a type named in an annotation is a dependency of the design even though
+  Python never runs the import, and a cycle through it is a cycle all the same.
 
-Imports under ``if TYPE_CHECKING:`` (or ``typing.TYPE_CHECKING``) are ignored; their ``else``
-branch counts. Files: ``bnc_deploy/**.py``, ``exporters/**.py`` as ``bnc_deploy.exporters.*``,
+Files: ``bnc_deploy/**.py``, ``exporters/**.py`` as ``bnc_deploy.exporters.*``,
 ``runtimes/**.py`` as ``bnc_deploy.runtimes.*``. Tests, benchmarks and samples are not scanned.
 """
 
@@ -34,7 +36,7 @@ ROOT_SUBPACKAGES = ("exporters", "runtimes")
 
 # -- stages ---------------------------------------------------------------------------------------
 #: Top-level modules of bnc_deploy that form the foundations.
-FOUNDATIONS = frozenset({"errors", "fileio", "validation", "quantizers", "costs"})
+FOUNDATIONS = frozenset({"errors", "fileio", "validation", "quantizers", "costs", "limits"})
 #: Sub-packages (or modules) of bnc_deploy, each one stage.
 STAGES = frozenset({"datasets", "artifacts", "reference", "models", "train", "formats", "verify", "targets",
                     "profiling", "testing", "cli", "exporters", "runtimes", "serve", "sweep", "autolowering"})
@@ -74,6 +76,7 @@ class Import:
     internal: bool  # target is (meant to be) a module of this package
     lazy: bool = False  # inside a function body
     dynamic: bool = False  # importlib.import_module / __import__ with a literal name
+    type_only: bool = False  # under ``if TYPE_CHECKING:``
 
     @property
     def top(self) -> str:
@@ -82,6 +85,7 @@ class Import:
     def where(self) -> str:
         kind = " (lazy)" if self.lazy else ""
         kind += " (dynamic)" if self.dynamic else ""
+        kind += " (type checking)" if self.type_only else ""
         return f"{self.path}:{self.line}: {self.importer} imports {self.target}{kind}"
 
 
@@ -163,6 +167,7 @@ class _Collector(ast.NodeVisitor):
         self.module, self.path, self.graph = module, path, graph
         self.package = module if is_package else module.rpartition(".")[0]
         self.depth = 0  # function nesting
+        self.type_checking = 0  # nesting of ``if TYPE_CHECKING:`` bodies
         self.found: list[Import] = []
         self._seen: set[tuple[int, str]] = set()
 
@@ -172,7 +177,8 @@ class _Collector(ast.NodeVisitor):
         self._seen.add((line, target))
         top = target.split(".")[0]
         internal = top == PACKAGE or top in ROOT_SUBPACKAGES
-        self.found.append(Import(self.module, self.path, line, target, internal, self.depth > 0, dynamic))
+        self.found.append(Import(self.module, self.path, line, target, internal, self.depth > 0, dynamic,
+                                 self.type_checking > 0))
 
     def _function(self, node) -> None:
         self.depth += 1
@@ -182,11 +188,15 @@ class _Collector(ast.NodeVisitor):
     visit_FunctionDef = visit_AsyncFunctionDef = visit_Lambda = _function
 
     def visit_If(self, node: ast.If) -> None:
-        if _is_type_checking(node.test):
-            for child in node.orelse:
-                self.visit(child)
-        else:
+        if not _is_type_checking(node.test):
             self.generic_visit(node)
+            return
+        self.type_checking += 1
+        for child in node.body:
+            self.visit(child)
+        self.type_checking -= 1
+        for child in node.orelse:
+            self.visit(child)
 
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
@@ -359,7 +369,8 @@ def check_foundations_self_contained(graph: ImportGraph) -> list[Violation]:
             continue
         if imp.internal and stage_of(imp.target) != "foundations":
             out.append(_violation("foundations-self-contained", imp,
-                                  "foundations import only each other (errors, fileio, validation, quantizers, costs)"))
+                                  "foundations import only each other (errors, fileio, validation, quantizers, costs, "
+                                  "limits)"))
         elif not imp.internal and imp.top not in sys.stdlib_module_names and imp.top not in FOUNDATION_EXTERNALS:
             out.append(_violation("foundations-self-contained", imp,
                                   "foundations use only the standard library and numpy"))
@@ -465,7 +476,8 @@ RULES = (
     Rule("nothing-imports-cli", "Nothing outside bnc_deploy.cli imports bnc_deploy.cli.", check_nothing_imports_cli),
     Rule("foundations-self-contained", "Foundations import only each other, the standard library and numpy.",
          check_foundations_self_contained),
-    Rule("no-import-cycles", "The import graph (lazy imports included) has no cycle.", check_no_cycles),
+    Rule("no-import-cycles", "The import graph (lazy and TYPE_CHECKING imports included) has no cycle.",
+         check_no_cycles),
 )
 
 

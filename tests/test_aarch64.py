@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from bnc_deploy.artifacts import load_artifact, save_artifact
-from bnc_deploy.targets import aarch64, aarch64_root
+from bnc_deploy.targets import aarch64, aarch64_root, apt_sources
 from bnc_deploy.targets.aarch64_root import TargetSetupError
 from bnc_deploy.testing import random_bnc_artifact, random_dnn_artifact
 from bnc_deploy.validation import random_valid_codes
@@ -129,6 +129,7 @@ def _fake_build(calls):
     return build
 
 
+@pytest.mark.usefixtures("debian_apt")
 def test_setup_caches_by_recipe_and_reuses(monkeypatch, tmp_path):
     """The caching logic (the emulated steps replaced): build once, reuse, rebuild on a new recipe."""
     calls = []
@@ -149,6 +150,7 @@ def test_setup_caches_by_recipe_and_reuses(monkeypatch, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == [".lock", "root", "setup.log"]  # old root removed
 
 
+@pytest.mark.usefixtures("debian_apt")
 def test_interrupted_setup_leaves_no_root(monkeypatch, tmp_path):
     def broken(folder, *args):
         (folder / "usr").mkdir()
@@ -182,6 +184,124 @@ def test_remove_tree_unmounts_first(tmp_path):
     assert aarch64_root.mounts_under(tree) == [str((tree / "proc").resolve())]
     aarch64_root.remove_tree(tree)  # unmounts first: deletes nothing of the host's /proc
     assert not tree.exists() and Path("/proc/self/status").is_file() and not aarch64_root.mounts_under(tmp_path)
+
+
+# -- the Debian mirror: --mirror, $BNC_DEPLOY_DEBIAN_MIRROR, the host's apt sources (no network, no root) ----------
+@pytest.fixture
+def debian_apt(monkeypatch, tmp_path_factory):
+    """apt sources naming a Debian mirror, and no $BNC_DEPLOY_DEBIAN_MIRROR: setup never reads this host's /etc/apt."""
+    etc = tmp_path_factory.mktemp("etc-apt")
+    (etc / "sources.list").write_text("deb http://mirror.test/debian bookworm main\n")
+    monkeypatch.setattr(apt_sources, "ETC_APT", etc)
+    monkeypatch.delenv(aarch64_root.MIRROR_ENV, raising=False)
+    return etc
+
+
+ONE_LINE = """\
+# deb http://commented.test/debian bookworm main
+deb-src http://source.test/debian bookworm main
+deb [arch=amd64 signed-by=/usr/share/keyrings/docker.gpg] https://download.docker.com/linux/debian bookworm stable
+deb http://security.test/debian-security bookworm-security main
+deb http://archive.ubuntu.com/ubuntu jammy main universe
+deb cdrom:[Debian GNU/Linux 12.5.0 _Bookworm_ - Official amd64 DVD Binary-1]/ bookworm main
+
+deb [ arch=arm64,amd64 trusted=yes ] http://mirror.test/debian bookworm main contrib  # the archive
+deb http://second.test/debian bookworm main
+"""
+
+DEB822 = """\
+# Debian's own, as a bookworm install writes it (but two URIs, one apt-only)
+Types: deb deb-src
+# a comment inside an entry does not end it
+URIs: mirror+file:/etc/apt/mirrors/debian.list
+  http://first.test/debian http://second.test/debian
+Suites: bookworm bookworm-updates
+Components: main non-free-firmware
+Signed-By:
+ -----BEGIN PGP PUBLIC KEY BLOCK-----
+ .
+ mQINBGPL0BUBEAC
+ -----END PGP PUBLIC KEY BLOCK-----
+
+Types: deb
+URIs: http://security.test/debian-security
+Suites: bookworm-security
+Components: main
+"""
+
+
+def test_one_line_sources_options_and_comments():
+    entries = apt_sources.parse_one_line_sources(ONE_LINE)
+    assert [e["uris"][0] for e in entries] == [
+        "http://source.test/debian", "https://download.docker.com/linux/debian", "http://security.test/debian-security",
+        "http://archive.ubuntu.com/ubuntu", "cdrom:[Debian", "http://mirror.test/debian", "http://second.test/debian"]
+    docker, archive = entries[1], entries[5]
+    assert docker["types"] == ["deb"] and docker["suites"] == ["bookworm"] and docker["components"] == ["stable"]
+    assert archive["suites"] == ["bookworm"] and archive["components"] == ["main", "contrib"]  # comment dropped
+    # deb-src, a third-party suite, -security, Ubuntu and a CD are not the Debian archive debootstrap can use
+    assert apt_sources.debian_uri(entries) == "http://mirror.test/debian"
+    assert apt_sources.parse_one_line_sources("deb [arch=amd64 http://x.test/debian bookworm main\ndeb\n") == []
+
+
+def test_deb822_sources_fields_continuations_comments_and_several_uris():
+    entries = apt_sources.parse_deb822_sources(DEB822)
+    assert len(entries) == 2
+    first = entries[0]
+    assert first["types"] == ["deb", "deb-src"] and first["suites"] == ["bookworm", "bookworm-updates"]
+    assert first["uris"] == ["mirror+file:/etc/apt/mirrors/debian.list", "http://first.test/debian",
+                             "http://second.test/debian"]
+    assert first["enabled"] and first["components"] == ["main", "non-free-firmware"]
+    assert apt_sources.debian_uri(entries) == "http://first.test/debian"  # the first one debootstrap can fetch
+    # Enabled: no turns an entry off; field names are case-insensitive
+    off = "Types: deb\nURIs: http://off.test/debian\nSuites: bookworm\nComponents: main\nEnabled: no\n\n"
+    on = "types: deb\nuris: http://on.test/debian\nsuites: stable\ncomponents: main\n"
+    assert apt_sources.debian_uri(apt_sources.parse_deb822_sources(off + on)) == "http://on.test/debian"
+    assert apt_sources.debian_uri(apt_sources.parse_deb822_sources(off)) is None
+
+
+def test_host_mirror_is_the_first_debian_entry_in_apts_order(tmp_path):
+    (tmp_path / "sources.list").write_text("deb http://archive.ubuntu.com/ubuntu jammy main\n")
+    parts = tmp_path / "sources.list.d"
+    parts.mkdir()
+    (parts / "debian.sources.disabled").write_text("Types: deb\nURIs: http://off.test/debian\nSuites: bookworm\n"
+                                                   "Components: main\n")  # not a name apt reads
+    (parts / "z-local.list").write_text("deb http://z.test/debian bookworm main\n")
+    (parts / "m-debian.sources").write_text(DEB822)
+    assert [p.name for p in apt_sources.apt_source_files(tmp_path)] == ["sources.list", "m-debian.sources",
+                                                                          "z-local.list"]
+    assert apt_sources.host_debian_mirror(tmp_path) == ("http://first.test/debian", parts / "m-debian.sources")
+    (tmp_path / "sources.list").write_text("deb http://list.test/debian trixie main\n")
+    assert apt_sources.host_debian_mirror(tmp_path) == ("http://list.test/debian", tmp_path / "sources.list")
+
+
+def test_mirror_flag_then_environment_then_apt_sources_else_a_clear_error(monkeypatch, tmp_path):
+    monkeypatch.delenv(aarch64_root.MIRROR_ENV, raising=False)
+    with pytest.raises(TargetSetupError) as exc:
+        aarch64_root.debian_mirror(None, tmp_path)  # no sources.list, no sources.list.d
+    message = str(exc.value)
+    assert "--mirror URL" in message and "apt sources" in message and aarch64_root.MIRROR_ENV in message
+    (tmp_path / "sources.list").write_text("deb http://apt.test/debian bookworm main\n")
+    assert aarch64_root.debian_mirror(None, tmp_path)[0] == "http://apt.test/debian"
+    monkeypatch.setenv(aarch64_root.MIRROR_ENV, "http://env.test/debian")
+    assert aarch64_root.debian_mirror(None, tmp_path)[0] == "http://env.test/debian"
+    assert aarch64_root.debian_mirror("http://flag.test/debian", tmp_path) == ("http://flag.test/debian", "--mirror")
+
+
+def test_setup_without_a_mirror_stops_before_building(monkeypatch, tmp_path, tmp_path_factory, capsys):
+    monkeypatch.setattr(apt_sources, "ETC_APT", tmp_path_factory.mktemp("empty-etc-apt"))
+    monkeypatch.delenv(aarch64_root.MIRROR_ENV, raising=False)
+    monkeypatch.setattr(aarch64_root, "check_host", lambda: {"qemu": "qemu (test)"})
+    monkeypatch.setattr(aarch64_root, "_build", lambda *args: pytest.fail("built without a mirror"))
+    with pytest.raises(TargetSetupError, match="no Debian mirror"):
+        aarch64_root.setup(tmp_path, progress=None)
+    assert not list(tmp_path.glob(".building-*")) and not (tmp_path / "root").exists()
+    from bnc_deploy.cli.target import main
+
+    with pytest.raises(SystemExit) as exit_:
+        main(["setup", "--target", "aarch64", "--cache", str(tmp_path)])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("bnc-target: error: no Debian mirror") and "--mirror URL" in err[0]
 
 
 # -- emulated ------------------------------------------------------------------------------------------
@@ -268,6 +388,7 @@ def test_trained_models_on_every_test_row(data, target_root, tmp_path, shared_da
     assert all(e["n_rows"] == n_test and e["test_error"] is not None for e in report["files"])
 
 
+@pytest.mark.usefixtures("debian_apt")
 def test_a_finished_debootstrap_is_kept_when_a_later_step_fails(monkeypatch, tmp_path):
     """pip failing (no PyPI, say) keeps the debootstrapped base (no stamp: never taken for a root);
     the next setup starts from it instead of downloading and unpacking Debian again."""
@@ -286,6 +407,7 @@ def test_a_finished_debootstrap_is_kept_when_a_later_step_fails(monkeypatch, tmp
         aarch64_root.setup(tmp_path, progress=None)
     assert (tmp_path / "base" / aarch64_root.BASE_MARKER).is_file() and not (tmp_path / "root").exists()
     assert aarch64_root.root_status(tmp_path).startswith("no aarch64 root")
-    with pytest.raises(TargetSetupError):
+    monkeypatch.setattr(apt_sources, "ETC_APT", tmp_path / "no-apt")  # a kept base needs no mirror
+    with pytest.raises(TargetSetupError, match="pip"):
         aarch64_root.setup(tmp_path, progress=None)
     assert calls == [None, aarch64_root.base_hash(want)]  # the second try got the kept base, its venv removed

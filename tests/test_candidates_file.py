@@ -246,7 +246,9 @@ def test_every_authors_entry_passes_the_checks(settings_file):
 
 
 def test_icpr2020_structure_preset_records_use_the_authors_sets(settings_file):
-    from bnc_deploy.sweep.grid import LEARN_DEFAULTS, complete, expand, preset
+    from bnc_deploy.sweep.grid import expand
+    from bnc_deploy.sweep.paper import preset
+    from bnc_deploy.sweep.records import LEARN_DEFAULTS, complete
 
     record = complete(expand(preset("icpr2020-structure", settings_file.parent, data="letter"))[0])
     assert record["candidates_file"] == str(settings_file.resolve()) and record["candidates"] == 8  # the default

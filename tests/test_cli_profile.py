@@ -9,10 +9,12 @@ import pytest
 
 pytest.importorskip("onnxruntime")
 
+from exports import export_onnx  # noqa: E402
+
 from bnc_deploy.artifacts import save_artifact  # noqa: E402
 from bnc_deploy.artifacts.bnc import BNCArtifact  # noqa: E402
 from bnc_deploy.cli.profile import JSON_KEYS, main  # noqa: E402
-from exports import export_onnx  # noqa: E402
+from bnc_deploy.errors import ConfigError  # noqa: E402
 from bnc_deploy.quantizers import FixedPointLogQuantizer
 
 #: Keys the issue names; scripts rely on them.
@@ -155,3 +157,52 @@ def test_fold_needs_data(capsys):
     with pytest.raises(SystemExit) as exc:
         main(["x.onnx", "--fold", "2"])
     assert exc.value.code == 2 and "--fold needs --data" in capsys.readouterr().err
+
+
+# -- the library behind the command ---------------------------------------------------------------------
+def test_each_suffix_runs_in_its_default_runtime():
+    """bnc-profile measures each file in the runtime bnc_deploy.runtimes.base maps its suffix to."""
+    from bnc_deploy.profiling.files import check_files
+    from bnc_deploy.profiling.options import ServedModel
+    from bnc_deploy.profiling.runner import runtimes_for
+    from bnc_deploy.runtimes.base import model_suffixes
+
+    every = ["numpy", "onnxruntime", "litert", "native", "tflm", "http"]
+    assert {s: runtimes_for(f"m{s}", every) for s in model_suffixes()} == {
+        ".bnc": ["numpy"], ".onnx": ["onnxruntime"], ".ort": ["onnxruntime"], ".tflite": ["litert"], ".h": ["native"]}
+    assert runtimes_for("m.onnx", ["numpy"]) == [] and runtimes_for("m.xyz", every) == []
+    assert runtimes_for("m.bnc", ["numpy"], ServedModel("http://x")) == ["numpy", "http"]
+    with pytest.raises(ConfigError, match=r"expected \.bnc, \.onnx, \.ort, \.tflite, \.h, \.json$"):
+        check_files(["m.xyz"])
+
+
+def test_typed_inputs(files):
+    from bnc_deploy.cli.profile import load_test_split
+    from bnc_deploy.profiling.facts import ModelFacts, model_facts
+    from bnc_deploy.profiling.options import LoadOptions
+
+    split = load_test_split("digits", None)
+    x, y, name, fold = split                                  # still a tuple: aarch64.check_files unpacks it
+    assert (name, fold) == ("digits", 1) and split.x is x and split.y is y and len(x) == len(y) > 0
+    assert LoadOptions().for_file("m.bnc") == {}              # a model has no digest to check
+    assert LoadOptions(False, b"k").for_file("m.onnx") == {"verify_integrity": False, "key": b"k"}
+    _, f = files
+    bnc, onnx_path, a = f["nb3"]
+    facts = model_facts(onnx_path)
+    assert isinstance(facts, ModelFacts) and facts.format == "onnx" and facts.artifact is None
+    assert facts.graph is not None and facts.costs.size_bits == a.size_bits and facts.input == "codes"
+    facts = model_facts(bnc)
+    assert facts.graph is None and facts.artifact is not None and facts.stored_test_error == 0.5
+
+
+def test_the_command_holds_no_function_level_imports():
+    """Profiling logic lives in bnc_deploy.profiling; the command parses, calls it and prints."""
+    import ast
+    import inspect
+
+    import bnc_deploy.cli.profile as cli
+
+    tree = ast.parse(inspect.getsource(cli))
+    lazy = [node.lineno for fn in ast.walk(tree) if isinstance(fn, ast.FunctionDef)
+            for node in ast.walk(fn) if isinstance(node, (ast.Import, ast.ImportFrom))]
+    assert lazy == []

@@ -16,16 +16,17 @@ pytest.importorskip("onnxruntime")
 pytest.importorskip("tensorflow")
 pytest.importorskip("ai_edge_litert")
 
-from bnc_deploy.artifacts import save_artifact  # noqa: E402
-from bnc_deploy.artifacts.bnc import BNCArtifact  # noqa: E402
-from bnc_deploy.testing import random_dnn_artifact
-from bnc_deploy.cli.profile import JSON_KEYS, main  # noqa: E402
-from bnc_deploy.datasets import load_dataset  # noqa: E402
-from bnc_deploy.reference.dnn import DNNReferencePredictor
 from exports import export_onnx  # noqa: E402
 from onnx_dnn_probes import export_onnx_dnn  # noqa: E402
 from tflite_dnn_probes import export_tflite_dnn  # noqa: E402
+
+from bnc_deploy.artifacts import save_artifact  # noqa: E402
+from bnc_deploy.artifacts.bnc import BNCArtifact  # noqa: E402
+from bnc_deploy.cli.profile import JSON_KEYS, main  # noqa: E402
+from bnc_deploy.datasets import load_dataset  # noqa: E402
 from bnc_deploy.quantizers import FixedPointLogQuantizer
+from bnc_deploy.reference.dnn import DNNReferencePredictor
+from bnc_deploy.testing import random_dnn_artifact
 
 QUICK = ["--runs", "5", "--repeats", "1", "--warmup", "1", "--throughput-repeats", "1"]
 

@@ -17,12 +17,13 @@ import numpy as np
 import pytest
 
 from bnc_deploy.artifacts import load_artifact, save_artifact
+from bnc_deploy.formats.checkset import N_RANDOM_ROWS
 from bnc_deploy.formats.integrity import IntegrityError
-from bnc_deploy.targets import cortex_m
+from bnc_deploy.targets import cortex_m, cortex_m_build
 from bnc_deploy.testing import discretizer_dict, random_bnc_artifact
 from bnc_deploy.verify import build
 
-MISSING = cortex_m.tools_available()
+MISSING = cortex_m_build.tools_available()
 #: CI sets this after installing the Debian packages: then a missing tool fails instead of skipping.
 REQUIRED = os.environ.get("BNC_DEPLOY_REQUIRE_CORTEX_M", "") not in ("", "0")
 needs_toolchain = pytest.mark.skipif(MISSING is not None and not REQUIRED,
@@ -51,20 +52,39 @@ def test_missing_toolchain_is_a_usage_error_naming_the_packages(tmp_path, monkey
     save_artifact(a, tmp_path / "m.bnc")
     assert cortex_m.main([str(tmp_path / "m.bnc")]) == 2
     err = capsys.readouterr().err
-    for package in cortex_m.DEBIAN_PACKAGES:
+    for package in cortex_m_build.DEBIAN_PACKAGES:
         assert package in err
-    assert cortex_m.tools_available() is not None
+    assert cortex_m_build.tools_available() is not None
 
+
+
+def test_sources_are_rendered_from_package_data():
+    """startup.c and link.ld are filled in from cortex_m_sources.c / cortex_m_link.ld; the driver and
+    footprint templates take exactly the placeholders cortex_m_build fills in."""
+    from bnc_deploy.targets import cortex_m_sources as sources
+
+    assert sources.STARTUP_C.startswith("/* Bare-metal start-up")
+    assert f"_exit({sources.FAULT_EXIT});" in sources.STARTUP_C
+    assert "FLASH (rx)  : ORIGIN = 0x00000000, LENGTH = 4194304" in sources.LINK_LD
+    assert "RAM   (rwx) : ORIGIN = 0x20000000, LENGTH = 4194304" in sources.LINK_LD
+    assert f". += {sources.STACK_BYTES}; __stack_top__" in sources.LINK_LD
+    for text in (sources.STARTUP_C, sources.LINK_LD):
+        assert "$" not in text and "//@" not in text and text.endswith("}\n")
+    assert set(sources.DRIVER_C.get_identifiers()) == {"P", "M", "sentinel", "max_printed", "calibration"}
+    assert set(sources.FOOTPRINT_C.get_identifiers()) == {"P"}
+    driver = cortex_m_build.driver_source("my_model")
+    assert "my_model_log_joint(invalid_x[r], scores)" in driver and "MY_MODEL_N_CLASSES" in driver
+    assert "$" not in driver
 
 def test_size_and_callgraph_parsers():
-    sections = cortex_m.parse_size_a("x.o  :\nsection size addr\n.text.f 40 0\n.rodata.bnc_codes 12 0\n"
-                                     ".debug_info 99 0\nTotal 151\n")
+    sections = cortex_m_build.parse_size_a("x.o  :\nsection size addr\n.text.f 40 0\n.rodata.bnc_codes 12 0\n"
+                                           ".debug_info 99 0\nTotal 151\n")
     assert sections == {".text.f": 40, ".rodata.bnc_codes": 12, ".debug_info": 99}
     ci = ('node: { title: "f" label: "f\\na.c:1:5\\n16 bytes (static)" }\n'
           'node: { title: "a.c:g" label: "g\\nm.h:3:1\\n32 bytes (static)" }\n'
           'edge: { sourcename: "f" targetname: "a.c:g" label: "x" }\n'
           'edge: { sourcename: "a.c:g" targetname: "__aeabi_fcmpgt" label: "y" }\n')
-    assert cortex_m._stack_from_callgraph(ci, "f") == (48, ["__aeabi_fcmpgt"], True)
+    assert cortex_m_build._stack_from_callgraph(ci, "f") == (48, ["__aeabi_fcmpgt"], True)
 
 
 def test_rows_header_types_and_expected_values():
@@ -78,7 +98,7 @@ def test_rows_header_types_and_expected_values():
     assert np.array_equal(rows.labels, ref.predict(rows.x))
     # one invalid row per feature: code = cardinality
     assert rows.invalid.shape == (7, 7) and all(rows.invalid[i, i] == a.cardinalities[i] for i in range(7))
-    text = cortex_m.rows_header(rows, 7, 4, 3)
+    text = cortex_m_build.rows_header(rows, 7, 4, 3)
     assert "static const uint8_t check_sum[38][4]" in text and "#define N_CHECK 38u" in text
 
 
@@ -92,7 +112,7 @@ def test_all_rows_pass_on_all_three_boards(make, tmp_path):
     assert report["ok"], cortex_m.format_report(report)
     assert [b["board"] for b in report["boards"]] == ["mps2-an385", "mps2-an386", "mps2-an500"]
     for b in report["boards"]:
-        assert b["passed"] == b["n_rows"] == 30 + cortex_m.N_RANDOM_ROWS
+        assert b["passed"] == b["n_rows"] == 30 + N_RANDOM_ROWS
         assert (b["failed"], b["invalid_failed"], b["exit_codes"], b["errors"]) == (0, 0, [0], [])
         m = b["model"]
         assert m["codes_bytes"] == a.n_parameters  # one byte per code

@@ -7,6 +7,9 @@ the tests at the bottom feed it small synthetic trees to prove that each rule bi
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from import_graph import (
@@ -107,7 +110,12 @@ def test_a_clean_synthetic_tree_passes():
     pytest.param("bnc_deploy/serving.py", "x = 1\n", {("every-module-has-a-stage", "bnc_deploy.serving", "", 0)},
                  id="module-without-a-stage"),
     pytest.param("runtimes/base.py", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    import torch\n"
-                 "    from bnc_deploy.exporters import onnx_bnc\n", set(), id="type-checking-imports-are-ignored"),
+                 "    from bnc_deploy.exporters import onnx_bnc\n",
+                 {("torch-only-in-models-and-train", "bnc_deploy.runtimes.base", "torch", 3),
+                  ("torch-free-stages", "bnc_deploy.runtimes.base", "torch", 3),
+                  ("exporters-and-runtimes-independent", "bnc_deploy.runtimes.base",
+                   "bnc_deploy.exporters.onnx_bnc", 4)},
+                 id="type-checking-imports-count"),
 ])
 def test_the_checker_reports_a_forbidden_import(path, source, expected):
     assert _found({**CLEAN, path: source}) == expected
@@ -138,6 +146,33 @@ def test_the_checker_reports_cycles_with_their_imports():
         assert path[0].importer == path[-1].target == component[0]
         assert [imp.target for imp in path[:-1]] == [imp.importer for imp in path[1:]]
     assert {v.rule for v in check_all(build_graph_from_sources(files))} == {"no-import-cycles"}
+
+
+def test_a_cycle_through_a_type_checking_import_is_reported():
+    files = {**CLEAN,
+             "bnc_deploy/formats/metadata.py": "import typing\nif typing.TYPE_CHECKING:\n"
+                                               "    from bnc_deploy.formats.bnc import Plan\n",
+             "bnc_deploy/formats/bnc.py": "from bnc_deploy.formats.metadata import KEY\n"}
+    violations = check_all(build_graph_from_sources(files))
+    assert [(v.rule, v.importer) for v in violations] == [("no-import-cycles", "bnc_deploy.formats.bnc")]
+    assert ("bnc_deploy/formats/metadata.py:3: bnc_deploy.formats.metadata imports bnc_deploy.formats.bnc "
+            "(type checking)") in violations[0].message
+
+
+def test_the_else_branch_of_type_checking_counts_too():
+    files = {**CLEAN, "runtimes/base.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    pass\n"
+                                          "else:\n    from bnc_deploy.exporters import onnx_bnc\n"}
+    assert _found(files) == {("exporters-and-runtimes-independent", "bnc_deploy.runtimes.base",
+                              "bnc_deploy.exporters.onnx_bnc", 5)}
+
+
+def test_discovering_the_exporters_imports_no_target():
+    """An exporter lookup loads exporters (and what they import), never a device target's code."""
+    code = ("import sys; from bnc_deploy.exporters.base import exporters; exporters(); "
+            "print(sorted(m for m in sys.modules if m.startswith('bnc_deploy.targets')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
 
 
 def test_a_forbidden_import_added_to_the_real_tree_is_reported():

@@ -21,6 +21,7 @@ import pytest
 
 from bnc_deploy.artifacts import BNCArtifact, save_artifact
 from bnc_deploy.errors import ExportError, InputError, MetadataError, RuntimeLoadError
+from bnc_deploy.exporters import c_bnc
 from bnc_deploy.exporters.base import exporter_for
 from bnc_deploy.exporters.c_bnc import (
     accumulator_type,
@@ -31,10 +32,12 @@ from bnc_deploy.exporters.c_bnc import (
 )
 from bnc_deploy.formats.bnc import float32_thresholds
 from bnc_deploy.formats.c import read_c_metadata
+from bnc_deploy.formats.c_template import template_sections
+from bnc_deploy.formats.checkset import random_rows
 from bnc_deploy.reference.bnc import ReferencePredictor
 from bnc_deploy.runtimes.base import load_runtime
 from bnc_deploy.testing import discretizer_dict, random_bnc_artifact
-from bnc_deploy.verify import export_file, random_rows
+from bnc_deploy.verify import export_file
 
 CC = shutil.which(os.environ.get("CC") or "cc")
 pytestmark = pytest.mark.skipif(CC is None, reason="the C export tests need a C compiler (cc)")
@@ -246,6 +249,46 @@ def test_only_stdint_and_no_floats_without_raw_inputs():
         assert "int bnc_log_joint(const uint8_t *x, int32_t *scores)" in code
 
 
+def test_every_section_of_the_c_source_is_written_for_some_options(monkeypatch):
+    """exporters/c_bnc.h: NB/TAN x bytes/packed (B dividing 8 or not) x raw inputs write every section, each
+    with all of its placeholders filled (string.Template.substitute raises on a missing one), and end in a newline."""
+    sections = c_bnc.template_sections("bnc_deploy.exporters", c_bnc.TEMPLATE)
+    written = set()
+
+    class Recording(dict):
+        def __getitem__(self, key):
+            written.add(key)
+            return super().__getitem__(key)
+
+    monkeypatch.setattr(c_bnc, "template_sections", lambda package, name: Recording(sections))
+    for tan in (False, True):
+        for bits in (3, 4):
+            artifact = raw_artifact(7, tan=tan, bits=bits)
+            for pack in (False, True):
+                for raw in (False, True):
+                    assert build_c_source(artifact, pack_bits=pack, raw_inputs=raw).endswith(" */\n")
+    assert written == set(sections)
+
+
+
+def test_template_sections_split_files_and_refuse_broken_ones(tmp_path, monkeypatch):
+    """bnc_deploy.formats.c_template: the preamble is dropped, sections keep file order; a duplicated name, a
+    section without a final newline or a file without markers is refused (it would change every output)."""
+    package = tmp_path / "bnc_c_template_probe"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    files = {"ok.c": "/* about */\n//@ a\nint ${x};\n//@ b\n\n$$y\n",
+             "dup.c": "//@ a\n1\n//@ a\n2\n", "nonl.c": "//@ a\n1\n//@ b\n2", "none.c": "int x;\n"}
+    for name, text in files.items():
+        (package / name).write_bytes(text.encode("ascii"))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sections = template_sections(package.name, "ok.c")
+    assert list(sections) == ["a", "b"]
+    assert sections["a"].substitute(x="n") == "int n;\n" and sections["b"].substitute() == "\n$y\n"
+    for name in ("dup.c", "nonl.c", "none.c"):
+        with pytest.raises(ValueError, match=f"{package.name}/{name}"):
+            template_sections(package.name, name)
+
 def test_metadata_is_embedded_and_read_back(tmp_path):
     artifact = bn_artifact(6, tan=False, bits=5, int_bits=2)
     report = export_file(artifact, tmp_path / "m.h", "c", name="my_model")
@@ -292,7 +335,7 @@ def test_two_models_with_different_prefixes_in_one_program(tmp_path):
     assert subprocess.run([str(tmp_path / "main")]).returncode == 0
 
 
-# -- invalid input: -1, scores untouched, no out-of-bounds read (ASan + UBSan) -------------------------------------------
+# -- invalid input: -1, scores untouched, no out-of-bounds read (ASan + UBSan) -----------------------------------------
 def _sanitizers_work(folder: Path) -> bool:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "probe.c").write_text("int main(void) { return 0; }\n")

@@ -136,7 +136,7 @@ def test_quantized_file_keeps_uint8_codes_and_passes_checker(tmp_path):
 
 
 def test_bitplanes_are_smaller_and_hold_the_codes(tmp_path):
-    from bnc_deploy.exporters.onnx_bnc import pack_bitplanes
+    from bnc_deploy.exporters._onnx_graph import pack_bitplanes
 
     artifact = random_artifact(np.random.default_rng(15), bits=3, int_bits=2, cardinalities=[9] * 12, n_classes=10)
     plain = export_onnx(artifact, tmp_path / "u8.onnx")

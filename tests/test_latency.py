@@ -125,31 +125,6 @@ def test_static_batch_throughput_is_one_call_per_chunk(toy_file):
     assert t.throughput_batch == "one call of 9 rows"           # run() takes any number of rows
 
 
-class LegacyToyAdapter(RuntimeAdapter):
-    """An adapter written before prepare/invoke: it overrides only ``_run(checked rows)``."""
-
-    name = "toy-legacy"
-
-    def _load(self, path, data):
-        artifact = load_artifact(path, data=data)
-        self._tables = ReferencePredictor(artifact)
-        return export_metadata(artifact, format="bnc")
-
-    def _run(self, checked):
-        scores = self._tables.log_joint(checked)
-        return scores, np.argmax(scores, axis=1)
-
-
-def test_adapters_that_only_override_run_are_still_timed(toy_file):
-    path, artifact = toy_file
-    adapter = LegacyToyAdapter(path)
-    x = codes(artifact, 10)
-    scores, label = adapter.invoke(adapter.prepare(x))
-    np.testing.assert_array_equal(label, adapter.predict(x))
-    t = measure_latency(adapter, x, runs=3, warmup=1, repeats=1, throughput_repeats=1)
-    assert t.runtime == "toy-legacy" and t.throughput_batch == "one call of 10 rows"
-
-
 def test_bad_arguments(toy_file):
     path, artifact = toy_file
     adapter = load_runtime(path)

@@ -22,13 +22,14 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from bnc_deploy.runtimes import native_adapter, native_kernel
-from bnc_deploy.runtimes.base import load_runtime
 
 from bnc_deploy.errors import ConfigError, InputError, RuntimeLoadError
+from bnc_deploy.formats.checkset import random_rows
 from bnc_deploy.reference.bnc import ReferencePredictor
+from bnc_deploy.runtimes import native_adapter, native_kernel
+from bnc_deploy.runtimes.base import load_runtime
 from bnc_deploy.testing import discretizer_dict, random_bnc_artifact
-from bnc_deploy.verify import export_file, random_rows
+from bnc_deploy.verify import export_file
 
 CC = shutil.which(os.environ.get("CC") or "cc")
 pytestmark = pytest.mark.skipif(CC is None, reason="the native runtime tests need a C compiler (cc)")
@@ -70,6 +71,28 @@ def test_lane_type_is_the_narrowest_that_cannot_wrap(d, bits, expected):
     """(D + 1) * (2^B - 1) is the largest sum: 85 * 3 = 255 fits uint8, 86 * 3 does not."""
     assert native_kernel.lanes_type(d, bits)[0] == expected
 
+
+
+def test_every_section_of_the_kernel_source_is_written_and_filled(monkeypatch):
+    """runtimes/native_kernel.c (package data): NB/TAN x codes/raw write every section, each with all of its
+    placeholders filled (string.Template.substitute raises on a missing one); the wrapper is plain C."""
+    sections = native_kernel.template_sections("bnc_deploy.runtimes", native_kernel.TEMPLATE)
+    written = set()
+
+    class Recording(dict):
+        def __getitem__(self, key):
+            written.add(key)
+            return super().__getitem__(key)
+
+    monkeypatch.setattr(native_kernel, "template_sections", lambda package, name: Recording(sections))
+    for tan in (False, True):
+        for raw in (False, True):
+            text = native_kernel.wrapper_source("my_model", n_features=5, n_classes=3, bits=4, frac_bits=-2,
+                                                tan=tan, raw=raw)
+            assert text.startswith("/* Host-only batch kernels") and text.endswith("}\n")
+            assert "$" not in text and "//@" not in text and "my_model_predict(row)" in text
+            assert ("my_model_stride[i]" in text) == tan and ("bncn_batch_f64" in text) == raw
+    assert written == set(sections)
 
 CASES = [  # (seed, d, classes, tan, bits, int_bits, pack): lanes u8/u16/u32, classes around 16/32 lanes
     (1, 7, 5, False, 3, 2, False), (2, 9, 31, True, 4, 2, True), (3, 6, 32, False, 2, 1, False),
@@ -204,7 +227,8 @@ def test_raw_inputs_float32_and_float64(folder, tan):
     rng = np.random.default_rng(0)
     x = rng.normal(0.5, 2.0, size=(400, len(cards)))
     x[:5, 4] = [3.4028235e38, -3.4028235e38, 3.0e38, 1e-45, -0.0]
-    x[5, 4] = float(np.finfo(np.float32).max) + 2.0 ** 102  # above FLT_MAX, rounds down to it: refused in C, the generic path runs it
+    # above FLT_MAX, rounds down to it: refused in C, the generic path runs it
+    x[5, 4] = float(np.finfo(np.float32).max) + 2.0 ** 102
     for dtype in (np.float64, np.float32):
         xd = x.astype(dtype)
         codes = ref.discretize(xd.astype(np.float32).astype(np.float64))

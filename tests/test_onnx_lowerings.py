@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
-from bnc_deploy.exporters import onnx_bnc
+from bnc_deploy.exporters import _onnx_bnc_grouped, onnx_bnc
 from bnc_deploy.exporters.onnx_bnc import build_onnx_model
 
 from bnc_deploy.errors import ExportError
@@ -154,7 +154,7 @@ def test_invalid_parent_value_marks_the_row(lowering):
 def test_tan_groups_follow_the_tree(monkeypatch):
     """A child joins its parent's group; a group's axes are its members and their parents."""
     artifact = chain_tan()                                      # axis sizes |X_i| + 2: 4, 6, 5, 4, 5
-    monkeypatch.setattr(onnx_bnc, "MAX_GROUP_ROWS", 150)        # 4 * 6 * 5 = 120 fits, * 4 does not
+    monkeypatch.setattr(_onnx_bnc_grouped, "MAX_GROUP_ROWS", 150)        # 4 * 6 * 5 = 120 fits, * 4 does not
     meta = metadata(build_onnx_model(artifact, lowering="gather-grouped"))
     assert meta["feature_groups"] == [[0, 1, 2], [3, 4]]
     assert meta["group_axes"] == [[0, 1, 2], [3, 2, 4]]
@@ -221,7 +221,7 @@ def test_groups_and_metadata(d, expected):
 def test_wide_models_use_one_clip_bound(monkeypatch, tan):
     """Above PER_FEATURE_AXES_MAX_D features every group axis has K + 2 values and one Clip guards:
     same answers, same guard."""
-    monkeypatch.setattr(onnx_bnc, "PER_FEATURE_AXES_MAX_D", 0)
+    monkeypatch.setattr(_onnx_bnc_grouped, "PER_FEATURE_AXES_MAX_D", 0)
     rng = np.random.default_rng(15)
     cards = [3, 1, 4, 2, 5]
     artifact = random_bnc_artifact(rng, bits=3, tan=tan, d=5, cardinalities=cards)
@@ -239,7 +239,7 @@ def test_wide_models_use_one_clip_bound(monkeypatch, tan):
 
 def test_groups_shrink_to_fit_the_table_limit(monkeypatch):
     artifact = random_bnc_artifact(np.random.default_rng(10), tan=False, bits=3, d=4, cardinalities=[3] * 4, n_classes=4)
-    monkeypatch.setattr(onnx_bnc, "GROUPED_TABLE_LIMIT", 2 * 25 * 4 * 4)        # two 5 x 5 pair tables
+    monkeypatch.setattr(_onnx_bnc_grouped, "GROUPED_TABLE_LIMIT", 2 * 25 * 4 * 4)        # two 5 x 5 pair tables
     assert metadata(build_onnx_model(artifact, lowering="gather-grouped"))["feature_groups"] == [[0, 1], [2, 3]]
 
 

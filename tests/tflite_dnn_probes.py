@@ -11,12 +11,13 @@ from pathlib import Path
 import numpy as np
 
 from bnc_deploy.errors import ExportError
-from bnc_deploy.exporters._tflite_dnn_contract import MAC_OPS
-from bnc_deploy.exporters.tflite_dnn import DNNTFLitePlan, plan_tflite_dnn
+from bnc_deploy.exporters._tflite_dnn_contract import MAC_OPS, DNNTFLitePlan
+from bnc_deploy.exporters.tflite_dnn import plan_tflite_dnn
+from bnc_deploy.formats.checkset import N_RANDOM_ROWS, random_rows
 from bnc_deploy.formats.dnn import DNN_OUTPUTS, OUTPUT_LOGITS
 from bnc_deploy.formats.metadata import INPUT_NAME, INVALID_LABEL, OUTPUT_LABEL
 from bnc_deploy.formats.tflite import TFLiteSummary, inspect_tflite, model_bytes, read_tflite_metadata
-from bnc_deploy.verify import N_RANDOM_ROWS, export_file, random_rows
+from bnc_deploy.verify import export_file
 
 
 def export_tflite_dnn(artifact, path, *, representative=None, output_layer: str = "int8", x=None, y=None,

@@ -25,6 +25,18 @@ from pathlib import Path
 
 from bnc_deploy.cli.common import cli_main, print_json
 from bnc_deploy.errors import ConfigError, require_extra
+from bnc_deploy.sweep.grid import GridSpec, describe, load_grid_file
+from bnc_deploy.sweep.paper import icpr2020_draws, paper_batch_size, preset
+from bnc_deploy.sweep.records import KEYS, LABEL_KEYS, parse_values
+from bnc_deploy.sweep.runner import (
+    DEFAULT_GROUP_BY,
+    SweepOptions,
+    check_plan,
+    protocol_label,
+    records_of,
+    run_sweep,
+)
+from bnc_deploy.train.arguments import use_threads
 
 PROG = "bnc-sweep"
 INTERRUPTED = "interrupted; finished chunks stay in DIR (rerun with --resume to continue)"
@@ -54,7 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     grid = p.add_argument_group("grid")
     grid.add_argument("--data", metavar="PATH_OR_NAME", help="dataset name or file (as for bnc-train)")
     grid.add_argument("--grid", metavar="FILE", help="grid file (TOML or JSON: [axes], [draws], [fixed])")
-    grid.add_argument("--preset", metavar="NAME", help="the paper's grids: icpr2020-nb, icpr2020-tan, icpr2020-structure")
+    grid.add_argument("--preset", metavar="NAME",
+                      help="the paper's grids: icpr2020-nb, icpr2020-tan, icpr2020-structure")
     for flag, key in AXIS_FLAGS.items():
         grid.add_argument(flag, dest=f"axis_{key}", metavar="VALUES", default=None, help=argparse.SUPPRESS)
     grid.add_argument("--draws", metavar="N|icpr2020[:N]", help="joint (lambda, gamma) draws: N from the paper's "
@@ -94,15 +107,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 def grid_from_args(args):
     """The GridSpec of ``--grid``/``--preset`` (or an empty one) with the flags applied."""
-    from bnc_deploy.sweep.grid import (
-        GridSpec,
-        icpr2020_draws,
-        load_grid_file,
-        paper_batch_size,
-        parse_values,
-        preset,
-    )
-
     if args.grid and args.preset:
         raise ConfigError("give --grid or --preset, not both")
     if args.grid:
@@ -169,8 +173,6 @@ def _draw_count(text: str, available: int | None) -> int:
 
 
 def options_from_args(args):
-    from bnc_deploy.sweep.runner import DEFAULT_GROUP_BY, SweepOptions
-
     if args.max_configs is not None and args.max_configs < 1:
         raise ConfigError(f"--max-configs must be >= 1, got {args.max_configs}")
     if args.halving_rate <= 1:
@@ -179,8 +181,6 @@ def options_from_args(args):
         raise ConfigError(f"--checkpoint-every must be >= 1, got {args.checkpoint_every}")
     group_by = tuple(k.strip() for k in args.group_by.split(",")) if args.group_by else DEFAULT_GROUP_BY
     if args.group_by:
-        from bnc_deploy.sweep.grid import KEYS, LABEL_KEYS
-
         unknown = [k for k in group_by if k not in KEYS or k in LABEL_KEYS]
         if unknown:
             raise ConfigError(f"--group-by {args.group_by!r}: unknown key {unknown[0]!r}; keys: "
@@ -199,16 +199,8 @@ def main(argv: list[str] | None = None) -> int:
     spec = grid_from_args(args)
     options = options_from_args(args)
     if args.threads is not None:
-        from bnc_deploy.train.arguments import use_threads
-
         use_threads(args.threads)
-    from bnc_deploy.sweep.grid import describe
-    from bnc_deploy.sweep.runner import (
-        check_plan,
-        protocol_label,
-        records_of,
-        run_sweep,
-    )
+    # Lazy: the batched trainer imports torch (extra "train"; require_extra above names it if missing).
     from bnc_deploy.train.bnc_batched import resolve_device
 
     records = records_of(spec)

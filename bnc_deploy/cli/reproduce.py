@@ -25,6 +25,20 @@ from pathlib import Path
 
 from bnc_deploy.cli.common import cli_main, print_json
 from bnc_deploy.errors import require_extra
+from bnc_deploy.fileio import atomic_write_bytes
+from bnc_deploy.profiling.pareto import (
+    _pyplot,
+    mark_pareto,
+    plot_error_vs_bits,
+    plot_error_vs_ops,
+    plot_error_vs_size,
+    save_figure,
+)
+from bnc_deploy.sweep.estimate import describe, planned_config_epochs, probe
+from bnc_deploy.sweep.grid import GridSpec, count
+from bnc_deploy.sweep.paper import FIGURES, IMAGE_DATASETS, dataset_name, plan, selected_points
+from bnc_deploy.sweep.runner import SweepOptions, check_plan, protocol_label, records_of, run_sweep
+from bnc_deploy.sweep.table import ResultsTable
 
 PROG = "bnc-reproduce"
 INTERRUPTED = "interrupted; finished configurations stay in DIR/sweeps (rerun the same command to continue)"
@@ -39,8 +53,6 @@ TITLES = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from bnc_deploy.sweep.paper import FIGURES
-
     p = argparse.ArgumentParser(prog=PROG, description="Reproduce the paper's figures through the sweep engine.",
                                 epilog=__doc__.split("\n\n")[1], formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("figure", choices=(*FIGURES, "all"), help="which figure (all: fig3, fig4 where it applies, "
@@ -67,8 +79,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def figures_of(name: str, data: str) -> list[str]:
-    from bnc_deploy.sweep.paper import FIGURES, IMAGE_DATASETS, dataset_name
-
     if name != "all":
         return [name]
     return [f for f in FIGURES if f != "fig4" or dataset_name(data) in IMAGE_DATASETS]
@@ -78,11 +88,6 @@ def figures_of(name: str, data: str) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     require_extra(PROG, "train", "torch", "matplotlib")
     args = build_parser().parse_args(argv)
-    from bnc_deploy.sweep.estimate import planned_config_epochs
-    from bnc_deploy.sweep.grid import GridSpec, count
-    from bnc_deploy.sweep.paper import plan
-    from bnc_deploy.sweep.runner import check_plan, protocol_label, records_of
-
     out = Path(args.output)
     plans = [plan(fig, args.data, args.protocol) for fig in figures_of(args.figure, args.data)]
     sweeps: dict[str, object] = {}
@@ -137,8 +142,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _options(sweep, out: Path, args):
-    from bnc_deploy.sweep.runner import SweepOptions
-
     return SweepOptions(directory=out / "sweeps" / sweep.name, select=args.select, device=args.device,
                         backend=args.backend, address=args.address, halving=sweep.halving,
                         max_configs=args.max_configs, resume=True, group_by=sweep.group_by,
@@ -147,8 +150,6 @@ def _options(sweep, out: Path, args):
 
 def _estimate(tasks: list, args) -> dict:
     """The probe's forecast over all sweeps' chunk tasks."""
-    from bnc_deploy.sweep.estimate import describe, probe
-
     if not (args.json or args.quiet):
         print("timing a short probe of each kind of configuration ...", file=sys.stderr, flush=True)
     estimates = probe(tasks, device=args.device)
@@ -160,9 +161,6 @@ def _estimate(tasks: list, args) -> dict:
 
 
 def _run(sweep, out: Path, args) -> dict:
-    from bnc_deploy.sweep.runner import run_sweep
-    from bnc_deploy.sweep.table import ResultsTable
-
     options = _options(sweep, out, args)
     directory = options.directory
     if not (args.json or args.quiet):
@@ -180,11 +178,6 @@ def _run(sweep, out: Path, args) -> dict:
 
 def write_figure(p, sweeps: dict, results: dict, out: Path, args) -> dict:
     """The figure's points (selected per group), CSV, JSON and plot."""
-    from bnc_deploy.fileio import atomic_write_bytes
-    from bnc_deploy.profiling.pareto import mark_pareto
-    from bnc_deploy.sweep.paper import selected_points
-    from bnc_deploy.sweep.runner import protocol_label
-
     metric = "val_error" if args.select == "validation" else "test_error"
     points = []
     for sweep in p.sweeps:
@@ -212,15 +205,6 @@ def write_figure(p, sweeps: dict, results: dict, out: Path, args) -> dict:
 
 
 def plot_figure(p, points: list[dict], path: Path, args) -> list[str]:
-    from bnc_deploy.profiling.pareto import (
-        _pyplot,
-        plot_error_vs_bits,
-        plot_error_vs_ops,
-        plot_error_vs_size,
-        save_figure,
-    )
-    from bnc_deploy.sweep.runner import protocol_label
-
     plt = _pyplot()
     note = f"{p.data}, {p.protocol} protocol, {protocol_label(args.select)}"
     if p.figure == "fig5":

@@ -26,22 +26,29 @@ that feed the bare graph.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
+
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 import bnc_deploy
 from bnc_deploy.errors import ArtifactError, ExportError, MetadataError
-from bnc_deploy.formats.checkset import CHECK_KEY, check_entry
+from bnc_deploy.formats.checkset import CHECK_KEY, FeatureSpace, check_entry
 from bnc_deploy.formats.metadata import (
     GUARD,
     INPUT_CODES,
     INPUT_RAW,
     METADATA_KEY,
     METADATA_SCHEMA_VERSION,
-    OUTPUT_LOG_JOINT,
     artifact_hash,
     register_kind,
     with_integrity_placeholder,
 )
+from bnc_deploy.formats.metadata import OUTPUT_LOG_JOINT as OUTPUT_LOG_JOINT  # re-exported (the BN scores' name)
+
+if TYPE_CHECKING:
+    from bnc_deploy.artifacts.bnc import BNCArtifact
 
 #: Lowerings of the per-feature table lookup. ``gather`` indexes the stacked table directly;
 #: ``onehot-fc`` multiplies a one-hot encoding with the table (a fully connected layer).
@@ -69,7 +76,18 @@ REQUIRED_METADATA_KEYS = (
 )
 
 
-def is_exact_lowering(artifact, lowering: str) -> bool:
+class RawInputModel(FeatureSpace, Protocol):
+    """What the raw-input rules read of a model: its feature space and the embedded discretizer
+    (``to_dict()`` form, None without one); every artifact kind has them."""
+
+    @property
+    def feature_names(self) -> Sequence[str]: ...
+
+    @property
+    def discretizer(self) -> dict[str, Any] | None: ...
+
+
+def is_exact_lowering(artifact: BNCArtifact, lowering: str) -> bool:
     """Whether ``lowering`` reproduces the artifact's ``log_joint`` bit for bit.
 
     The format-neutral, conservative answer: quantized + ``gather`` always; quantized +
@@ -78,9 +96,10 @@ def is_exact_lowering(artifact, lowering: str) -> bool:
     called exact: float32 summation order differs between runtimes, so only labels are compared.
     """
     check_lowering(lowering, ONNX_LOWERINGS)
-    if not artifact.is_quantized:
+    q = artifact.quantizer
+    if q is None:  # a float model (``artifact.is_quantized`` is ``quantizer is not None``)
         return False
-    return lowering in GATHER_LOWERINGS or artifact.quantizer.total_bits <= ONEHOT_FC_EXACT_MAX_BITS
+    return lowering in GATHER_LOWERINGS or q.total_bits <= ONEHOT_FC_EXACT_MAX_BITS
 
 
 def check_lowering(lowering: str, allowed: tuple[str, ...] = LOWERINGS) -> str:
@@ -90,8 +109,9 @@ def check_lowering(lowering: str, allowed: tuple[str, ...] = LOWERINGS) -> str:
     return lowering
 
 
-def export_metadata(artifact, *, format: str, lowering: str = "gather", raw_inputs: bool = False,
-                    input_dtype: str = "int64", opset: int | None = None, extra: dict | None = None) -> dict:
+def export_metadata(artifact: BNCArtifact, *, format: str, lowering: str = "gather", raw_inputs: bool = False,
+                    input_dtype: str = "int64", opset: int | None = None,
+                    extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The metadata dict every exporter stores (JSON under :data:`METADATA_KEY`).
 
     Parameters
@@ -110,7 +130,7 @@ def export_metadata(artifact, *, format: str, lowering: str = "gather", raw_inpu
     """
     check_lowering(lowering, ONNX_LOWERINGS)
     q = artifact.quantizer
-    meta = {
+    meta: dict[str, Any] = {
         "schema_version": METADATA_SCHEMA_VERSION,
         "toolkit_version": bnc_deploy.__version__,
         "model_kind": artifact.kind,
@@ -148,7 +168,7 @@ def export_metadata(artifact, *, format: str, lowering: str = "gather", raw_inpu
 
 
 # -- lookup constants -------------------------------------------------------------------------
-def lookup_constants(artifact) -> dict[str, np.ndarray]:
+def lookup_constants(artifact: BNCArtifact) -> dict[str, NDArray[np.int64]]:
     """Per-feature constants of the stacked-table index, each of shape (D,), int64.
 
     Row of feature ``i`` = ``offsets[i] + x[:, i] * strides[i] + has_parent[i] * x[:, parent_index[i]]``
@@ -167,7 +187,7 @@ def lookup_constants(artifact) -> dict[str, np.ndarray]:
 
 
 # -- raw inputs ---------------------------------------------------------------------------------
-def raw_cut_points(artifact) -> list[np.ndarray]:
+def raw_cut_points(artifact: RawInputModel) -> list[NDArray[np.float64]]:
     """The embedded discretizer's cut points, one float64 array per feature (sorted).
 
     Raises ExportError if the artifact has no discretizer or its cut counts do not match the
@@ -191,7 +211,7 @@ def raw_cut_points(artifact) -> list[np.ndarray]:
     return cuts
 
 
-def float32_thresholds(cuts: np.ndarray) -> np.ndarray:
+def float32_thresholds(cuts: ArrayLike) -> NDArray[np.float32]:
     """Float32 thresholds ``t`` with ``x > t  <=>  x > cut`` for every float32 ``x``.
 
     A float64 cut is rounded *down* to float32: if ``cut`` is not a float32, the float32 values
@@ -206,7 +226,7 @@ def float32_thresholds(cuts: np.ndarray) -> np.ndarray:
     return t
 
 
-def padded_thresholds(artifact) -> tuple[np.ndarray, np.ndarray]:
+def padded_thresholds(artifact: RawInputModel) -> tuple[NDArray[np.float32], NDArray[np.int64]]:
     """Cut thresholds of all features as one (D, K) float32 matrix, K = max cut count (>= 1).
 
     Missing cuts are padded with ``+FLT_MAX``: no finite float32 exceeds it, so padding never
@@ -222,13 +242,14 @@ def padded_thresholds(artifact) -> tuple[np.ndarray, np.ndarray]:
     return thresholds, np.array([len(c) for c in cuts], dtype=np.int64)
 
 
-def bin_raw_float32(thresholds: np.ndarray, x_raw: np.ndarray) -> np.ndarray:
+def bin_raw_float32(thresholds: NDArray[np.float32], x_raw: ArrayLike) -> NDArray[np.int64]:
     """NumPy model of the in-graph binning: codes (n, D) int64 from float32 values (n, D)."""
     x = np.asarray(x_raw, dtype=np.float32)
-    return (x[:, :, None] > thresholds[None, :, :]).sum(axis=2).astype(np.int64)
+    codes: NDArray[np.int64] = (x[:, :, None] > thresholds[None, :, :]).sum(axis=2).astype(np.int64)
+    return codes
 
 
-def raw_representatives(artifact, codes: np.ndarray) -> np.ndarray:
+def raw_representatives(artifact: RawInputModel, codes: ArrayLike) -> NDArray[np.float32]:
     """Raw float32 values that fall into the given bins: the inputs to verify a raw-input export.
 
     Code ``k`` of feature ``i`` maps to the float32 threshold of its *upper* cut point (a value
@@ -253,7 +274,7 @@ def raw_representatives(artifact, codes: np.ndarray) -> np.ndarray:
     return values
 
 
-def check_bnc_metadata(meta: dict, where: str) -> None:
+def check_bnc_metadata(meta: dict[str, Any], where: str) -> None:
     """Raise MetadataError naming ``where`` if a BN file's metadata is incomplete or inconsistent."""
     missing = [k for k in REQUIRED_METADATA_KEYS if k not in meta]
     if missing:

@@ -22,7 +22,9 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from bnc_deploy.errors import ExportError, MetadataError
 from bnc_deploy.formats.metadata import METADATA_KEY, dump_metadata
@@ -43,7 +45,7 @@ MAX_NAME_LENGTH = 40
 _IDENTIFIER = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 
 
-def check_c_name(name, what: str = "--name") -> str:
+def check_c_name(name: object, what: str = "--name") -> str:
     """``name`` if it can prefix the generated C identifiers; ExportError saying why not.
 
     A C identifier starting with a letter (a leading underscore is reserved to the
@@ -66,13 +68,13 @@ def escape_json_for_comment(text: str) -> str:
     return text.replace("*", "\\u002a").replace("?", "\\u003f")
 
 
-def metadata_comment(meta: dict) -> str:
+def metadata_comment(meta: Mapping[str, Any]) -> str:
     """The metadata comment block (ends with a newline) for ``meta`` (canonical JSON, escaped)."""
     body = escape_json_for_comment(dump_metadata(meta))
     return f"{BEGIN_MARKER}\n{body}\n{END_MARKER}\n"
 
 
-def comment_text(value) -> str:
+def comment_text(value: object) -> str:
     """Any value as printable ASCII safe inside a C block comment (for human-readable lines)."""
     text = str(value).encode("ascii", "backslashreplace").decode("ascii")
     text = "".join(ch if " " <= ch <= "~" else "?" for ch in text)
@@ -80,7 +82,7 @@ def comment_text(value) -> str:
     return re.sub(r"\?(?=\?)", "? ", text)  # no trigraphs
 
 
-def read_c_metadata(source) -> dict:
+def read_c_metadata(source: str | os.PathLike[str] | bytes | bytearray | memoryview) -> dict[str, Any]:
     """The ``bnc_deploy`` metadata dict of an exported C file (a path, or its bytes/text), unvalidated.
 
     Raises MetadataError when there is no metadata block or its JSON is corrupt (runtimes then

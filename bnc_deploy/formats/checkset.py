@@ -15,8 +15,13 @@ so every exporter stores it without edits. It is kept small (it is in every file
 Which rows: a file whose metadata says ``exact`` stores the first rows of the artifact's check set
 (else seeded random valid rows; the first two are all-zero and all-maximum). A file that is not
 exact by design (float tables, int8 ReLU networks) stores the rows with the largest margin
-between the reference's best and second-best score among those candidates plus 256 seeded random
-rows, so that the tolerated arithmetic differences cannot flip a label.
+between the reference's best and second-best score among the verification rows (below), so that
+the tolerated arithmetic differences cannot flip a label.
+
+Verification rows (:func:`verification_rows`), the one rule for the rows an export is run on
+against the reference, wherever that happens (``bnc_deploy.verify``, the Cortex-M and Edge TPU
+target checks, the candidates above): the given rows, else the artifact's check set, then
+:data:`N_RANDOM_ROWS` seeded random valid rows (:func:`random_rows`, seed :data:`RANDOM_ROWS_SEED`).
 
 Comparison (:func:`compare_check`): an exact file must reproduce every label and the scores' hash
 (identical float32 scores); a file that is not exact must reproduce every label and give finite
@@ -31,34 +36,88 @@ Plain NumPy/JSON. The reference predictor is imported lazily (it reads artifacts
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol, TypedDict, TypeVar
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 from bnc_deploy.errors import MetadataError
-from bnc_deploy.validation import random_valid_codes
+from bnc_deploy.validation import check_codes, random_valid_codes
 
 #: Metadata key of the entry.
 CHECK_KEY = "check"
 #: Rows stored per file (each file carries them, so few).
 CHECK_ROWS = 8
-#: Random candidate rows a non-exact file picks its largest-margin rows from.
-N_CANDIDATES = 256
+#: Seeded random valid rows appended to the given rows or the check set (:func:`verification_rows`);
+#: a file that is not exact picks its stored check rows among them.
+N_RANDOM_ROWS = 256
+#: Seed of those rows (one seed everywhere, so every check runs the same rows).
+RANDOM_ROWS_SEED = 0
 
 
-def scores_digest(scores) -> str:
+class HasCardinalities(Protocol):
+    """A feature space's ``cardinalities`` (an artifact, a loaded runtime): what :func:`random_rows` needs."""
+
+    @property
+    def cardinalities(self) -> NDArray[np.int64]: ...
+
+
+class FeatureSpace(HasCardinalities, Protocol):
+    """What :func:`verification_rows` needs of a model: an artifact of any kind.
+
+    It also reads ``check_x`` and ``feature_names`` where the model has them."""
+
+    @property
+    def n_features(self) -> int: ...
+
+
+#: The model a check entry is built for (passed on to ``raw_values``).
+M = TypeVar("M", bound=FeatureSpace)
+
+
+class CheckEntry(TypedDict):
+    """The ``check`` metadata entry (module docstring)."""
+
+    rows: list[list[int]] | list[list[float]]
+    labels: list[int]
+    scores_sha256: str
+
+
+def scores_digest(scores: ArrayLike) -> str:
     """SHA-256 hex of ``scores`` (n, C) as little-endian float32 in C order."""
     return hashlib.sha256(np.ascontiguousarray(np.asarray(scores, dtype="<f4")).tobytes()).hexdigest()
 
 
-def _candidate_rows(artifact, n_random: int) -> np.ndarray:
-    parts = []
-    if getattr(artifact, "check_x", None) is not None:
-        parts.append(np.asarray(artifact.check_x, dtype=np.int64).reshape(-1, artifact.n_features))
-    parts.append(random_valid_codes(artifact.cardinalities, n_random, seed=0))
-    return np.concatenate(parts)
+def random_rows(model: HasCardinalities, n: int = N_RANDOM_ROWS, seed: int = RANDOM_ROWS_SEED) -> NDArray[np.int64]:
+    """``n`` seeded random valid code rows of ``model`` (anything with ``cardinalities``: an
+    artifact, a loaded runtime), int64 (n, D); the first two are all-zero and all-maximum."""
+    return random_valid_codes(model.cardinalities, n, seed)
 
 
-def check_entry(artifact, *, exact: bool, raw_values=None, n_rows: int = CHECK_ROWS) -> dict:
+def verification_rows(artifact: FeatureSpace, rows: ArrayLike | None = None, n_random: int = N_RANDOM_ROWS,
+                      seed: int = RANDOM_ROWS_SEED, *, where: str | None = None) -> tuple[NDArray[np.int64], int]:
+    """``(x (n, D) int64, n_given)``: ``rows`` (else the artifact's check set ``check_x``, if it has
+    one), then ``n_random`` seeded :func:`random_rows`. ``n_given`` counts the rows before them.
+
+    An empty ``rows`` array means "no leading rows" (not the check set). ``where``: check the
+    leading rows first (:func:`~bnc_deploy.validation.check_codes`: shape, integer dtype, every code
+    in range; InputError naming ``where``); without it they are only cast to int64.
+    """
+    given = rows if rows is not None else getattr(artifact, "check_x", None)
+    parts: list[NDArray[np.int64]] = []
+    if given is not None and where is not None:
+        parts.append(check_codes(given, artifact.cardinalities, getattr(artifact, "feature_names", None), where=where))
+    elif given is not None:
+        parts.append(np.asarray(given, dtype=np.int64).reshape(-1, artifact.n_features))
+    n_given = int(parts[0].shape[0]) if parts else 0
+    parts.append(random_rows(artifact, n_random, seed))
+    return np.concatenate(parts), n_given
+
+
+def check_entry(artifact: M, *, exact: bool,
+                raw_values: Callable[[M, NDArray[np.int64]], NDArray[np.float32]] | None = None,
+                n_rows: int = CHECK_ROWS) -> CheckEntry:
     """The ``check`` metadata entry of ``artifact`` exported with the given exactness.
 
     ``raw_values``: for a raw-input file, ``f(artifact, codes) -> float32 raw values`` (the BN
@@ -70,8 +129,8 @@ def check_entry(artifact, *, exact: bool, raw_values=None, n_rows: int = CHECK_R
     )
 
     reference = reference_predictor(artifact)
-    codes = _candidate_rows(artifact, n_rows if exact else N_CANDIDATES)
-    fed = codes
+    codes, _ = verification_rows(artifact, n_random=n_rows if exact else N_RANDOM_ROWS)
+    fed: NDArray[np.int64] | NDArray[np.float32] = codes
     if raw_values is not None:
         fed = raw_values(artifact, codes)
         codes = reference.discretize(fed.astype(np.float64))
@@ -88,7 +147,7 @@ def check_entry(artifact, *, exact: bool, raw_values=None, n_rows: int = CHECK_R
     return {"rows": rows, "labels": [int(v) for v in np.argmax(scores, axis=1)], "scores_sha256": scores_digest(scores)}
 
 
-def check_inputs(meta: dict, where: str = "model") -> np.ndarray | None:
+def check_inputs(meta: Mapping[str, Any], where: str = "model") -> NDArray[np.int64] | NDArray[np.float32] | None:
     """The stored check rows as the array to feed (int64 codes, or float32 raw values), or None
     when the file stores no check set (files exported before it existed).
 
@@ -101,8 +160,8 @@ def check_inputs(meta: dict, where: str = "model") -> np.ndarray | None:
         rows = entry["rows"]
         labels = entry["labels"]
         digest = entry["scores_sha256"]
-        dtype = np.float32 if meta.get("input") == "raw" else np.int64
-        x = np.asarray(rows, dtype=dtype)
+        x: NDArray[np.int64] | NDArray[np.float32]
+        x = np.asarray(rows, dtype=np.float32) if meta.get("input") == "raw" else np.asarray(rows, dtype=np.int64)
         d = len(meta["cardinalities"])
         ok = x.ndim == 2 and x.shape[1] == d and len(labels) == x.shape[0] and isinstance(digest, str)
     except (KeyError, TypeError, ValueError, OverflowError):
@@ -112,7 +171,7 @@ def check_inputs(meta: dict, where: str = "model") -> np.ndarray | None:
     return x
 
 
-def compare_check(meta: dict, labels, scores) -> str | None:
+def compare_check(meta: Mapping[str, Any], labels: ArrayLike, scores: ArrayLike) -> str | None:
     """None when ``labels`` (n,) and ``scores`` (n, C) reproduce the stored check set, else a
     one-line reason (the first differing row; exact files also compare the scores' hash)."""
     entry = meta[CHECK_KEY]

@@ -21,6 +21,9 @@ labels are compared, not promised.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
 import bnc_deploy
 from bnc_deploy.errors import MetadataError
 from bnc_deploy.formats.checkset import CHECK_KEY, check_entry
@@ -33,6 +36,9 @@ from bnc_deploy.formats.metadata import (
     register_kind,
     with_integrity_placeholder,
 )
+
+if TYPE_CHECKING:
+    from bnc_deploy.artifacts.dnn import DNNArtifact
 
 OUTPUT_LOGITS = "logits"
 DNN_OUTPUTS = (OUTPUT_LOGITS, OUTPUT_LABEL)
@@ -48,8 +54,8 @@ REQUIRED_DNN_METADATA_KEYS = (
 )
 
 
-def dnn_export_metadata(artifact, *, format: str, exact: bool, input_dtype: str, lowering: str,
-                        opset: int | None = None, extra: dict | None = None) -> dict:
+def dnn_export_metadata(artifact: DNNArtifact, *, format: str, exact: bool, input_dtype: str, lowering: str,
+                        opset: int | None = None, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The metadata dict every DNN exporter stores (JSON under ``METADATA_KEY``).
 
     Parameters
@@ -64,7 +70,7 @@ def dnn_export_metadata(artifact, *, format: str, exact: bool, input_dtype: str,
         Exporter-specific name of the graph shape (e.g. ``"integer-sign"``, ``"float"``, ``"int8-ptq"``).
     """
     costs = artifact.costs()
-    meta = {
+    meta: dict[str, Any] = {
         "schema_version": METADATA_SCHEMA_VERSION,
         "toolkit_version": bnc_deploy.__version__,
         "model_kind": "dnn",
@@ -107,7 +113,7 @@ def dnn_export_metadata(artifact, *, format: str, exact: bool, input_dtype: str,
     return with_integrity_placeholder(meta)
 
 
-def check_dnn_metadata(meta: dict, where: str) -> None:
+def check_dnn_metadata(meta: dict[str, Any], where: str) -> None:
     """Raise MetadataError naming ``where`` if a DNN file's metadata is incomplete or inconsistent."""
     missing = [k for k in REQUIRED_DNN_METADATA_KEYS if k not in meta]
     if missing:

@@ -104,7 +104,7 @@ def placeholder() -> str:
     return PLACEHOLDER
 
 
-def check_key(key) -> bytes:
+def check_key(key: object) -> bytes:
     """``key`` as bytes; ConfigError unless it is bytes-like with at least MIN_KEY_BYTES bytes."""
     if not isinstance(key, (bytes, bytearray, memoryview)):
         raise ConfigError(f"an integrity key must be bytes (e.g. read_key(path)), got {type(key).__name__}")
@@ -115,7 +115,7 @@ def check_key(key) -> bytes:
     return key
 
 
-def read_key(path: str | os.PathLike) -> bytes:
+def read_key(path: str | os.PathLike[str]) -> bytes:
     """The key in ``path``: its raw bytes (at least MIN_KEY_BYTES). ConfigError naming the file."""
     p = Path(path)
     try:
@@ -218,7 +218,7 @@ def verify_bytes(data: bytes, *, key: bytes | None = None, where: str = "file") 
     return found
 
 
-def verify_file(path: str | os.PathLike, *, key: bytes | None = None) -> Seal | None:
+def verify_file(path: str | os.PathLike[str], *, key: bytes | None = None) -> Seal | None:
     """:func:`verify_bytes` on the contents of ``path`` (errors name the path)."""
     p = Path(path)
     try:
@@ -240,7 +240,7 @@ def check_on_load(data: bytes, *, where: str = "file", verify: bool = True, key:
         return None
 
 
-def describe(data: bytes) -> dict:
+def describe(data: bytes) -> dict[str, str | None]:
     """What a file says about its seal, without checking it: ``{"scheme", "digest"}``
     (``scheme`` ``"none"`` and ``digest`` None for a file without a field; ``"damaged"`` when the
     field cannot be read)."""
@@ -253,7 +253,9 @@ def describe(data: bytes) -> dict:
     return {"scheme": found.scheme, "digest": found.digest if found.sealed else None}
 
 
-def annotate(meta: dict, found: Seal | None, where: str = "file", *, checked: bool = True) -> dict:
+# ``object``, not ``typing.Any``: tests/test_integrity.py holds this module to a fixed list of imports.
+def annotate(meta: dict[str, object], found: Seal | None, where: str = "file", *,
+             checked: bool = True) -> dict[str, object]:
     """Set ``meta["integrity"]`` after loading: ``"<scheme>:<digest>"``, or ``"none"`` for an older export.
 
     ``found``: what :func:`verify_bytes` returned (``checked``) or :func:`find_seal` found

@@ -20,11 +20,17 @@ Plain NumPy/JSON: no onnx, no tensorflow, no torch.
 from __future__ import annotations
 
 import json
-from typing import Callable
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from bnc_deploy.artifacts.container import content_hash
 from bnc_deploy.errors import MetadataError
-from bnc_deploy.formats.integrity import FIELD as INTEGRITY_FIELD, placeholder as integrity_placeholder
+from bnc_deploy.formats.integrity import FIELD as INTEGRITY_FIELD
+from bnc_deploy.formats.integrity import placeholder as integrity_placeholder
+
+if TYPE_CHECKING:
+    from bnc_deploy.artifacts.bnc import BNCArtifact
+    from bnc_deploy.artifacts.dnn import DNNArtifact
 
 #: Key of the JSON metadata blob in an exported file (ONNX metadata_props / TFLite metadata).
 METADATA_KEY = "bnc_deploy"
@@ -42,15 +48,15 @@ INVALID_LABEL = -1
 GUARD = {"invalid_label": INVALID_LABEL, "invalid_log_joint": "nan"}
 
 #: model_kind -> function(meta, where) raising MetadataError if that kind's keys are wrong.
-_KIND_CHECKERS: dict[str, Callable[[dict, str], None]] = {}
+_KIND_CHECKERS: dict[str, Callable[[dict[str, Any], str], None]] = {}
 
 
-def register_kind(kind: str, checker: Callable[[dict, str], None]) -> None:
+def register_kind(kind: str, checker: Callable[[dict[str, Any], str], None]) -> None:
     """Register the metadata checker of a model kind (called at the bottom of its formats module)."""
     _KIND_CHECKERS[kind] = checker
 
 
-def artifact_hash(artifact) -> str:
+def artifact_hash(artifact: BNCArtifact | DNNArtifact) -> str:
     """Content hash of the artifact: the one stored in its file, else computed the same way."""
     stored = getattr(artifact, "content_sha256", None)
     if stored:
@@ -59,7 +65,7 @@ def artifact_hash(artifact) -> str:
     return content_hash(header, arrays)
 
 
-def with_integrity_placeholder(meta: dict) -> dict:
+def with_integrity_placeholder(meta: dict[str, Any]) -> dict[str, Any]:
     """Add the ``integrity`` placeholder to the metadata of an exported file (``format`` other than
     ``"bnc"``, the model file itself); the verifier seals it (:mod:`bnc_deploy.formats.integrity`)."""
     if meta.get("format") != "bnc":
@@ -67,7 +73,7 @@ def with_integrity_placeholder(meta: dict) -> dict:
     return meta
 
 
-def flat_metadata(meta: dict) -> dict[str, str]:
+def flat_metadata(meta: Mapping[str, Any]) -> dict[str, str]:
     """A few top-level string keys for tools that only show flat key/value metadata.
 
     Kept short (classes and cardinalities live in the JSON blob): the file-size budget matters.
@@ -80,12 +86,12 @@ def flat_metadata(meta: dict) -> dict[str, str]:
     }
 
 
-def dump_metadata(meta: dict) -> str:
+def dump_metadata(meta: Mapping[str, Any]) -> str:
     """Canonical JSON text of the metadata (no NaN: the guard's NaN is spelled ``"nan"``)."""
     return json.dumps(meta, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
-def parse_metadata(text, where: str = "model") -> dict:
+def parse_metadata(text: str | bytes | bytearray | Mapping[str, Any], where: str = "model") -> dict[str, Any]:
     """Parse and check the metadata JSON of an exported file; MetadataError naming ``where``.
 
     Checks the common part (a JSON object, a schema version this toolkit reads, a known
@@ -111,7 +117,7 @@ def parse_metadata(text, where: str = "model") -> dict:
     return meta
 
 
-def contract_outputs(meta) -> tuple[str, str]:
+def contract_outputs(meta: str | bytes | bytearray | Mapping[str, Any]) -> tuple[str, str]:
     """Names of a file's (scores, label) outputs: the metadata's ``outputs`` (DNN files:
     ``logits``/``label``), else ``log_joint``/``label`` (BN files). ``meta``: dict or JSON text."""
     if isinstance(meta, (str, bytes, bytearray)):

@@ -25,13 +25,25 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
 
 from bnc_deploy.errors import MetadataError, MissingExtraError
 from bnc_deploy.formats.metadata import METADATA_KEY
+
+if TYPE_CHECKING:
+    # The generated flatbuffer classes have no type information (Any to mypy); named for the reader.
+    from onnx import AttributeProto, ModelProto, TensorProto, ValueInfoProto
+    from onnxruntime.tools.ort_format_model.ort_flatbuffers_py.fbs.Attribute import Attribute
+    from onnxruntime.tools.ort_format_model.ort_flatbuffers_py.fbs.InferenceSession import InferenceSession
+    from onnxruntime.tools.ort_format_model.ort_flatbuffers_py.fbs.Tensor import Tensor
+    from onnxruntime.tools.ort_format_model.ort_flatbuffers_py.fbs.ValueInfo import ValueInfo
 
 #: ORT flatbuffer file identifier (bytes 4..8).
 ORT_IDENTIFIER = b"ORTM"
@@ -40,17 +52,23 @@ CONFIG_NAME = "required_operators.config"
 #: ... and the one with per-operator type reduction (``--enable_type_reduction``).
 TYPED_CONFIG_NAME = "required_operators_and_types.config"
 
+#: An ORT file: its path, or its bytes.
+ModelSource: TypeAlias = str | os.PathLike[str] | bytes | bytearray | memoryview
+#: ``(elem_type, shape)`` of a tensor; shape entries are ints or dim_param strings (None: unknown).
+TensorType: TypeAlias = tuple[int, list[int | str | None] | None]
 
-def fbs():
+
+def fbs() -> ModuleType:
     """The generated ORT flatbuffer schema package shipped with onnxruntime."""
     try:
         from onnxruntime.tools.ort_format_model.ort_flatbuffers_py import fbs as schema
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise MissingExtraError("reading ORT files", "runtime", exc) from None
-    return schema
+    package: ModuleType = schema  # an untyped import (Any to mypy)
+    return package
 
 
-def model_bytes(model) -> bytes:
+def model_bytes(model: ModelSource) -> bytes:
     if isinstance(model, (bytes, bytearray, memoryview)):
         return bytes(model)
     return Path(model).read_bytes()
@@ -61,7 +79,7 @@ def is_ort(data: bytes) -> bool:
     return len(data) >= 8 and bytes(data[4:8]) == ORT_IDENTIFIER
 
 
-def _session(model):
+def _session(model: ModelSource) -> InferenceSession:
     data = model_bytes(model)
     if not is_ort(data):
         raise MetadataError("not an ORT format model (missing the ORTM identifier)")
@@ -71,22 +89,22 @@ def _session(model):
     return session
 
 
-def _text(value) -> str:
+def _text(value: object) -> str:
     return value.decode("utf-8") if isinstance(value, (bytes, bytearray)) else ("" if value is None else str(value))
 
 
-def ort_format_info(model) -> dict:
+def ort_format_info(model: ModelSource) -> dict[str, str]:
     """``{"ort_version": ...}``: the ORT format version string the file was written with."""
     return {"ort_version": _text(_session(model).OrtVersion())}
 
 
-def read_ort_metadata_props(model) -> dict[str, str]:
+def read_ort_metadata_props(model: ModelSource) -> dict[str, str]:
     """The model's ``metadata_props`` (path or bytes) as a plain dict."""
     m = _session(model).Model()
     return {_text(e.Key()): _text(e.Value()) for e in (m.MetadataProps(i) for i in range(m.MetadataPropsLength()))}
 
 
-def read_ort_export_metadata(model) -> dict:
+def read_ort_export_metadata(model: ModelSource) -> dict[str, Any]:
     """The parsed ``bnc_deploy`` JSON blob of an exported ``.ort`` file, unvalidated.
 
     Raises MetadataError when the file is not an ORT model or has no such metadata."""
@@ -94,16 +112,17 @@ def read_ort_export_metadata(model) -> dict:
     if METADATA_KEY not in props:
         raise MetadataError(f"not a bnc-deploy export (no {METADATA_KEY!r} metadata)")
     try:
-        return json.loads(props[METADATA_KEY])
+        meta: dict[str, Any] = json.loads(props[METADATA_KEY])
     except ValueError as exc:
         raise MetadataError(f"corrupt {METADATA_KEY} metadata ({exc})") from None
+    return meta
 
 
-def ort_operators(model) -> dict:
+def ort_operators(model: ModelSource) -> dict[str, dict[str, list[str]]]:
     """``{domain: {since_version: [op types]}}`` of the file's nodes (``ai.onnx`` for the default
     domain), keyed as the reduced-operator config keys them (each node's schema version)."""
     g = _session(model).Model().Graph()
-    out: dict = {}
+    out: dict[str, dict[str, set[str]]] = {}
     for i in range(g.NodesLength()):
         n = g.Nodes(i)
         domain = _text(n.Domain()) or "ai.onnx"
@@ -113,26 +132,26 @@ def ort_operators(model) -> dict:
 
 
 # -- ORT graph -> onnx.ModelProto --------------------------------------------------------------------
-def ort_to_onnx(model):
+def ort_to_onnx(model: ModelSource) -> ModelProto:
     """The graph of an ORT file as an ``onnx.ModelProto``: nodes (in the file's order), initializers,
     graph inputs/outputs with their types and shapes, the other tensors' types and shapes as
     onnxruntime inferred them (``value_info``), opset imports and ``metadata_props``.
 
     A reading of the file, not a conversion back for deployment: attributes holding subgraphs (no
     bnc-deploy export has them) raise MetadataError. Needs the ``onnx`` package."""
-    from onnx import TensorProto, helper
+    from onnx import NodeProto, TensorProto, helper
 
     session = _session(model)
     m = session.Model()
     g = m.Graph()
     schema = fbs()
-    args = {}
+    args: dict[str, TensorType] = {}
     for i in range(g.NodeArgsLength()):
         vi = g.NodeArgs(i)
         args[_text(vi.Name())] = _value_info(schema, vi)
     initializers = [_tensor(g.Initializers(i)) for i in range(g.InitializersLength())]
     names = {t.name for t in initializers}
-    nodes = []
+    nodes: list[NodeProto] = []
     for i in sorted(range(g.NodesLength()), key=lambda k: g.Nodes(k).Index()):
         n = g.Nodes(i)
         attrs = [_attribute(schema, n.Attributes(k)) for k in range(n.AttributesLength())]
@@ -142,7 +161,7 @@ def ort_to_onnx(model):
         node.attribute.extend(attrs)
         nodes.append(node)
 
-    def io(name: str):
+    def io(name: str) -> ValueInfoProto:
         elem, shape = args.get(name, (TensorProto.UNDEFINED, None))
         return helper.make_tensor_value_info(name, elem, shape)
 
@@ -161,7 +180,7 @@ def ort_to_onnx(model):
     return proto
 
 
-def _value_info(schema, vi) -> tuple:
+def _value_info(schema: ModuleType, vi: ValueInfo) -> TensorType:
     """``(elem_type, shape)`` of a node arg; shape entries are ints or dim_param strings (None: unknown)."""
     t = vi.Type()
     if t is None or t.ValueType() != schema.TypeInfoValue.TypeInfoValue.tensor_type:
@@ -172,7 +191,7 @@ def _value_info(schema, vi) -> tuple:
     shape = tensor.Shape()
     if shape is None:
         return int(tensor.ElemType()), None
-    dims = []
+    dims: list[int | str | None] = []
     for k in range(shape.DimLength()):
         value = shape.Dim(k).Value()
         if value is None or value.DimType() == schema.DimensionValueType.DimensionValueType.UNKNOWN:
@@ -184,7 +203,7 @@ def _value_info(schema, vi) -> tuple:
     return int(tensor.ElemType()), dims
 
 
-def _tensor(t):
+def _tensor(t: Tensor) -> TensorProto:
     """An ORT Tensor table -> ``onnx.TensorProto`` (ORT's data type numbers are ONNX's)."""
     from onnx import TensorProto
 
@@ -199,7 +218,7 @@ def _tensor(t):
     return proto
 
 
-def _attribute(schema, a):
+def _attribute(schema: ModuleType, a: Attribute) -> AttributeProto:
     from onnx import AttributeProto, helper
 
     kinds = schema.AttributeType.AttributeType
@@ -225,7 +244,8 @@ def _attribute(schema, a):
 
 
 # -- reduced operator config ---------------------------------------------------------------------------
-def required_operators_config(models, *, type_reduction: bool = False) -> str:
+def required_operators_config(models: str | Path | Iterable[str | os.PathLike[str]], *,
+                              type_reduction: bool = False) -> str:
     """The reduced-operator config of ORT files ``models`` (paths), as onnxruntime's tools write it.
 
     The text of ``required_operators.config`` (``type_reduction``: ``required_operators_and_types
@@ -255,9 +275,9 @@ def required_operators_config(models, *, type_reduction: bool = False) -> str:
         logger.setLevel(level)
 
 
-def config_operators(text: str) -> dict:
+def config_operators(text: str) -> dict[str, dict[str, list[str]]]:
     """``{domain: {opset: [op types]}}`` of a reduced-operator config's text (types dropped)."""
-    out: dict = {}
+    out: dict[str, dict[str, list[str]]] = {}
     for line in text.splitlines():
         line = line.strip()
         if not line or line.startswith(("#", "!")):

@@ -10,19 +10,29 @@ needs TensorFlow and no reader imports an exporter.
 from __future__ import annotations
 
 import json
+import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Self, SupportsFloat, SupportsInt, TypeAlias
 
 import numpy as np
 
 from bnc_deploy.errors import ExportError, MetadataError, MissingExtraError
 from bnc_deploy.formats.metadata import INPUT_NAME, METADATA_KEY, OUTPUT_LABEL, OUTPUT_LOG_JOINT, dump_metadata
 
+if TYPE_CHECKING:
+    # The generated flatbuffer classes have no type information (Any to mypy); named for the reader.
+    from ai_edge_litert.schema_py_generated import ModelT, TensorMapT
+
 #: TFLite file identifier (bytes 4..8 of every model file).
 TFLITE_IDENTIFIER = b"TFL3"
+#: A TFLite file: its path, or its bytes.
+ModelSource: TypeAlias = str | os.PathLike[str] | bytes | bytearray | memoryview
 
 
-def schema_module():
+def schema_module() -> ModuleType:
     """The TFLite flatbuffer schema module (LiteRT's copy, else TensorFlow's)."""
     try:
         from ai_edge_litert import schema_py_generated as schema
@@ -31,19 +41,20 @@ def schema_module():
             from tensorflow.lite.python import schema_py_generated as schema
         except ImportError as exc:
             raise MissingExtraError("reading TFLite files", "tflite", exc) from None
-    return schema
+    module: ModuleType = schema  # an untyped import (Any to mypy)
+    return module
 
 
-def load_model_t(model: bytes):
+def load_model_t(model: bytes) -> tuple[ModuleType, ModelT]:
     schema = schema_module()
     if len(model) < 8 or model[4:8] != TFLITE_IDENTIFIER:
         raise MetadataError("not a TFLite flatbuffer (missing the TFL3 identifier)")
     return schema, schema.ModelT.InitFromPackedBuf(bytearray(model), 0)
 
 
-def finish_flatbuffer(converted: bytes, meta: dict,
+def finish_flatbuffer(converted: bytes, meta: Mapping[str, Any],
                       output_names: tuple[str, str] = (OUTPUT_LOG_JOINT, OUTPUT_LABEL),
-                      extra_metadata: dict[str, bytes] | None = None) -> bytes:
+                      extra_metadata: Mapping[str, bytes] | None = None) -> bytes:
     """Name the I/O tensors, add the ``serving_default`` signature and the metadata buffer.
 
     ``output_names``: names of the two outputs, in order (DNN exports: ``logits``, ``label``).
@@ -82,20 +93,20 @@ def finish_flatbuffer(converted: bytes, meta: dict,
     return bytes(builder.Output())
 
 
-def tensor_map(schema, name: str, index) -> object:
+def tensor_map(schema: ModuleType, name: str, index: SupportsInt) -> TensorMapT:
     t = schema.TensorMapT()
     t.name = name.encode()
     t.tensorIndex = int(index)
     return t
 
 
-def model_bytes(model) -> bytes:
+def model_bytes(model: ModelSource) -> bytes:
     if isinstance(model, (bytes, bytearray, memoryview)):
         return bytes(model)
     return Path(model).read_bytes()
 
 
-def enum_names(enum_class) -> dict[int, str]:
+def enum_names(enum_class: type) -> dict[int, str]:
     return {v: k for k, v in vars(enum_class).items() if not k.startswith("_") and isinstance(v, int)}
 
 
@@ -106,10 +117,10 @@ class TensorInfo:
     index: int
     name: str
     dtype: str
-    shape: list
-    shape_signature: list
-    scale: list
-    zero_point: list
+    shape: list[int]
+    shape_signature: list[int]
+    scale: list[float]
+    zero_point: list[int]
     data: bytes  # constant contents (empty for activations)
 
     @property
@@ -124,33 +135,33 @@ class OpInfo:
     index: int
     name: str
     version: int
-    inputs: list
-    outputs: list
+    inputs: list[int]
+    outputs: list[int]
 
 
 @dataclass
 class TFLiteSummary:
     """What a TFLite file contains, read from the flatbuffer alone."""
 
-    ops: list
-    tensors: list
-    inputs: list
-    outputs: list
-    metadata: dict  # metadata buffer name -> bytes
+    ops: list[OpInfo]
+    tensors: list[TensorInfo]
+    inputs: list[int]
+    outputs: list[int]
+    metadata: dict[str, bytes]  # metadata buffer name -> bytes
 
     @property
     def op_names(self) -> list[str]:
         return [op.name for op in self.ops]
 
 
-def inspect_tflite(model) -> TFLiteSummary:
+def inspect_tflite(model: ModelSource) -> TFLiteSummary:
     """Operators, tensors and metadata of the first subgraph of a TFLite file (path or bytes)."""
     schema, m = load_model_t(model_bytes(model))
     op_names = enum_names(schema.BuiltinOperator)
     type_names = enum_names(schema.TensorType)
     sub = m.subgraphs[0]
 
-    def buffer_bytes(i):
+    def buffer_bytes(i: int) -> bytes:
         data = m.buffers[i].data if 0 <= i < len(m.buffers) else None
         return b"" if data is None else np.asarray(data, dtype=np.uint8).tobytes()
 
@@ -176,20 +187,20 @@ def inspect_tflite(model) -> TFLiteSummary:
     return TFLiteSummary(ops, tensors, _ints(sub.inputs), _ints(sub.outputs), metadata)
 
 
-def _ints(values) -> list[int]:
+def _ints(values: Iterable[SupportsInt] | None) -> list[int]:
     return [] if values is None else [int(v) for v in values]
 
 
-def _floats(values) -> list[float]:
+def _floats(values: Iterable[SupportsFloat] | None) -> list[float]:
     return [] if values is None else [float(v) for v in values]
 
 
-def tflite_op_names(model) -> list[str]:
+def tflite_op_names(model: ModelSource) -> list[str]:
     """Operator names of a TFLite file in execution order (``CUSTOM:<code>`` for custom/Flex ops)."""
     return inspect_tflite(model).op_names
 
 
-def read_tflite_metadata(model) -> dict:
+def read_tflite_metadata(model: ModelSource) -> dict[str, Any]:
     """The ``bnc_deploy`` metadata dict of an exported file (path or bytes), unvalidated.
 
     Raises MetadataError when the file is not a TFLite flatbuffer or has no such metadata.
@@ -198,9 +209,10 @@ def read_tflite_metadata(model) -> dict:
     if METADATA_KEY not in summary.metadata:
         raise MetadataError(f"not a bnc-deploy export (no {METADATA_KEY!r} metadata buffer)")
     try:
-        return json.loads(summary.metadata[METADATA_KEY].decode("utf-8"))
+        meta: dict[str, Any] = json.loads(summary.metadata[METADATA_KEY].decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         raise MetadataError(f"corrupt {METADATA_KEY} metadata ({exc})") from None
+    return meta
 
 
 class captured_native_stderr:
@@ -208,7 +220,7 @@ class captured_native_stderr:
     runs, as ``.text``: the interpreter's error messages go there, not into the Python exception.
     Shared by the TFLM arena measurement (exporters) and the ``tflm`` runtime."""
 
-    def __enter__(self):
+    def __enter__(self) -> Self:
         import os
         import sys
         import tempfile
@@ -220,7 +232,7 @@ class captured_native_stderr:
         self.text = ""
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, *exc: object) -> None:
         import os
 
         os.dup2(self._saved, 2)

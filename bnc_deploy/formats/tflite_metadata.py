@@ -26,6 +26,9 @@ from __future__ import annotations
 
 import io
 import zipfile
+from collections.abc import Mapping, Sequence
+from types import ModuleType
+from typing import NotRequired, Protocol, TypedDict, overload
 
 from bnc_deploy.errors import MetadataError, MissingExtraError
 
@@ -52,16 +55,79 @@ _CONTENT = {"content_properties_type": 0, "content_properties": 1}
 _FILE = {"name": 0, "description": 1, "type": 2, "locale": 3, "version": 4}
 
 
-def _flatbuffers():
+class AssociatedFile(TypedDict):
+    """An associated file of a tensor (``type``: a key of :data:`FILE_TYPES`, default ``UNKNOWN``)."""
+
+    name: str | None
+    description: NotRequired[str | None]
+    type: NotRequired[str]
+
+
+class TensorMetadata(TypedDict):
+    """A tensor's metadata; ``content`` (the ContentProperties union type) is only read, never written."""
+
+    name: str | None
+    description: NotRequired[str | None]
+    dimension_names: NotRequired[list[str]]
+    associated_files: NotRequired[list[AssociatedFile]]
+    content: NotRequired[int]
+
+
+class ModelMetadata(TypedDict):
+    """What :func:`build_model_metadata` takes and :func:`read_model_metadata` returns (the reader also
+    fills in every string key, None where absent, and ``min_parser_version``)."""
+
+    name: str | None
+    description: NotRequired[str | None]
+    version: NotRequired[str | None]
+    author: NotRequired[str | None]
+    license: NotRequired[str | None]
+    min_parser_version: NotRequired[str | None]
+    subgraph_name: NotRequired[str | None]
+    inputs: list[TensorMetadata]
+    outputs: list[TensorMetadata]
+
+
+class _Builder(Protocol):
+    """The ``flatbuffers.Builder`` methods used here (the package has no type information)."""
+
+    def CreateString(self, s: str) -> int: ...
+    def StartObject(self, numfields: int) -> None: ...
+    def EndObject(self) -> int: ...
+    def PrependUint8Slot(self, slot: int, x: int, d: int) -> None: ...
+    def PrependUOffsetTRelativeSlot(self, slot: int, x: int, d: int) -> None: ...
+    def StartVector(self, elemSize: int, numElems: int, alignment: int) -> None: ...
+    def PrependUOffsetTRelative(self, off: int) -> None: ...
+    def EndVector(self) -> int: ...
+    def Finish(self, rootTable: int, file_identifier: bytes | None = None) -> None: ...
+    def Output(self) -> bytes | bytearray: ...
+
+
+class _Table(Protocol):
+    """The ``flatbuffers.table.Table`` members used here (the package has no type information)."""
+
+    Bytes: bytearray
+    Pos: int
+
+    def Offset(self, vtableOffset: int) -> int: ...
+    def Indirect(self, off: int) -> int: ...
+    def String(self, off: int) -> bytes: ...
+    def Vector(self, off: int) -> int: ...
+    def VectorLen(self, off: int) -> int: ...
+    def Get(self, flags: type, off: int) -> int: ...  # only integer scalars are read here
+
+
+def _flatbuffers() -> ModuleType:
     try:
         import flatbuffers
     except ImportError as exc:  # pragma: no cover - a dependency of onnxruntime and TensorFlow
         raise MissingExtraError("writing TFLite metadata", "tflite", exc) from None
-    return flatbuffers
+    module: ModuleType = flatbuffers  # an untyped import (Any to mypy)
+    return module
 
 
 # -- writing -----------------------------------------------------------------------------------------
-def build_model_metadata(model: dict) -> bytes:
+def build_model_metadata(model: ModelMetadata) -> bytes:
     """The ``TFLITE_METADATA`` buffer of ``model``::
 
         {"name", "description", "version", "author", "license"?,
@@ -71,12 +137,16 @@ def build_model_metadata(model: dict) -> bytes:
 
     One subgraph (TFLite has one); every tensor's content is FeatureProperties."""
     fb = _flatbuffers()
-    b = fb.Builder(1024)
+    b: _Builder = fb.Builder(1024)
 
-    def string(value):
+    @overload
+    def string(value: None) -> None: ...
+    @overload
+    def string(value: str) -> int: ...
+    def string(value: str | None) -> int | None:
         return None if value is None else b.CreateString(str(value))
 
-    def table(slots: dict, fields: dict):
+    def table(slots: Mapping[str, int], fields: Mapping[str, int | tuple[str, int] | None]) -> int:
         """Fields already created (offsets, or ("byte", v) scalars) -> a table offset."""
         b.StartObject(max(slots.values()) + 1)
         for name, value in fields.items():
@@ -88,7 +158,11 @@ def build_model_metadata(model: dict) -> bytes:
                 b.PrependUOffsetTRelativeSlot(slots[name], value, 0)
         return b.EndObject()
 
-    def vector(offsets):
+    @overload
+    def vector(offsets: None) -> None: ...
+    @overload
+    def vector(offsets: Sequence[int]) -> int: ...
+    def vector(offsets: Sequence[int] | None) -> int | None:
         if offsets is None:
             return None
         b.StartVector(4, len(offsets), 4)
@@ -96,23 +170,23 @@ def build_model_metadata(model: dict) -> bytes:
             b.PrependUOffsetTRelative(off)
         return b.EndVector()
 
-    def associated_file(f: dict):
+    def associated_file(f: AssociatedFile) -> int:
         kind = f.get("type", "UNKNOWN")
         if kind not in FILE_TYPES:
             raise MetadataError(f"unknown associated file type {kind!r}")
         name, desc = string(f["name"]), string(f.get("description"))
         return table(_FILE, {"name": name, "description": desc, "type": ("byte", FILE_TYPES[kind])})
 
-    def tensor(t: dict):
+    def tensor(t: TensorMetadata) -> int:
         name, desc = string(t["name"]), string(t.get("description"))
-        dims = t.get("dimension_names")
-        dims = vector([string(d) for d in dims]) if dims else None
+        names = t.get("dimension_names")
+        dims = vector([string(d) for d in names]) if names else None
         b.StartObject(0)
         feature = b.EndObject()
         content = table(_CONTENT, {"content_properties_type": ("byte", _FEATURE_PROPERTIES),
                                    "content_properties": feature})
-        files = t.get("associated_files")
-        files = vector([associated_file(f) for f in files]) if files else None
+        listed = t.get("associated_files")
+        files = vector([associated_file(f) for f in listed]) if listed else None
         return table(_TENSOR, {"name": name, "description": desc, "dimension_names": dims, "content": content,
                                "associated_files": files})
 
@@ -130,7 +204,7 @@ def build_model_metadata(model: dict) -> bytes:
 
 
 # -- reading -----------------------------------------------------------------------------------------
-def read_model_metadata(buffer: bytes) -> dict:
+def read_model_metadata(buffer: bytes) -> ModelMetadata:
     """A ``TFLITE_METADATA`` buffer -> the dict :func:`build_model_metadata` takes (plus
     ``min_parser_version``, and each tensor's ``content`` union type). MetadataError when the buffer
     is not a metadata flatbuffer."""
@@ -146,26 +220,26 @@ def read_model_metadata(buffer: bytes) -> dict:
     return out
 
 
-def _field(tab, slot: int) -> int:
+def _field(tab: _Table, slot: int) -> int:
     return tab.Offset(4 + 2 * slot)
 
 
-def _str(tab, slot: int):
+def _str(tab: _Table, slot: int) -> str | None:
     o = _field(tab, slot)
     return tab.String(o + tab.Pos).decode("utf-8") if o else None
 
 
-def _byte(fb, tab, slot: int, default: int = 0) -> int:
+def _byte(fb: ModuleType, tab: _Table, slot: int, default: int = 0) -> int:
     o = _field(tab, slot)
     return tab.Get(fb.number_types.Uint8Flags, o + tab.Pos) if o else default
 
 
-def _sub(fb, tab, slot: int):
+def _sub(fb: ModuleType, tab: _Table, slot: int) -> _Table | None:
     o = _field(tab, slot)
     return fb.table.Table(tab.Bytes, tab.Indirect(o + tab.Pos)) if o else None
 
 
-def _tables(fb, tab, slot: int) -> list:
+def _tables(fb: ModuleType, tab: _Table, slot: int) -> list[_Table]:
     o = _field(tab, slot)
     if not o:
         return []
@@ -173,7 +247,7 @@ def _tables(fb, tab, slot: int) -> list:
     return [fb.table.Table(tab.Bytes, tab.Indirect(start + 4 * k)) for k in range(n)]
 
 
-def _strings(tab, slot: int) -> list:
+def _strings(tab: _Table, slot: int) -> list[str]:
     o = _field(tab, slot)
     if not o:
         return []
@@ -181,13 +255,13 @@ def _strings(tab, slot: int) -> list:
     return [tab.String(start + 4 * k).decode("utf-8") for k in range(tab.VectorLen(o))]
 
 
-def _read_file(fb, tab) -> dict:
+def _read_file(fb: ModuleType, tab: _Table) -> AssociatedFile:
     return {"name": _str(tab, _FILE["name"]), "description": _str(tab, _FILE["description"]),
             "type": _FILE_TYPE_NAMES.get(_byte(fb, tab, _FILE["type"]), "UNKNOWN")}
 
 
-def _read_tensor(fb, tab) -> dict:
-    out = {"name": _str(tab, _TENSOR["name"]), "description": _str(tab, _TENSOR["description"])}
+def _read_tensor(fb: ModuleType, tab: _Table) -> TensorMetadata:
+    out: TensorMetadata = {"name": _str(tab, _TENSOR["name"]), "description": _str(tab, _TENSOR["description"])}
     dims = _strings(tab, _TENSOR["dimension_names"])
     if dims:
         out["dimension_names"] = dims
@@ -200,16 +274,16 @@ def _read_tensor(fb, tab) -> dict:
     return out
 
 
-def _read_model(fb, root) -> dict:
+def _read_model(fb: ModuleType, root: _Table) -> ModelMetadata:
     subgraphs = _tables(fb, root, _MODEL["subgraph_metadata"])
     if len(subgraphs) != 1:
         raise MetadataError(f"TFLite model metadata has {len(subgraphs)} subgraphs, expected 1")
     sub = subgraphs[0]
-    out = {key: _str(root, _MODEL[key]) for key in ("name", "description", "version", "author", "license",
-                                                     "min_parser_version")}
-    out["inputs"] = [_read_tensor(fb, t) for t in _tables(fb, sub, _SUBGRAPH["input_tensor_metadata"])]
-    out["outputs"] = [_read_tensor(fb, t) for t in _tables(fb, sub, _SUBGRAPH["output_tensor_metadata"])]
-    return out
+    return {"name": _str(root, _MODEL["name"]), "description": _str(root, _MODEL["description"]),
+            "version": _str(root, _MODEL["version"]), "author": _str(root, _MODEL["author"]),
+            "license": _str(root, _MODEL["license"]), "min_parser_version": _str(root, _MODEL["min_parser_version"]),
+            "inputs": [_read_tensor(fb, t) for t in _tables(fb, sub, _SUBGRAPH["input_tensor_metadata"])],
+            "outputs": [_read_tensor(fb, t) for t in _tables(fb, sub, _SUBGRAPH["output_tensor_metadata"])]}
 
 
 # -- associated files (a ZIP appended to the model) --------------------------------------------------

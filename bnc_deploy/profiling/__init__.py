@@ -10,9 +10,20 @@ One job per module:
   (a package: graph reader, op table, forward rules, interval / one-hot / data-use passes, parameters);
 * :mod:`~bnc_deploy.profiling.latency` - batch-1 p50/p99 latency, throughput, accuracy per runtime,
   and the machine and library versions;
-* :mod:`~bnc_deploy.profiling.pareto` - the non-dominated set in (size, ops, error) and the plots.
+* :mod:`~bnc_deploy.profiling.pareto` - the non-dominated set in (size, ops, error) and the plots;
+* :mod:`~bnc_deploy.profiling.files` - which files are model files and which JSON result files;
+* :mod:`~bnc_deploy.profiling.facts` - what one model file is and costs (:class:`ModelFacts`),
+  analytic and counted, before anything runs it;
+* :mod:`~bnc_deploy.profiling.options` - the typed inputs of a run: :class:`TestSplit`,
+  :class:`LoadOptions`, :class:`ServedModel`, :class:`TimingSettings`;
+* :mod:`~bnc_deploy.profiling.rows` - the ``--json`` row: its keys (a contract) and the part every
+  row of a file shares;
+* :mod:`~bnc_deploy.profiling.measure` - one (file, runtime, threads) row: test error and latency;
+* :mod:`~bnc_deploy.profiling.runner` - every file in every runtime that reads it (:func:`profile_files`);
+* :mod:`~bnc_deploy.profiling.target_rows` - the rows of files run on an emulated target (``--target``);
+* :mod:`~bnc_deploy.profiling.table` - the text table.
 
-The command line is ``bnc_deploy.cli.profile`` (``bnc-profile``).
+The command line is ``bnc_deploy.cli.profile`` (``bnc-profile``): arguments, then these modules.
 """
 
 from bnc_deploy.costs import CostReport, analytic_costs, dnn_costs, register_cost_model

@@ -37,10 +37,9 @@ import numpy as np
 
 from bnc_deploy.errors import ConfigError
 
-#: Runtime -> thread settings profiled (None = the runtime's default), per the profiling issue.
+#: Runtime -> thread settings profiled (None = the runtime's default), per the profiling issue; any
+#: other runtime: 1 thread. Which runtime reads a file: bnc_deploy.runtimes.base.default_runtime.
 THREAD_CONFIGS = {"numpy": (None,), "onnxruntime": (1, None), "litert": (1,)}
-#: File extension -> runtimes that read it.
-RUNTIMES_FOR_SUFFIX = {".bnc": ("numpy",), ".onnx": ("onnxruntime",), ".ort": ("onnxruntime",), ".tflite": ("litert",)}
 MODES = ("session", "adapter")
 #: Distributions whose versions are recorded.
 VERSIONED = ("bnc-deploy", "numpy", "onnx", "onnxruntime", "ai-edge-litert", "tensorflow", "tensorflow-cpu", "torch")

@@ -19,7 +19,11 @@ from pathlib import Path
 
 import numpy as np
 
-from bnc_deploy.errors import MissingExtraError, ResultFileError
+from bnc_deploy.errors import MissingExtraError, OutputError, ResultFileError
+from bnc_deploy.fileio import atomic_write_with, check_output_path
+
+# matplotlib (the "plot" extra) is imported inside the plotting functions only: reading records
+# and marking the Pareto front must work in a base install.
 
 #: Objectives, all minimized.
 OBJECTIVES = ("size_bits", "n_ops", "test_error")
@@ -102,6 +106,7 @@ def mark_pareto(records: list[dict], by: str | None = "dataset", keys=OBJECTIVES
 
 # -- plots -----------------------------------------------------------------------------------------------
 def _pyplot():
+    # matplotlib is an optional extra ("plot"): imported on first use, named when missing
     try:
         import matplotlib
     except ImportError as exc:
@@ -165,7 +170,7 @@ def plot_error_vs_ops(ax, records: list[dict], max_area: float = 900.0) -> None:
     Markers are drawn largest first so small models stay visible on top of large ones at the
     same operation count (all BN models of a dataset share ``D * C``).
     """
-    from matplotlib.lines import Line2D
+    from matplotlib.lines import Line2D  # optional extra "plot": only when drawing
 
     series = _series(records)
     sizes = [r["size_bits"] for rs in series.values() for r in rs]
@@ -203,7 +208,7 @@ def _log_axis(axis, label) -> None:
     panel of the three-panel overview): 1 and 3 times powers of ten, then powers of ten only, then
     every n-th power of ten, so the labels never overlap.
     """
-    from matplotlib.ticker import FuncFormatter
+    from matplotlib.ticker import FuncFormatter  # optional extra "plot": only when drawing
 
     cache: dict = {}
 
@@ -235,7 +240,7 @@ _LABEL_GAP = 0.3
 @functools.lru_cache(maxsize=256)
 def _text_width(text: str, size: float) -> float:
     """Width of ``text`` in points in the default font at ``size`` points."""
-    from matplotlib.textpath import TextPath
+    from matplotlib.textpath import TextPath  # optional extra "plot": only when drawing
 
     return TextPath((0, 0), text, size=size).get_extents().width
 
@@ -244,6 +249,7 @@ def _labelled_leads(axis, low: float, high: float, label) -> tuple[tuple, int]:
     """Which ticks of a log axis get a label: ``(leading digits, every n-th decade)``, chosen so
     that the widest label (measured in the tick font size) fits between neighbours, with a gap, on
     the axis' current length."""
+    # optional extra "plot": only when drawing
     from matplotlib import rcParams
     from matplotlib.font_manager import FontProperties
 
@@ -327,9 +333,6 @@ def plot_paths(path) -> list[Path]:
 def check_plot_path(path, *, inputs: tuple = ()) -> list[Path]:
     """Before any work: the plot files of ``path`` can be written (OutputError naming the file:
     a directory, a read-only folder, one of ``inputs``); return them."""
-    from bnc_deploy.errors import OutputError
-    from bnc_deploy.fileio import check_output_path
-
     if Path(path).is_dir():
         raise OutputError(f"plot {path} is a directory; give a file name, e.g. {Path(path) / 'pareto.png'}")
     return [check_output_path(p, inputs=inputs, what="plot") for p in plot_paths(path)]
@@ -338,8 +341,6 @@ def check_plot_path(path, *, inputs: tuple = ()) -> list[Path]:
 def save_figure(fig, path) -> list[str]:
     """Save ``fig`` as the files of :func:`plot_paths` (PNG and SVG), each written atomically
     (:func:`bnc_deploy.fileio.atomic_write_with`); return both paths."""
-    from bnc_deploy.fileio import atomic_write_with
-
     written = []
     for out in plot_paths(path):
         fmt = out.suffix.lstrip(".")

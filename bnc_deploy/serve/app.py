@@ -98,12 +98,12 @@ def error_body(exc: BaseException) -> tuple[int, bytes]:
 
 
 def answers_errors(route):
-    """A Starlette route whose exceptions become their error answers (:func:`error_body`)."""
+    """A route method whose exceptions become their error answers (:func:`error_body`)."""
 
     @functools.wraps(route)
-    async def wrapped(request: Request) -> Response:
+    async def wrapped(self, request: Request) -> Response:
         try:
-            return await route(request)
+            return await route(self, request)
         except ClientDisconnect:
             return Response(b"", status_code=DISCONNECTED)  # nobody reads it; the access log says 499
         except Exception as exc:  # noqa: BLE001 - every error becomes its status
@@ -136,6 +136,85 @@ def check_content_length(length: str | None, limit: int) -> None:
         raise PayloadTooLarge(f"request body of {int(length)} bytes exceeds the limit of {limit} bytes")
 
 
+class Routes:
+    """The Starlette routes of everything but inference (:class:`InferFastPath`), over one repository."""
+
+    def __init__(self, repository, limit: int, pools: WorkerPools) -> None:
+        self.repository, self.limit, self.pools = repository, limit, pools
+
+    def model_of(self, request: Request):
+        p = request.path_params
+        return self.repository.get(p["model"], p.get("version"))
+
+    async def live(self, request: Request) -> Response:
+        return Response(b"", status_code=200)
+
+    async def ready(self, request: Request) -> Response:
+        return Response(b"", status_code=200 if self.repository.ready() else 503)
+
+    async def server_metadata(self, request: Request) -> Response:
+        return _json_response({"name": SERVER_NAME, "version": bnc_deploy.__version__,
+                               "extensions": list(SERVER_EXTENSIONS)})
+
+    @answers_errors
+    async def model_metadata(self, request: Request) -> Response:
+        return _json_response(self.model_of(request).metadata())
+
+    @answers_errors
+    async def model_ready(self, request: Request) -> Response:
+        self.model_of(request)
+        return Response(b"", status_code=200)
+
+    @answers_errors
+    async def repo_index(self, request: Request) -> Response:
+        body = await read_body(request, self.limit)
+        only_ready = False
+        if body.strip():
+            try:
+                req = json.loads(body)
+            except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+                raise BadRequest(f"malformed JSON request: {exc}") from None
+            if not isinstance(req, dict):
+                raise BadRequest("the request must be a JSON object")
+            only_ready = req.get("ready", False) is True
+        index = self.repository.index()
+        if only_ready:
+            index = [e for e in index if e["state"] == "READY"]
+        return _json_response(index)
+
+    @answers_errors
+    async def repo_load(self, request: Request) -> Response:
+        await read_body(request, self.limit)  # a body (Triton's load parameters) is read and ignored
+        # In a worker thread (a C file compiles on load), awaited: the swap happens before 200.
+        await self.pools.run(self.repository.load, request.path_params["model"])
+        return _json_response({})
+
+    @answers_errors
+    async def repo_unload(self, request: Request) -> Response:
+        await read_body(request, self.limit)
+        await self.pools.run(self.repository.unload, request.path_params["model"])
+        return _json_response({})
+
+    async def prometheus(self, request: Request) -> Response:
+        body, content_type = metrics.exposition()
+        return Response(body, media_type=content_type)
+
+    def table(self) -> list[Route]:
+        return [
+            Route("/v2/health/live", self.live, methods=["GET"]),
+            Route("/v2/health/ready", self.ready, methods=["GET"]),
+            Route("/v2", self.server_metadata, methods=["GET"]),
+            Route("/v2/models/{model}", self.model_metadata, methods=["GET"]),
+            Route("/v2/models/{model}/versions/{version}", self.model_metadata, methods=["GET"]),
+            Route("/v2/models/{model}/ready", self.model_ready, methods=["GET"]),
+            Route("/v2/models/{model}/versions/{version}/ready", self.model_ready, methods=["GET"]),
+            Route("/v2/repository/index", self.repo_index, methods=["POST"]),
+            Route("/v2/repository/models/{model}/load", self.repo_load, methods=["POST"]),
+            Route("/v2/repository/models/{model}/unload", self.repo_unload, methods=["POST"]),
+            Route("/metrics", self.prometheus, methods=["GET"]),
+        ]
+
+
 def create_app(repository, *, api_keys=None, max_request_bytes: int | None = None, access_log: bool = True,
                close_repository: bool = True, limits: ServeLimits | None = None, threads: int | None = None):
     """The ASGI app over ``repository`` (see the module docstring).
@@ -149,79 +228,7 @@ def create_app(repository, *, api_keys=None, max_request_bytes: int | None = Non
     limits = limits or ServeLimits()
     if max_request_bytes is not None:
         limits = dataclasses.replace(limits, max_request_bytes=int(max_request_bytes))
-    limit = limits.max_request_bytes
     pools = WorkerPools(threads)
-
-    def model_of(request: Request):
-        p = request.path_params
-        return repository.get(p["model"], p.get("version"))
-
-    async def live(request: Request) -> Response:
-        return Response(b"", status_code=200)
-
-    async def ready(request: Request) -> Response:
-        return Response(b"", status_code=200 if repository.ready() else 503)
-
-    async def server_metadata(request: Request) -> Response:
-        return _json_response({"name": SERVER_NAME, "version": bnc_deploy.__version__,
-                               "extensions": list(SERVER_EXTENSIONS)})
-
-    @answers_errors
-    async def model_metadata(request: Request) -> Response:
-        return _json_response(model_of(request).metadata())
-
-    @answers_errors
-    async def model_ready(request: Request) -> Response:
-        model_of(request)
-        return Response(b"", status_code=200)
-
-    @answers_errors
-    async def repo_index(request: Request) -> Response:
-        body = await read_body(request, limit)
-        only_ready = False
-        if body.strip():
-            try:
-                req = json.loads(body)
-            except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-                raise BadRequest(f"malformed JSON request: {exc}") from None
-            if not isinstance(req, dict):
-                raise BadRequest("the request must be a JSON object")
-            only_ready = req.get("ready", False) is True
-        index = repository.index()
-        if only_ready:
-            index = [e for e in index if e["state"] == "READY"]
-        return _json_response(index)
-
-    @answers_errors
-    async def repo_load(request: Request) -> Response:
-        await read_body(request, limit)  # a body (Triton's load parameters) is read and ignored
-        # In a worker thread (a C file compiles on load), awaited: the swap happens before 200.
-        await pools.run(repository.load, request.path_params["model"])
-        return _json_response({})
-
-    @answers_errors
-    async def repo_unload(request: Request) -> Response:
-        await read_body(request, limit)
-        await pools.run(repository.unload, request.path_params["model"])
-        return _json_response({})
-
-    async def prometheus(request: Request) -> Response:
-        body, content_type = metrics.exposition()
-        return Response(body, media_type=content_type)
-
-    routes = [
-        Route("/v2/health/live", live, methods=["GET"]),
-        Route("/v2/health/ready", ready, methods=["GET"]),
-        Route("/v2", server_metadata, methods=["GET"]),
-        Route("/v2/models/{model}", model_metadata, methods=["GET"]),
-        Route("/v2/models/{model}/versions/{version}", model_metadata, methods=["GET"]),
-        Route("/v2/models/{model}/ready", model_ready, methods=["GET"]),
-        Route("/v2/models/{model}/versions/{version}/ready", model_ready, methods=["GET"]),
-        Route("/v2/repository/index", repo_index, methods=["POST"]),
-        Route("/v2/repository/models/{model}/load", repo_load, methods=["POST"]),
-        Route("/v2/repository/models/{model}/unload", repo_unload, methods=["POST"]),
-        Route("/metrics", prometheus, methods=["GET"]),
-    ]
 
     @contextlib.asynccontextmanager
     async def lifespan(app):
@@ -231,7 +238,7 @@ def create_app(repository, *, api_keys=None, max_request_bytes: int | None = Non
         if close_repository:
             repository.close()
 
-    app = Starlette(routes=routes, lifespan=lifespan)
+    app = Starlette(routes=Routes(repository, limits.max_request_bytes, pools).table(), lifespan=lifespan)
     asgi = InferFastPath(app, repository, limits, pools)
     if api_keys:
         asgi = BearerAuthMiddleware(asgi, list(api_keys))

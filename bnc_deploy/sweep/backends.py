@@ -19,6 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 
 from bnc_deploy.errors import ConfigError, require_extra
+from bnc_deploy.sweep.tasks import run_chunk
 
 
 class LocalBackend:
@@ -27,8 +28,6 @@ class LocalBackend:
     name = "local"
 
     def run(self, tasks, *, thresholds: Callable[[], dict], on_epoch=None) -> Iterator:
-        from bnc_deploy.sweep.tasks import run_chunk
-
         for task in tasks:
             task.thresholds = thresholds()
             yield task, run_chunk(task, on_epoch=on_epoch)
@@ -44,7 +43,7 @@ class RayBackend:
 
     def __init__(self, address: str | None = None, num_cpus: int | None = None, in_flight: int | None = None):
         require_extra("bnc-sweep --backend ray", "distributed", "ray")
-        import ray
+        import ray  # lazy: ray is the optional extra "distributed"
 
         self.ray = ray
         self.started_here = not ray.is_initialized()
@@ -70,8 +69,6 @@ class RayBackend:
 
     def run(self, tasks, *, thresholds: Callable[[], dict], on_epoch=None) -> Iterator:
         ray = self.ray
-        from bnc_deploy.sweep.tasks import run_chunk
-
         remote = ray.remote(run_chunk)
         pending: dict = {}
         queue = list(tasks)

@@ -23,6 +23,9 @@ import math
 import time
 from dataclasses import dataclass, replace
 
+from bnc_deploy.errors import ConfigError
+from bnc_deploy.sweep.tasks import run_chunk
+
 #: Configurations of one batched BN probe on the CPU (its cost per configuration-epoch is flat
 #: beyond a cache block; on a GPU the chunk is probed whole).
 BNC_PROBE_CONFIGS = 64
@@ -121,21 +124,15 @@ def _probe_task(task, records: list, epochs: int):
 
 
 def _chunk_seconds(task, records: list, epochs: int) -> float:
-    from bnc_deploy.sweep.tasks import run_chunk
-
     outcome = run_chunk(_probe_task(task, records, epochs))
     failed = [row for row in outcome.rows if row["status"] == "failed"]
     if failed:
-        from bnc_deploy.errors import ConfigError
-
         raise ConfigError(f"the time probe failed on configuration {failed[0]['id']}: {failed[0]['error']}")
     return sum(row["seconds"] for row in outcome.rows)
 
 
 def _epoch_seconds(task, records: list) -> float:
     """Seconds of the second epoch of a 2-epoch batched run (the first warms up)."""
-    from bnc_deploy.sweep.tasks import run_chunk
-
     stamps = []
     run_chunk(_probe_task(task, records, 2), on_epoch=lambda epoch, active: stamps.append(time.perf_counter()))
     return stamps[-1] - stamps[-2] if len(stamps) >= 2 else float("nan")

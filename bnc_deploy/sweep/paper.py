@@ -1,4 +1,15 @@
-"""The paper's figures as sweeps: which grids each figure needs, per protocol, and its points.
+"""The paper's grids: its presets (``bnc-sweep --preset``), and its figures as sweeps.
+
+Presets
+-------
+:data:`PRESETS` are the authors' grids (:func:`preset`), built from their data files in the
+paper structures folder (:func:`find_structures_dir`: the ICPR 2020 (λ, γ) draws, the PGM 2020
+structure-learning settings, the authors' TAN structures); :data:`PAPER_BATCH_SIZE` and
+:func:`dataset_name` are the paper's per-dataset batch sizes and dataset names.
+
+Figures
+-------
+Which grids each figure needs, per protocol, and its points.
 
 A figure is a list of :class:`FigureSweep` (a named grid, run by :func:`~bnc_deploy.sweep.runner.run_sweep`
 into ``DIR/sweeps/<name>``, so figures that share a grid share its results and every figure
@@ -15,8 +26,9 @@ Ray cluster.
 ``quick`` (about an hour per dataset and figure on 2 cores; what it drops, exactly):
 
 * BN grids: B_I ∈ {2, 3, 4} instead of 1..6; the first 20 of the authors' 100 (λ, γ) draws (the
-  first 10 on datasets with more than 64 features: usps, mnist); both learning rates; successive halving (rate 3, rungs at 500/27, 500/9, 500/3 epochs) instead of
-  500 epochs for every configuration. Float models: the same 20 draws × 2 learning rates.
+  first 10 on datasets with more than 64 features: usps, mnist); both learning rates; successive
+  halving (rate 3, rungs at 500/27, 500/9, 500/3 epochs) instead of 500 epochs for every
+  configuration. Float models: the same 20 draws × 2 learning rates.
 * FC nets: budgets of the NB at B ∈ {1, 2, 4, 8} bits (not all 8); one hidden layer (L = 2);
   weight bits {1, 2}; batch norm on; lr0 = 3e-3; one seed; ReLU and sign; plain (not one-hot)
   inputs.
@@ -33,17 +45,149 @@ from __future__ import annotations
 import functools
 import json
 import math
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
+from bnc_deploy.datasets import load_dataset
 from bnc_deploy.errors import ConfigError
-from bnc_deploy.sweep.grid import (
-    PAPER_BATCH_SIZE,
-    GridSpec,
-    dataset_name,
-    icpr2020_draws,
-    paper_batch_size,
-)
+from bnc_deploy.fileio import find_folder
+from bnc_deploy.sweep.grid import GridSpec
+from bnc_deploy.sweep.records import did_you_mean
 
+# -- presets: the paper's grids and the data files they read -------------------------------------
+STRUCTURES_DIR_ENV = "BNC_DEPLOY_STRUCTURES_DIR"
+_RELATIVE_STRUCTURES_DIR = Path("..") / "shared" / "paper" / "structures"
+DRAWS_FILE = "icpr2020_hybrid_draws.json"
+SETTINGS_FILE = "pgm2020_tan_subset_settings.json"
+#: The presets and what they are (``bnc-sweep --preset NAME``).
+PRESETS = {
+    "icpr2020-nb": "ICPR 2020 naive Bayes: bits 1..8 × int_bits 1..6 × lr {3e-2, 3e-3} × the 100 (λ, γ) draws "
+                   "(η = 10), 500 epochs",
+    "icpr2020-tan": "ICPR 2020 TAN, the authors' fixed structure per dataset (structure = \"authors\"), same grid",
+    "icpr2020-structure": "ICPR 2020 Fig. 5 structure learning: λ_MS logspace(-7,1,41) × lr {3e-2, 3e-3} × seeds "
+                          "0..4, float, the dataset's hybrid λ, γ, η, feature ordering and candidate parent sets "
+                          "(needs data)",
+}
+
+
+#: Batch sizes of the paper's experiments (the authors' run scripts), per dataset.
+PAPER_BATCH_SIZE = {"letter": 100, "usps": 100, "satimage": 50, "mnist": 250}
+
+
+def dataset_name(data) -> str:
+    """The paper's name of a dataset given by name or path (``letter-raw`` and ``x/letter.npz`` are letter)."""
+    return Path(str(data)).stem.replace("-raw", "")
+
+
+def paper_batch_size(data) -> int | None:
+    """The paper's batch size for ``data``, or None for a dataset the paper did not use."""
+    return PAPER_BATCH_SIZE.get(dataset_name(data))
+
+
+def find_structures_dir(structures_dir: str | os.PathLike | None = None) -> Path:
+    """The folder of the paper's structures, draws and settings (like ``datasets.find_data_dir``).
+
+    Order: ``structures_dir``, else ``$BNC_DEPLOY_STRUCTURES_DIR``, else the first existing of
+    ``../shared/paper/structures`` relative to the current directory and to the repository root.
+    ConfigError listing every place searched.
+    """
+    found, how, searched = find_folder(structures_dir, STRUCTURES_DIR_ENV, _RELATIVE_STRUCTURES_DIR,
+                                       "the structures_dir argument")
+    if found is not None:
+        return found
+    raise ConfigError(f"paper structures folder not found (searched {how}: {searched}); set {STRUCTURES_DIR_ENV} "
+                      f"to the folder holding {DRAWS_FILE}")
+
+
+def _read_json(path: Path):
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"preset data {path} does not exist (is {path.parent} the paper structures folder?)") \
+            from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"preset data {path}: cannot read ({exc})") from None
+
+
+def icpr2020_draws(structures_dir: str | os.PathLike | None = None) -> dict:
+    """The ICPR 2020 (λ, γ) draws as explicit ``[draws]`` columns (authors' order, 0-based).
+
+    Checks η = 10 for every draw and the file's own check entry (draw #94)."""
+    path = find_structures_dir(structures_dir) / DRAWS_FILE
+    data = _read_json(path)
+    try:
+        entry = data["icpr2020"]
+        draws = sorted(entry["draws"], key=lambda d: d["index"])
+        lam = [float(d["lam"]) for d in draws]
+        gamma = [float(d["gamma"]) for d in draws]
+        etas = {float(d["eta"]) for d in draws}
+        indices = [d["index"] for d in draws]
+        check = entry.get("check")
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ConfigError(f"preset data {path}: no icpr2020 draws with index, lam, gamma, eta ({exc!r})") from None
+    if indices != list(range(len(draws))) or etas != {10.0}:
+        raise ConfigError(f"preset data {path}: icpr2020 draws must be indexed 0..{len(draws) - 1} with eta = 10")
+    if check and (lam[check["index_0based"]] != check["lam"] or gamma[check["index_0based"]] != check["gamma"]):
+        raise ConfigError(f"preset data {path}: draw #{check['index_0based']} disagrees with the file's check entry")
+    return {"hybrid_lambda": lam, "hybrid_gamma": gamma}
+
+
+def preset(name: str, structures_dir: str | os.PathLike | None = None, data: str | None = None) -> GridSpec:
+    """A paper grid (see :data:`PRESETS`). ``data`` (a dataset name) is added to ``fixed``;
+    ``icpr2020-structure`` needs it (its hybrid λ, γ, η are per dataset).
+
+    Batch sizes are per dataset in the paper and are not in the presets (give ``batch_size``).
+    """
+    if name not in PRESETS:
+        raise ConfigError(f"unknown preset {name!r}{did_you_mean(name, PRESETS)}; presets: {', '.join(PRESETS)}")
+    folder = find_structures_dir(structures_dir)
+    fixed = {} if data is None else {"data": data}
+    if name in ("icpr2020-nb", "icpr2020-tan"):
+        # The authors' task order is product(bits, int_bits, draw, lr); here draws are innermost.
+        fixed.update({"model": "nb", "epochs": 500, "loss": "hybrid", "hybrid_eta": 10.0} if name == "icpr2020-nb"
+                     else {"model": "tan", "structure": "authors", "epochs": 500, "loss": "hybrid",
+                           "hybrid_eta": 10.0})
+        return GridSpec(axes={"bits": list(range(1, 9)), "int_bits": list(range(1, 7)), "lr": [3e-2, 3e-3]},
+                        draws=icpr2020_draws(folder), fixed=fixed).normalized(f"preset {name}")
+    # icpr2020-structure
+    path = folder / SETTINGS_FILE
+    settings = _read_json(path)
+    try:
+        by_dataset = {s["dataset"]: s for s in settings["settings"]}
+        grid = settings["fig5_grid"]
+    except (KeyError, TypeError) as exc:
+        raise ConfigError(f"preset data {path}: no settings/fig5_grid ({exc!r})") from None
+    if data not in by_dataset:
+        given = "no data given" if data is None else f"data {data!r} has no settings there"
+        raise ConfigError(f"preset {name} needs a dataset of {path}: {given}; use one of {', '.join(by_dataset)}")
+    setting = by_dataset[data]
+    if grid.get("structure_penalty_lambda_ms") != "numpy.logspace(-7, 1, 41)":
+        raise ConfigError(f"preset data {path}: fig5_grid.structure_penalty_lambda_ms is "
+                          f"{grid.get('structure_penalty_lambda_ms')!r}, this preset was written for "
+                          "numpy.logspace(-7, 1, 41)")
+    try:
+        hybrid = setting["hybrid"]
+        fixed.update({
+            "model": "tan", "structure": "learn", "bits": None, "epochs": 500, "loss": "hybrid",
+            "hybrid_lambda": float(hybrid["lam"]), "hybrid_gamma": float(hybrid["gamma"]),
+            "hybrid_eta": float(hybrid["eta"]),
+            # The authors' own ordering and candidate sets (K = 9 slots including "class only"), read
+            # for the record's dataset by the trainer; "candidates" keeps its default (it may not be
+            # given with a candidates file).
+            "candidates_file": str(path),
+            "structure_lr": float(grid["learning_rate_structure"]),
+            "tau_start": float(grid["gumbel_softmax_temperature"][0]),
+            "tau_end": float(grid["gumbel_softmax_temperature"][1]),
+        })
+        axes = {"size_penalty": "logspace(-7,1,41)", "lr": [float(v) for v in grid["learning_rate_start"]],
+                "seed": list(range(int(grid["seeds_per_setting"])))}
+    except (KeyError, TypeError, ValueError, IndexError) as exc:
+        raise ConfigError(f"preset data {path}: incomplete settings for {data} ({exc!r})") from None
+    return GridSpec(axes=axes, fixed=fixed).normalized(f"preset {name}")
+
+
+# -- figures ---------------------------------------------------------------------------------------
 FIGURES = ("fig3", "fig4", "fig5", "fig6", "fig7")
 PROTOCOLS = ("quick", "paper", "smoke")
 #: ``smoke``: a few configurations of every kind for a few epochs (seconds on any dataset, no
@@ -127,8 +271,6 @@ def has_authors_structure(data: str) -> bool:
 @functools.lru_cache(maxsize=16)
 def nb_parameters(data: str, fold: int = 1) -> tuple[int, int, int]:
     """(NB parameters, features D, classes C) of the dataset: C * (1 + sum |X_i|)."""
-    from bnc_deploy.datasets import load_dataset
-
     ds = load_dataset(data, fold=fold)
     return int(ds.n_classes * (1 + int(ds.cardinalities.sum()))), int(ds.n_features), int(ds.n_classes)
 
@@ -194,8 +336,6 @@ def _dnn_base(data: str) -> dict:
 
 def structure_sweeps(data: str, protocol: str) -> list[FigureSweep]:
     """Fig. 5: size-aware structure learning over λ_MS with the authors' settings for the dataset."""
-    from bnc_deploy.sweep.grid import preset
-
     if protocol == "smoke":
         spec = GridSpec(axes={"size_penalty": [1e-3, 1e-1]}, draws={},
                         fixed={"data": data, "model": "tan", "structure": "learn", "epochs": SMOKE_EPOCHS})

@@ -3,7 +3,7 @@
 Contract
 --------
 * Every configuration of the grid gets exactly one row in ``DIR/results.sqlite`` (``sweep.table``),
-  keyed by its :func:`~bnc_deploy.sweep.grid.config_id`. ``resume=True`` skips the ids already
+  keyed by its :func:`~bnc_deploy.sweep.records.config_id`. ``resume=True`` skips the ids already
   there (done, stopped or failed) and refuses a directory that holds another grid; without it a
   directory that already has rows is refused (so a typo never mixes two sweeps).
 * **Chunks.** Records are grouped by what one batched call must share (data split, model,
@@ -30,20 +30,18 @@ import json
 import math
 import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from bnc_deploy.errors import ConfigError
-from bnc_deploy.sweep.grid import (
-    BN_MODELS,
-    GridSpec,
-    complete,
-    config_id,
-    dataset_name,
-    expand,
-    find_structures_dir,
-)
-from bnc_deploy.sweep.tasks import ChunkTask
+from bnc_deploy.artifacts import save_artifact
+from bnc_deploy.errors import BncDeployError, ConfigError
+from bnc_deploy.fileio import atomic_write_bytes, stray_temporaries
+from bnc_deploy.sweep.backends import make_backend
+from bnc_deploy.sweep.grid import GridSpec, expand
+from bnc_deploy.sweep.paper import dataset_name, find_structures_dir
+from bnc_deploy.sweep.records import BN_MODELS, complete, config_id
+from bnc_deploy.sweep.table import TABLE_FILE, ResultsTable
+from bnc_deploy.sweep.tasks import ChunkTask, bnc_config, dnn_config, learn_config
 
 #: Keys that name a record's selection group by default (one point of a size curve).
 DEFAULT_GROUP_BY = ("model", "structure", "bits", "weight_bits", "activation", "one_hot", "match_bits", "match_ops")
@@ -91,8 +89,6 @@ class SweepSummary:
     csv: str = ""
 
     def to_dict(self) -> dict:
-        from dataclasses import asdict
-
         return asdict(self)
 
 
@@ -209,9 +205,6 @@ def check_plan(records: list[dict], options: SweepOptions) -> list[ChunkTask]:
     configuration's trainer settings (``validate()`` of the config the worker will build) and the
     plan's own rules (a validation split for ``--select validation``, the authors' structures).
     Returns the plan; ConfigError naming the configuration otherwise."""
-    from bnc_deploy.errors import BncDeployError
-    from bnc_deploy.sweep.tasks import bnc_config, dnn_config, learn_config
-
     checked: set[str] = set()
     for record in records:
         family = _family(record)
@@ -230,6 +223,7 @@ def check_plan(records: list[dict], options: SweepOptions) -> list[ChunkTask]:
             if family == "dnn":
                 dnn_config(record).validate()
             elif family == "learn":
+                # Lazy: the trainers import torch (extra "train"); the base install imports this module.
                 from bnc_deploy.train.structure_learning import StructureLearningConfig
 
                 bnc_config({**record, "structure": "chow-liu"}).validate()
@@ -251,8 +245,6 @@ def _clean_directory(table, directory: Path) -> None:
     """Resume after a crash: remove what a killed driver can leave behind (it is the only writer,
     and it is not running): temporary files of its atomic writes, and model files that no row
     names (written just before a chunk's rows, or superseded just before their deletion)."""
-    from bnc_deploy.fileio import stray_temporaries
-
     named = {str(directory / r["model_path"]) for r in table.rows() if r.get("model_path")}
     for target in (directory / "results.csv", directory / "summary.json"):
         for tmp in stray_temporaries(target):
@@ -269,8 +261,6 @@ def _clean_directory(table, directory: Path) -> None:
 def _discard_empty_table(table, directory: Path, created_dir: bool) -> None:
     """A fresh sweep that failed before its first row: remove its table (and the directory it
     created), so the corrected command can use the same directory without --resume."""
-    from bnc_deploy.sweep.table import TABLE_FILE
-
     if len(table):
         return
     table.close()
@@ -317,9 +307,6 @@ class _Best:
 
 def run_sweep(spec: GridSpec, options: SweepOptions, *, on_progress=None) -> SweepSummary:
     """Run (or resume) the sweep of ``spec`` into ``options.directory``."""
-    from bnc_deploy.sweep.backends import make_backend
-    from bnc_deploy.sweep.table import ResultsTable
-
     started = time.perf_counter()
     if options.select not in ("validation", "test"):
         raise ConfigError(f"--select must be validation or test, got {options.select!r}")
@@ -387,6 +374,7 @@ def run_sweep(spec: GridSpec, options: SweepOptions, *, on_progress=None) -> Swe
 def _device_name(options: SweepOptions) -> str:
     if options.backend == "ray" and options.address:
         return f"{options.device} (Ray cluster {options.address})"     # not this machine's device
+    # Lazy: the batched trainer imports torch (extra "train").
     from bnc_deploy.train.bnc_batched import describe_device
 
     return describe_device(options.device)
@@ -399,8 +387,6 @@ def _write_outcome(table, best: _Best, task: ChunkTask, outcome, models: Path, o
     A crash between the steps leaves at worst orphan files (removed by the resume, which reruns
     the chunk), never a row naming a missing file, never two kept models in one group.
     """
-    from bnc_deploy.artifacts import save_artifact
-
     rows = outcome.rows
     written: dict[str, Path] = {}
     replaced: list[tuple[str, str]] = []        # (id, model_path) of stored rows that lose their file
@@ -448,7 +434,7 @@ def _write_outcome(table, best: _Best, task: ChunkTask, outcome, models: Path, o
 def _best_summary(table, best: _Best) -> dict:
     rows = {r["id"]: r for r in table.rows()}
     out = {}
-    for group, (value, rid, _) in sorted(best.best.items()):
+    for group, (_, rid, _) in sorted(best.best.items()):
         row = rows.get(rid)
         if row is None:
             continue
@@ -458,8 +444,6 @@ def _best_summary(table, best: _Best) -> dict:
 
 
 def _write_summary(directory: Path, summary: SweepSummary) -> None:
-    from bnc_deploy.fileio import atomic_write_bytes
-
     atomic_write_bytes(directory / "summary.json", (json.dumps(summary.to_dict(), indent=2) + "\n").encode())
 
 
@@ -471,7 +455,7 @@ class _Progress:
         self.counted = 0                  # configuration-epochs reported by on_epoch since the last chunk
         self.bar = None
         if options.progress:
-            from tqdm.auto import tqdm
+            from tqdm.auto import tqdm  # lazy: tqdm comes with the "train" extra, not the base install
 
             self.bar = tqdm(total=total_epochs, unit="cfg-epoch", desc="sweep", smoothing=0.05, leave=True)
             self._postfix()

@@ -20,11 +20,15 @@ from __future__ import annotations
 import math
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 import numpy as np
 
+from bnc_deploy.artifacts.encoding import parse_image_shape
+from bnc_deploy.costs import analytic_costs, bnc_cost_terms
+from bnc_deploy.datasets import load_dataset
 from bnc_deploy.errors import ConfigError
+from bnc_deploy.train.dnn_cli import parse_hidden
 
 
 @dataclass
@@ -56,8 +60,6 @@ class ChunkOutcome:
 
 
 def load_task_data(data: dict):
-    from bnc_deploy.datasets import load_dataset
-
     return load_dataset(data["spec"], fold=data["fold"], seed=data["seed"], validation_fraction=data["validation"],
                         data_dir=data.get("data_dir"))
 
@@ -110,7 +112,8 @@ def _halving_callback(task: ChunkTask):
 
 
 def _run_bnc(task: ChunkTask, dataset, on_epoch):
-    from bnc_deploy.costs import bnc_cost_terms
+    # Lazy, like every trainer import here: the trainers import torch (extra "train"), and the
+    # driver imports this module in the base install.
     from bnc_deploy.train.bnc import resolve_parents
     from bnc_deploy.train.bnc_batched import (
         finish_artifact,
@@ -169,9 +172,7 @@ def _row(task: ChunkTask, record: dict, checkpoints: list, last: dict, costs, se
 
 def bnc_config(record: dict):
     """``TrainConfig`` from a complete record (the sweep's keys beyond the trainer's are dropped)."""
-    from dataclasses import fields
-
-    from bnc_deploy.train.bnc import TrainConfig
+    from bnc_deploy.train.bnc import TrainConfig  # lazy: imports torch (extra "train")
 
     names = {f.name for f in fields(TrainConfig)}
     values = {k: v for k, v in record.items() if k in names}
@@ -219,18 +220,16 @@ class _NoCosts:
 
 
 def _train_one(family: str, record: dict, dataset, device: str):
-    from bnc_deploy.costs import analytic_costs
-
     if device not in ("cpu", "auto"):
         raise ConfigError(f"{family} configurations train on the CPU only (got --device {device})")
     if family == "dnn":
-        from bnc_deploy.train.dnn import train_dnn
+        from bnc_deploy.train.dnn import train_dnn  # lazy: imports torch (extra "train")
 
         config = dnn_config(record)
         config.validate()
         result = train_dnn(dataset, config)
     else:
-        from bnc_deploy.train.structure_learning import (
+        from bnc_deploy.train.structure_learning import (  # lazy: imports torch (extra "train")
             StructureLearningConfig,
             train_learned_tan,
         )
@@ -242,17 +241,12 @@ def _train_one(family: str, record: dict, dataset, device: str):
 
 
 def dnn_config(record: dict):
-    from dataclasses import fields
-
-    from bnc_deploy.artifacts.encoding import parse_image_shape
-    from bnc_deploy.train.dnn import DNNConfig
+    from bnc_deploy.train.dnn import DNNConfig  # lazy: imports torch (extra "train")
 
     names = {f.name for f in fields(DNNConfig)}
     values = {k: v for k, v in record.items() if k in names}
     values["architecture"] = record["model"]
     if values.get("hidden") is not None:
-        from bnc_deploy.train.dnn_cli import parse_hidden
-
         values["hidden"] = parse_hidden(values["hidden"])
     if values.get("image_shape"):
         values["image_shape"] = parse_image_shape(values["image_shape"])
@@ -260,7 +254,5 @@ def dnn_config(record: dict):
 
 
 def learn_config(record: dict, cls):
-    from dataclasses import fields
-
     names = {f.name for f in fields(cls)}
     return cls(**{k: v for k, v in record.items() if k in names})

@@ -63,8 +63,6 @@ TARGET = "aarch64"
 METHOD = ("emulated: qemu-aarch64-static (user mode) in a Debian 12 arm64 root, the aarch64 wheels of the "
           "runtimes from PyPI; results are the aarch64 kernels', timings are not an aarch64 CPU's (no latency)")
 SUFFIXES = (".bnc", ".onnx", ".ort", ".tflite", ".h")
-#: Seeded random rows used when a file has neither --data rows nor a stored check set.
-N_RANDOM_ROWS = 256
 #: Per-file keys of the report (scripts rely on them; only ever added to).
 FILE_KEYS = ("file", "format", "runtime", "model_kind", "structure", "lowering", "bits", "exact_expected",
              "rows_source", "n_rows", "test_error", "label_agreement", "label_mismatches", "exact",
@@ -75,8 +73,7 @@ FILE_KEYS = ("file", "format", "runtime", "model_kind", "structure", "lowering",
 # Rows and the host's results
 # ================================================================================================
 def _rows_for(rt, data, artifact, given=None) -> tuple[np.ndarray, str]:
-    from bnc_deploy.formats.checkset import check_inputs
-    from bnc_deploy.validation import random_valid_codes
+    from bnc_deploy.formats.checkset import N_RANDOM_ROWS, check_inputs, random_rows
 
     if given is not None:
         return np.asarray(given), "given rows"
@@ -90,7 +87,8 @@ def _rows_for(rt, data, artifact, given=None) -> tuple[np.ndarray, str]:
         return np.asarray(artifact.check_x, dtype=np.int64), "check rows of the model file"
     if rt.raw_inputs:
         raise InputError(f"{rt.path}: a raw-input file without a stored check set; re-export it")
-    return random_valid_codes(rt.cardinalities, N_RANDOM_ROWS, seed=0), f"{N_RANDOM_ROWS} seeded random valid rows"
+    # No given, data or stored rows: the verifier's seeded random rows alone.
+    return random_rows(rt), f"{N_RANDOM_ROWS} seeded random valid rows"
 
 
 def _references(paths: list[Path]) -> dict:
@@ -349,8 +347,9 @@ def build_parser(prog: str = "python -m bnc_deploy.targets.aarch64",
     sub = p.add_subparsers(dest="command", required=True)
     s = sub.add_parser("setup", help="build (or reuse) the cached arm64 root with Python, numpy, onnxruntime, "
                                      "ai-edge-litert and gcc")
-    s.add_argument("--mirror", metavar="URL", help=f"Debian mirror (default $BNC_DEPLOY_DEBIAN_MIRROR or "
-                                                   f"{aarch64_root.DEFAULT_MIRROR})")
+    s.add_argument("--mirror", metavar="URL", help="Debian mirror for debootstrap (default "
+                                                   f"${aarch64_root.MIRROR_ENV}, else the first Debian 'deb' "
+                                                   "entry of this host's apt sources)")
     s.add_argument("--force", action="store_true", help="rebuild even if a root with this recipe is cached")
     r = sub.add_parser("run", help="run FILEs on aarch64 and compare with x86_64")
     r.add_argument("files", nargs="+", metavar="FILE", help="exported files (.onnx .ort .tflite .h) and .bnc models "

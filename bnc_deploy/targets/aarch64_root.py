@@ -29,7 +29,14 @@ root (``debootstrap``, ``chroot`` and ``mount`` need it), the Debian packages
 :data:`DEBIAN_PACKAGES`, ``binfmt_misc`` mounted (mounted here when it is not) with an enabled
 ``qemu-aarch64`` entry (enabled here with ``update-binfmts`` of ``binfmt-support`` or from
 qemu-user-static's ``/usr/lib/binfmt.d`` file, as systemd-binfmt would, when a container has no
-systemd), and network access to the Debian mirror and PyPI (setup only).
+systemd), and network access to a Debian mirror and PyPI (setup only).
+
+The mirror (:func:`debian_mirror`): ``--mirror URL`` (``setup(mirror=)``), else
+``$BNC_DEPLOY_DEBIAN_MIRROR``, else the first ``deb`` entry of the Debian archive in the host's
+apt sources (``/etc/apt/sources.list``, then ``sources.list.d/*.list`` and deb822 ``*.sources``,
+in apt's order; :mod:`bnc_deploy.targets.apt_sources`), else a TargetSetupError saying so. No
+mirror is built in. It is not part of the recipe (nor of the cache key): a root built from one
+mirror is reused whatever the next one is.
 
 Running inside (:func:`run_in_root`): ``chroot ROOT /venv/bin/python ...`` with a clean
 environment. ``/proc`` is mounted for the call and unmounted after; ``/sys`` is never mounted
@@ -53,14 +60,12 @@ from importlib import metadata as importlib_metadata
 from pathlib import Path
 
 from bnc_deploy.errors import BncDeployError
+from bnc_deploy.targets import apt_sources
 
 #: Debian packages the host needs (bookworm names).
 DEBIAN_PACKAGES = ("debootstrap", "qemu-user-static", "binfmt-support")
 INSTALL_HINT = "apt-get install --no-install-recommends " + " ".join(DEBIAN_PACKAGES)
 SUITE = "bookworm"
-#: The mirror debootstrap downloads from (the one the host's apt sources use here);
-#: ``$BNC_DEPLOY_DEBIAN_MIRROR`` or ``mirror=`` replaces it (not part of the recipe: same packages).
-DEFAULT_MIRROR = "http://deb.debian.org/debian"
 #: Packages added to the minbase root: Python 3.11 with venv/ensurepip, CA certificates for pip,
 #: and gcc + libc headers so C exports compile inside (the native runtime).
 DEBIAN_INCLUDE = ("python3", "python3-venv", "ca-certificates", "gcc", "libc6-dev")
@@ -218,6 +223,32 @@ def _first_line(cmd: list[str]) -> str:
 
 
 # ================================================================================================
+# The Debian mirror: --mirror, else $BNC_DEPLOY_DEBIAN_MIRROR, else the host's apt sources
+# (bnc_deploy.targets.apt_sources)
+# ================================================================================================
+MIRROR_ENV = "BNC_DEPLOY_DEBIAN_MIRROR"
+
+
+def debian_mirror(mirror: str | None = None, etc_apt: Path | None = None) -> tuple[str, str]:
+    """``(mirror URL, where it came from)`` for debootstrap: ``mirror`` (``--mirror``), else
+    ``$BNC_DEPLOY_DEBIAN_MIRROR``, else the host's apt sources; TargetSetupError naming the ways to
+    give one when none does. No built-in default: a host that reaches Debian has it in its apt sources."""
+    if mirror:
+        return mirror, "--mirror"
+    if os.environ.get(MIRROR_ENV):
+        return os.environ[MIRROR_ENV], f"${MIRROR_ENV}"
+    found = apt_sources.host_debian_mirror(etc_apt)
+    if found is not None:
+        return found[0], f"the host's apt sources, {found[1]}"
+    etc_apt = apt_sources.ETC_APT if etc_apt is None else etc_apt
+    raise TargetSetupError(
+        f"no Debian mirror for debootstrap: the host's apt sources ({etc_apt / 'sources.list'}, "
+        f"{etc_apt / 'sources.list.d'}/*.list and *.sources) have no 'deb' entry of the Debian archive (a suite "
+        f"such as {SUITE}, component main); pass --mirror URL (or set ${MIRROR_ENV}), or add a Debian source "
+        "to the host's apt sources")
+
+
+# ================================================================================================
 # Mounts: never delete through one
 # ================================================================================================
 def mounts_under(path: Path) -> list[str]:
@@ -327,9 +358,13 @@ def setup(cache=None, *, mirror: str | None = None, force: bool = False, progres
             smoke = _smoke(root)
             _say(progress, f"aarch64 root cached in {root} ({smoke}); checked in {time.monotonic() - t0:.1f} s")
             return {**stamp, "root": str(root), "cached": True, "seconds": round(time.monotonic() - t0, 1)}
-        build = Path(tempfile.mkdtemp(prefix=".building-", dir=cache))
         base = cache / "base"
-        if not force and _base_marker(base) == base_hash(want):  # a debootstrap kept from a failed setup
+        reuse_base = not force and _base_marker(base) == base_hash(want)  # a debootstrap kept from a failed setup
+        # Only debootstrap downloads from the mirror: a cached root or a kept base needs none, and the
+        # mirror is not in the recipe (any mirror gives the same packages), so changing it rebuilds nothing.
+        source = None if reuse_base else debian_mirror(mirror)
+        build = Path(tempfile.mkdtemp(prefix=".building-", dir=cache))
+        if reuse_base:
             _say(progress, f"reusing the debootstrapped base {base} (kept from a setup that failed later)")
             build.rmdir()
             os.replace(base, build)
@@ -340,8 +375,7 @@ def setup(cache=None, *, mirror: str | None = None, force: bool = False, progres
         log.write_text("")
         timings = {}
         try:
-            _build(build, want, mirror or os.environ.get("BNC_DEPLOY_DEBIAN_MIRROR") or DEFAULT_MIRROR, log,
-                   progress, timings)
+            _build(build, want, source, log, progress, timings)
             smoke = _smoke(build)
             stamp = {"recipe": want, "recipe_sha256": recipe_hash(want), "machine": smoke,
                      "versions": _versions(build), "qemu": tools["qemu"], "timings_s": timings,
@@ -382,14 +416,16 @@ def _base_marker(folder: Path) -> str | None:
         return None
 
 
-def _build(build: Path, want: dict, mirror: str, log: Path, progress, timings: dict) -> None:
+def _build(build: Path, want: dict, source: tuple[str, str] | None, log: Path, progress, timings: dict) -> None:
+    """``source``: :func:`debian_mirror`'s ``(URL, origin)``; None when ``build`` is a kept base."""
     step = time.monotonic()
     if _base_marker(build) == base_hash(want):
         _say(progress, "[1/3] debootstrap: done before (kept base)")
         timings["debootstrap"] = 0.0
         return _build_venv(build, want, log, progress, timings)
+    mirror, origin = source
     _say(progress, f"[1/3] debootstrap {SUITE} arm64 ({want['variant']}, + {', '.join(want['include'])}) "
-                   f"from {mirror} into {build}")
+                   f"from {mirror} ({origin}) into {build}")
     _stream(["debootstrap", "--arch=arm64", f"--variant={want['variant']}", "--include=" + ",".join(want["include"]),
              SUITE, str(build), mirror], log, progress, "I: ", DEBOOTSTRAP_TIMEOUT_S, "debootstrap")
     unmount_all(build)  # debootstrap unmounts what it mounted; be sure before anything else

@@ -22,13 +22,13 @@ folder, with the exporter's options (``--pack-bits``, ``--name``, ``--raw-inputs
 
 Rows: the check set stored in the model, or the test split of ``--data`` (``--fold``), plus
 ``--random`` seeded random valid rows (default 256; the first two are the all-zero and all-maximum
-rows), as :mod:`bnc_deploy.verify` uses. A row passes when ``log_joint`` returns 0 with every
-score equal to ``-(reference code sum)`` and ``predict`` returns the reference label. Besides,
-one invalid row per feature (code = cardinality, where that fits a byte) must make both
-functions return -1 and leave ``scores`` untouched; raw-input headers (``--raw-inputs``) also run
-``PREFIX_log_joint_raw``/``PREFIX_predict_raw`` on the raw representatives of the rows
-(:func:`bnc_deploy.formats.bnc.raw_representatives`, float32 as exact hexadecimal literals) and on
-NaN/+-inf rows, which must be refused.
+rows): the verifier's rows (:func:`bnc_deploy.formats.checkset.verification_rows`). A row passes
+when ``log_joint`` returns 0 with every score equal to ``-(reference code sum)`` and ``predict``
+returns the reference label. Besides, one invalid row per feature (code = cardinality, where that
+fits a byte) must make both functions return -1 and leave ``scores`` untouched; raw-input headers
+(``--raw-inputs``) also run ``PREFIX_log_joint_raw``/``PREFIX_predict_raw`` on the raw
+representatives of the rows (:func:`bnc_deploy.formats.bnc.raw_representatives`, float32 as exact
+hexadecimal literals) and on NaN/+-inf rows, which must be refused.
 
 Boards (QEMU machines; the memory map is QEMU's ``hw/arm/mps2.c``, the same for the three)
 ------------------------------------------------------------------------------------------
@@ -82,99 +82,52 @@ import json
 import math
 import sys
 import tempfile
-from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
 from bnc_deploy.errors import BncDeployError, ConfigError, InputError, MetadataError
+from bnc_deploy.formats.checkset import N_RANDOM_ROWS, verification_rows
 from bnc_deploy.targets.cortex_m_sources import FAULT_EXIT
-from bnc_deploy.targets.cortex_m_build import (  # noqa: F401  (the public names stay importable from here)
+from bnc_deploy.targets.cortex_m_build import (
     _copy,
     _output,
-    _stack_from_callgraph,
     BOARDS,
     build_image,
     BuildError,
     CFLAGS,
+    CheckRows,
     DEBIAN_PACKAGES,
     DEFAULT_BOARDS,
-    driver_source,
     find_tools,
     image_sizes,
-    INSTALL_HINT,
     LDFLAGS,
     MAX_DETAILED,
     model_footprint,
-    N_RANDOM_ROWS,
     parse_size_a,
     QEMU_FLAGS,
     ROW_BYTES_PER_IMAGE,
-    rows_header,
     run_image,
     RUN_TIMEOUT_S,
-    ToolchainError,
     Tools,
-    tools_available,
 )
 
 
 # ================================================================================================
 # What to check: rows and the reference's values
 # ================================================================================================
-@dataclass
-class CheckRows:
-    """The rows a test program runs and the values the reference expects (all computed on the host).
-
-    ``x`` (n, D) codes; ``sums`` (n, C) reference code sums (scores are their negation); ``labels``
-    (n,); ``invalid`` (m, D) rows that must be refused; ``raw_x`` (k, D) float32 and ``raw_sums``,
-    ``raw_labels`` (-1: must be refused) for raw-input headers; ``source`` says where rows come from.
-    """
-
-    x: np.ndarray
-    sums: np.ndarray
-    labels: np.ndarray
-    invalid: np.ndarray
-    n_given: int
-    n_random: int
-    source: str
-    raw_x: np.ndarray | None = None
-    raw_sums: np.ndarray | None = None
-    raw_labels: np.ndarray | None = None
-
-    @property
-    def n_raw(self) -> int:
-        return 0 if self.raw_x is None else int(self.raw_x.shape[0])
-
-    def chunk(self, start: int, stop: int) -> "CheckRows":
-        """Rows ``start:stop`` (invalid and raw rows go with the first chunk only)."""
-        first = start == 0
-        return replace(self, x=self.x[start:stop], sums=self.sums[start:stop], labels=self.labels[start:stop],
-                       invalid=self.invalid if first else self.invalid[:0],
-                       raw_x=self.raw_x if first else None, raw_sums=self.raw_sums if first else None,
-                       raw_labels=self.raw_labels if first else None)
-
-
 def check_rows(artifact, rows=None, *, source: str | None = None, n_random: int = N_RANDOM_ROWS,
                raw_inputs: bool = False) -> CheckRows:
-    """Rows (the given ones, else the model's check set, then ``n_random`` seeded random rows) and the
-    reference's integer sums and labels for them; invalid rows; raw rows when ``raw_inputs``."""
+    """Rows (the given ones, else the model's check set, then ``n_random`` seeded random rows:
+    :func:`~bnc_deploy.formats.checkset.verification_rows`) and the reference's integer sums and
+    labels for them; invalid rows; raw rows when ``raw_inputs``."""
     from bnc_deploy.reference import reference_predictor
-    from bnc_deploy.validation import check_codes, random_valid_codes
 
     if not artifact.is_quantized:
         raise InputError("the C export needs a quantized model (integer code sums)")
-    given = rows if rows is not None else artifact.check_x
-    parts = []
-    if given is not None:
-        parts.append(check_codes(given, artifact.cardinalities, artifact.feature_names,
-                                 where=source or "check rows"))
-    n_given = int(parts[0].shape[0]) if parts else 0
-    if n_random:
-        parts.append(random_valid_codes(artifact.cardinalities, n_random, 0))
-    if not parts:
+    x, n_given = verification_rows(artifact, rows, n_random, where=source or "check rows")
+    if not x.shape[0]:
         raise InputError("no rows to check: the model stores no check set; pass --data or --random N")
-    x = np.concatenate(parts).astype(np.int64)
     reference = reference_predictor(artifact)
     sums = reference.integer_scores(x)
     labels = reference.predict(x)
@@ -235,10 +188,11 @@ def check_header(header, artifact, *, boards=DEFAULT_BOARDS, rows: CheckRows | N
     """Cross-compile ``header`` for each board, run the check rows in QEMU, return the report.
 
     ``artifact``: the model the header was exported from (the ground truth). ``rows``: from
-    :func:`check_rows` (default: the model's check set + 256 random rows; raw rows when the header
-    takes raw inputs). ``workdir``: keep the build files there (default: a temporary folder).
-    Raises ToolchainError, MetadataError/ConfigError (wrong header) and IntegrityError (modified
-    header); failing rows, failed builds, crashes and timeouts are in the report (``ok`` False).
+    :func:`check_rows` (default: the model's check set + N_RANDOM_ROWS random rows; raw rows when
+    the header takes raw inputs). ``workdir``: keep the build files there (default: a temporary
+    folder). Raises :class:`~bnc_deploy.targets.cortex_m_build.ToolchainError`, MetadataError/
+    ConfigError (wrong header) and IntegrityError (modified header); failing rows, failed builds,
+    crashes and timeouts are in the report (``ok`` False).
     """
     header = Path(header)
     boards = list(boards)

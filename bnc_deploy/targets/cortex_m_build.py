@@ -1,8 +1,9 @@
 """The Cortex-M toolchain side of ``bnc_deploy.targets.cortex_m``: find the cross compiler and QEMU,
 generate the test program's sources, compile and size it, run it on an emulated board.
 
-Split from ``cortex_m.py`` (which holds what is checked and the report); constants of the build
-(flags, boards, memory map in ``cortex_m_sources``) live here.
+Split from ``cortex_m.py`` (which chooses the rows, computes the reference's values and writes the
+report); constants of the build (flags, boards, memory map in ``cortex_m_sources``) and
+:class:`CheckRows`, the rows a test program embeds, live here, below ``cortex_m.py``.
 """
 
 from __future__ import annotations
@@ -13,18 +14,13 @@ import re
 import shutil
 import subprocess
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
 from bnc_deploy.errors import BncDeployError, InputError
-from typing import TYPE_CHECKING
-
 from bnc_deploy.targets.cortex_m_sources import FLASH_LENGTH, RAM_LENGTH, DRIVER_C, FOOTPRINT_C, LINK_LD, STARTUP_C
-
-if TYPE_CHECKING:  # the rows to embed; read by attribute
-    from bnc_deploy.targets.cortex_m import CheckRows
 
 #: board -> (``-mcpu``, description). Memory map: ``cortex_m_sources.FLASH_ORIGIN``/``RAM_ORIGIN``.
 BOARDS: dict[str, tuple[str, str]] = {
@@ -41,8 +37,6 @@ CFLAGS = ("-mthumb", "-Os", "-std=c99", "-Wall", "-Wextra", "-ffunction-sections
 LDFLAGS = ("-nostartfiles", "--specs=nano.specs", "--specs=rdimon.specs", "-Wl,--gc-sections")
 QEMU_FLAGS = ("-nographic", "-monitor", "none", "-serial", "none", "-no-reboot",
               "-semihosting-config", "enable=on,target=native", "-icount", "shift=0")
-#: Random rows added to the check rows (as the verifier does).
-N_RANDOM_ROWS = 256
 #: Bytes of check-row arrays per test program; more rows are split over several programs.
 ROW_BYTES_PER_IMAGE = 1 << 20
 #: Failing rows the program prints (all are counted).
@@ -58,6 +52,42 @@ SENTINEL = 0x5A5A5A5A
 
 class ToolchainError(BncDeployError):
     """The cross compiler, newlib or QEMU is missing or too old (the message names the packages)."""
+
+
+# ================================================================================================
+# The rows a test program embeds
+# ================================================================================================
+@dataclass
+class CheckRows:
+    """The rows a test program runs and the values the reference expects (all computed on the host).
+
+    ``x`` (n, D) codes; ``sums`` (n, C) reference code sums (scores are their negation); ``labels``
+    (n,); ``invalid`` (m, D) rows that must be refused; ``raw_x`` (k, D) float32 and ``raw_sums``,
+    ``raw_labels`` (-1: must be refused) for raw-input headers; ``source`` says where rows come from.
+    """
+
+    x: np.ndarray
+    sums: np.ndarray
+    labels: np.ndarray
+    invalid: np.ndarray
+    n_given: int
+    n_random: int
+    source: str
+    raw_x: np.ndarray | None = None
+    raw_sums: np.ndarray | None = None
+    raw_labels: np.ndarray | None = None
+
+    @property
+    def n_raw(self) -> int:
+        return 0 if self.raw_x is None else int(self.raw_x.shape[0])
+
+    def chunk(self, start: int, stop: int) -> "CheckRows":
+        """Rows ``start:stop`` (invalid and raw rows go with the first chunk only)."""
+        first = start == 0
+        return replace(self, x=self.x[start:stop], sums=self.sums[start:stop], labels=self.labels[start:stop],
+                       invalid=self.invalid if first else self.invalid[:0],
+                       raw_x=self.raw_x if first else None, raw_sums=self.raw_sums if first else None,
+                       raw_labels=self.raw_labels if first else None)
 
 
 # ================================================================================================
@@ -145,7 +175,7 @@ def _float_literal(value) -> str:
     return ("-" if math.copysign(1.0, v) < 0 else "") + float.hex(abs(v)) + "f"
 
 
-def rows_header(rows: "CheckRows", n_features: int, n_classes: int, bits: int) -> str:
+def rows_header(rows: CheckRows, n_features: int, n_classes: int, bits: int) -> str:
     """``rows.h``: the rows and the expected values as constant arrays (they live in flash)."""
     max_sum = (n_features + 1) * (2 ** bits - 1)
     sum_type = _uint_type(max_sum)
@@ -292,7 +322,7 @@ def model_footprint(header: Path, prefix: str, cpu: str, tools: Tools, workdir: 
     }
 
 
-def build_image(header: Path, prefix: str, rows: "CheckRows", cpu: str, tools: Tools, workdir: Path,
+def build_image(header: Path, prefix: str, rows: CheckRows, cpu: str, tools: Tools, workdir: Path,
                 n_features: int, n_classes: int, bits: int) -> tuple[Path, str]:
     """Write the sources into ``workdir`` and link ``image.elf``; return (path, compiler warnings)."""
     (workdir / "startup.c").write_text(STARTUP_C, encoding="ascii")

@@ -402,13 +402,15 @@ def format_report(report: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     """``python -m bnc_deploy.targets.edgetpu FILE.tflite [--model MODEL.bnc] [--json]``: print the
     report; with ``--model``, also run the mapped prefix on the LiteRT CPU kernels against it."""
+    from bnc_deploy.formats.checkset import N_RANDOM_ROWS
+
     parser = argparse.ArgumentParser(description="Static Edge TPU compatibility report of a TFLite file "
                                                  "(static, the Edge TPU compiler is not run).")
     parser.add_argument("tflite", help="a .tflite file")
     parser.add_argument("--model", help="the .bnc model file it was exported from: run the mapped prefix on the "
                                         "LiteRT CPU int8 kernels and compare it with the reference")
-    parser.add_argument("--random-rows", type=int, default=256,
-                        help="random valid rows added to the stored check rows for --model (default 256)")
+    parser.add_argument("--random-rows", type=int, default=N_RANDOM_ROWS,
+                        help=f"random valid rows added to the stored check rows for --model (default {N_RANDOM_ROWS})")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     args = parser.parse_args(argv)
     try:

@@ -20,8 +20,9 @@ when it is not in group 0), are compared with the reference predictor's ``intege
 prefix's output determines the class scores the reference computes.
 
 "exact" is claimed only for files whose metadata says ``exact`` (B <= 7); other files report the
-largest difference in code units. Rows: the file's stored check rows plus seeded random valid
-rows (and any rows the caller passes), all valid codes.
+largest difference in code units. Rows: the file's stored check rows and any rows the caller
+passes, then the verifier's seeded random valid rows
+(:func:`bnc_deploy.formats.checkset.verification_rows`), all valid codes.
 """
 
 from __future__ import annotations
@@ -29,12 +30,11 @@ from __future__ import annotations
 import numpy as np
 
 from bnc_deploy.errors import InputError
+from bnc_deploy.formats.checkset import N_RANDOM_ROWS, RANDOM_ROWS_SEED, verification_rows
 from bnc_deploy.validation import random_valid_codes
 
 #: One-hot builders whose files this check understands (int8 from the input on).
 INT8_BUILDERS = ("relu", "edgetpu")
-#: Random valid rows added to the stored check rows by default.
-RANDOM_ROWS = 256
 
 
 def boundary_tensors(summary, report: dict) -> list[int]:
@@ -57,8 +57,8 @@ def expected_prefix(artifact, meta: dict, codes: np.ndarray) -> np.ndarray:
     return np.concatenate(parts + [np.zeros((codes.shape[0], 1), dtype=np.int64)], axis=1)
 
 
-def run_prefix(tflite_path, artifact, report: dict, *, rows=None, n_random: int = RANDOM_ROWS,
-               seed: int = 0) -> dict:
+def run_prefix(tflite_path, artifact, report: dict, *, rows=None, n_random: int = N_RANDOM_ROWS,
+               seed: int = RANDOM_ROWS_SEED) -> dict:
     """Run the file's Edge TPU part on the LiteRT CPU kernels and compare it with the reference.
 
     ``report``: the file's :func:`bnc_deploy.targets.edgetpu.edgetpu_compatibility` (which ops are
@@ -93,10 +93,10 @@ def run_prefix(tflite_path, artifact, report: dict, *, rows=None, n_random: int 
     summary = inspect_tflite(data)
     boundary = boundary_tensors(summary, report)
     stored = check_inputs(meta, where=str(tflite_path))
-    parts = [x for x in (stored, None if rows is None else np.asarray(rows, dtype=np.int64)) if x is not None]
-    parts.append(random_valid_codes(artifact.cardinalities, n_random, seed=seed) if n_random else
-                 np.zeros((0, artifact.n_features), dtype=np.int64))
-    codes = np.concatenate(parts, axis=0).astype(np.int64)
+    leading = [x for x in (stored, None if rows is None else np.asarray(rows, dtype=np.int64)) if x is not None]
+    # The file's rows, never the model's check set: an empty array, not None, when there are none.
+    leading = np.concatenate(leading) if leading else np.zeros((0, artifact.n_features), dtype=np.int64)
+    codes, _ = verification_rows(artifact, leading, n_random, seed)
     got = _run_boundary(data, summary, boundary, codes)
     expected = expected_prefix(artifact, meta, codes)
     g, c = len(plan["groups"]), artifact.n_classes

@@ -14,23 +14,24 @@ import pytest
 from support import REPO_ROOT
 
 from bnc_deploy.errors import ConfigError
-from bnc_deploy.sweep import grid
+from bnc_deploy.sweep import grid, paper, records
 from bnc_deploy.sweep.grid import (
+    GridSpec,
+    describe,
+    expand,
+    load_grid_file,
+)
+from bnc_deploy.sweep.paper import find_structures_dir, preset
+from bnc_deploy.sweep.records import (
     BN_DEFAULTS,
     DATA_DEFAULTS,
     DNN_DEFAULTS,
     KEYS,
     LABEL_KEYS,
     LEARN_DEFAULTS,
-    GridSpec,
     complete,
     config_id,
-    describe,
-    expand,
-    find_structures_dir,
-    load_grid_file,
     parse_values,
-    preset,
 )
 
 SHARED_STRUCTURES = REPO_ROOT.parent / "shared" / "paper" / "structures"
@@ -38,7 +39,7 @@ SHARED_STRUCTURES = REPO_ROOT.parent / "shared" / "paper" / "structures"
 
 @pytest.fixture
 def structures_dir():
-    if not (SHARED_STRUCTURES / grid.DRAWS_FILE).is_file():
+    if not (SHARED_STRUCTURES / paper.DRAWS_FILE).is_file():
         pytest.skip(f"paper structures not found at {SHARED_STRUCTURES} (CI provides ../shared beside the clone)")
     return SHARED_STRUCTURES
 
@@ -101,13 +102,13 @@ def test_default_int_bits_is_the_trainers():
     pytest.importorskip("torch")
     from bnc_deploy.train.bnc import default_int_bits
 
-    assert [grid.default_int_bits(b) for b in range(1, 9)] == [default_int_bits(b) for b in range(1, 9)]
+    assert [records.default_int_bits(b) for b in range(1, 9)] == [default_int_bits(b) for b in range(1, 9)]
 
 
 def test_every_key_has_a_kind_matching_its_defaults():
     for table in (BN_DEFAULTS, LEARN_DEFAULTS, DNN_DEFAULTS, DATA_DEFAULTS):
         for name, value in table.items():
-            assert grid.normalize_value(name, value) == value, name
+            assert records.normalize_value(name, value) == value, name
 
 
 def test_grid_and_table_import_no_torch():
@@ -147,7 +148,7 @@ def test_id_normalizes_negative_zero_and_none_spellings():
 def test_id_is_pinned():
     # Ids name results in existing sweep directories: a change of the canonical form must be deliberate.
     assert config_id({}) == "70a18bc3002881d6"
-    assert grid.canonical_json({"bits": 2}).startswith('{"adam_eps":1e-07,"batch_size":100,"bits":2,')
+    assert records.canonical_json({"bits": 2}).startswith('{"adam_eps":1e-07,"batch_size":100,"bits":2,')
 
 
 def test_complete_fills_the_models_defaults_and_refuses_foreign_keys():
@@ -393,7 +394,7 @@ def test_icpr2020_structure_preset(structures_dir):
     assert (first["hybrid_lambda"], first["hybrid_gamma"], first["hybrid_eta"]) == \
         (110.42138426284798, 17.968254094768096, 10.0)                  # = ICPR draw #15
     # The authors' ordering and candidate sets (read per dataset by the trainer), not K random ones.
-    assert first["candidates_file"] == str(structures_dir.resolve() / grid.SETTINGS_FILE)
+    assert first["candidates_file"] == str(structures_dir.resolve() / paper.SETTINGS_FILE)
     assert "candidates" not in spec.fixed
     assert spec.axes["size_penalty"] == [float(v) for v in np.logspace(-7, 1, 41)]
     assert [r["seed"] for r in records[:6]] == [0, 1, 2, 3, 4, 0]       # the authors' 5 consecutive seeds
@@ -411,18 +412,18 @@ def test_unknown_preset(structures_dir):
 
 
 def test_structures_dir_lookup(tmp_path, monkeypatch):
-    monkeypatch.delenv(grid.STRUCTURES_DIR_ENV, raising=False)
+    monkeypatch.delenv(paper.STRUCTURES_DIR_ENV, raising=False)
     monkeypatch.chdir(tmp_path)
     here = tmp_path / "shared" / "paper" / "structures"
     (tmp_path / "work").mkdir()
     monkeypatch.chdir(tmp_path / "work")
     here.mkdir(parents=True)
     assert find_structures_dir() == here.resolve()                     # ../shared/paper/structures from cwd
-    monkeypatch.setenv(grid.STRUCTURES_DIR_ENV, str(tmp_path / "missing"))
+    monkeypatch.setenv(paper.STRUCTURES_DIR_ENV, str(tmp_path / "missing"))
     with pytest.raises(ConfigError, match=r"paper structures folder not found \(searched \$BNC_DEPLOY_STRUCTURES_DIR:"
                                           r" .*missing\); set BNC_DEPLOY_STRUCTURES_DIR"):
         find_structures_dir()
-    monkeypatch.setenv(grid.STRUCTURES_DIR_ENV, str(here))
+    monkeypatch.setenv(paper.STRUCTURES_DIR_ENV, str(here))
     assert find_structures_dir() == here.resolve()
     with pytest.raises(ConfigError, match=r"preset data .*icpr2020_hybrid_draws.json does not exist"):
         preset("icpr2020-nb")                                           # the folder exists, the file does not

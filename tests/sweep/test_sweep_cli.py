@@ -28,7 +28,7 @@ pytest.importorskip("torch")
 
 from bnc_deploy.artifacts import load_artifact
 from bnc_deploy.cli.bnc_sweep import main
-from bnc_deploy.sweep.grid import config_id
+from bnc_deploy.sweep.records import config_id
 from bnc_deploy.sweep.table import TABLE_FILE, ResultsTable
 
 #: What a row must reproduce across runs (``seconds`` is a measurement, ``model_path`` a policy).

@@ -138,9 +138,48 @@ class _LayerPass:
     def count_layer(self, k, node, spec, following, extra, bits) -> dict:
         """Decide layer ``k``'s MACs, weights and batch-norm / bias term; its facts for the breakdown."""
         rec = self.state.records[node.index]
+        n_out = self.state.numel(node.outputs[0])
+        problems: list[str] = []
+        copies, graph_macs, macs, notes = self.count_macs(k, node, spec, extra, problems)
+        bn, bias = bool(spec.get("batch_norm")), bool(spec.get("bias"))
+        if bn and bias:
+            problems.append("a layer with both batch norm and a bias has no counting rule")
+        term = "batch_norm" if bn else ("bias" if bias else None)
+        carrier, before, after = self.term_nodes(node, following)
+
+        fact = {"layer": k, "type": spec.get("type"), "node": node.index, "op": node.source_op,
+                "input_copies": copies, "graph_macs": graph_macs, "macs": macs, "outputs": n_out,
+                "batch_norm_outputs": 0, "bias_outputs": 0, "weights": None, "batch_norm_units": 0, "biases": 0,
+                "term_node": None}
+        fact["weights"] = self.weight_param(k, node, copies, bits, problems)
+
+        if term is not None and carrier is None:
+            problems.append(f"the metadata says {term.replace('_', ' ')}, but no per-unit addition, threshold or "
+                            "bias follows the product")
+        elif term is not None:
+            self.count_term(k, node, term, carrier, before, macs, n_out, fact, notes)
+        elif carrier is not None and carrier is not node:
+            self.count_unexplained(k, carrier)
+        elif carrier is node:
+            notes.append("its bias is no paper term (the metadata has no batch norm or output bias here: a sign "
+                         "threshold, or the converter's bias): free")
+        self.count_scales(k, term, carrier, before, after)
+        if problems:
+            rec.ops = None
+            self.problems.extend(f"layer {k}: {p}" for p in problems)
+            notes.append("NOT COUNTED: " + "; ".join(problems))
+        act = node.attrs.get("fusedActivationFunction")
+        if act in FUSED_ACTIVATIONS:
+            notes.append(f"fused {FUSED_ACTIVATIONS[act]} (free)")
+        rec.note = "; ".join(notes)
+        return fact
+
+    def count_macs(self, k, node, spec, extra, problems: list) -> tuple:
+        """Match the product with metadata layer ``k`` and count its logical MACs on its record;
+        ``(input copies, graph MACs, MACs, notes)``, problems appended to ``problems``."""
+        rec = self.state.records[node.index]
         out = node.outputs[0]
         n_out = self.state.numel(out)
-        problems = []
         layer_type = spec.get("type")
         if node.op not in (CONV_OPS if layer_type == "conv2d" else DENSE_OPS):
             problems.append(f"metadata layer {k} is {layer_type!r}, the graph has {node.source_op}")
@@ -167,11 +206,13 @@ class _LayerPass:
         if copies > 1:
             notes.append(f"graph MACs {format_count(graph_macs)} = {copies} input copies (B = 8 split weights) "
                          f"x {format_count(macs)} of the layer")
+        return copies, graph_macs, macs, notes
 
-        bn, bias = bool(spec.get("batch_norm")), bool(spec.get("bias"))
-        if bn and bias:
-            problems.append("a layer with both batch norm and a bias has no counting rule")
-        term = "batch_norm" if bn else ("bias" if bias else None)
+    def term_nodes(self, node, following) -> tuple:
+        """The product's tail: ``(carrier, before, after)``: the node that carries a batch-norm /
+        bias term (the last per-unit addition or comparison, else the product's own bias, else
+        None) and the constant scalings before and after it. Additions before the carrier are
+        counted as arithmetic (nothing in the metadata explains them)."""
         tail = self.tail(node, following)
         candidates = [n for n in tail if self.affine(n)]
         shifts = [n for n in candidates if KINDS[n.op] in ("add", "compare")]
@@ -182,53 +223,51 @@ class _LayerPass:
             r.note = "per-row addition on the data path that no metadata term explains (counted, so it shows)"
         before = [n for n in candidates if KINDS[n.op] == "mul" and (not shifts or n.index < shifts[-1].index)]
         after = [n for n in candidates if KINDS[n.op] == "mul" and shifts and n.index > shifts[-1].index]
+        return carrier, before, after
 
-        fact = {"layer": k, "type": layer_type, "node": node.index, "op": node.source_op, "input_copies": copies,
-                "graph_macs": graph_macs, "macs": macs, "outputs": n_out, "batch_norm_outputs": 0,
-                "bias_outputs": 0, "weights": None, "batch_norm_units": 0, "biases": 0, "term_node": None}
-        fact["weights"] = self.weight_param(k, node, copies, bits, problems)
-
-        if term is not None and carrier is None:
-            problems.append(f"the metadata says {term.replace('_', ' ')}, but no per-unit addition, threshold or "
-                            "bias follows the product")
-        elif term is not None:
-            n_term = n_out if carrier is node else self.state.numel(carrier.outputs[0])
-            const = self.constant_operand(carrier)
-            value = self.state.value(const)
-            units = int(value.size) if value is not None else self.state.numel(const)
-            per_unit = DNN_BATCH_NORM_BITS if term == "batch_norm" else DNN_BIAS_BITS
-            label = "batch-norm" if term == "batch_norm" else "output-bias"
-            fact["term_node"] = carrier.index
-            fact["batch_norm_outputs" if term == "batch_norm" else "bias_outputs"] = n_term
-            fact["batch_norm_units" if term == "batch_norm" else "biases"] = units
-            if carrier is node:
-                rec.ops = None if macs is None or n_term is None else macs + n_term
-                notes.append(f"+ {format_count(n_term)} {label} outputs (in its bias)")
-            else:
-                r = self.state.records[carrier.index]
-                r.category, r.ops = "arithmetic", n_term
-                r.note = f"layer {k} {label}: 1 op per output" + (
-                    f" (with the scale #{', #'.join(str(n.index) for n in before)})"
-                    if before and term == "batch_norm" else "")
-            # the batch norm's other half (scale / direction) is stored with it, not a parameter apart
-            storage_names = storage_of(self.state, const)
-            if term == "batch_norm":
-                for n in before:
-                    storage_names += storage_of(self.state, self.constant_operand(n))
-            self.params.append(ParamTensor(
-                const, self.state.shape(const), units, per_unit, None if units is None else units * per_unit,
-                storage_entries(self.state, storage_names), f"layer {k} {label} ({per_unit} bits per unit)"))
-        elif carrier is not None and carrier is not node:
+    def count_term(self, k, node, term, carrier, before, macs, n_out, fact: dict, notes: list) -> None:
+        """Count layer ``k``'s batch-norm or output-bias ``term`` at ``carrier`` and record its parameters."""
+        rec = self.state.records[node.index]
+        n_term = n_out if carrier is node else self.state.numel(carrier.outputs[0])
+        const = self.constant_operand(carrier)
+        value = self.state.value(const)
+        units = int(value.size) if value is not None else self.state.numel(const)
+        per_unit = DNN_BATCH_NORM_BITS if term == "batch_norm" else DNN_BIAS_BITS
+        label = "batch-norm" if term == "batch_norm" else "output-bias"
+        fact["term_node"] = carrier.index
+        fact["batch_norm_outputs" if term == "batch_norm" else "bias_outputs"] = n_term
+        fact["batch_norm_units" if term == "batch_norm" else "biases"] = units
+        if carrier is node:
+            rec.ops = None if macs is None or n_term is None else macs + n_term
+            notes.append(f"+ {format_count(n_term)} {label} outputs (in its bias)")
+        else:
             r = self.state.records[carrier.index]
-            if KINDS[carrier.op] == "compare":
-                r.category, r.ops = "free", 0
-                r.note = f"layer {k} sign activation threshold (no batch norm: part of the activation, free)"
-            else:
-                r.category, r.ops = "arithmetic", self.state.numel(carrier.outputs[0])
-                r.note = "per-row addition on the data path that no metadata term explains (counted, so it shows)"
-        elif carrier is node:
-            notes.append("its bias is no paper term (the metadata has no batch norm or output bias here: a sign "
-                         "threshold, or the converter's bias): free")
+            r.category, r.ops = "arithmetic", n_term
+            r.note = f"layer {k} {label}: 1 op per output" + (
+                f" (with the scale #{', #'.join(str(n.index) for n in before)})"
+                if before and term == "batch_norm" else "")
+        # the batch norm's other half (scale / direction) is stored with it, not a parameter apart
+        storage_names = storage_of(self.state, const)
+        if term == "batch_norm":
+            for n in before:
+                storage_names += storage_of(self.state, self.constant_operand(n))
+        self.params.append(ParamTensor(
+            const, self.state.shape(const), units, per_unit, None if units is None else units * per_unit,
+            storage_entries(self.state, storage_names), f"layer {k} {label} ({per_unit} bits per unit)"))
+
+    def count_unexplained(self, k, carrier) -> None:
+        """A per-unit node after a layer whose metadata has no term: a sign threshold (free) or an
+        unexplained addition (counted, so it shows)."""
+        r = self.state.records[carrier.index]
+        if KINDS[carrier.op] == "compare":
+            r.category, r.ops = "free", 0
+            r.note = f"layer {k} sign activation threshold (no batch norm: part of the activation, free)"
+        else:
+            r.category, r.ops = "arithmetic", self.state.numel(carrier.outputs[0])
+            r.note = "per-row addition on the data path that no metadata term explains (counted, so it shows)"
+
+    def count_scales(self, k, term, carrier, before, after) -> None:
+        """Constant scalings: a batch norm's scale / direction (0 ops, with its shift), else rescales."""
         for n in before + after:
             r = self.state.records[n.index]
             if term == "batch_norm" and n in before:
@@ -237,15 +276,6 @@ class _LayerPass:
             else:
                 r.category, r.ops = "rescale", self.state.numel(n.outputs[0])
                 r.note = f"layer {k}: scales by a constant (a rescale, not a paper op)"
-        if problems:
-            rec.ops = None
-            self.problems.extend(f"layer {k}: {p}" for p in problems)
-            notes.append("NOT COUNTED: " + "; ".join(problems))
-        act = node.attrs.get("fusedActivationFunction")
-        if act in FUSED_ACTIVATIONS:
-            notes.append(f"fused {FUSED_ACTIVATIONS[act]} (free)")
-        rec.note = "; ".join(notes)
-        return fact
 
     def weight_param(self, k, node, copies, bits, problems) -> int | None:
         """Record layer ``k``'s weights (``B`` bits each); return their number (None: unknown shape).
