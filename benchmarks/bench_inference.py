@@ -84,8 +84,15 @@ RUNTIMES = ("onnx", "onnx-grouped", "tflite", "native", "skl2onnx", "emlearn")
 
 
 # -- models -----------------------------------------------------------------------------------------------
-def ml_artifact(x: np.ndarray, y: np.ndarray, cards: np.ndarray, n_classes: int, parents: np.ndarray,
-                quantizer: FixedPointLogQuantizer, class_names) -> BNCArtifact:
+def ml_artifact(
+    x: np.ndarray,
+    y: np.ndarray,
+    cards: np.ndarray,
+    n_classes: int,
+    parents: np.ndarray,
+    quantizer: FixedPointLogQuantizer,
+    class_names,
+) -> BNCArtifact:
     """Add-one-smoothed ML tables in the artifact's stacked layout, quantized.
 
     Feature ``i`` owns ``|X_i| * |X_pa(i)|`` rows from its offset; row ``x_i * |X_pa| + x_pa`` holds
@@ -95,14 +102,20 @@ def ml_artifact(x: np.ndarray, y: np.ndarray, cards: np.ndarray, n_classes: int,
     for i, card in enumerate(cards):
         pa = int(parents[i])
         pcard = int(cards[pa]) if pa >= 0 else 1
-        counts = np.ones((card, pcard, n_classes))                                 # add-one smoothing
+        counts = np.ones((card, pcard, n_classes))  # add-one smoothing
         np.add.at(counts, (x[:, i], x[:, pa] if pa >= 0 else 0, y), 1.0)
         blocks.append(np.log(counts / counts.sum(axis=0, keepdims=True)).reshape(card * pcard, n_classes))
     table = np.concatenate(blocks)
     prior = np.log((np.bincount(y, minlength=n_classes) + 1.0) / (len(y) + n_classes))
-    return BNCArtifact(parents=np.asarray(parents, dtype=np.int64), cardinalities=np.asarray(cards),
-                       class_names=list(class_names), feature_names=[f"x{i + 1}" for i in range(len(cards))],
-                       quantizer=quantizer, class_codes=quantizer.to_codes(prior), table_codes=quantizer.to_codes(table))
+    return BNCArtifact(
+        parents=np.asarray(parents, dtype=np.int64),
+        cardinalities=np.asarray(cards),
+        class_names=list(class_names),
+        feature_names=[f"x{i + 1}" for i in range(len(cards))],
+        quantizer=quantizer,
+        class_codes=quantizer.to_codes(prior),
+        table_codes=quantizer.to_codes(table),
+    )
 
 
 # -- the add-limit ------------------------------------------------------------------------------------------
@@ -127,19 +140,26 @@ def measure_add_rate(work: Path) -> tuple[float, str]:
     # 64-byte aligned, as a kernel's own table would be (a split cache line per load skews the rate)
     raw = np.empty(64 * 32 + 32, dtype=np.uint16)
     start = (-raw.ctypes.data % 64) // 2
-    table = raw[start:start + 64 * 32].reshape(64, 32)
+    table = raw[start : start + 64 * 32].reshape(64, 32)
     table[:] = np.random.default_rng(0).integers(0, 8, size=(64, 32))
     if cc:
         src, lib = work / "add_loop.c", work / "add_loop.so"
         src.write_text(ADD_LOOP_C)
         try:
-            subprocess.run([cc, "-O3", "-march=native", "-shared", "-fPIC", str(src), "-o", str(lib)],
-                           check=True, capture_output=True, timeout=120)
+            subprocess.run(
+                [cc, "-O3", "-march=native", "-shared", "-fPIC", str(src), "-o", str(lib)],
+                check=True,
+                capture_output=True,
+                timeout=120,
+            )
             fn = ctypes.CDLL(str(lib)).add_rows
             fn.restype, fn.argtypes = ctypes.c_uint64, [ctypes.c_void_p, ctypes.c_int64]
             reps = 20000
             best = min(_timed(lambda: fn(table.ctypes.data, reps)) for _ in range(25))
-            return reps * table.size / best, "C loop, uint16 rows of an L1-resident table into 32 lanes (cc -O3 -march=native)"
+            return (
+                reps * table.size / best,
+                "C loop, uint16 rows of an L1-resident table into 32 lanes (cc -O3 -march=native)",
+            )
         except (subprocess.SubprocessError, OSError):
             pass
     acc = np.zeros(32, dtype=np.uint16)
@@ -147,6 +167,7 @@ def measure_add_rate(work: Path) -> tuple[float, str]:
     def numpy_adds():
         for k in range(2000):
             np.add(acc, table[k % 64], out=acc)
+
     best = min(_timed(numpy_adds) for _ in range(5))
     return 2000 * 32 / best, "numpy np.add of 32-lane uint16 rows (no C compiler: a per-call-bound underestimate)"
 
@@ -181,13 +202,15 @@ def onnx_runner(name: str, model_bytes_or_path, x_rows: list, x_full: np.ndarray
     rows = [r.astype(dtype) for r in x_rows]
     full = np.ascontiguousarray(x_full.astype(dtype))
     if ORT_CALL["mode"] == "run":
-        return Runner(name, lambda k: s.run(["label"], {feed: rows[k]}), lambda: s.run(["label"], {feed: full})[0],
-                      note)
+        return Runner(
+            name, lambda k: s.run(["label"], {feed: rows[k]}), lambda: s.run(["label"], {feed: full})[0], note
+        )
     # Input and output bound once to NumPy buffers (bench_onnx_vs_skl2onnx.call_paths, shared).
     one, bound_full = call_paths(s, rows, full)["iobinding"]
 
     def batch():
         return bound_full().copy()
+
     return Runner(name, one, batch, note + ", IOBinding")
 
 
@@ -199,8 +222,9 @@ def adapter_runner(name: str, path: Path, runtime: str, x_rows: list, x_full: np
         return Runner(name, lambda k: rt.predict(x_rows[k]), lambda: rt.predict(x_full), note)
     prepared_rows = [rt.prepare(r) for r in x_rows]
     prepared_full = rt.prepare(x_full)
-    return Runner(name, lambda k: rt.invoke(prepared_rows[k]),
-                  lambda: np.asarray(rt.invoke(prepared_full)[1]).reshape(-1), note)
+    return Runner(
+        name, lambda k: rt.invoke(prepared_rows[k]), lambda: np.asarray(rt.invoke(prepared_full)[1]).reshape(-1), note
+    )
 
 
 EMLEARN_WRAPPER = r"""
@@ -232,10 +256,25 @@ def emlearn_runner(x_tr, y_tr, x_rows, x_full, work: Path) -> Runner | str:
     lib = work / "emlearn_nb.so"
     include = Path(emlearn.__file__).parent
     # eml_bayes keeps per-class scores in a stack array of EML_MAX_CLASSES (default 10) entries
-    proc = subprocess.run([cc, "-O3", "-march=native", "-shared", "-fPIC", f"-DEML_MAX_CLASSES={max(n_classes, 10)}",
-                           f"-I{include}", f"-I{work}",
-                           str(work / "emlearn_wrap.c"), "-o", str(lib), "-lm"], capture_output=True, text=True,
-                          check=False)
+    proc = subprocess.run(
+        [
+            cc,
+            "-O3",
+            "-march=native",
+            "-shared",
+            "-fPIC",
+            f"-DEML_MAX_CLASSES={max(n_classes, 10)}",
+            f"-I{include}",
+            f"-I{work}",
+            str(work / "emlearn_wrap.c"),
+            "-o",
+            str(lib),
+            "-lm",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if proc.returncode != 0:
         return f"emlearn C did not compile: {proc.stderr.strip().splitlines()[0] if proc.stderr.strip() else '?'}"
     fn = ctypes.CDLL(str(lib)).predict_batch
@@ -253,6 +292,7 @@ def emlearn_runner(x_tr, y_tr, x_rows, x_full, work: Path) -> Runner | str:
         out = np.empty(len(full), dtype=np.int32)
         fn(full.ctypes.data, len(full), d, out.ctypes.data)
         return out
+
     return Runner("emlearn", one, batch, "Gaussian NB (a different model), C via ctypes, one call per batch")
 
 
@@ -274,21 +314,26 @@ def measure(runners: list[Runner], n_rows: int, rounds: int, per_round: int, war
     for rnd in range(rounds):
         order = runners if rnd % 2 == 0 else runners[::-1]
         for r in order:
-            r.one(0)                                       # after a big batch: re-size outside the timing
+            r.one(0)  # after a big batch: re-size outside the timing
             for k in range(per_round):
                 row = (rnd * per_round + k) % n_rows
                 t0 = time.perf_counter()
                 r.one(row)
                 lat[r.name].append(time.perf_counter() - t0)
-            r.full()                                       # untimed: tables back in the cache
+            r.full()  # untimed: tables back in the cache
             for _ in range(FULL_PER_ROUND):
                 t0 = time.perf_counter()
                 r.full()
                 full[r.name].append(time.perf_counter() - t0)
-    return {name: {"batch1_p50_us": float(np.percentile(lat[name], 50) * 1e6),
-                   "batch1_p99_us": float(np.percentile(lat[name], 99) * 1e6),
-                   "full_median_ms": float(np.median(full[name]) * 1e3),
-                   "full_best_ms": float(np.min(full[name]) * 1e3)} for name in lat}
+    return {
+        name: {
+            "batch1_p50_us": float(np.percentile(lat[name], 50) * 1e6),
+            "batch1_p99_us": float(np.percentile(lat[name], 99) * 1e6),
+            "full_median_ms": float(np.median(full[name]) * 1e3),
+            "full_best_ms": float(np.min(full[name]) * 1e3),
+        }
+        for name in lat
+    }
 
 
 # -- one dataset x model ------------------------------------------------------------------------------------
@@ -311,7 +356,7 @@ def bench_case(name: str, kind: str, args, add_rate: float, work: Path) -> dict:
     artifact = ml_artifact(x_tr, y_tr, cards, n_classes, parents, quantizer, ds.class_names)
     reference = ReferencePredictor(artifact).predict(x_te)
     d = artifact.n_features
-    rows = [np.ascontiguousarray(x_te[i:i + 1]) for i in range(min(len(x_te), 1000))]
+    rows = [np.ascontiguousarray(x_te[i : i + 1]) for i in range(min(len(x_te), 1000))]
     case_dir = work / f"{name}_{kind}"
     case_dir.mkdir(parents=True, exist_ok=True)
 
@@ -360,11 +405,15 @@ def bench_case(name: str, kind: str, args, add_rate: float, work: Path) -> dict:
     agreement = {}
     for r in runners:
         labels = np.asarray(r.full()).reshape(-1).astype(np.int64)
-        agreement[r.name] = {"differ_from_reference": int(np.sum(labels != reference)),
-                             "accuracy": float(np.mean(labels == y_te))}
+        agreement[r.name] = {
+            "differ_from_reference": int(np.sum(labels != reference)),
+            "accuracy": float(np.mean(labels == y_te)),
+        }
         if r.name in ("onnx", "onnx-grouped", "tflite", "native") and agreement[r.name]["differ_from_reference"]:
-            raise SystemExit(f"{name} {kind}: {r.name} disagrees with the reference on "
-                             f"{agreement[r.name]['differ_from_reference']} rows")
+            raise SystemExit(
+                f"{name} {kind}: {r.name} disagrees with the reference on "
+                f"{agreement[r.name]['differ_from_reference']} rows"
+            )
     timings = measure(runners, len(rows), args.rounds, args.per_round, args.warmup)
     limit_us = d * n_classes / add_rate * 1e6
     skl = timings.get("skl2onnx")
@@ -372,29 +421,53 @@ def bench_case(name: str, kind: str, args, add_rate: float, work: Path) -> dict:
     for r in runners:
         t = timings[r.name]
         per_row_us = t["full_median_ms"] * 1e3 / len(x_te)
-        entry = {"dataset": name, "model": kind, "runtime": r.name, "note": r.note, **t,
-                 "rows_per_s": len(x_te) / (t["full_median_ms"] / 1e3), "per_row_us": per_row_us,
-                 "x_add_limit": per_row_us / limit_us, "file_bytes": sizes.get(r.name), **agreement[r.name]}
+        entry = {
+            "dataset": name,
+            "model": kind,
+            "runtime": r.name,
+            "note": r.note,
+            **t,
+            "rows_per_s": len(x_te) / (t["full_median_ms"] / 1e3),
+            "per_row_us": per_row_us,
+            "x_add_limit": per_row_us / limit_us,
+            "file_bytes": sizes.get(r.name),
+            **agreement[r.name],
+        }
         if skl:
             entry["speedup_batch1_vs_skl2onnx"] = skl["batch1_p50_us"] / t["batch1_p50_us"]
             entry["speedup_full_vs_skl2onnx"] = skl["full_median_ms"] / t["full_median_ms"]
         results.append(entry)
-    return {"dataset": name, "model": kind, "n_test": len(x_te), "n_features": d, "n_classes": n_classes,
-            "adds_per_row": d * n_classes, "add_limit_us_per_row": limit_us, "results": results, "skipped": skipped}
+    return {
+        "dataset": name,
+        "model": kind,
+        "n_test": len(x_te),
+        "n_features": d,
+        "n_classes": n_classes,
+        "adds_per_row": d * n_classes,
+        "add_limit_us_per_row": limit_us,
+        "results": results,
+        "skipped": skipped,
+    }
 
 
 def print_case(case: dict) -> None:
-    print(f"\n{case['dataset']} {case['model'].upper()}: {case['n_test']:,} test rows, D = {case['n_features']}, "
-          f"C = {case['n_classes']}, D*C = {case['adds_per_row']} adds/row, add-limit "
-          f"{case['add_limit_us_per_row'] * 1e3:.1f} ns/row")
-    print(f"  {'runtime':<14}{'batch-1 p50':>12}{'full (med)':>12}{'rows/s':>13}{'skl/x b1':>10}{'skl/x full':>11}"
-          f"{'x limit':>9}{'bytes':>9}{'differ':>8}{'acc':>8}")
+    print(
+        f"\n{case['dataset']} {case['model'].upper()}: {case['n_test']:,} test rows, D = {case['n_features']}, "
+        f"C = {case['n_classes']}, D*C = {case['adds_per_row']} adds/row, add-limit "
+        f"{case['add_limit_us_per_row'] * 1e3:.1f} ns/row"
+    )
+    print(
+        f"  {'runtime':<14}{'batch-1 p50':>12}{'full (med)':>12}{'rows/s':>13}{'skl/x b1':>10}{'skl/x full':>11}"
+        f"{'x limit':>9}{'bytes':>9}{'differ':>8}{'acc':>8}"
+    )
     for e in case["results"]:
         b1 = e.get("speedup_batch1_vs_skl2onnx")
         fl = e.get("speedup_full_vs_skl2onnx")
-        print(f"  {e['runtime']:<14}{e['batch1_p50_us']:>10.1f}us{e['full_median_ms']:>10.3f}ms{e['rows_per_s']:>13,.0f}"
-              f"{(f'{b1:.2f}x' if b1 else '-'):>10}{(f'{fl:.2f}x' if fl else '-'):>11}{e['x_add_limit']:>9.1f}"
-              f"{(e['file_bytes'] or 0):>9,}{e['differ_from_reference']:>8}{e['accuracy']:>8.2%}")
+        print(
+            f"  {e['runtime']:<14}{e['batch1_p50_us']:>10.1f}us{e['full_median_ms']:>10.3f}ms{e['rows_per_s']:>13,.0f}"
+            f"{(f'{b1:.2f}x' if b1 else '-'):>10}{(f'{fl:.2f}x' if fl else '-'):>11}{e['x_add_limit']:>9.1f}"
+            f"{(e['file_bytes'] or 0):>9,}{e['differ_from_reference']:>8}{e['accuracy']:>8.2%}"
+        )
     for k, why in case["skipped"].items():
         print(f"  {k:<14}skipped: {why}")
 
@@ -410,9 +483,13 @@ def main(argv=None) -> int:
     p.add_argument("--per-round", type=int, default=50, help="single-row calls per runtime per round")
     p.add_argument("--warmup", type=int, default=100)
     p.add_argument("--quick", action="store_true", help="letter NB only, 8 rounds of 25 calls")
-    p.add_argument("--ort-call", choices=("run", "iobinding"), default="run",
-                   help="how every ONNX session (ours and skl2onnx alike) is called: InferenceSession.run "
-                        "(default) or IOBinding with buffers bound once")
+    p.add_argument(
+        "--ort-call",
+        choices=("run", "iobinding"),
+        default="run",
+        help="how every ONNX session (ours and skl2onnx alike) is called: InferenceSession.run "
+        "(default) or IOBinding with buffers bound once",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     p.add_argument("--keep", type=Path, default=None, help="keep the exported files in this folder")
     args = p.parse_args(argv)
@@ -437,19 +514,33 @@ def main(argv=None) -> int:
     add_rate, add_how = measure_add_rate(work)
     import onnxruntime as ort
 
-    header = {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count(),
-              "load_average": os.getloadavg()[0], "onnxruntime": ort.__version__, "bits": args.bits,
-              "int_bits": args.int_bits, "add_rate_per_s": add_rate, "add_rate_how": add_how,
-              "rounds": args.rounds, "per_round": args.per_round, "full_per_round": FULL_PER_ROUND,
-              "ort_call": args.ort_call}
+    header = {
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "load_average": os.getloadavg()[0],
+        "onnxruntime": ort.__version__,
+        "bits": args.bits,
+        "int_bits": args.int_bits,
+        "add_rate_per_s": add_rate,
+        "add_rate_how": add_how,
+        "rounds": args.rounds,
+        "per_round": args.per_round,
+        "full_per_round": FULL_PER_ROUND,
+        "ort_call": args.ort_call,
+    }
     if not args.json:
-        print(f"bnc-deploy inference benchmark: {args.bits}-bit ML models (B_I = {args.int_bits}); onnxruntime "
-              f"{ort.__version__}; Python {header['python']}, {header['machine']}, {header['cpus']} CPUs, load "
-              f"average {header['load_average']:.2f}")
+        print(
+            f"bnc-deploy inference benchmark: {args.bits}-bit ML models (B_I = {args.int_bits}); onnxruntime "
+            f"{ort.__version__}; Python {header['python']}, {header['machine']}, {header['cpus']} CPUs, load "
+            f"average {header['load_average']:.2f}"
+        )
         print(f"add rate {add_rate / 1e9:.2f} G adds/s ({add_how})")
-        print(f"{args.rounds} interleaved rounds; per round each runtime: {args.per_round} single-row calls, then "
-              f"{FULL_PER_ROUND} back-to-back full-test-set calls (after an untimed one); ONNX sessions called with "
-              f"{args.ort_call}; p50 / median reported; skl/x = skl2onnx time / this time")
+        print(
+            f"{args.rounds} interleaved rounds; per round each runtime: {args.per_round} single-row calls, then "
+            f"{FULL_PER_ROUND} back-to-back full-test-set calls (after an untimed one); ONNX sessions called with "
+            f"{args.ort_call}; p50 / median reported; skl/x = skl2onnx time / this time"
+        )
     cases = []
     for name in datasets:
         for kind in models:
@@ -460,8 +551,10 @@ def main(argv=None) -> int:
     if args.json:
         print(json.dumps({"header": header, "cases": cases}, indent=1))
     else:
-        print("\nemlearn is Gaussian naive Bayes (continuous features, a different model): its time is comparable, "
-              "its labels are not.\nfiles: " + str(work))
+        print(
+            "\nemlearn is Gaussian naive Bayes (continuous features, a different model): its time is comparable, "
+            "its labels are not.\nfiles: " + str(work)
+        )
     return 0
 
 

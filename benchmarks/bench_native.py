@@ -94,9 +94,13 @@ def load_letter():
     from bnc_deploy.datasets import load_dataset
 
     ds = load_dataset("letter")
-    return (np.asarray(ds.x_train, dtype=np.int64), np.asarray(ds.y_train, dtype=np.int64),
-            np.asarray(ds.x_test, dtype=np.int64), np.asarray(ds.y_test, dtype=np.int64),
-            np.asarray(ds.cardinalities, dtype=np.int64))
+    return (
+        np.asarray(ds.x_train, dtype=np.int64),
+        np.asarray(ds.y_train, dtype=np.int64),
+        np.asarray(ds.x_test, dtype=np.int64),
+        np.asarray(ds.y_test, dtype=np.int64),
+        np.asarray(ds.cardinalities, dtype=np.int64),
+    )
 
 
 def ml_bnc(x, y, cards, n_classes, parents, quantizer) -> BNCArtifact:
@@ -110,10 +114,15 @@ def ml_bnc(x, y, cards, n_classes, parents, quantizer) -> BNCArtifact:
         counts += 1.0
         blocks.append(np.log(counts / counts.sum(axis=0, keepdims=True)).reshape(int(card) * pc, n_classes))
     prior = np.log((np.bincount(y, minlength=n_classes) + 1.0) / (len(y) + n_classes))
-    return BNCArtifact(parents=np.asarray(parents), cardinalities=cards, quantizer=quantizer,
-                       class_codes=quantizer.to_codes(prior), table_codes=quantizer.to_codes(np.concatenate(blocks)),
-                       class_names=[chr(ord("A") + k) for k in range(n_classes)],
-                       feature_names=[f"x{i + 1}" for i in range(len(cards))])
+    return BNCArtifact(
+        parents=np.asarray(parents),
+        cardinalities=cards,
+        quantizer=quantizer,
+        class_codes=quantizer.to_codes(prior),
+        table_codes=quantizer.to_codes(np.concatenate(blocks)),
+        class_names=[chr(ord("A") + k) for k in range(n_classes)],
+        feature_names=[f"x{i + 1}" for i in range(len(cards))],
+    )
 
 
 def ort_session(path: Path):
@@ -156,8 +165,9 @@ def add_rates(folder: Path, reps: int) -> dict:
 
 
 # -- timing -------------------------------------------------------------------------------------------------
-def measure(calls: dict, rows: list, x: np.ndarray, runs: int, repeats: int, warmup: int = 200,
-            hot_repeats: int = 30) -> dict:
+def measure(
+    calls: dict, rows: list, x: np.ndarray, runs: int, repeats: int, warmup: int = 200, hot_repeats: int = 30
+) -> dict:
     """Per contestant: batch-1 latencies and full-batch times, taking turns in ``repeats`` rounds (so each
     full batch starts with caches the other contestants used), then ``hot_repeats`` full batches
     back-to-back per contestant (its rows and tables stay cached, as in the add-limit loop).
@@ -192,17 +202,21 @@ def measure(calls: dict, rows: list, x: np.ndarray, runs: int, repeats: int, war
             full(x)
             times.append(clock() - t0)
         hot[name] = float(np.median(times)) / 1e6
-    return {name: {"p50_us": float(np.median(lat[name])) / 1e3 if lat[name] else None,
-                   "p99_us": float(np.percentile(lat[name], 99)) / 1e3 if lat[name] else None,
-                   "full_ms": float(np.median(batch[name])) / 1e6, "full_best_ms": float(np.min(batch[name])) / 1e6,
-                   "full_hot_ms": hot[name]}
-            for name in calls}
+    return {
+        name: {
+            "p50_us": float(np.median(lat[name])) / 1e3 if lat[name] else None,
+            "p99_us": float(np.percentile(lat[name], 99)) / 1e3 if lat[name] else None,
+            "full_ms": float(np.median(batch[name])) / 1e6,
+            "full_best_ms": float(np.min(batch[name])) / 1e6,
+            "full_hot_ms": hot[name],
+        }
+        for name in calls
+    }
 
 
 def bench_model(label: str, artifact, x_te, y_te, folder: Path, args, skl=None) -> dict:
-    from bnc_deploy.runtimes.base import load_runtime
-
     from bnc_deploy.reference.bnc import ReferencePredictor
+    from bnc_deploy.runtimes.base import load_runtime
     from bnc_deploy.verify import export_path
 
     tag = label.split()[1].lower()
@@ -235,19 +249,36 @@ def bench_model(label: str, artifact, x_te, y_te, folder: Path, args, skl=None) 
     from bnc_deploy.runtimes.native_kernel import MIN_ROWS_PER_THREAD
 
     x_big = np.ascontiguousarray(np.tile(x_te, (10, 1)))
-    big = measure({"native predict, 1 thread": (None, native1.predict),
-                   f"native predict, {args.threads} threads": (None, native_n.predict)},
-                  rows, x_big, 0, max(5, args.repeats // 4), warmup=1, hot_repeats=5)
+    big = measure(
+        {
+            "native predict, 1 thread": (None, native1.predict),
+            f"native predict, {args.threads} threads": (None, native_n.predict),
+        },
+        rows,
+        x_big,
+        0,
+        max(5, args.repeats // 4),
+        warmup=1,
+        hot_repeats=5,
+    )
     other = {}
     if skl is not None:
         skl_labels = ort_call(skl)(x_te)[0]
         other["agreement_with_skl2onnx"] = float(np.mean(skl_labels == labels))
         other["skl2onnx_accuracy"] = float(np.mean(skl_labels == y_te))
-    return {"model": label, "n_rows": len(x_te), "adds_per_row": int(artifact.n_ops), "exact": exact,
-            "lanes": native1.lanes, "lane_type": _lane_type(artifact), "accuracy": float(np.mean(labels == y_te)),
-            "compile_flags": " ".join(native1.compile_flags), "results": res,
-            "threads_batch": {"n_rows": len(x_big), "min_rows_per_thread": MIN_ROWS_PER_THREAD, "results": big},
-            **other}
+    return {
+        "model": label,
+        "n_rows": len(x_te),
+        "adds_per_row": int(artifact.n_ops),
+        "exact": exact,
+        "lanes": native1.lanes,
+        "lane_type": _lane_type(artifact),
+        "accuracy": float(np.mean(labels == y_te)),
+        "compile_flags": " ".join(native1.compile_flags),
+        "results": res,
+        "threads_batch": {"n_rows": len(x_big), "min_rows_per_thread": MIN_ROWS_PER_THREAD, "results": big},
+        **other,
+    }
 
 
 def _two_dimensional(call):
@@ -263,48 +294,75 @@ def _lane_type(artifact) -> str:
 
 def report(model: dict, rates: dict, threads: int) -> None:
     res, n, adds = model["results"], model["n_rows"], model["adds_per_row"]
-    print(f"\n{model['model']}: {n} test rows, {adds} adds/row; native lanes {model['lanes']} x {model['lane_type']}; "
-          f"exact vs reference: {model['exact']}; test accuracy {model['accuracy']:.2%}"
-          + (f"; labels agree with skl2onnx on {model['agreement_with_skl2onnx']:.2%}"
-             if "agreement_with_skl2onnx" in model else ""))
-    print(f"{'':<38}{'batch-1 p50 (us)':>17}{'p99 (us)':>10}{'full median (ms)':>18}{'best (ms)':>11}"
-          f"{'ns/row':>9}{'hot (ms)':>10}{'hot ns/row':>11}")
+    print(
+        f"\n{model['model']}: {n} test rows, {adds} adds/row; native lanes {model['lanes']} x {model['lane_type']}; "
+        f"exact vs reference: {model['exact']}; test accuracy {model['accuracy']:.2%}"
+        + (
+            f"; labels agree with skl2onnx on {model['agreement_with_skl2onnx']:.2%}"
+            if "agreement_with_skl2onnx" in model
+            else ""
+        )
+    )
+    print(
+        f"{'':<38}{'batch-1 p50 (us)':>17}{'p99 (us)':>10}{'full median (ms)':>18}{'best (ms)':>11}"
+        f"{'ns/row':>9}{'hot (ms)':>10}{'hot ns/row':>11}"
+    )
     for name, r in res.items():
         p50 = f"{r['p50_us']:.2f}" if r["p50_us"] is not None else "-"
         p99 = f"{r['p99_us']:.2f}" if r["p99_us"] is not None else "-"
-        print(f"{name:<38}{p50:>17}{p99:>10}{r['full_ms']:>18.3f}{r['full_best_ms']:>11.3f}"
-              f"{r['full_ms'] * 1e6 / n:>9.1f}{r['full_hot_ms']:>10.3f}{r['full_hot_ms'] * 1e6 / n:>11.1f}")
+        print(
+            f"{name:<38}{p50:>17}{p99:>10}{r['full_ms']:>18.3f}{r['full_best_ms']:>11.3f}"
+            f"{r['full_ms'] * 1e6 / n:>9.1f}{r['full_hot_ms']:>10.3f}{r['full_hot_ms'] * 1e6 / n:>11.1f}"
+        )
     big = model["threads_batch"]
     if n < 2 * big["min_rows_per_thread"]:
-        print(f"  (a batch splits over threads from {2 * big['min_rows_per_thread']} rows: the {threads}-thread row "
-              "above ran on one thread; it comes after the other native rows, so its input is cached, while "
-              "the first native row of each round reads the int64 rows from memory after onnxruntime's turn)")
+        print(
+            f"  (a batch splits over threads from {2 * big['min_rows_per_thread']} rows: the {threads}-thread row "
+            "above ran on one thread; it comes after the other native rows, so its input is cached, while "
+            "the first native row of each round reads the int64 rows from memory after onnxruntime's turn)"
+        )
     lane = LANE_BITS[model["lane_type"]]
-    limits = {f"add-limit int16 ({rates['i16']:.1f} adds/ns)": adds / rates["i16"],
-              f"add-limit {lane} ({rates[lane]:.1f} adds/ns, the kernel's lanes)": adds / rates[lane]}
+    limits = {
+        f"add-limit int16 ({rates['i16']:.1f} adds/ns)": adds / rates["i16"],
+        f"add-limit {lane} ({rates[lane]:.1f} adds/ns, the kernel's lanes)": adds / rates[lane],
+    }
     for name, ns in limits.items():
         print(f"  {name}: {ns * n / 1e6:.4f} ms per full batch, {ns:.1f} ns/row")
     native = res["native predict, 1 thread"]
     print("ratios:")
     if "skl2onnx CategoricalNB (ort)" in res:
         skl = res["skl2onnx CategoricalNB (ort)"]
-        for name in ("native predict, 1 thread", "native run (+scores), 1 thread", f"native predict, {threads} threads",
-                     "ours ONNX (ort, 1 thread)"):
+        for name in (
+            "native predict, 1 thread",
+            "native run (+scores), 1 thread",
+            f"native predict, {threads} threads",
+            "ours ONNX (ort, 1 thread)",
+        ):
             r = res[name]
             b1 = f"batch-1 {skl['p50_us'] / r['p50_us']:.1f}x, " if r["p50_us"] else ""
-            print(f"  skl2onnx / {name}: {b1}full batch {skl['full_ms'] / r['full_ms']:.1f}x "
-                  f"(hot {skl['full_hot_ms'] / r['full_hot_ms']:.1f}x)")
-    print(f"  threads on the test set x 10 ({big['n_rows']} rows; a thread takes >= "
-          f"{big['min_rows_per_thread']} rows): " + ", ".join(
-              f"{name.split(', ')[1]} {r['full_ms']:.3f} ms ({r['full_ms'] * 1e6 / big['n_rows']:.1f} ns/row)"
-              for name, r in big["results"].items()))
+            print(
+                f"  skl2onnx / {name}: {b1}full batch {skl['full_ms'] / r['full_ms']:.1f}x "
+                f"(hot {skl['full_hot_ms'] / r['full_hot_ms']:.1f}x)"
+            )
+    print(
+        f"  threads on the test set x 10 ({big['n_rows']} rows; a thread takes >= "
+        f"{big['min_rows_per_thread']} rows): "
+        + ", ".join(
+            f"{name.split(', ')[1]} {r['full_ms']:.3f} ms ({r['full_ms'] * 1e6 / big['n_rows']:.1f} ns/row)"
+            for name, r in big["results"].items()
+        )
+    )
     onnx = res["ours ONNX (ort, 1 thread)"]
-    print(f"  ours ONNX / native predict 1 thread: batch-1 {onnx['p50_us'] / native['p50_us']:.1f}x, "
-          f"full batch {onnx['full_ms'] / native['full_ms']:.1f}x")
+    print(
+        f"  ours ONNX / native predict 1 thread: batch-1 {onnx['p50_us'] / native['p50_us']:.1f}x, "
+        f"full batch {onnx['full_ms'] / native['full_ms']:.1f}x"
+    )
     per_row, hot_row = native["full_ms"] * 1e6 / n, native["full_hot_ms"] * 1e6 / n
     for name, ns in limits.items():
-        print(f"  native predict 1 thread / {name.split(' (')[0]}: hot {hot_row / ns:.2f}x ({hot_row:.1f} vs "
-              f"{ns:.1f} ns/row), taking turns {per_row / ns:.2f}x ({per_row:.1f} ns/row)")
+        print(
+            f"  native predict 1 thread / {name.split(' (')[0]}: hot {hot_row / ns:.2f}x ({hot_row:.1f} vs "
+            f"{ns:.1f} ns/row), taking turns {per_row / ns:.2f}x ({per_row:.1f} ns/row)"
+        )
 
 
 def main(argv=None) -> None:
@@ -344,17 +402,25 @@ def main(argv=None) -> None:
     skl_path.write_bytes(to_onnx(skl_model, x_tr[:1], options={"zipmap": False}).SerializeToString())
 
     rates = add_rates(folder, args.add_reps)
-    models = [bench_model(f"letter NB {args.bits}-bit", nb, x_te, y_te, folder, args, skl=ort_session(skl_path)),
-              bench_model(f"letter TAN {args.bits}-bit", tan, x_te, y_te, folder, args)]
+    models = [
+        bench_model(f"letter NB {args.bits}-bit", nb, x_te, y_te, folder, args, skl=ort_session(skl_path)),
+        bench_model(f"letter TAN {args.bits}-bit", tan, x_te, y_te, folder, args),
+    ]
     rates_after = add_rates(folder, args.add_reps)["adds_per_ns"]  # the machine's load may change during the run
-    print(f"bench_native: onnxruntime {ort.__version__}, skl2onnx {skl2onnx.__version__}, scikit-learn "
-          f"{sklearn.__version__}, Python {platform.python_version()}, {platform.machine()}, {os.cpu_count()} CPUs, "
-          f"load average {os.getloadavg()[0]:.2f}")
+    print(
+        f"bench_native: onnxruntime {ort.__version__}, skl2onnx {skl2onnx.__version__}, scikit-learn "
+        f"{sklearn.__version__}, Python {platform.python_version()}, {platform.machine()}, {os.cpu_count()} CPUs, "
+        f"load average {os.getloadavg()[0]:.2f}"
+    )
     print(f"native flags: {models[0]['compile_flags']}")
-    print("add rates (adds/ns, before / after the contestants): "
-          + ", ".join(f"{k} {v:.1f} / {rates_after[k]:.1f}" for k, v in rates["adds_per_ns"].items()))
-    print(f"batch-1: {args.repeats * max(1, args.runs // args.repeats)} single-row calls per contestant; full batch: "
-          f"median of {args.repeats}; contestants alternate in {args.repeats} rounds")
+    print(
+        "add rates (adds/ns, before / after the contestants): "
+        + ", ".join(f"{k} {v:.1f} / {rates_after[k]:.1f}" for k, v in rates["adds_per_ns"].items())
+    )
+    print(
+        f"batch-1: {args.repeats * max(1, args.runs // args.repeats)} single-row calls per contestant; full batch: "
+        f"median of {args.repeats}; contestants alternate in {args.repeats} rounds"
+    )
     limit_rates = {k: max(v, rates_after[k]) for k, v in rates["adds_per_ns"].items()}  # the faster measurement
     for model in models:
         report(model, limit_rates, args.threads)

@@ -53,7 +53,7 @@ def hand_built(art, cards, kind: str):
     step = np.float32(art.quantizer.step)
     codes = art.table_codes.astype(np.int64).copy()
     off = art.row_offsets.astype(np.int64)
-    codes[:cards[0]] += art.class_codes                                    # prior folded into feature 0
+    codes[: cards[0]] += art.class_codes  # prior folded into feature 0
     k = int(cards.max())
     w = k + 2
     nodes, inits = [], []
@@ -67,10 +67,10 @@ def hand_built(art, cards, kind: str):
         nodes.append(helper.make_node(t, ins, [out], **a))
         return out
 
-    def padded(values, fill):                                              # [D * W, C], codes -1 .. K
+    def padded(values, fill):  # [D * W, C], codes -1 .. K
         p = np.full((d, w, c_), fill, dtype=values.dtype)
         for i in range(d):
-            p[i, 1:cards[i] + 1] = values[off[i]:off[i] + cards[i]]
+            p[i, 1 : cards[i] + 1] = values[off[i] : off[i] + cards[i]]
         return p.reshape(d * w, c_)
 
     def clipped_rows():
@@ -93,27 +93,28 @@ def hand_built(art, cards, kind: str):
         lj = op("ReduceSum", [op("Gather", ["T", op("Add", ["x", "off"])], axis=0), "a1"], "log_joint", keepdims=0)
         op("ArgMax", [lj], "label", axis=1, keepdims=0)
     elif kind == "int32-table":
-        const("P", padded(codes.astype(np.int32), np.int32(-(2 ** 24))))    # invalid: far below any sum
+        const("P", padded(codes.astype(np.int32), np.int32(-(2**24))))  # invalid: far below any sum
         const("ns", np.array(-step, np.float32))
-        const("lim", np.array(-(2 ** 23), np.float32))
+        const("lim", np.array(-(2**23), np.float32))
         const("nan", np.array(np.nan, np.float32))
-        total = op("Cast", [op("ReduceSum", [op("Gather", ["P", clipped_rows()], axis=0), "a1"], keepdims=0)],
-                   to=TP.FLOAT)
+        total = op(
+            "Cast", [op("ReduceSum", [op("Gather", ["P", clipped_rows()], axis=0), "a1"], keepdims=0)], to=TP.FLOAT
+        )
         scores = op("Mul", [total, "ns"])
         lj = op("Where", [op("Less", [total, "lim"]), "nan", scores], "log_joint")
         label_guard(lj)
     elif kind == "transposed-table":
         tab = padded((-codes.astype(np.float32) * step).astype(np.float32), np.float32(np.nan))
-        const("PT", np.ascontiguousarray(tab.T))                             # [C, D * W]
+        const("PT", np.ascontiguousarray(tab.T))  # [C, D * W]
         const("a2", np.array([2], np.int64))
-        summed = op("ReduceSum", [op("Gather", ["PT", clipped_rows()], axis=1), "a2"], keepdims=0)   # [C, N]
+        summed = op("ReduceSum", [op("Gather", ["PT", clipped_rows()], axis=1), "a2"], keepdims=0)  # [C, N]
         lj = op("Transpose", [summed], "log_joint", perm=[1, 0])
         label_guard(lj)
     elif kind == "onehot-mmi":
-        b = np.zeros((d, w, c_ + 1), np.uint8)                              # last column counts valid features
+        b = np.zeros((d, w, c_ + 1), np.uint8)  # last column counts valid features
         for i in range(d):
-            b[i, 1:cards[i] + 1, :c_] = codes[off[i]:off[i] + cards[i]]
-            b[i, 1:cards[i] + 1, c_] = 1
+            b[i, 1 : cards[i] + 1, :c_] = codes[off[i] : off[i] + cards[i]]
+            b[i, 1 : cards[i] + 1, c_] = 1
         const("B", b.reshape(d * w, c_ + 1))
         const("lo", np.array(-1, np.int64))
         const("hi", np.array(k, np.int64))
@@ -122,7 +123,7 @@ def hand_built(art, cards, kind: str):
         const("shp", np.array([-1, d * w], np.int64))
         xc = op("Unsqueeze", [op("Clip", ["x", "lo", "hi"]), "ax2"])
         onehot = op("Reshape", [op("Cast", [op("Equal", [xc, "ar"])], to=TP.UINT8), "shp"])
-        sums = op("Cast", [op("MatMulInteger", [onehot, "B"])], to=TP.FLOAT)             # [N, C + 1]
+        sums = op("Cast", [op("MatMulInteger", [onehot, "B"])], to=TP.FLOAT)  # [N, C + 1]
         const("scale", np.array([-step] * c_ + [1.0], np.float32))
         scaled = op("Mul", [sums, "scale"])
         const("b0", np.array([0], np.int64))
@@ -135,9 +136,16 @@ def hand_built(art, cards, kind: str):
         const("nan", np.array(np.nan, np.float32))
         lj = op("Add", [scores, op("Where", [op("Equal", [count, "nd"]), "z", "nan"])], "log_joint")
         label_guard(lj)
-    graph = helper.make_graph(nodes, kind, [helper.make_tensor_value_info("x", TP.INT64, ["N", d])],
-                              [helper.make_tensor_value_info("log_joint", TP.FLOAT, ["N", c_]),
-                               helper.make_tensor_value_info("label", TP.INT64, ["N"])], inits)
+    graph = helper.make_graph(
+        nodes,
+        kind,
+        [helper.make_tensor_value_info("x", TP.INT64, ["N", d])],
+        [
+            helper.make_tensor_value_info("log_joint", TP.FLOAT, ["N", c_]),
+            helper.make_tensor_value_info("label", TP.INT64, ["N"]),
+        ],
+        inits,
+    )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()
 
 
@@ -158,8 +166,8 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
 
     import onnxruntime as ort
-    from bnc_deploy.exporters import onnx_bnc
 
+    from bnc_deploy.exporters import onnx_bnc
     from bnc_deploy.reference.bnc import ReferencePredictor
 
     x_tr, y_tr, x_te, _, cards = load_letter()
@@ -188,7 +196,7 @@ def main(argv=None) -> int:
 
     ref = ReferencePredictor(art)
     bad = x[:3].copy()
-    bad[0, 3], bad[1, 0], bad[2, 15] = cards[3], -1, 10 ** 12
+    bad[0, 3], bad[1, 0], bad[2, 15] = cards[3], -1, 10**12
     for name, s in sessions.items():
         if name == "skl2onnx":
             continue
@@ -200,7 +208,7 @@ def main(argv=None) -> int:
             if not (np.all(label == -1) and np.isnan(lj).all()):
                 raise SystemExit(f"{name}: guard failed")
 
-    rows = [np.ascontiguousarray(x[i:i + 1]) for i in range(500)]
+    rows = [np.ascontiguousarray(x[i : i + 1]) for i in range(500)]
     lat = {n: [] for n in sessions}
     full = {n: [] for n in sessions}
     for s in sessions.values():
@@ -208,32 +216,40 @@ def main(argv=None) -> int:
             s.run(["label"], {s.get_inputs()[0].name: r})
     names = list(sessions)
     for rnd in range(args.rounds):
-        for name in (names if rnd % 2 == 0 else names[::-1]):
+        for name in names if rnd % 2 == 0 else names[::-1]:
             s = sessions[name]
             feed = s.get_inputs()[0].name
-            s.run(["label"], {feed: x})                                   # untimed: tables warm
-            for _ in range(3):                                             # back to back: throughput
+            s.run(["label"], {feed: x})  # untimed: tables warm
+            for _ in range(3):  # back to back: throughput
                 t0 = time.perf_counter()
                 s.run(["label"], {feed: x})
                 full[name].append(time.perf_counter() - t0)
-            s.run(["label"], {feed: rows[0]})                              # untimed: after a big batch
+            s.run(["label"], {feed: rows[0]})  # untimed: after a big batch
             for k in range(args.per_round):
                 r = rows[(rnd * args.per_round + k) % len(rows)]
                 t0 = time.perf_counter()
                 s.run(["label"], {feed: r})
                 lat[name].append(time.perf_counter() - t0)
-    print(f"letter NB 3-bit, {len(x)} test rows; onnxruntime {ort.__version__}, 1 thread; load average "
-          f"{os.getloadavg()[0]:.2f}; {args.rounds} interleaved rounds (3 back-to-back full batches + {args.per_round} single rows)")
+    print(
+        f"letter NB 3-bit, {len(x)} test rows; onnxruntime {ort.__version__}, 1 thread; load average "
+        f"{os.getloadavg()[0]:.2f}; {args.rounds} interleaved rounds "
+        f"(3 back-to-back full batches + {args.per_round} single rows)"
+    )
     print("every candidate but skl2onnx checked bit-exact on all rows and (but no-guard) on invalid rows\n")
     base = "skl2onnx" if "skl2onnx" in sessions else "gather"
     b1_base, full_base = np.median(lat[base]), np.median(full[base])
-    print(f"{'candidate':<18}{'nodes':>6}{'batch-1 p50':>13}{'full median':>13}{f'{base}/x b1':>14}{f'{base}/x full':>16}")
+    print(
+        f"{'candidate':<18}{'nodes':>6}{'batch-1 p50':>13}{'full median':>13}{f'{base}/x b1':>14}{f'{base}/x full':>16}"
+    )
     for name in names:
         import onnx
 
         n_nodes = len(onnx.load_from_string(models[name]).graph.node)
         b1, fl = np.median(lat[name]), np.median(full[name])
-        print(f"{name:<18}{n_nodes:>6}{b1 * 1e6:>11.1f}us{fl * 1e3:>11.3f}ms{b1_base / b1:>13.2f}x{full_base / fl:>15.2f}x")
+        print(
+            f"{name:<18}{n_nodes:>6}{b1 * 1e6:>11.1f}us{fl * 1e3:>11.3f}ms"
+            f"{b1_base / b1:>13.2f}x{full_base / fl:>15.2f}x"
+        )
     print("\nnodes: in the file (constant-only nodes run once, at load)")
     return 0
 

@@ -4,7 +4,8 @@ Both models are ML naive Bayes with add-one smoothing fitted on the same letter 
 (the paper's discretized fold). Ours is built with NumPy (no torch), quantized (3 bits, B_I = 2, by
 default; ``--float`` for float32) and exported with the default gather lowering twice: uint8 code
 table ("ours") and bit-plane storage ("ours-packed", ``--pack-bits``), and once with ``--lowering
-gather-grouped`` ("ours-grouped": merged feature groups, fewer lookups per row, for large batches). scikit-learn's CategoricalNB
+gather-grouped`` ("ours-grouped": merged feature groups, fewer lookups per row, for large batches). scikit-learn's
+CategoricalNB
 (alpha=1) is converted with skl2onnx, ``zipmap=False`` so both graphs return plain tensors. All
 run in onnxruntime with one intra-op thread, sequential execution, raw ``InferenceSession.run``
 (no adapter overhead on either side), fetching ``label`` only, in this one process:
@@ -65,23 +66,28 @@ def load_letter() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.nd
         return x_tr, data["t_tr_fold1"].astype(np.int64), x_te, data["t_te_fold1"].astype(np.int64), cards
 
 
-def ml_naive_bayes(x: np.ndarray, y: np.ndarray, cards: np.ndarray, n_classes: int,
-                   quantizer: FixedPointLogQuantizer | None) -> BNCArtifact:
+def ml_naive_bayes(
+    x: np.ndarray, y: np.ndarray, cards: np.ndarray, n_classes: int, quantizer: FixedPointLogQuantizer | None
+) -> BNCArtifact:
     """Add-one-smoothed ML naive Bayes as an artifact (stacked tables: feature i, value v -> row off_i + v)."""
     blocks = []
     for i, card in enumerate(cards):
         counts = np.zeros((card, n_classes))
         np.add.at(counts, (x[:, i], y), 1.0)
         blocks.append(np.log((counts + 1.0) / (counts + 1.0).sum(axis=0)))
-    table = np.concatenate(blocks)                                            # (sum |X_i|, C)
+    table = np.concatenate(blocks)  # (sum |X_i|, C)
     prior = np.log((np.bincount(y, minlength=n_classes) + 1.0) / (len(y) + n_classes))
-    common = dict(parents=np.full(len(cards), -1), cardinalities=cards,
-                  class_names=[chr(ord("A") + k) for k in range(n_classes)],
-                  feature_names=[f"x{i + 1}" for i in range(len(cards))])
+    common = dict(
+        parents=np.full(len(cards), -1),
+        cardinalities=cards,
+        class_names=[chr(ord("A") + k) for k in range(n_classes)],
+        feature_names=[f"x{i + 1}" for i in range(len(cards))],
+    )
     if quantizer is None:
         return BNCArtifact(class_logp=prior.astype(np.float32), table_logp=table.astype(np.float32), **common)
-    return BNCArtifact(quantizer=quantizer, class_codes=quantizer.to_codes(prior),
-                       table_codes=quantizer.to_codes(table), **common)
+    return BNCArtifact(
+        quantizer=quantizer, class_codes=quantizer.to_codes(prior), table_codes=quantizer.to_codes(table), **common
+    )
 
 
 def session(path: Path):
@@ -115,14 +121,16 @@ def call_paths(s, rows: list, x: np.ndarray) -> dict:
         s.run_with_iobinding(one_binding)
         return out1
 
-    keep = (buf, out1, x, out_full)          # the bound buffers must outlive the bindings
+    keep = (buf, out1, x, out_full)  # the bound buffers must outlive the bindings
 
     def bound_full():
         s.run_with_iobinding(full_binding)
         return keep[3]
 
-    return {"run": (lambda k: s.run(["label"], {feed: rows[k]}), lambda: s.run(["label"], {feed: x})),
-            "iobinding": (bound_one, bound_full)}
+    return {
+        "run": (lambda k: s.run(["label"], {feed: rows[k]}), lambda: s.run(["label"], {feed: x})),
+        "iobinding": (bound_one, bound_full),
+    }
 
 
 def measure(sessions: dict, x: np.ndarray, runs: int, warmup: int, repeats: int, full_per_round: int = 5) -> dict:
@@ -134,9 +142,9 @@ def measure(sessions: dict, x: np.ndarray, runs: int, warmup: int, repeats: int,
     back-to-back calls on the full test set: a throughput figure, with the model's tables warm
     in the cache as in any serving loop (one untimed call first). Only ``label`` is fetched.
     """
-    rows = [np.ascontiguousarray(x[i:i + 1]) for i in range(min(len(x), 1000))]
+    rows = [np.ascontiguousarray(x[i : i + 1]) for i in range(min(len(x), 1000))]
     paths = {name: call_paths(s, rows, x) for name, s in sessions.items()}
-    for name in sessions:                                                    # warm-up
+    for name in sessions:  # warm-up
         for one, full in paths[name].values():
             for k in range(warmup):
                 one(k % len(rows))
@@ -147,19 +155,21 @@ def measure(sessions: dict, x: np.ndarray, runs: int, warmup: int, repeats: int,
     for r in range(repeats):
         for name in names if r % 2 == 0 else names[::-1]:
             for path, (one, full) in paths[name].items():
-                one(0)                                                       # untimed: after a full batch
+                one(0)  # untimed: after a full batch
                 for k in range(per_round):
                     row = (r * per_round + k) % len(rows)
                     t0 = time.perf_counter()
                     one(row)
                     out[name][path]["lat"].append(time.perf_counter() - t0)
-                full()                                                       # untimed: warm the tables
+                full()  # untimed: warm the tables
                 for _ in range(full_per_round):
                     t0 = time.perf_counter()
                     full()
                     out[name][path]["full"].append(time.perf_counter() - t0)
-    return {name: {path: {k: np.array(v) for k, v in d.items()} for path, d in by_path.items()}
-            for name, by_path in out.items()}
+    return {
+        name: {path: {k: np.array(v) for k, v in d.items()} for path, d in by_path.items()}
+        for name, by_path in out.items()
+    }
 
 
 def main(argv=None) -> None:
@@ -174,13 +184,13 @@ def main(argv=None) -> None:
     args = p.parse_args(argv)
 
     import onnxruntime as ort
-    import sklearn
     import skl2onnx
+    import sklearn
     from skl2onnx import to_onnx
     from sklearn.naive_bayes import CategoricalNB
 
-    from bnc_deploy.verify import export_path
     from bnc_deploy.reference.bnc import ReferencePredictor
+    from bnc_deploy.verify import export_path
 
     x_tr, y_tr, x_te, y_te, cards = load_letter()
     n_classes = int(max(y_tr.max(), y_te.max())) + 1
@@ -193,8 +203,9 @@ def main(argv=None) -> None:
     if quantizer is not None:  # the same graph with the codes stored as B bit-planes
         paths["ours-packed"] = export_path(artifact, out_dir / "letter_nb_bnc_packed.onnx", "onnx", pack_bits=True)
     # merged feature groups: fewer lookups per row (large batches), tables built at load time
-    paths["ours-grouped"] = export_path(artifact, out_dir / "letter_nb_bnc_grouped.onnx", "onnx",
-                                        lowering="gather-grouped")
+    paths["ours-grouped"] = export_path(
+        artifact, out_dir / "letter_nb_bnc_grouped.onnx", "onnx", lowering="gather-grouped"
+    )
     skl = CategoricalNB(alpha=1.0, min_categories=cards).fit(x_tr, y_tr)
     paths["skl2onnx"] = out_dir / "letter_nb_skl2onnx.onnx"
     paths["skl2onnx"].write_bytes(to_onnx(skl, x_tr[:1], options={"zipmap": False}).SerializeToString())
@@ -205,47 +216,74 @@ def main(argv=None) -> None:
     lab_ref = ReferencePredictor(artifact).predict(x_te)
 
     timings = measure(sessions, x_te, args.runs, args.warmup, args.repeats)
-    res = {name: {"p50": np.percentile(t["run"]["lat"], 50) * 1e6, "p99": np.percentile(t["run"]["lat"], 99) * 1e6,
-                  "p50_bound": np.percentile(t["iobinding"]["lat"], 50) * 1e6,
-                  "best": t["run"]["full"].min() * 1e3, "med": np.median(t["run"]["full"]) * 1e3,
-                  "med_bound": np.median(t["iobinding"]["full"]) * 1e3,
-                  "rows_s": len(x_te) / np.median(t["run"]["full"]), "bytes": paths[name].stat().st_size}
-           for name, t in timings.items()}
+    res = {
+        name: {
+            "p50": np.percentile(t["run"]["lat"], 50) * 1e6,
+            "p99": np.percentile(t["run"]["lat"], 99) * 1e6,
+            "p50_bound": np.percentile(t["iobinding"]["lat"], 50) * 1e6,
+            "best": t["run"]["full"].min() * 1e3,
+            "med": np.median(t["run"]["full"]) * 1e3,
+            "med_bound": np.median(t["iobinding"]["full"]) * 1e3,
+            "rows_s": len(x_te) / np.median(t["run"]["full"]),
+            "bytes": paths[name].stat().st_size,
+        }
+        for name, t in timings.items()
+    }
 
     width = "float32" if quantizer is None else f"{args.bits}-bit (B_I={args.int_bits})"
-    print(f"letter naive Bayes, {len(x_te)} test rows, {len(cards)} features, {n_classes} classes; "
-          f"bnc-deploy {width}, gather lowering, {artifact.size_bits:,} parameter bits")
-    print(f"onnxruntime {ort.__version__} (1 intra-op thread, sequential), skl2onnx {skl2onnx.__version__}, "
-          f"scikit-learn {sklearn.__version__}, Python {platform.python_version()}, {platform.machine()}, "
-          f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}")
-    print(f"batch-1: {args.repeats * max(1, args.runs // args.repeats)} runs after {args.warmup} warm-up; "
-          f"full batch: best/median of {args.repeats} x 5 back-to-back calls; the models alternate in "
-          f"{args.repeats} rounds; run = InferenceSession.run, iobinding = buffers bound once (both sides alike)")
-    print("ours = uint8 code table, default gather lowering; ours-packed = same graph, codes stored as bit-planes "
-          "(--pack-bits); ours-grouped = --lowering gather-grouped (merged feature groups, for large batches)\n")
+    print(
+        f"letter naive Bayes, {len(x_te)} test rows, {len(cards)} features, {n_classes} classes; "
+        f"bnc-deploy {width}, gather lowering, {artifact.size_bits:,} parameter bits"
+    )
+    print(
+        f"onnxruntime {ort.__version__} (1 intra-op thread, sequential), skl2onnx {skl2onnx.__version__}, "
+        f"scikit-learn {sklearn.__version__}, Python {platform.python_version()}, {platform.machine()}, "
+        f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f}"
+    )
+    print(
+        f"batch-1: {args.repeats * max(1, args.runs // args.repeats)} runs after {args.warmup} warm-up; "
+        f"full batch: best/median of {args.repeats} x 5 back-to-back calls; the models alternate in "
+        f"{args.repeats} rounds; run = InferenceSession.run, iobinding = buffers bound once (both sides alike)"
+    )
+    print(
+        "ours = uint8 code table, default gather lowering; ours-packed = same graph, codes stored as bit-planes "
+        "(--pack-bits); ours-grouped = --lowering gather-grouped (merged feature groups, for large batches)\n"
+    )
     names = list(res)
-    metrics = [("batch-1 p50, run (us)", "p50", False, ">= 3x"), ("batch-1 p99, run (us)", "p99", False, ""),
-               ("batch-1 p50, iobinding (us)", "p50_bound", False, ">= 3x"),
-               ("full batch best, run (ms)", "best", False, ""), ("full batch median, run (ms)", "med", False, ">= 4x"),
-               ("full median, iobinding (ms)", "med_bound", False, ">= 4x"),
-               ("throughput (rows/s, run)", "rows_s", True, ">= 4x"), ("file size (bytes)", "bytes", False, ">= 4x")]
+    metrics = [
+        ("batch-1 p50, run (us)", "p50", False, ">= 3x"),
+        ("batch-1 p99, run (us)", "p99", False, ""),
+        ("batch-1 p50, iobinding (us)", "p50_bound", False, ">= 3x"),
+        ("full batch best, run (ms)", "best", False, ""),
+        ("full batch median, run (ms)", "med", False, ">= 4x"),
+        ("full median, iobinding (ms)", "med_bound", False, ">= 4x"),
+        ("throughput (rows/s, run)", "rows_s", True, ">= 4x"),
+        ("file size (bytes)", "bytes", False, ">= 4x"),
+    ]
     ours = [n for n in names if n != "skl2onnx"]
     header = f"{'':<29}" + "".join(f"{n:>13}" for n in names) + "".join(f"{'skl/' + n:>18}" for n in ours) + "   goal"
     print(header)
     for label, key, higher_better, goal in metrics:
         cells = "".join(f"{res[n][key]:>13,.1f}" if key != "bytes" else f"{res[n][key]:>13,}" for n in names)
         skl_value = res["skl2onnx"][key]
-        ratios = "".join(f"{(res[n][key] / skl_value if higher_better else skl_value / res[n][key]):>17.2f}x"
-                         for n in ours)
+        ratios = "".join(
+            f"{(res[n][key] / skl_value if higher_better else skl_value / res[n][key]):>17.2f}x" for n in ours
+        )
         print(f"{label:<29}{cells}{ratios}   {goal}")
-    print(f"\nlabels: ours vs skl2onnx agree on {np.mean(labels['ours'] == labels['skl2onnx']):.2%} of test rows "
-          f"({int(np.sum(labels['ours'] != labels['skl2onnx']))} differ); ours vs its artifact: "
-          f"{int(np.sum(labels['ours'] != lab_ref))} differ"
-          + (f"; ours-packed vs ours: {int(np.sum(labels['ours-packed'] != labels['ours']))} differ"
-             if "ours-packed" in labels else "")
-          + f"; ours-grouped vs ours: {int(np.sum(labels['ours-grouped'] != labels['ours']))} differ")
-    print(f"test accuracy: ours {np.mean(labels['ours'] == y_te):.2%}, "
-          f"skl2onnx {np.mean(labels['skl2onnx'] == y_te):.2%}")
+    print(
+        f"\nlabels: ours vs skl2onnx agree on {np.mean(labels['ours'] == labels['skl2onnx']):.2%} of test rows "
+        f"({int(np.sum(labels['ours'] != labels['skl2onnx']))} differ); ours vs its artifact: "
+        f"{int(np.sum(labels['ours'] != lab_ref))} differ"
+        + (
+            f"; ours-packed vs ours: {int(np.sum(labels['ours-packed'] != labels['ours']))} differ"
+            if "ours-packed" in labels
+            else ""
+        )
+        + f"; ours-grouped vs ours: {int(np.sum(labels['ours-grouped'] != labels['ours']))} differ"
+    )
+    print(
+        f"test accuracy: ours {np.mean(labels['ours'] == y_te):.2%}, skl2onnx {np.mean(labels['skl2onnx'] == y_te):.2%}"
+    )
     print("files: " + "  ".join(str(p) for p in paths.values()))
 
 

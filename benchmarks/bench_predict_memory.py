@@ -68,10 +68,20 @@ def worker(model: str, dtype: str, rows: int, chunk: str) -> dict:
     labels = rt.predict(x)
     seconds = time.perf_counter() - start
     peak = _status("VmHWM")
-    return {"runtime": rt.name, "model": os.path.basename(model), "dtype": dtype, "rows": rows, "chunk": chunk,
-            "input_mib": x.nbytes / MIB, "base_mib": base / MIB, "peak_mib": peak / MIB,
-            "extra_mib": (peak - base) / MIB, "ratio": (peak - base) / x.nbytes, "seconds": seconds,
-            "labels_sha256": hashlib.sha256(np.asarray(labels, dtype=np.int64).tobytes()).hexdigest()[:12]}
+    return {
+        "runtime": rt.name,
+        "model": os.path.basename(model),
+        "dtype": dtype,
+        "rows": rows,
+        "chunk": chunk,
+        "input_mib": x.nbytes / MIB,
+        "base_mib": base / MIB,
+        "peak_mib": peak / MIB,
+        "extra_mib": (peak - base) / MIB,
+        "ratio": (peak - base) / x.nbytes,
+        "seconds": seconds,
+        "labels_sha256": hashlib.sha256(np.asarray(labels, dtype=np.int64).tobytes()).hexdigest()[:12],
+    }
 
 
 def main(argv=None) -> int:
@@ -79,8 +89,12 @@ def main(argv=None) -> int:
     p.add_argument("--models", nargs="+", required=True, help=".bnc/.onnx/.tflite files")
     p.add_argument("--rows", type=int, default=1_000_000)
     p.add_argument("--dtypes", nargs="+", default=["int64", "int32", "uint8"])
-    p.add_argument("--chunk-rows", nargs="+", default=["none", "default"],
-                   help="'none' (unchunked), 'default', or a row count; several run side by side")
+    p.add_argument(
+        "--chunk-rows",
+        nargs="+",
+        default=["none", "default"],
+        help="'none' (unchunked), 'default', or a row count; several run side by side",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON line per measurement")
     p.add_argument("--worker", nargs=4, metavar=("MODEL", "DTYPE", "ROWS", "CHUNK"), help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -88,14 +102,20 @@ def main(argv=None) -> int:
         model, dtype, rows, chunk = args.worker
         print(json.dumps(worker(model, dtype, int(rows), chunk)))
         return 0
-    print(f"{'runtime':<12}{'model':<16}{'dtype':<7}{'chunk':>8}{'input MiB':>10}{'base MiB':>10}"
-          f"{'peak MiB':>10}{'extra MiB':>10}{'ratio':>7}{'seconds':>9}  labels")
+    print(
+        f"{'runtime':<12}{'model':<16}{'dtype':<7}{'chunk':>8}{'input MiB':>10}{'base MiB':>10}"
+        f"{'peak MiB':>10}{'extra MiB':>10}{'ratio':>7}{'seconds':>9}  labels"
+    )
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     for model in args.models:
         for dtype in args.dtypes:
             for chunk in args.chunk_rows:
-                out = subprocess.run([sys.executable, __file__, "--models", model, "--worker", model, dtype,
-                                      str(args.rows), chunk], capture_output=True, text=True, env=env)
+                out = subprocess.run(
+                    [sys.executable, __file__, "--models", model, "--worker", model, dtype, str(args.rows), chunk],
+                    capture_output=True,
+                    text=True,
+                    env=env,
+                )
                 if out.returncode != 0:
                     tail = (out.stderr.strip().splitlines() or ["?"])[-1]
                     print(f"{model} {dtype} {chunk}: failed ({tail})")
@@ -104,9 +124,12 @@ def main(argv=None) -> int:
                 if args.json:
                     print(json.dumps(r))
                     continue
-                print(f"{r['runtime']:<12}{r['model']:<16}{r['dtype']:<7}{r['chunk']:>8}{r['input_mib']:>10.1f}"
-                      f"{r['base_mib']:>10.1f}{r['peak_mib']:>10.1f}{r['extra_mib']:>10.1f}{r['ratio']:>7.2f}"
-                      f"{r['seconds']:>9.2f}  {r['labels_sha256']}", flush=True)
+                print(
+                    f"{r['runtime']:<12}{r['model']:<16}{r['dtype']:<7}{r['chunk']:>8}{r['input_mib']:>10.1f}"
+                    f"{r['base_mib']:>10.1f}{r['peak_mib']:>10.1f}{r['extra_mib']:>10.1f}{r['ratio']:>7.2f}"
+                    f"{r['seconds']:>9.2f}  {r['labels_sha256']}",
+                    flush=True,
+                )
     return 0
 
 

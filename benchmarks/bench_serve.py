@@ -52,8 +52,10 @@ def client_python() -> str:
     configured = os.environ.get("BNC_DEPLOY_TRITONCLIENT_PYTHON")
     path = Path(configured) if configured else ROOT / ".venv-tritonclient" / "bin" / "python"
     if not path.is_file():
-        sys.exit(f"bench_serve: no tritonclient venv at {path} (python3 -m venv .venv-tritonclient && "
-                 ".venv-tritonclient/bin/pip install -r tests/serve/tritonclient-requirements.txt)")
+        sys.exit(
+            f"bench_serve: no tritonclient venv at {path} (python3 -m venv .venv-tritonclient && "
+            ".venv-tritonclient/bin/pip install -r tests/serve/tritonclient-requirements.txt)"
+        )
     return str(path)
 
 
@@ -68,18 +70,53 @@ def make_model(folder: Path) -> Path:
     out = folder / "repo" / "letter_nb.onnx"
     out.parent.mkdir(parents=True, exist_ok=True)
     bin_dir = Path(sys.executable).parent
-    subprocess.run([str(bin_dir / "bnc-train"), "--data", "letter", "--model", "nb", "--init", "ml", "--bits", "3",
-                    "--int-bits", "2", "--epochs", "0", "-o", str(bnc)], check=True, stdout=subprocess.DEVNULL)
-    subprocess.run([str(bin_dir / "bnc-export"), str(bnc), "--format", "onnx", "-o", str(out)], check=True,
-                   stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [
+            str(bin_dir / "bnc-train"),
+            "--data",
+            "letter",
+            "--model",
+            "nb",
+            "--init",
+            "ml",
+            "--bits",
+            "3",
+            "--int-bits",
+            "2",
+            "--epochs",
+            "0",
+            "-o",
+            str(bnc),
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    subprocess.run(
+        [str(bin_dir / "bnc-export"), str(bnc), "--format", "onnx", "-o", str(out)],
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
     return out
 
 
 class Server:
     def __init__(self, repository: Path, *args: str) -> None:
         self.http, self.grpc = f"127.0.0.1:{free_port()}", f"127.0.0.1:{free_port()}"
-        cmd = [sys.executable, "-m", "bnc_deploy.cli.serve", "--repository", str(repository), "--http", self.http,
-               "--grpc", self.grpc, "--no-access-log", "--log-level", "warning", *args]
+        cmd = [
+            sys.executable,
+            "-m",
+            "bnc_deploy.cli.serve",
+            "--repository",
+            str(repository),
+            "--http",
+            self.http,
+            "--grpc",
+            self.grpc,
+            "--no-access-log",
+            "--log-level",
+            "warning",
+            *args,
+        ]
         self.proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
@@ -111,18 +148,23 @@ def driver(plan: dict, tmp: Path, background: bool = False):
 
 def percentiles(seconds) -> dict:
     us = np.asarray(seconds) * 1e6
-    return {"p50_us": round(float(np.percentile(us, 50)), 1), "p99_us": round(float(np.percentile(us, 99)), 1),
-            "n": len(us)}
+    return {
+        "p50_us": round(float(np.percentile(us, 50)), 1),
+        "p99_us": round(float(np.percentile(us, 99)), 1),
+        "n": len(us),
+    }
 
 
 def local_latency(model: Path, x: np.ndarray, n: int) -> dict:
     from bnc_deploy.runtimes.base import load_runtime
 
     rt = load_runtime(model, threads=1)
-    rows = [rt.prepare(x[i:i + 1]) for i in range(min(len(x), 256))]
+    rows = [rt.prepare(x[i : i + 1]) for i in range(min(len(x), 256))]
     out = {}
-    for label, call, args in (("local runtime call (invoke)", rt.invoke, rows),
-                              ("local adapter call (run, validated)", rt.run, [x[i:i + 1] for i in range(256)])):
+    for label, call, args in (
+        ("local runtime call (invoke)", rt.invoke, rows),
+        ("local adapter call (run, validated)", rt.run, [x[i : i + 1] for i in range(256)]),
+    ):
         for k in range(200):
             call(args[k % len(args)])
         times = []
@@ -138,7 +180,7 @@ def adapter_latency(url: str, x: np.ndarray, n: int) -> dict:
     from bnc_deploy.runtimes.http_adapter import HttpAdapter
 
     rt = HttpAdapter(url=url, model="letter_nb")
-    rows = [rt.prepare(x[i:i + 1]) for i in range(256)]
+    rows = [rt.prepare(x[i : i + 1]) for i in range(256)]
     for k in range(200):
         rt.invoke(rows[k % len(rows)])
     times = []
@@ -152,9 +194,16 @@ def adapter_latency(url: str, x: np.ndarray, n: int) -> dict:
 
 def load_loop(server: Server, protocol: str, clients: int, seconds: float, tmp: Path, arrays: str) -> dict:
     start_at = time.time() + 4.0  # every client process imported tritonclient and connected by then
-    step = {"protocol": protocol, "op": "loop", "model": "letter_nb", "clients": 1, "seconds": seconds,
-            "start_at": start_at, "inputs": [{"name": "x", "datatype": "INT64", "array": "x1"}],
-            "outputs": ["log_joint", "label"]}
+    step = {
+        "protocol": protocol,
+        "op": "loop",
+        "model": "letter_nb",
+        "clients": 1,
+        "seconds": seconds,
+        "start_at": start_at,
+        "inputs": [{"name": "x", "datatype": "INT64", "array": "x1"}],
+        "outputs": ["log_joint", "label"],
+    }
     plan = {"arrays": arrays, "http": server.http, "grpc": server.grpc, "steps": [step]}
     runs = [driver(plan, tmp, background=True) for _ in range(clients)]
     results = []
@@ -164,8 +213,12 @@ def load_loop(server: Server, protocol: str, clients: int, seconds: float, tmp: 
     count = sum(r["count"] for r in results)
     failures = sum(len(r["failures"]) for r in results)
     elapsed = max(r["elapsed"] for r in results)
-    return {"requests": count, "failures": failures, "seconds": round(elapsed, 2),
-            "requests_per_s": round(count / elapsed, 1)}
+    return {
+        "requests": count,
+        "failures": failures,
+        "seconds": round(elapsed, 2),
+        "requests_per_s": round(count / elapsed, 1),
+    }
 
 
 def main(argv=None) -> int:
@@ -192,42 +245,65 @@ def main(argv=None) -> int:
         x = load_dataset("letter").x_test.astype(np.int64)
         arrays = tmp / "inputs.npz"
         np.savez(arrays, x1=x[:1])
-        results = {"model": str(args.model or "letter_nb.onnx (trained by the benchmark)"),
-                   "cpu_count": os.cpu_count(), "load_average": os.getloadavg()}
+        results = {
+            "model": str(args.model or "letter_nb.onnx (trained by the benchmark)"),
+            "cpu_count": os.cpu_count(),
+            "load_average": os.getloadavg(),
+        }
         results["latency"] = local_latency(model, x, args.n)
 
         server = Server(model.parent)
         try:
-            steps = [{"protocol": proto, "op": "latency", "model": "letter_nb", "n": args.n, "warmup": 300,
-                      "inputs": [{"name": "x", "datatype": "INT64", "array": "x1"}]}
-                     for proto in ("http", "http-json", "grpc")]
-            steps += [{"protocol": proto, "op": "latency", "call": "live", "n": args.n, "warmup": 300}
-                      for proto in ("http", "grpc")]
+            steps = [
+                {
+                    "protocol": proto,
+                    "op": "latency",
+                    "model": "letter_nb",
+                    "n": args.n,
+                    "warmup": 300,
+                    "inputs": [{"name": "x", "datatype": "INT64", "array": "x1"}],
+                }
+                for proto in ("http", "http-json", "grpc")
+            ]
+            steps += [
+                {"protocol": proto, "op": "latency", "call": "live", "n": args.n, "warmup": 300}
+                for proto in ("http", "grpc")
+            ]
             plan = {"arrays": str(arrays), "http": server.http, "grpc": server.grpc, "steps": steps}
-            names = ("tritonclient HTTP binary", "tritonclient HTTP JSON", "tritonclient gRPC",
-                     "floor: tritonclient HTTP is_server_live", "floor: tritonclient gRPC is_server_live")
+            names = (
+                "tritonclient HTTP binary",
+                "tritonclient HTTP JSON",
+                "tritonclient gRPC",
+                "floor: tritonclient HTTP is_server_live",
+                "floor: tritonclient gRPC is_server_live",
+            )
             for proto, r in zip(names, driver(plan, tmp)):
                 results["latency"][proto] = percentiles(r["seconds"])
             results["latency"]["bnc-deploy http runtime (stdlib client)"] = adapter_latency(server.http, x, args.n)
-            results["throughput"] = {f"{proto}, no batching": load_loop(server, proto, args.clients, args.seconds,
-                                                                        tmp, str(arrays))
-                                     for proto in ("http", "grpc")}
+            results["throughput"] = {
+                f"{proto}, no batching": load_loop(server, proto, args.clients, args.seconds, tmp, str(arrays))
+                for proto in ("http", "grpc")
+            }
         finally:
             server.stop()
-        server = Server(model.parent, "--max-batch", str(args.max_batch), "--max-queue-delay-ms",
-                        str(args.max_queue_delay_ms))
+        server = Server(
+            model.parent, "--max-batch", str(args.max_batch), "--max-queue-delay-ms", str(args.max_queue_delay_ms)
+        )
         try:
             batching = f"--max-batch {args.max_batch} --max-queue-delay-ms {args.max_queue_delay_ms:g}"
             for proto in ("http", "grpc"):
-                results["throughput"][f"{proto}, {batching}"] = load_loop(server, proto, args.clients, args.seconds,
-                                                                         tmp, str(arrays))
+                results["throughput"][f"{proto}, {batching}"] = load_loop(
+                    server, proto, args.clients, args.seconds, tmp, str(arrays)
+                )
         finally:
             server.stop()
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
-    print(f"letter NB 3-bit (ONNX, onnxruntime), batch 1, loopback; {results['cpu_count']} CPUs, "
-          f"load average {results['load_average'][0]:.2f}")
+    print(
+        f"letter NB 3-bit (ONNX, onnxruntime), batch 1, loopback; {results['cpu_count']} CPUs, "
+        f"load average {results['load_average'][0]:.2f}"
+    )
     print(f"{'':44} {'p50 us':>8} {'p99 us':>8}")
     for name, r in results["latency"].items():
         print(f"{name:44} {r['p50_us']:8.1f} {r['p99_us']:8.1f}")

@@ -15,29 +15,35 @@ import time
 import torch
 
 from bnc_deploy.datasets import load_dataset
-from bnc_deploy.train.structure_learning import (
-    StructureLearningConfig,
-    naive_bayes_parameters,
-    train_learned_tan,
-)
 from bnc_deploy.train.bnc import TrainConfig
+from bnc_deploy.train.structure_learning import StructureLearningConfig, naive_bayes_parameters, train_learned_tan
 
 
 def bench(name: str, epochs: int, size_penalty: float, init: str, batch_size: int = 100) -> dict:
     dataset = load_dataset(name)
-    config = TrainConfig(model="tan", structure="learn", epochs=epochs, batch_size=batch_size, init=init,
-                         progress=False)
+    config = TrainConfig(
+        model="tan", structure="learn", epochs=epochs, batch_size=batch_size, init=init, progress=False
+    )
     started = time.perf_counter()
     result = train_learned_tan(dataset, config, StructureLearningConfig(size_penalty=size_penalty))
     total = time.perf_counter() - started
     artifact = result.artifact
     history = artifact.metadata["structure_learning"]["history"]
-    return {"data": name, "epochs": epochs, "size_penalty": size_penalty, "init": init,
-            "seconds_per_epoch": round(sum(history["seconds"]) / max(epochs, 1), 3), "total_seconds": round(total, 1),
-            "test_error": artifact.metadata["errors"]["test"], "n_parameters": artifact.n_parameters,
-            "nb_multiple": round(artifact.n_parameters / naive_bayes_parameters(dataset.cardinalities,
-                                                                                dataset.n_classes), 3),
-            "n_with_parent": int((artifact.parents >= 0).sum()), "n_features": dataset.n_features}
+    return {
+        "data": name,
+        "epochs": epochs,
+        "size_penalty": size_penalty,
+        "init": init,
+        "seconds_per_epoch": round(sum(history["seconds"]) / max(epochs, 1), 3),
+        "total_seconds": round(total, 1),
+        "test_error": artifact.metadata["errors"]["test"],
+        "n_parameters": artifact.n_parameters,
+        "nb_multiple": round(
+            artifact.n_parameters / naive_bayes_parameters(dataset.cardinalities, dataset.n_classes), 3
+        ),
+        "n_with_parent": int((artifact.parents >= 0).sum()),
+        "n_features": dataset.n_features,
+    }
 
 
 def main() -> None:

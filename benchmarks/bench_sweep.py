@@ -33,11 +33,20 @@ from bnc_deploy.train.bnc_batched import describe_device, train_bnc_batched
 
 def grid_configs(model: str, m: int, epochs: int, seed: int = 0, distinct_seeds: bool = False) -> list[TrainConfig]:
     rng = np.random.default_rng(seed)
-    return [TrainConfig(model=model, bits=3, int_bits=int(rng.integers(1, 4)), epochs=epochs,
-                        lr=float(rng.choice([3e-2, 3e-3])), hybrid_lambda=float(10 ** rng.uniform(1, 3)),
-                        hybrid_gamma=float(10 ** rng.uniform(-1, 2)), seed=i if distinct_seeds else 0,
-                        progress=False)
-            for i in range(m)]
+    return [
+        TrainConfig(
+            model=model,
+            bits=3,
+            int_bits=int(rng.integers(1, 4)),
+            epochs=epochs,
+            lr=float(rng.choice([3e-2, 3e-3])),
+            hybrid_lambda=float(10 ** rng.uniform(1, 3)),
+            hybrid_gamma=float(10 ** rng.uniform(-1, 2)),
+            seed=i if distinct_seeds else 0,
+            progress=False,
+        )
+        for i in range(m)
+    ]
 
 
 def per_run_rate(dataset, model: str, epochs: int) -> float:
@@ -75,26 +84,44 @@ def main() -> None:
     dataset = load_dataset(args.data, validation_fraction=args.validation, seed=0)
     devices = [d for d in args.devices.split(",") if d == "cpu" or torch.cuda.is_available()]
     sizes = [int(s) for s in args.sizes.split(",")]
-    print(f"{args.data}: {len(dataset.y_train)} training rows (validation {args.validation}), batch 100, "
-          f"{args.epochs} epochs; torch {torch.__version__}; {platform.processor() or platform.machine()}, "
-          f"{os.cpu_count()} CPUs, {torch.get_num_threads()} torch threads; load average {os.getloadavg()[0]:.2f}; "
-          f"devices: {', '.join(describe_device(d) for d in devices)}")
+    print(
+        f"{args.data}: {len(dataset.y_train)} training rows (validation {args.validation}), batch 100, "
+        f"{args.epochs} epochs; torch {torch.__version__}; {platform.processor() or platform.machine()}, "
+        f"{os.cpu_count()} CPUs, {torch.get_num_threads()} torch threads; load average {os.getloadavg()[0]:.2f}; "
+        f"devices: {', '.join(describe_device(d) for d in devices)}"
+    )
     print(f"{'model':<6}{'device':<8}{'M':>6}{'cfg-epochs/s':>14}{'per-run':>10}{'ratio':>9}")
     results = []
     for model in args.models.split(","):
         baseline = per_run_rate(dataset, model, args.epochs)
         for device in devices:
-            batched_rate(dataset, model, 2, 1, device, args.distinct_seeds)   # warm-up (kernels, allocator)
+            batched_rate(dataset, model, 2, 1, device, args.distinct_seeds)  # warm-up (kernels, allocator)
             for m in sizes:
                 rate = batched_rate(dataset, model, m, args.epochs, device, args.distinct_seeds)
-                results.append({"model": model, "device": describe_device(device), "M": m, "rate": rate,
-                                "per_run_rate": baseline, "ratio": rate / baseline})
-                print(f"{model:<6}{device:<8}{m:>6}{rate:>14,.1f}{baseline:>10.1f}{rate / baseline:>8.1f}x",
-                      flush=True)
+                results.append(
+                    {
+                        "model": model,
+                        "device": describe_device(device),
+                        "M": m,
+                        "rate": rate,
+                        "per_run_rate": baseline,
+                        "ratio": rate / baseline,
+                    }
+                )
+                print(f"{model:<6}{device:<8}{m:>6}{rate:>14,.1f}{baseline:>10.1f}{rate / baseline:>8.1f}x", flush=True)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"data": args.data, "epochs": args.epochs, "torch": torch.__version__,
-                       "threads": torch.get_num_threads(), "results": results}, f, indent=2)
+            json.dump(
+                {
+                    "data": args.data,
+                    "epochs": args.epochs,
+                    "torch": torch.__version__,
+                    "threads": torch.get_num_threads(),
+                    "results": results,
+                },
+                f,
+                indent=2,
+            )
     print("targets: 2 cores, letter NB, M = 64: >= 3x per-run; GPU letter NB: >= 10,000 configuration-epochs/s")
 
 

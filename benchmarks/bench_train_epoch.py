@@ -22,11 +22,11 @@ import torch
 from torch import nn
 
 from bnc_deploy.datasets import load_dataset
-from bnc_deploy.train.losses import HybridLoss
 from bnc_deploy.models.bnc import BayesNetClassifier
 from bnc_deploy.models.ste import fixed_point_ste
 from bnc_deploy.quantizers import FixedPointLogQuantizer
 from bnc_deploy.train.bnc import make_optimizer, train_epoch
+from bnc_deploy.train.losses import HybridLoss
 
 
 class PerFeatureLoopNB(nn.Module):
@@ -54,8 +54,9 @@ def time_epochs(model, indices, labels, epochs, batch_size=100, seed=0):
     loss_fn = HybridLoss(18.70, 0.1277, 10.0)
     optimizer = make_optimizer(model)
     generator = torch.Generator().manual_seed(seed)
-    train_epoch(model, optimizer, loss_fn, indices, labels, torch.randperm(len(labels), generator=generator),
-                batch_size)  # warm-up
+    train_epoch(
+        model, optimizer, loss_fn, indices, labels, torch.randperm(len(labels), generator=generator), batch_size
+    )  # warm-up
     seconds, cpu_seconds = [], []
     for _ in range(epochs):
         order = torch.randperm(len(labels), generator=generator)
@@ -76,9 +77,11 @@ def main() -> None:
         torch.set_num_threads(args.threads)
     ds = load_dataset(args.data)
     labels = torch.as_tensor(ds.y_train)
-    print(f"{args.data}: {ds.x_train.shape[0]} training rows, {ds.n_features} features, {ds.n_classes} classes, "
-          f"batch 100; torch {torch.__version__}, {torch.get_num_threads()} thread(s); median of {args.epochs} epochs; "
-          f"load average {os.getloadavg()[0]:.2f}")
+    print(
+        f"{args.data}: {ds.x_train.shape[0]} training rows, {ds.n_features} features, {ds.n_classes} classes, "
+        f"batch 100; torch {torch.__version__}, {torch.get_num_threads()} thread(s); median of {args.epochs} epochs; "
+        f"load average {os.getloadavg()[0]:.2f}"
+    )
     # CPU seconds are reported too: on a shared machine they move less than wall time (with one
     # thread they are the work done; with more they add up the threads' time).
     print(f"{'model':<38}{'bits':>6}{'s/epoch':>10}{'min':>9}{'cpu s':>9}{'vs baseline':>13}")
@@ -90,11 +93,15 @@ def main() -> None:
         base = PerFeatureLoopNB(ds.cardinalities, ds.n_classes, quantizer=quantizer)
         base_s = time_epochs(base, torch.as_tensor(ds.x_train), labels, args.epochs)
         bits = "float" if quantizer is None else str(quantizer.total_bits)
-        for name, (s, cpu) in (("bnc-deploy (stacked table, 1 gather)", ours_s),
-                               ("baseline (loop over features)", base_s)):
+        for name, (s, cpu) in (
+            ("bnc-deploy (stacked table, 1 gather)", ours_s),
+            ("baseline (loop over features)", base_s),
+        ):
             ratio = statistics.median(base_s[0]) / statistics.median(s)
-            print(f"{name:<38}{bits:>6}{statistics.median(s):>10.4f}{min(s):>9.4f}{statistics.median(cpu):>9.4f}"
-                  f"{ratio:>12.2f}x")
+            print(
+                f"{name:<38}{bits:>6}{statistics.median(s):>10.4f}{min(s):>9.4f}{statistics.median(cpu):>9.4f}"
+                f"{ratio:>12.2f}x"
+            )
     print("target: <= 0.1 s/epoch on 2 cores (the paper's reference implementation: 0.15 s)")
 
 

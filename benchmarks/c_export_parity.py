@@ -43,16 +43,51 @@ def train(dataset: str, model: str, bits: int, workdir: Path) -> Path:
     out = workdir / f"{dataset}_{model}_b{bits}.bnc"
     if not out.exists():
         flags = ["--structure", "chow-liu"] if model == "tan" else []
-        run(["bnc_deploy.cli.train", "--data", dataset, "--fold", str(FOLD[dataset]), "--model", model, *flags,
-             "--init", "ml", "--epochs", "0", "--bits", str(bits), "--int-bits", str(min(bits, 3)), "--quiet",
-             "--json", "-o", str(out)])
+        run(
+            [
+                "bnc_deploy.cli.train",
+                "--data",
+                dataset,
+                "--fold",
+                str(FOLD[dataset]),
+                "--model",
+                model,
+                *flags,
+                "--init",
+                "ml",
+                "--epochs",
+                "0",
+                "--bits",
+                str(bits),
+                "--int-bits",
+                str(min(bits, 3)),
+                "--quiet",
+                "--json",
+                "-o",
+                str(out),
+            ]
+        )
     return out
 
 
 def export_c(model: Path, dataset: str, pack: bool) -> dict:
     header = model.with_name(model.stem + ("_packed" if pack else "") + ".h")
-    report = run(["bnc_deploy.cli.export", str(model), "--format", "c", "-o", str(header), "--data", dataset,
-                  "--fold", str(FOLD[dataset]), "--json", *(["--pack-bits"] if pack else [])])
+    report = run(
+        [
+            "bnc_deploy.cli.export",
+            str(model),
+            "--format",
+            "c",
+            "-o",
+            str(header),
+            "--data",
+            dataset,
+            "--fold",
+            str(FOLD[dataset]),
+            "--json",
+            *(["--pack-bits"] if pack else []),
+        ]
+    )
     return report
 
 
@@ -68,15 +103,20 @@ def main(argv=None) -> int:
     p.add_argument("--bits", default="1,2,3,4,5,6,7,8")
     p.add_argument("--models", default="nb,tan")
     p.add_argument("--workdir", type=Path, default=None)
-    p.add_argument("--cortex-m", default="letter:nb:3,usps:tan:4",
-                   help="comma-separated DATASET:MODEL:BITS run on the three QEMU boards ('' to skip)")
+    p.add_argument(
+        "--cortex-m",
+        default="letter:nb:3,usps:tan:4",
+        help="comma-separated DATASET:MODEL:BITS run on the three QEMU boards ('' to skip)",
+    )
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="c_parity_"))
     workdir.mkdir(parents=True, exist_ok=True)
     rows, bad = [], 0
-    print(f"{'dataset':<9}{'model':<6}{'B':>2}  {'rows':>6}  {'exact':>5}  {'packed':>6}  {'table B':>8}  "
-          f"{'packed B':>8}  {'ceil(B|θ|/8)':>12}  {'test err %':>10}  seconds")
+    print(
+        f"{'dataset':<9}{'model':<6}{'B':>2}  {'rows':>6}  {'exact':>5}  {'packed':>6}  {'table B':>8}  "
+        f"{'packed B':>8}  {'ceil(B|θ|/8)':>12}  {'test err %':>10}  seconds"
+    )
     for dataset in args.datasets.split(","):
         for model in args.models.split(","):
             for bits in map(int, args.bits.split(",")):
@@ -87,25 +127,50 @@ def main(argv=None) -> int:
                 bound = -(-plain["size_bits"] // 8)
                 ok = bool(plain["exact"] and packed["exact"] and plain["n_rows"] == packed["n_rows"])
                 bad += not ok
-                row = {"dataset": dataset, "model": model, "bits": bits, "n_rows": plain["n_rows"],
-                       "exact": plain["exact"], "exact_packed": packed["exact"], "table_bytes": plain_table,
-                       "packed_table_bytes": table, "ceil_bits_over_8": bound,
-                       "test_error": 1.0 - plain["accuracy"], "seconds": round(time.perf_counter() - start, 1)}
+                row = {
+                    "dataset": dataset,
+                    "model": model,
+                    "bits": bits,
+                    "n_rows": plain["n_rows"],
+                    "exact": plain["exact"],
+                    "exact_packed": packed["exact"],
+                    "table_bytes": plain_table,
+                    "packed_table_bytes": table,
+                    "ceil_bits_over_8": bound,
+                    "test_error": 1.0 - plain["accuracy"],
+                    "seconds": round(time.perf_counter() - start, 1),
+                }
                 rows.append(row)
-                print(f"{dataset:<9}{model:<6}{bits:>2}  {row['n_rows']:>6}  {str(row['exact']):>5}  "
-                      f"{str(row['exact_packed']):>6}  {plain_table:>8,}  {table:>8,}  {bound:>12,}  "
-                      f"{100 * row['test_error']:>10.2f}  {row['seconds']}", flush=True)
+                print(
+                    f"{dataset:<9}{model:<6}{bits:>2}  {row['n_rows']:>6}  {str(row['exact']):>5}  "
+                    f"{str(row['exact_packed']):>6}  {plain_table:>8,}  {table:>8,}  {bound:>12,}  "
+                    f"{100 * row['test_error']:>10.2f}  {row['seconds']}",
+                    flush=True,
+                )
     targets = []
     for spec in filter(None, args.cortex_m.split(",")):
         dataset, model, bits = spec.split(":")
         path = train(dataset, model, int(bits), workdir)
         for pack in (False, True):
-            report = run(["bnc_deploy.targets.cortex_m", str(path), "--board", "all", "--data", dataset,
-                          "--fold", str(FOLD[dataset]), "--json", *(["--pack-bits"] if pack else [])])
-            targets.append({"dataset": dataset, "model": model, "bits": int(bits), "pack_bits": pack,
-                            "report": report})
-            print(f"cortex-m {dataset} {model} {bits}-bit{' packed' if pack else ''}: "
-                  f"{json.dumps(report)[:600]}", flush=True)
+            report = run(
+                [
+                    "bnc_deploy.targets.cortex_m",
+                    str(path),
+                    "--board",
+                    "all",
+                    "--data",
+                    dataset,
+                    "--fold",
+                    str(FOLD[dataset]),
+                    "--json",
+                    *(["--pack-bits"] if pack else []),
+                ]
+            )
+            targets.append({"dataset": dataset, "model": model, "bits": int(bits), "pack_bits": pack, "report": report})
+            print(
+                f"cortex-m {dataset} {model} {bits}-bit{' packed' if pack else ''}: {json.dumps(report)[:600]}",
+                flush=True,
+            )
     if args.json:
         args.json.write_text(json.dumps({"host": rows, "cortex_m": targets}, indent=1))
     print(f"{len(rows) - bad} of {len(rows)} models exact with and without --pack-bits")

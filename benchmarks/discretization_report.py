@@ -26,8 +26,13 @@ from bnc_deploy.datasets.discretize import FayyadIraniDiscretizer
 #: name -> (raw reader, files under the data dir, protocol, paper's average, published npz name)
 CASES = {
     "letter-raw": (loaders.read_letter, ["raw/letter/letter-recognition.data"], splits.HOLDOUT_PROTOCOL, 9.1, "letter"),
-    "satimage-raw": (loaders.read_satimage, ["raw/satimage/sat.trn", "raw/satimage/sat.tst"], splits.CV_PROTOCOL,
-                     11.5, "satimage"),
+    "satimage-raw": (
+        loaders.read_satimage,
+        ["raw/satimage/sat.trn", "raw/satimage/sat.tst"],
+        splits.CV_PROTOCOL,
+        11.5,
+        "satimage",
+    ),
     "usps-raw": (loaders.read_usps_mat, ["raw/usps/usps_all.mat"], splits.HOLDOUT_PROTOCOL, 3.4, "usps"),
     "mnist": (loaders.read_mnist_bicubic, ["raw/mnist/mnist.npz"], splits.TRAIN_TEST_PROTOCOL, 13.2, None),
     "mnist-mean2x2": (loaders.read_mnist_npz, ["raw/mnist/mnist.npz"], splits.HOLDOUT_PROTOCOL, 13.2, None),
@@ -49,17 +54,20 @@ def report_row(name: str, data_dir, seed: int) -> str:
     start = time.perf_counter()
     raw = read(*(data_dir / f for f in files))
     load_s = time.perf_counter() - start
-    train, test = splits.split_indices(raw.x.shape[0], protocol, fold=1, seed=seed,
-                                       n_train=getattr(raw, "n_train", None))
+    train, test = splits.split_indices(
+        raw.x.shape[0], protocol, fold=1, seed=seed, n_train=getattr(raw, "n_train", None)
+    )
     start = time.perf_counter()
     model = FayyadIraniDiscretizer().fit(raw.x[train], raw.y[train])
     model.transform(raw.x[train])
     model.transform(raw.x[test])
     disc_s = time.perf_counter() - start
     n_values = model.n_values_
-    return (f"{name:<13} {len(train):>6}x{raw.x.shape[1]:<4} {load_s:>7.2f} {disc_s:>9.2f} "
-            f"{n_values.mean():>8.2f} {int(n_values.min()):>4}-{int(n_values.max()):<3} "
-            f"{paper:>6.1f} {_published_average(published, data_dir):>10}")
+    return (
+        f"{name:<13} {len(train):>6}x{raw.x.shape[1]:<4} {load_s:>7.2f} {disc_s:>9.2f} "
+        f"{n_values.mean():>8.2f} {int(n_values.min()):>4}-{int(n_values.max()):<3} "
+        f"{paper:>6.1f} {_published_average(published, data_dir):>10}"
+    )
 
 
 def main() -> None:
@@ -69,8 +77,10 @@ def main() -> None:
     args = parser.parse_args()
     data_dir = find_data_dir(args.data_dir)
     print(f"data: {data_dir}   split seed: {args.seed}   numpy {np.__version__}")
-    print(f"{'dataset':<13} {'train':>11} {'load s':>7} {'discret s':>9} {'avg vals':>8} {'range':>8} "
-          f"{'paper':>6} {'published':>10}")
+    print(
+        f"{'dataset':<13} {'train':>11} {'load s':>7} {'discret s':>9} {'avg vals':>8} {'range':>8} "
+        f"{'paper':>6} {'published':>10}"
+    )
     for name in CASES:
         print(report_row(name, data_dir, args.seed), flush=True)
 

@@ -48,26 +48,54 @@ def main(argv=None) -> int:
     for bits in filter(None, args.train_sign_bits.split(",")):
         out = work / f"fc_sign_b{bits}.bnc"
         if not out.is_file():
-            subprocess.run([str(BIN / "bnc-train"), "--data", args.data, "--model", "fc", "--activation", "sign",
-                            "--batch-norm", "--weight-bits", bits, "--hidden", args.hidden, "--epochs",
-                            str(args.epochs), "--lr", args.lr, "--quiet", "--json", "-o", str(out)],
-                           check=True, capture_output=True)
+            subprocess.run(
+                [
+                    str(BIN / "bnc-train"),
+                    "--data",
+                    args.data,
+                    "--model",
+                    "fc",
+                    "--activation",
+                    "sign",
+                    "--batch-norm",
+                    "--weight-bits",
+                    bits,
+                    "--hidden",
+                    args.hidden,
+                    "--epochs",
+                    str(args.epochs),
+                    "--lr",
+                    args.lr,
+                    "--quiet",
+                    "--json",
+                    "-o",
+                    str(out),
+                ],
+                check=True,
+                capture_output=True,
+            )
         models.append(out)
     failed = False
-    print("| model | format | lowering | exact promised | label agreement | logits identical | "
-          "reference acc. | export acc. | change | file bytes |")
+    print(
+        "| model | format | lowering | exact promised | label agreement | logits identical | "
+        "reference acc. | export acc. | change | file bytes |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for model in models:
         for fmt in args.formats.split(","):
             out = work / f"{model.stem}.{fmt}"
-            r = sh([str(BIN / "bnc-export"), str(model), "--format", fmt, "--data", args.data, "-o", str(out),
-                    "--json"])
+            r = sh(
+                [str(BIN / "bnc-export"), str(model), "--format", fmt, "--data", args.data, "-o", str(out), "--json"]
+            )
             failed |= bool(r["exact_expected"] and not r["exact"])
-            print(f"| {model.stem} ({r['architecture']} {','.join(map(str, r['hidden_widths']))}, "
-                  f"B={r['weight_bits']}, {r['activation']}) | {fmt} | {r['lowering']} | {r['exact_expected']} | "
-                  f"{100 * r['agreement']:.2f} % ({r['label_mismatches']} of {r['n_rows']}) | "
-                  f"{r['logits_identical']} | {100 * r['reference_accuracy']:.2f} % | {100 * r['accuracy']:.2f} % | "
-                  f"{100 * r['accuracy_change']:+.2f} | {r['file_bytes']:,} |", flush=True)
+            print(
+                f"| {model.stem} ({r['architecture']} {','.join(map(str, r['hidden_widths']))}, "
+                f"B={r['weight_bits']}, {r['activation']}) | {fmt} | {r['lowering']} | {r['exact_expected']} | "
+                f"{100 * r['agreement']:.2f} % ({r['label_mismatches']} of {r['n_rows']}) | "
+                f"{r['logits_identical']} | {100 * r['reference_accuracy']:.2f} % | {100 * r['accuracy']:.2f} % | "
+                f"{100 * r['accuracy_change']:+.2f} | {r['file_bytes']:,} |",
+                flush=True,
+            )
     return 1 if failed else 0
 
 

@@ -50,6 +50,7 @@ import numpy as np
 
 # ----------------------------------------------------------------------------- encodings
 
+
 def float_standardized(x_train: np.ndarray, cardinalities: np.ndarray) -> np.ndarray:
     """(D, K) float64: the authors' ``(code - mean) / std`` per feature and code (0 for std 0)."""
     x = np.asarray(x_train, dtype=np.float64)
@@ -67,8 +68,9 @@ def encoding_report(dataset) -> dict:
     table = fit_standardized_table(dataset.x_train, dataset.cardinalities)
     scale = float(table["input_scale"])
     exact = float_standardized(dataset.x_train, dataset.cardinalities)
-    observed = np.concatenate([dataset.x_train, dataset.x_test]
-                              + ([dataset.x_val] if dataset.x_val is not None else []))
+    observed = np.concatenate(
+        [dataset.x_train, dataset.x_test] + ([dataset.x_val] if dataset.x_val is not None else [])
+    )
     distinct_float, distinct_rounded, not_injective, not_injective_observed = [], [], [], []
     clipped_entries, clipped_collisions_only = 0, True
     max_err = max_err_unclipped = 0.0
@@ -118,26 +120,43 @@ def print_encoding_report(r: dict) -> None:
     def spread(values):
         return f"min {min(values)}, median {statistics.median(values):g}, max {max(values)}"
 
-    print(f"{r['dataset']}: {r['features']} features ({r['constant_features']} constant), "
-          f"grid 2^-{r['grid_shift_e']} = {r['grid_step_std']:g} std, integer codes within +-63")
-    print(f"  distinct input values per feature  float:   {spread(r['distinct_per_feature_float'])} "
-          f"(total {r['distinct_float_total']})")
-    print(f"                                     rounded: {spread(r['distinct_per_feature_rounded'])} "
-          f"(total {r['distinct_rounded_total']})")
+    print(
+        f"{r['dataset']}: {r['features']} features ({r['constant_features']} constant), "
+        f"grid 2^-{r['grid_shift_e']} = {r['grid_step_std']:g} std, integer codes within +-63"
+    )
+    print(
+        f"  distinct input values per feature  float:   {spread(r['distinct_per_feature_float'])} "
+        f"(total {r['distinct_float_total']})"
+    )
+    print(
+        f"                                     rounded: {spread(r['distinct_per_feature_rounded'])} "
+        f"(total {r['distinct_rounded_total']})"
+    )
     inj = not r["features_not_injective"]
-    print(f"  rounding injective per feature:    {'yes, every feature' if inj else 'NO'}"
-          + ("" if inj else f" ({len(r['features_not_injective'])} features merge codes, "
-                            f"{len(r['features_not_injective_on_observed_codes'])} of them among codes that "
-                            f"occur in the data; merges only between clipped entries: "
-                            f"{r['collisions_only_between_clipped_entries']})"))
-    print(f"  table entries clipped at +-63:     {r['table_entries_clipped']} "
-          f"({100 * r['train_values_clipped_fraction']:.3f} % of the training values)")
-    print(f"  largest rounding error:            {r['max_rounding_error_std']:.4f} std "
-          f"(unclipped entries: {r['max_rounding_error_unclipped_std']:.4f} std, half a step = "
-          f"{r['half_grid_step_std']:g})")
+    print(
+        f"  rounding injective per feature:    {'yes, every feature' if inj else 'NO'}"
+        + (
+            ""
+            if inj
+            else f" ({len(r['features_not_injective'])} features merge codes, "
+            f"{len(r['features_not_injective_on_observed_codes'])} of them among codes that "
+            f"occur in the data; merges only between clipped entries: "
+            f"{r['collisions_only_between_clipped_entries']})"
+        )
+    )
+    print(
+        f"  table entries clipped at +-63:     {r['table_entries_clipped']} "
+        f"({100 * r['train_values_clipped_fraction']:.3f} % of the training values)"
+    )
+    print(
+        f"  largest rounding error:            {r['max_rounding_error_std']:.4f} std "
+        f"(unclipped entries: {r['max_rounding_error_unclipped_std']:.4f} std, half a step = "
+        f"{r['half_grid_step_std']:g})"
+    )
 
 
 # ----------------------------------------------------------------------------- float variant
+
 
 def _float_spec_class():
     import torch
@@ -152,11 +171,11 @@ def _float_spec_class():
         Everything else (the rounded table the artifact stores, widths, channels) is inherited.
         """
 
-        float_values: np.ndarray | None = None        # (D, K) float64 from float_standardized
+        float_values: np.ndarray | None = None  # (D, K) float64 from float_standardized
 
         def encode(self, x: np.ndarray) -> torch.Tensor:
             x = np.asarray(x, dtype=np.int64)
-            values = self.float_values[np.arange(x.shape[1])[None, :], x]            # (n, D)
+            values = self.float_values[np.arange(x.shape[1])[None, :], x]  # (n, D)
             if self.architecture == "cnn":
                 values = values[:, pixel_index(self.image_shape, self.pixel_order)][:, None, :, :]
             return torch.from_numpy(values.astype(np.float32))
@@ -212,24 +231,50 @@ def authors_float_inputs(clip: bool = False):
 ENCODINGS = ("rounded", "float", "float-clipped")
 
 
-def train_once(dataset, *, activation: str, seed: int, epochs: int, match_bits: int, layers: int,
-               weight_bits: int, lr: float, encoding: str) -> dict:
+def train_once(
+    dataset,
+    *,
+    activation: str,
+    seed: int,
+    epochs: int,
+    match_bits: int,
+    layers: int,
+    weight_bits: int,
+    lr: float,
+    encoding: str,
+) -> dict:
     from bnc_deploy.train.dnn import DNNConfig, train_dnn
 
-    config = DNNConfig(architecture="fc", layers=layers, weight_bits=weight_bits, activation=activation,
-                       batch_norm=True, match_bits=match_bits, epochs=epochs, lr=lr, seed=seed, progress=False)
+    config = DNNConfig(
+        architecture="fc",
+        layers=layers,
+        weight_bits=weight_bits,
+        activation=activation,
+        batch_norm=True,
+        match_bits=match_bits,
+        epochs=epochs,
+        lr=lr,
+        seed=seed,
+        progress=False,
+    )
     tick = time.perf_counter()
-    patch = {"rounded": contextlib.nullcontext(), "float": authors_float_inputs(),
-             "float-clipped": authors_float_inputs(clip=True)}[encoding]
+    patch = {
+        "rounded": contextlib.nullcontext(),
+        "float": authors_float_inputs(),
+        "float-clipped": authors_float_inputs(clip=True),
+    }[encoding]
     with patch:
         result = train_dnn(dataset, config)
     meta = result.artifact.metadata
     return {
-        "encoding": encoding, "activation": activation, "seed": seed, "epochs": epochs,
+        "encoding": encoding,
+        "activation": activation,
+        "seed": seed,
+        "epochs": epochs,
         "hidden_widths": list(result.artifact.hidden_widths),
-        "test_error": meta["torch_test_error"],                   # torch net on its own inputs
+        "test_error": meta["torch_test_error"],  # torch net on its own inputs
         "running_train_error_last_epoch": (result.history["train_error"] or [None])[-1],
-        "artifact_test_error": meta["errors"]["test"],            # reference predictor, rounded table
+        "artifact_test_error": meta["errors"]["test"],  # reference predictor, rounded table
         "torch_reference_agreement": meta["torch_reference_agreement"],
         "seconds": time.perf_counter() - tick,
     }
@@ -241,9 +286,12 @@ def main(argv=None) -> int:
     p.add_argument("--epochs", type=int, default=100)
     p.add_argument("--seeds", default="0,1", help="comma-separated seeds (default 0,1)")
     p.add_argument("--activations", default="relu,sign")
-    p.add_argument("--encodings", default="rounded,float",
-                   help="comma-separated, of rounded (ours), float (the authors'), float-clipped (diagnostic: "
-                        "float clipped to the grid's range, not rounded); default rounded,float")
+    p.add_argument(
+        "--encodings",
+        default="rounded,float",
+        help="comma-separated, of rounded (ours), float (the authors'), float-clipped (diagnostic: "
+        "float clipped to the grid's range, not rounded); default rounded,float",
+    )
     p.add_argument("--layers", type=int, default=2)
     p.add_argument("--weight-bits", type=int, default=2)
     p.add_argument("--nb-bits", type=int, default=3, help="width matched to the NB size at this many bits")
@@ -262,8 +310,10 @@ def main(argv=None) -> int:
     try:
         dataset = load_dataset(args.data)
     except DatasetError as exc:
-        print(f"skipped: {args.data} is not available ({exc}); the paper's data lives in ../shared/datasets "
-              "beside the clone (or $BNC_DEPLOY_DATA_DIR)")
+        print(
+            f"skipped: {args.data} is not available ({exc}); the paper's data lives in ../shared/datasets "
+            "beside the clone (or $BNC_DEPLOY_DATA_DIR)"
+        )
         return 0
     report = encoding_report(dataset)
     print_encoding_report(report)
@@ -277,20 +327,33 @@ def main(argv=None) -> int:
         unknown = set(encodings) - set(ENCODINGS)
         if unknown:
             p.error(f"unknown encodings {sorted(unknown)}: choose from {', '.join(ENCODINGS)}")
-        print(f"\nFC L={args.layers}, {args.weight_bits}-bit weights, batch norm, match_bits = {nb_parameters:,} NB "
-              f"parameters x {args.nb_bits} = {match_bits:,} bits, lr {args.lr:g}, {args.epochs} epochs, "
-              f"seeds {seeds}, {args.threads} thread(s)")
+        print(
+            f"\nFC L={args.layers}, {args.weight_bits}-bit weights, batch norm, match_bits = {nb_parameters:,} NB "
+            f"parameters x {args.nb_bits} = {match_bits:,} bits, lr {args.lr:g}, {args.epochs} epochs, "
+            f"seeds {seeds}, {args.threads} thread(s)"
+        )
         out["settings"] = {**vars(args), "match_bits": match_bits, "nb_parameters": nb_parameters}
         started = time.perf_counter()
         for activation in activations:
             for seed in seeds:
                 for encoding in encodings:
-                    run = train_once(dataset, activation=activation, seed=seed, epochs=args.epochs,
-                                     match_bits=match_bits, layers=args.layers, weight_bits=args.weight_bits,
-                                     lr=args.lr, encoding=encoding)
+                    run = train_once(
+                        dataset,
+                        activation=activation,
+                        seed=seed,
+                        epochs=args.epochs,
+                        match_bits=match_bits,
+                        layers=args.layers,
+                        weight_bits=args.weight_bits,
+                        lr=args.lr,
+                        encoding=encoding,
+                    )
                     out["runs"].append(run)
-                    print(f"  {activation:4s} seed {seed} {encoding:7s}: test error {100 * run['test_error']:.2f} % "
-                          f"(widths {run['hidden_widths']}, {run['seconds']:.0f} s)", flush=True)
+                    print(
+                        f"  {activation:4s} seed {seed} {encoding:7s}: test error {100 * run['test_error']:.2f} % "
+                        f"(widths {run['hidden_widths']}, {run['seconds']:.0f} s)",
+                        flush=True,
+                    )
         out["summary"] = print_table(out["runs"], activations, seeds, encodings)
         out["total_seconds"] = time.perf_counter() - started
         print(f"\ntotal {out['total_seconds']:.0f} s")
@@ -314,14 +377,21 @@ def print_table(runs: list[dict], activations, seeds, encodings) -> dict:
         errors = {e: [by[(activation, s, e)]["test_error"] for s in seeds] for e in encodings}
         diffs = {e: [a - b for a, b in zip(errors[e], errors["rounded"])] for e in others}
         for k, seed in enumerate(seeds):
-            cells = [activation, str(seed), *(f"{100 * errors[e][k]:.2f} %" for e in encodings),
-                     *(f"{100 * diffs[e][k]:+.2f} pp" for e in others)]
+            cells = [
+                activation,
+                str(seed),
+                *(f"{100 * errors[e][k]:.2f} %" for e in encodings),
+                *(f"{100 * diffs[e][k]:+.2f} pp" for e in others),
+            ]
             if "float" in encodings:
                 cells.append(f"{100 * by[(activation, seed, 'float')]['artifact_test_error']:.2f} %")
             print("| " + " | ".join(cells) + " |")
-        cells = [activation, "mean (sd)", *(f"{100 * _mean(errors[e]):.2f} % ({100 * _sd(errors[e]):.2f})"
-                                            for e in encodings),
-                 *(f"{100 * _mean(diffs[e]):+.2f} pp ({100 * _sd(diffs[e]):.2f})" for e in others)]
+        cells = [
+            activation,
+            "mean (sd)",
+            *(f"{100 * _mean(errors[e]):.2f} % ({100 * _sd(errors[e]):.2f})" for e in encodings),
+            *(f"{100 * _mean(diffs[e]):+.2f} pp ({100 * _sd(diffs[e]):.2f})" for e in others),
+        ]
         if "float" in encodings:
             cells.append("")
         print("| " + " | ".join(cells) + " |")

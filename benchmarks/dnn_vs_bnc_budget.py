@@ -58,37 +58,77 @@ def main(argv=None) -> int:
     train = str(BIN / "bnc-train")
     common = ["--data", args.data, "--seed", str(args.seed), "--quiet", "--threads", "1"]
 
-    nb = run([train, *common, "--model", "nb", "--bits", str(args.nb_bits), "--epochs", str(args.nb_epochs),
-              "--validation", str(args.validation), "-o", str(work / "nb.bnc")], work / "nb.json")
+    nb = run(
+        [
+            train,
+            *common,
+            "--model",
+            "nb",
+            "--bits",
+            str(args.nb_bits),
+            "--epochs",
+            str(args.nb_epochs),
+            "--validation",
+            str(args.validation),
+            "-o",
+            str(work / "nb.bnc"),
+        ],
+        work / "nb.json",
+    )
     budget = nb["size_bits"]
-    print(f"budget: {args.nb_bits}-bit NB on {args.data}: {nb['n_parameters']:,} parameters x {args.nb_bits} bits "
-          f"= {budget:,} bits, {nb['n_ops']:,} ops, test error {100 * nb['test_error']:.2f} %", flush=True)
+    print(
+        f"budget: {args.nb_bits}-bit NB on {args.data}: {nb['n_parameters']:,} parameters x {args.nb_bits} bits "
+        f"= {budget:,} bits, {nb['n_ops']:,} ops, test error {100 * nb['test_error']:.2f} %",
+        flush=True,
+    )
 
     jobs = []
     for model in args.models.split(","):
         arch, act = model.split("-")
         for lr in args.lrs.split(","):
             name = f"{model}_lr{lr}"
-            cmd = [train, *common, "--model", arch, "--activation", act, "--batch-norm",
-                   "--weight-bits", str(args.weight_bits),
-                   "--layers", str(args.fc_layers if arch == "fc" else args.cnn_layers),
-                   "--match-bits", str(budget), "--epochs", str(args.epochs), "--lr", lr,
-                   "--validation", str(args.validation), "-o", str(work / f"{name}.bnc")]
+            cmd = [
+                train,
+                *common,
+                "--model",
+                arch,
+                "--activation",
+                act,
+                "--batch-norm",
+                "--weight-bits",
+                str(args.weight_bits),
+                "--layers",
+                str(args.fc_layers if arch == "fc" else args.cnn_layers),
+                "--match-bits",
+                str(budget),
+                "--epochs",
+                str(args.epochs),
+                "--lr",
+                lr,
+                "--validation",
+                str(args.validation),
+                "-o",
+                str(work / f"{name}.bnc"),
+            ]
             jobs.append((model, lr, cmd, work / f"{name}.json"))
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
         results = list(pool.map(lambda j: (j[0], j[1], run(j[2], j[3])), jobs))
 
     print(f"\n| model | lr (by val) | widths | bits (target {budget:,}) | ops | val error | test error |")
     print("|---|---|---|---|---|---|---|")
-    print(f"| NB {args.nb_bits}-bit | 3e-3 | - | {budget:,} | {nb['n_ops']:,} | "
-          f"{100 * nb['val_error']:.2f} % | {100 * nb['test_error']:.2f} % |")
+    print(
+        f"| NB {args.nb_bits}-bit | 3e-3 | - | {budget:,} | {nb['n_ops']:,} | "
+        f"{100 * nb['val_error']:.2f} % | {100 * nb['test_error']:.2f} % |"
+    )
     for model in args.models.split(","):
         runs = [r for m, _, r in results if m == model]
         best = min(runs, key=lambda r: r["val_error"])
         others = ", ".join(f"{r['lr']:g}: {100 * r['test_error']:.2f}" for r in runs)
-        print(f"| {model} L={best['layers']} B={best['weight_bits']} | {best['lr']:g} | "
-              f"{','.join(map(str, best['hidden_widths']))} | {best['achieved_bits']:,} | {best['achieved_ops']:,} | "
-              f"{100 * best['val_error']:.2f} % | {100 * best['test_error']:.2f} % (all lrs: {others}) |")
+        print(
+            f"| {model} L={best['layers']} B={best['weight_bits']} | {best['lr']:g} | "
+            f"{','.join(map(str, best['hidden_widths']))} | {best['achieved_bits']:,} | {best['achieved_ops']:,} | "
+            f"{100 * best['val_error']:.2f} % | {100 * best['test_error']:.2f} % (all lrs: {others}) |"
+        )
     return 0
 
 

@@ -58,8 +58,25 @@ def train_artifact(dataset: str, fold: int, model: str, bits: int | None, workdi
     out = workdir / f"{dataset}_f{fold}_{model}_{tag}.bnc"
     if out.exists():
         return out
-    cmd = [sys.executable, "-m", "bnc_deploy.cli.train", "--data", dataset, "--fold", str(fold),
-           "--model", model, "--init", "ml", "--epochs", "0", "--quiet", "--json", "-o", str(out)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "bnc_deploy.cli.train",
+        "--data",
+        dataset,
+        "--fold",
+        str(fold),
+        "--model",
+        model,
+        "--init",
+        "ml",
+        "--epochs",
+        "0",
+        "--quiet",
+        "--json",
+        "-o",
+        str(out),
+    ]
     if bits is not None:
         cmd += ["--bits", str(bits), "--int-bits", str(int_bits_for(bits))]
     done = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True)
@@ -74,10 +91,14 @@ def compare(runtime, x: np.ndarray, ref_lj: np.ndarray) -> dict:
     lj, label = runtime.run(x)
     seconds = time.perf_counter() - start
     mismatches = int(np.count_nonzero(label != np.argmax(ref_lj, axis=1)))
-    return {"label_mismatches": mismatches, "agreement": 1.0 - mismatches / len(x),
-            "log_joint_identical": bool(np.array_equal(lj, ref_lj)),
-            "max_abs_diff": float(np.max(np.abs(lj - ref_lj))), "exact_expected": bool(runtime.metadata["exact"]),
-            "seconds": round(seconds, 3)}
+    return {
+        "label_mismatches": mismatches,
+        "agreement": 1.0 - mismatches / len(x),
+        "log_joint_identical": bool(np.array_equal(lj, ref_lj)),
+        "max_abs_diff": float(np.max(np.abs(lj - ref_lj))),
+        "exact_expected": bool(runtime.metadata["exact"]),
+        "seconds": round(seconds, 3),
+    }
 
 
 def check_one(artifact_path: Path, dataset: str, fold: int, workdir: Path) -> dict:
@@ -89,6 +110,7 @@ def check_one(artifact_path: Path, dataset: str, fold: int, workdir: Path) -> di
 
     def export_unverified(path, format, **options):  # this script measures the parity itself, on every row
         return atomic_write_bytes(path, build(artifact, format, **options)[0]).path
+
     from bnc_deploy.reference.bnc import ReferencePredictor
     from bnc_deploy.runtimes.base import load_runtime
 
@@ -125,8 +147,9 @@ def failures(row: dict) -> list[str]:
         exact_broken = r["exact_expected"] and (r["label_mismatches"] or not r["log_joint_identical"])
         gather_label = key in ("onnx", "tflite_gather") and r["label_mismatches"]
         if exact_broken or gather_label:
-            problems.append(f"{key}: {r['label_mismatches']} label mismatch(es), "
-                            f"log_joint identical {r['log_joint_identical']}")
+            problems.append(
+                f"{key}: {r['label_mismatches']} label mismatch(es), log_joint identical {r['log_joint_identical']}"
+            )
     return problems
 
 
@@ -145,15 +168,19 @@ def _onehot_cells(r: dict, quantized: bool) -> str:
 def format_row(row: dict) -> str:
     q = row["quantized"]
     bits = "float" if row["bits"] is None else str(row["bits"])
-    return (f"{row['dataset']:<9}{row['fold']:>4}  {row['model']:<4}{bits:>6}{row['n_test']:>7}  "
-            f"{_cell(row['onnx'], q):<12}{_cell(row['tflite_gather'], q):<12}"
-            f"{_onehot_cells(row['tflite_onehot_fc'], q)}{_onehot_cells(row['tflite_onehot_fc_relu'], q)}"
-            f"{row['onehot_fc_groups']:>4}  {'FAIL' if row['failures'] else 'ok'}")
+    return (
+        f"{row['dataset']:<9}{row['fold']:>4}  {row['model']:<4}{bits:>6}{row['n_test']:>7}  "
+        f"{_cell(row['onnx'], q):<12}{_cell(row['tflite_gather'], q):<12}"
+        f"{_onehot_cells(row['tflite_onehot_fc'], q)}{_onehot_cells(row['tflite_onehot_fc_relu'], q)}"
+        f"{row['onehot_fc_groups']:>4}  {'FAIL' if row['failures'] else 'ok'}"
+    )
 
 
-HEADER = (f"{'dataset':<9}{'fold':>4}  {'mdl':<4}{'bits':>6}{'n_test':>7}  {'onnx':<12}{'tfl-gather':<12}"
-          f"{'oh equal-cast':<18}{'oh relu':<18}{'grp':>4}  status\n"
-          f"{'':<32}{'labels/lj':<12}{'labels/lj':<12}{'agree    lj':<18}{'agree    lj':<18}")
+HEADER = (
+    f"{'dataset':<9}{'fold':>4}  {'mdl':<4}{'bits':>6}{'n_test':>7}  {'onnx':<12}{'tfl-gather':<12}"
+    f"{'oh equal-cast':<18}{'oh relu':<18}{'grp':>4}  status\n"
+    f"{'':<32}{'labels/lj':<12}{'labels/lj':<12}{'agree    lj':<18}{'agree    lj':<18}"
+)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -175,12 +202,17 @@ def main(argv: list[str] | None = None) -> int:
     print(HEADER, flush=True)
     try:
         for dataset in datasets:
-            for fold in (FOLDS[dataset][:1] if args.quick else FOLDS[dataset]):
+            for fold in FOLDS[dataset][:1] if args.quick else FOLDS[dataset]:
                 for model in MODELS:
                     for bits in bits_list:
                         artifact = train_artifact(dataset, fold, model, bits, workdir)
-                        row = {"dataset": dataset, "fold": fold, "model": model, "bits": bits,
-                               "int_bits": None if bits is None else int_bits_for(bits)}
+                        row = {
+                            "dataset": dataset,
+                            "fold": fold,
+                            "model": model,
+                            "bits": bits,
+                            "int_bits": None if bits is None else int_bits_for(bits),
+                        }
                         row.update(check_one(artifact, dataset, fold, workdir))
                         row["failures"] = failures(row)
                         rows.append(row)
@@ -195,8 +227,10 @@ def main(argv: list[str] | None = None) -> int:
         for label, pick in (("B=8", lambda r: r["bits"] == 8), ("float", lambda r: r["bits"] is None)):
             agree = [r[key]["agreement"] for r in rows if pick(r)]
             if agree:
-                print(f"  {key} label agreement, {label}: min {100 * min(agree):.2f}%, "
-                      f"mean {100 * float(np.mean(agree)):.2f}% over {len(agree)} artifacts")
+                print(
+                    f"  {key} label agreement, {label}: min {100 * min(agree):.2f}%, "
+                    f"mean {100 * float(np.mean(agree)):.2f}% over {len(agree)} artifacts"
+                )
     for r in bad:
         print(f"FAIL {r['dataset']} fold {r['fold']} {r['model']} bits {r['bits']}: {'; '.join(r['failures'])}")
     if args.json:

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))   # run from a checkout without installing
+sys.path.insert(0, str(ROOT))  # run from a checkout without installing
 
 from bnc_deploy.cli import export as export_cli  # noqa: E402
 from bnc_deploy.cli import profile as profile_cli  # noqa: E402
@@ -56,8 +56,21 @@ def quietly(function, *args):
 
 def train(dataset: str, structure: str, bits: int | None, out: Path) -> Path:
     """Maximum-likelihood model via bnc-train (in process: torch is imported once)."""
-    argv = ["--data", dataset, "--model", structure, "--init", "ml", "--epochs", "0", "--threads", "1",
-            "--quiet", "-o", str(out)]
+    argv = [
+        "--data",
+        dataset,
+        "--model",
+        structure,
+        "--init",
+        "ml",
+        "--epochs",
+        "0",
+        "--threads",
+        "1",
+        "--quiet",
+        "-o",
+        str(out),
+    ]
     if structure == "tan":
         argv += ["--structure", "chow-liu"]
     if bits is not None:
@@ -68,8 +81,9 @@ def train(dataset: str, structure: str, bits: int | None, out: Path) -> Path:
 
 def export(model: Path, fmt: str, out: Path, *extra: str) -> Path:
     """bnc-export (exports and verifies against the model's check set); raises on disagreement."""
-    report = quietly(export_cli.run, export_cli.build_parser().parse_args(
-        [str(model), "--format", fmt, "-o", str(out), *extra]))
+    report = quietly(
+        export_cli.run, export_cli.build_parser().parse_args([str(model), "--format", fmt, "-o", str(out), *extra])
+    )
     if report["exact_expected"] and report["exact"] is False:
         raise SystemExit(f"{out} is not bit-exact with {model}: {report}")
     return out
@@ -89,16 +103,29 @@ def profile_models(datasets, widths, models_dir: Path, runs: int, env: dict) -> 
                 stem = models_dir / f"{dataset}_{structure}_{width_name(bits)}"
                 t0 = time.perf_counter()
                 model = train(dataset, structure, bits, stem.with_suffix(".bnc"))
-                files = [model, export(model, "onnx", stem.with_suffix(".onnx")),
-                         export(model, "tflite", stem.with_suffix(".tflite"))]
+                files = [
+                    model,
+                    export(model, "onnx", stem.with_suffix(".onnx")),
+                    export(model, "tflite", stem.with_suffix(".tflite")),
+                ]
                 for f in files:
-                    file_rows, _ = profile_cli.profile_model(f, ["numpy", "onnxruntime", "litert"], data, env=env,
-                                                             runs=runs, repeats=3, warmup=20, throughput_repeats=5)
+                    file_rows, _ = profile_cli.profile_model(
+                        f,
+                        ["numpy", "onnxruntime", "litert"],
+                        data,
+                        env=env,
+                        runs=runs,
+                        repeats=3,
+                        warmup=20,
+                        throughput_repeats=5,
+                    )
                     for r in file_rows:
                         r.update(model_id=str(stem), group=f"{dataset} {structure.upper()}")
                     rows.extend(file_rows)
-                log(f"  {stem.name}: error {100 * rows[-1]['test_error']:.2f} %, {rows[-1]['size_bits']:,} bits, "
-                    f"{rows[-1]['n_ops']:,} ops ({time.perf_counter() - t0:.1f} s)")
+                log(
+                    f"  {stem.name}: error {100 * rows[-1]['test_error']:.2f} %, {rows[-1]['size_bits']:,} bits, "
+                    f"{rows[-1]['n_ops']:,} ops ({time.perf_counter() - t0:.1f} s)"
+                )
     return rows
 
 
@@ -106,11 +133,26 @@ def model_table(rows: list[dict]) -> tuple[list[dict], str]:
     """One record per model (the runtimes side by side) and its text table."""
     models: dict[str, dict] = {}
     for r in rows:
-        m = models.setdefault(r["model_id"], {
-            "model_id": r["model_id"], "dataset": r["dataset"], "structure": r["structure"], "group": r["group"],
-            "bits": r["bits"], "quantized": r["quantized"], "test_error": r["test_error"], "size_bits": r["size_bits"],
-            "n_ops": r["n_ops"], "n_parameters": r["n_parameters"], "graph_equal": {}, "errors": {},
-            "p50_us": {}, "p99_us": {}, "rows_per_s": {}})
+        m = models.setdefault(
+            r["model_id"],
+            {
+                "model_id": r["model_id"],
+                "dataset": r["dataset"],
+                "structure": r["structure"],
+                "group": r["group"],
+                "bits": r["bits"],
+                "quantized": r["quantized"],
+                "test_error": r["test_error"],
+                "size_bits": r["size_bits"],
+                "n_ops": r["n_ops"],
+                "n_parameters": r["n_parameters"],
+                "graph_equal": {},
+                "errors": {},
+                "p50_us": {},
+                "p99_us": {},
+                "rows_per_s": {},
+            },
+        )
         key = r["runtime"] + ("" if r["runtime"] == "numpy" else f"-{r['threads'] or 'def'}")
         m["errors"][key] = r["test_error"]
         m["p50_us"][key], m["p99_us"][key] = r["latency_us_p50_batch1"], r["latency_us_p99_batch1"]
@@ -121,10 +163,11 @@ def model_table(rows: list[dict]) -> tuple[list[dict], str]:
     mark_pareto(records, by="dataset")
     keys = ["numpy", "onnxruntime-1", "onnxruntime-def", "litert-1"]
     short = ["np", "ort1", "ortD", "lite1"]
-    block = lambda title: f"{title:^31}"   # noqa: E731
+    block = lambda title: f"{title:^31}"  # noqa: E731
     head1 = f"{'':<39}{block('batch-1 p50 (µs)')} {block('batch-1 p99 (µs)')} {block('throughput (k rows/s)')}"
-    head2 = (f"{'dataset':<9}{'model':<6}{'bits':>5} {'error %':>8} {'size bits':>10} {'ops':>5} "
-             + " ".join(" ".join(f"{k:>7}" for k in short) for _ in range(3)))
+    head2 = f"{'dataset':<9}{'model':<6}{'bits':>5} {'error %':>8} {'size bits':>10} {'ops':>5} " + " ".join(
+        " ".join(f"{k:>7}" for k in short) for _ in range(3)
+    )
     lines = [head1, head2, "-" * len(head2)]
     for m in records:
         equal = "" if m["graph_equal"] and all(m["graph_equal"].values()) else " (graph count differs!)"
@@ -132,17 +175,20 @@ def model_table(rows: list[dict]) -> tuple[list[dict], str]:
         p50 = " ".join(f"{m['p50_us'].get(k) or 0:>7.1f}" for k in keys)
         p99 = " ".join(f"{m['p99_us'].get(k) or 0:>7.1f}" for k in keys)
         thr = " ".join(f"{(m['rows_per_s'].get(k) or 0) / 1e3:>7,.0f}" for k in keys)
-        lines.append(f"{m['dataset']:<9}{m['structure'].upper():<6}{'f32' if not m['quantized'] else m['bits']:>5} "
-                     f"{100 * m['test_error']:>6.2f}{'' if same_error else '!'}{'*' if m['pareto'] else ' '} "
-                     f"{m['size_bits']:>10,} {m['n_ops']:>5,} {p50} {p99} {thr}{equal}")
-    lines += ["-" * len(head2),
-              "* Pareto-optimal in (size bits, ops, test error) within the dataset. '!': runtimes disagree on the "
-              "test error.",
-              "Every row: the ONNX and TFLite graph counts equal the analytic size and ops unless marked.",
-              "np = numpy reference (.bnc), ort1/ortD = onnxruntime 1 thread / default threads, lite1 = LiteRT "
-              "1 thread.",
-              "Latency: bare runtime call, batch 1, 3 blocks of --runs calls after 20 warm-up calls. Throughput: "
-              "the whole test split in one call (median of 5)."]
+        lines.append(
+            f"{m['dataset']:<9}{m['structure'].upper():<6}{'f32' if not m['quantized'] else m['bits']:>5} "
+            f"{100 * m['test_error']:>6.2f}{'' if same_error else '!'}{'*' if m['pareto'] else ' '} "
+            f"{m['size_bits']:>10,} {m['n_ops']:>5,} {p50} {p99} {thr}{equal}"
+        )
+    lines += [
+        "-" * len(head2),
+        "* Pareto-optimal in (size bits, ops, test error) within the dataset. '!': runtimes disagree on the "
+        "test error.",
+        "Every row: the ONNX and TFLite graph counts equal the analytic size and ops unless marked.",
+        "np = numpy reference (.bnc), ort1/ortD = onnxruntime 1 thread / default threads, lite1 = LiteRT 1 thread.",
+        "Latency: bare runtime call, batch 1, 3 blocks of --runs calls after 20 warm-up calls. Throughput: "
+        "the whole test split in one call (median of 5).",
+    ]
     return records, "\n".join(lines)
 
 
@@ -158,8 +204,10 @@ def graph_checks(datasets, widths, models_dir: Path) -> tuple[list[dict], str]:
                     train(dataset, structure, bits, model)
                 variants = [("onnx", "gather", ()), ("tflite", "gather", ())]
                 if bits in (None, 3, 8):
-                    variants += [("onnx", "onehot-fc", ("--lowering", "onehot-fc")),
-                                 ("tflite", "onehot-fc", ("--lowering", "onehot-fc"))]
+                    variants += [
+                        ("onnx", "onehot-fc", ("--lowering", "onehot-fc")),
+                        ("tflite", "onehot-fc", ("--lowering", "onehot-fc")),
+                    ]
                     if bits is not None:
                         variants.append(("onnx", "pack-bits", ("--pack-bits",)))
                 if bits == 3:
@@ -174,27 +222,49 @@ def graph_checks(datasets, widths, models_dir: Path) -> tuple[list[dict], str]:
                         export(model, fmt, path, *extra)
                     count = count_graph(path)
                     t = count.totals()
-                    checks.append({
-                        "dataset": dataset, "structure": structure, "bits": bits, "format": fmt, "variant": variant,
-                        "file": str(path), "analytic_size_bits": costs.size_bits, "graph_param_bits": count.param_bits,
-                        "analytic_ops": costs.n_ops, "graph_ops": count.paper_ops,
-                        "per_row_additions": t["arithmetic"], "folded": t["folded_additions"], "macs": t["macs"],
-                        "addressing": t["addressing"], "guard": t["guard"], "argmax": t["argmax"],
-                        "rescale": t["rescale"], "storage_bits": count.storage_bits, "complete": count.complete,
-                        "equal": count.param_bits == costs.size_bits and count.paper_ops == costs.n_ops})
+                    checks.append(
+                        {
+                            "dataset": dataset,
+                            "structure": structure,
+                            "bits": bits,
+                            "format": fmt,
+                            "variant": variant,
+                            "file": str(path),
+                            "analytic_size_bits": costs.size_bits,
+                            "graph_param_bits": count.param_bits,
+                            "analytic_ops": costs.n_ops,
+                            "graph_ops": count.paper_ops,
+                            "per_row_additions": t["arithmetic"],
+                            "folded": t["folded_additions"],
+                            "macs": t["macs"],
+                            "addressing": t["addressing"],
+                            "guard": t["guard"],
+                            "argmax": t["argmax"],
+                            "rescale": t["rescale"],
+                            "storage_bits": count.storage_bits,
+                            "complete": count.complete,
+                            "equal": count.param_bits == costs.size_bits and count.paper_ops == costs.n_ops,
+                        }
+                    )
             log(f"  checked {dataset} {structure}")
-    head = (f"{'dataset':<9}{'model':<6}{'bits':>5} {'file':<7}{'variant':<16}{'size bits':>11} {'graph':>11} "
-            f"{'ops':>6} {'graph':>6} {'= per-row':>9} {'+ folded':>8} {'MACs':>8} {'equal':>6}")
+    head = (
+        f"{'dataset':<9}{'model':<6}{'bits':>5} {'file':<7}{'variant':<16}{'size bits':>11} {'graph':>11} "
+        f"{'ops':>6} {'graph':>6} {'= per-row':>9} {'+ folded':>8} {'MACs':>8} {'equal':>6}"
+    )
     lines = [head, "-" * len(head)]
     for c in checks:
-        lines.append(f"{c['dataset']:<9}{c['structure'].upper():<6}{'f32' if c['bits'] is None else c['bits']:>5} "
-                     f"{c['format']:<7}{c['variant']:<16}{c['analytic_size_bits']:>11,} {c['graph_param_bits']:>11,} "
-                     f"{c['analytic_ops']:>6,} {'?' if c['graph_ops'] is None else format(c['graph_ops'], ','):>6} "
-                     f"{c['per_row_additions']:>9,} {c['folded']:>8,} {c['macs']:>8,} "
-                     f"{'yes' if c['equal'] else 'NO':>6}")
+        lines.append(
+            f"{c['dataset']:<9}{c['structure'].upper():<6}{'f32' if c['bits'] is None else c['bits']:>5} "
+            f"{c['format']:<7}{c['variant']:<16}{c['analytic_size_bits']:>11,} {c['graph_param_bits']:>11,} "
+            f"{c['analytic_ops']:>6,} {'?' if c['graph_ops'] is None else format(c['graph_ops'], ','):>6} "
+            f"{c['per_row_additions']:>9,} {c['folded']:>8,} {c['macs']:>8,} "
+            f"{'yes' if c['equal'] else 'NO':>6}"
+        )
     n_equal = sum(c["equal"] for c in checks)
-    lines += ["-" * len(head), f"{n_equal} of {len(checks)} exported graphs: counted ops and parameter bits "
-                               "equal the analytic model"]
+    lines += [
+        "-" * len(head),
+        f"{n_equal} of {len(checks)} exported graphs: counted ops and parameter bits equal the analytic model",
+    ]
     return checks, "\n".join(lines)
 
 
@@ -221,9 +291,11 @@ def main(argv=None) -> int:
     (out / "rows.json").write_text(json.dumps(rows, indent=1))
     records, table = model_table(rows)
     (out / "models.json").write_text(json.dumps(records, indent=1))
-    header = (f"bnc-deploy profile report ({time.strftime('%Y-%m-%d %H:%M')}), CPU {env['cpu']} "
-              f"({env['usable_cpus']} usable cores), Python {env['python']}, "
-              + ", ".join(f"{k} {v}" for k, v in env["versions"].items()))
+    header = (
+        f"bnc-deploy profile report ({time.strftime('%Y-%m-%d %H:%M')}), CPU {env['cpu']} "
+        f"({env['usable_cpus']} usable cores), Python {env['python']}, "
+        + ", ".join(f"{k} {v}" for k, v in env["versions"].items())
+    )
     (out / "table.txt").write_text(header + "\n\n" + table + "\n")
     plots = plot_all(records, out, note="maximum-likelihood models (bnc-train --init ml --epochs 0), test split")
 
@@ -238,8 +310,11 @@ def main(argv=None) -> int:
     print()
     print(check_table)
     print()
-    print(f"wrote {out}/: rows.json, models.json, table.txt, graph_checks.json, graph_checks.txt, environment.json, "
-          + ", ".join(Path(p).name for p in plots) + f" ({time.perf_counter() - started:.0f} s)")
+    print(
+        f"wrote {out}/: rows.json, models.json, table.txt, graph_checks.json, graph_checks.txt, environment.json, "
+        + ", ".join(Path(p).name for p in plots)
+        + f" ({time.perf_counter() - started:.0f} s)"
+    )
     return 0 if all(c["equal"] for c in checks) else 1
 
 

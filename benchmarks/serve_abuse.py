@@ -57,8 +57,16 @@ class Server:
 
     def __init__(self, tree: Path, repo: Path, args=(), grpc: bool = False) -> None:
         self.port, self.grpc_port = free_port(), (free_port() if grpc else None)
-        cmd = [sys.executable, "-m", "bnc_deploy.cli.serve", "--repository", str(repo),
-               "--http", f"127.0.0.1:{self.port}", *map(str, args)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "bnc_deploy.cli.serve",
+            "--repository",
+            str(repo),
+            "--http",
+            f"127.0.0.1:{self.port}",
+            *map(str, args),
+        ]
         if grpc:
             cmd += ["--grpc", f"127.0.0.1:{self.grpc_port}"]
         env = dict(os.environ, PYTHONPATH=str(tree), PYTHONUNBUFFERED="1")
@@ -112,8 +120,9 @@ def artifacts(n: int = 2):
     from bnc_deploy.testing import random_bnc_artifact
 
     rng = np.random.default_rng(0)
-    return [random_bnc_artifact(rng, n_classes=26, tan=False, bits=3, int_bits=2, cardinalities=CARDS)
-            for _ in range(n)]
+    return [
+        random_bnc_artifact(rng, n_classes=26, tan=False, bits=3, int_bits=2, cardinalities=CARDS) for _ in range(n)
+    ]
 
 
 def json_body(x: np.ndarray, outputs=None) -> bytes:
@@ -137,8 +146,10 @@ def inplace(tree: Path, work: Path) -> dict:
         stage.mkdir()
         a, b = export(a_art, stage / f"a.{fmt}", fmt), export(b_art, stage / f"b.{fmt}", fmt)
         x = random_valid_codes(np.asarray(CARDS), 4, 1)
-        labels = {hashlib.sha256(d).hexdigest()[:12]: load_runtime(stage / f"{t}.{fmt}").predict(x).tolist()
-                  for t, d in (("a", a), ("b", b))}
+        labels = {
+            hashlib.sha256(d).hexdigest()[:12]: load_runtime(stage / f"{t}.{fmt}").predict(x).tolist()
+            for t, d in (("a", a), ("b", b))
+        }
         target = repo / f"m.{fmt}"
         target.write_bytes(a)
         body = json_body(x, ["label"])
@@ -176,8 +187,12 @@ def inplace(tree: Path, work: Path) -> dict:
                 time.sleep(0.02)
             alive = server.alive()
             code = server.stop()
-            out[f"{fmt} {how}"] = {"alive": alive, "exit": code, "statuses": {str(k): v for k, v in statuses.items()},
-                                   "wrong_outputs": wrong}
+            out[f"{fmt} {how}"] = {
+                "alive": alive,
+                "exit": code,
+                "statuses": {str(k): v for k, v in statuses.items()},
+                "wrong_outputs": wrong,
+            }
     return out
 
 
@@ -210,7 +225,7 @@ def slow_body(tree: Path, repo: Path) -> dict:
     answer = b""
     for i in range(len(body)):
         try:
-            s.sendall(body[i:i + 1])
+            s.sendall(body[i : i + 1])
         except OSError:
             break
         try:
@@ -228,8 +243,10 @@ def slow_body(tree: Path, repo: Path) -> dict:
         pass
     s.close()
     server.stop()
-    return {"status_line": answer.split(b"\r\n", 1)[0].decode(errors="replace"),
-            "seconds": round(time.monotonic() - t0, 1)}
+    return {
+        "status_line": answer.split(b"\r\n", 1)[0].decode(errors="replace"),
+        "seconds": round(time.monotonic() - t0, 1),
+    }
 
 
 def flood(tree: Path, repo: Path, n: int) -> dict:
@@ -267,9 +284,15 @@ def flood(tree: Path, repo: Path, n: int) -> dict:
     time.sleep(2)
     after = server.fds()
     server.stop()
-    return {"sockets": n, "client_refused": refused, "server_fds": {"baseline": base, "flooded": peak, "after": after},
-            "rest_live": rest, "rest_seconds": round(rest_s, 3), "grpc_live": grpc_status,
-            "grpc_seconds": round(grpc_s, 3)}
+    return {
+        "sockets": n,
+        "client_refused": refused,
+        "server_fds": {"baseline": base, "flooded": peak, "after": after},
+        "rest_live": rest,
+        "rest_seconds": round(rest_s, 3),
+        "grpc_live": grpc_status,
+        "grpc_seconds": round(grpc_s, 3),
+    }
 
 
 def big_json(tree: Path, repo: Path) -> dict:
@@ -299,32 +322,48 @@ def big_json(tree: Path, repo: Path) -> dict:
     conn.close()
     rss = None
     try:
-        rss = int([ln for ln in Path(f"/proc/{server.proc.pid}/status").read_text().splitlines()
-                   if ln.startswith("VmHWM")][0].split()[1]) // 1024
+        rss = (
+            int(
+                [
+                    ln
+                    for ln in Path(f"/proc/{server.proc.pid}/status").read_text().splitlines()
+                    if ln.startswith("VmHWM")
+                ][0].split()[1]
+            )
+            // 1024
+        )
     except (OSError, IndexError):
         pass
     server.stop()
-    return {"request_mb": round(len(body) / 1e6, 1), **result, "liveness_probes": len(lat),
-            "liveness_max_ms": round(max(lat) * 1000, 1), "liveness_p50_ms": round(float(np.median(lat)) * 1000, 2),
-            "server_peak_rss_mb": rss}
+    return {
+        "request_mb": round(len(body) / 1e6, 1),
+        **result,
+        "liveness_probes": len(lat),
+        "liveness_max_ms": round(max(lat) * 1000, 1),
+        "liveness_p50_ms": round(float(np.median(lat)) * 1000, 2),
+        "server_peak_rss_mb": rss,
+    }
 
 
 def disconnect(tree: Path, repo: Path) -> dict:
     server = Server(tree, repo)
     s = socket.create_connection(("127.0.0.1", server.port))
-    s.sendall(b"POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{\"inputs\"")
+    s.sendall(b'POST /v2/models/m/infer HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{"inputs"')
     time.sleep(0.3)
     s.close()
     time.sleep(0.5)
     server.stop()
     lines = [json.loads(line) for line in Path(server.access.name).read_text().splitlines() if line.startswith("{")]
-    return {"logged_status": [ln["status"] for ln in lines if ln["path"].endswith("/infer")],
-            "server_log_mentions_error": "error" in Path(server.log.name).read_text().lower()}
+    return {
+        "logged_status": [ln["status"] for ln in lines if ln["path"].endswith("/infer")],
+        "server_log_mentions_error": "error" in Path(server.log.name).read_text().lower(),
+    }
 
 
 def many_inputs(tree: Path, repo: Path) -> dict:
-    body = json.dumps({"inputs": [{"name": f"x{i}", "datatype": "INT64", "shape": [1], "data": [0]}
-                                  for i in range(200_000)]}).encode()
+    body = json.dumps(
+        {"inputs": [{"name": f"x{i}", "datatype": "INT64", "shape": [1], "data": [0]} for i in range(200_000)]}
+    ).encode()
     server = Server(tree, repo)
     t0 = time.monotonic()
     status, data = server.request("POST", "/v2/models/m/infer", body, timeout=120)
@@ -348,10 +387,15 @@ def main(argv=None) -> int:
     repo = work / "repo"
     repo.mkdir()
     export(artifacts(1)[0], repo / "m.onnx", "onnx")
-    runs = {"inplace": lambda: inplace(args.tree, work), "idle": lambda: idle(args.tree, repo),
-            "slow-body": lambda: slow_body(args.tree, repo), "flood": lambda: flood(args.tree, repo, args.flood),
-            "big-json": lambda: big_json(args.tree, repo), "disconnect": lambda: disconnect(args.tree, repo),
-            "many-inputs": lambda: many_inputs(args.tree, repo)}
+    runs = {
+        "inplace": lambda: inplace(args.tree, work),
+        "idle": lambda: idle(args.tree, repo),
+        "slow-body": lambda: slow_body(args.tree, repo),
+        "flood": lambda: flood(args.tree, repo, args.flood),
+        "big-json": lambda: big_json(args.tree, repo),
+        "disconnect": lambda: disconnect(args.tree, repo),
+        "many-inputs": lambda: many_inputs(args.tree, repo),
+    }
     results = {}
     for name in chosen:
         t0 = time.monotonic()

@@ -77,12 +77,20 @@ def choose_lowering(artifact, format: str, options: dict, *, build, key: bytes |
             path.write_bytes(data)
             runners[lowering] = _runner(path, spec.runtime, artifact, rows, key)
         if not runners:
-            raise ExportError("--lowering auto: every lowering was refused for this model: "
-                              + "; ".join(f"{k}: {v}" for k, v in refused.items()))
+            raise ExportError(
+                "--lowering auto: every lowering was refused for this model: "
+                + "; ".join(f"{k}: {v}" for k, v in refused.items())
+            )
         seconds = _time(runners)
     chosen = min(seconds, key=seconds.get)
-    record = {"batch": batch, "runtime": spec.runtime, "threads": 1, "chosen": chosen,
-              "median_seconds": seconds, "refused": refused}
+    record = {
+        "batch": batch,
+        "runtime": spec.runtime,
+        "threads": 1,
+        "chosen": chosen,
+        "median_seconds": seconds,
+        "refused": refused,
+    }
     return {**options, "lowering": chosen, "lowering_timings": json.dumps(record, sort_keys=True)}, record
 
 
@@ -97,14 +105,14 @@ def _runner(path: Path, runtime: str, artifact, rows: np.ndarray, key: bytes | N
 
         fed = raw_representatives(artifact, rows)
     prepared = rt.prepare(fed)
-    rt.invoke(prepared)                                                      # warm-up (first-call costs)
+    rt.invoke(prepared)  # warm-up (first-call costs)
     return lambda: rt.invoke(prepared)
 
 
 def _time(runners: dict) -> dict[str, float]:
     """Median seconds per call of each runner, interleaved over :data:`ROUNDS` rounds."""
     calls = {}
-    for name, run in runners.items():                                        # calls per round
+    for name, run in runners.items():  # calls per round
         started = time.perf_counter()
         run()
         one = max(time.perf_counter() - started, 1e-7)

@@ -98,8 +98,11 @@ COST_MODELS: dict[str, Callable[[Any], CostReport]] = {}
 METADATA_COST_MODELS: dict[str, Callable[[Mapping[str, Any]], CostReport]] = {}
 
 
-def register_cost_model(kind: str, function: Callable[[Any], CostReport],
-                        from_metadata: Callable[[Mapping[str, Any]], CostReport] | None = None) -> None:
+def register_cost_model(
+    kind: str,
+    function: Callable[[Any], CostReport],
+    from_metadata: Callable[[Mapping[str, Any]], CostReport] | None = None,
+) -> None:
     """Add or replace the cost functions of an artifact kind (from the artifact, from a file's metadata)."""
     COST_MODELS[kind] = function
     if from_metadata is not None:
@@ -115,8 +118,9 @@ def analytic_costs(artifact: object) -> CostReport:
 
 
 # -- Bayesian network classifiers -------------------------------------------------------------------
-def bnc_cost_terms(cardinalities: Iterable[SupportsInt], parents: Iterable[SupportsInt], n_classes: int,
-                   bits: int) -> CostReport:
+def bnc_cost_terms(
+    cardinalities: Iterable[SupportsInt], parents: Iterable[SupportsInt], n_classes: int, bits: int
+) -> CostReport:
     """BNC costs from the structure alone (pure function: no artifact needed).
 
     Parameters
@@ -134,9 +138,15 @@ def bnc_cost_terms(cardinalities: Iterable[SupportsInt], parents: Iterable[Suppo
     n_parameters = c * (1 + rows)
     n_with_parent = sum(p >= 0 for p in pa)
     addressing = d + 2 * n_with_parent
-    report = CostReport(kind="bnc", n_parameters=n_parameters, bits_per_parameter=int(bits),
-                        size_bits=n_parameters * int(bits), n_ops=d * c, argmax_comparisons=max(c - 1, 0),
-                        addressing_ops=addressing)
+    report = CostReport(
+        kind="bnc",
+        n_parameters=n_parameters,
+        bits_per_parameter=int(bits),
+        size_bits=n_parameters * int(bits),
+        n_ops=d * c,
+        argmax_comparisons=max(c - 1, 0),
+        addressing_ops=addressing,
+    )
     report.lines = [
         ("table entries", c * rows, f"C x sum_i |X_i|*|X_pa(i)| = {c} x {rows}"),
         ("class prior", c, "C"),
@@ -144,8 +154,11 @@ def bnc_cost_terms(cardinalities: Iterable[SupportsInt], parents: Iterable[Suppo
         ("size (bits)", report.size_bits, f"{bits} bits x {n_parameters:,} parameters"),
         ("operations", report.n_ops, f"D x C additions = {d} x {c} (D + 1 terms per class)"),
         ("argmax", report.argmax_comparisons, "C - 1 comparisons (not in operations)"),
-        ("addressing", addressing, f"index arithmetic: {d} offset adds + 2 x {n_with_parent} parent terms "
-                                   "(not in operations)"),
+        (
+            "addressing",
+            addressing,
+            f"index arithmetic: {d} offset adds + 2 x {n_with_parent} parent terms (not in operations)",
+        ),
     ]
     return report
 
@@ -168,8 +181,7 @@ class BNCStructure(Protocol):
 
 def bnc_costs(artifact: BNCStructure) -> CostReport:
     """Costs of a :class:`~bnc_deploy.artifacts.bnc.BNCArtifact` (agrees with its ``size_bits``/``n_ops``)."""
-    return bnc_cost_terms(artifact.cardinalities, artifact.parents, artifact.n_classes,
-                          artifact.bits_per_parameter)
+    return bnc_cost_terms(artifact.cardinalities, artifact.parents, artifact.n_classes, artifact.bits_per_parameter)
 
 
 def bnc_costs_from_metadata(meta: Mapping[str, Any]) -> CostReport:
@@ -249,10 +261,19 @@ def dnn_costs(layers: Sequence[Dense | Conv2D | Free], bits: int) -> CostReport:
         lines.append((f"layer {k}", m, note))
     size = int(bits) * weights + DNN_BATCH_NORM_BITS * bn_units + DNN_BIAS_BITS * biases
     ops = macs + bn_outputs + bias_outputs
-    widths = [layer.n_out if isinstance(layer, Dense) else layer.out_channels
-              for layer in layers if isinstance(layer, (Dense, Conv2D))]
-    report = CostReport(kind="dnn", n_parameters=weights, bits_per_parameter=int(bits), size_bits=size, n_ops=ops,
-                        argmax_comparisons=max(widths[-1] - 1, 0) if widths else 0)
+    widths = [
+        layer.n_out if isinstance(layer, Dense) else layer.out_channels
+        for layer in layers
+        if isinstance(layer, (Dense, Conv2D))
+    ]
+    report = CostReport(
+        kind="dnn",
+        n_parameters=weights,
+        bits_per_parameter=int(bits),
+        size_bits=size,
+        n_ops=ops,
+        argmax_comparisons=max(widths[-1] - 1, 0) if widths else 0,
+    )
     report.lines = lines + [
         ("weights", weights, f"x {bits} bits"),
         ("batch-norm units", bn_units, f"x {DNN_BATCH_NORM_BITS} bits, {bn_outputs:,} ops"),
@@ -263,12 +284,15 @@ def dnn_costs(layers: Sequence[Dense | Conv2D | Free], bits: int) -> CostReport:
     return report
 
 
-def fc_dnn_costs(n_inputs: int, hidden: Iterable[int], n_classes: int, bits: int,
-                 batch_norm: bool = True) -> CostReport:
+def fc_dnn_costs(
+    n_inputs: int, hidden: Iterable[int], n_classes: int, bits: int, batch_norm: bool = True
+) -> CostReport:
     """The paper's fully connected DNN: hidden layers with batch norm, output layer with bias."""
     sizes = [n_inputs, *hidden, n_classes]
-    layers = [Dense(a, b, batch_norm=batch_norm and i < len(sizes) - 2, bias=i == len(sizes) - 2)
-              for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:]))]
+    layers = [
+        Dense(a, b, batch_norm=batch_norm and i < len(sizes) - 2, bias=i == len(sizes) - 2)
+        for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:]))
+    ]
     return dnn_costs(layers, bits)
 
 
@@ -297,8 +321,7 @@ def dnn_layers_from_metadata(meta: Mapping[str, Any]) -> list[Dense | Conv2D | F
         if spec["type"] == "conv2d":
             if hw is None:  # was a TypeError on None further on; callers report a KeyError as a missing key
                 raise KeyError("image_shape")
-            layers.append(Conv2D(spec["in"], spec["out"], (3, 3), hw, batch_norm=spec["batch_norm"],
-                                 bias=spec["bias"]))
+            layers.append(Conv2D(spec["in"], spec["out"], (3, 3), hw, batch_norm=spec["batch_norm"], bias=spec["bias"]))
             layers.append(Free(f"{spec['activation']} + 2x2 max-pool" if spec["pool"] else str(spec["activation"])))
             if spec["pool"]:
                 hw = (hw[0] // 2, hw[1] // 2)

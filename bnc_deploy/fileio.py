@@ -48,8 +48,9 @@ class Published:
     owned: bool
 
 
-def check_output_path(path: str | os.PathLike[str], *, inputs: tuple[str | os.PathLike[str] | None, ...] = (),
-                      what: str = "output") -> Path:
+def check_output_path(
+    path: str | os.PathLike[str], *, inputs: tuple[str | os.PathLike[str] | None, ...] = (), what: str = "output"
+) -> Path:
     """Check, before any work, that ``path`` can be written and is none of ``inputs``.
 
     Creates missing parent folders (as the writers do). Raises OutputError naming the path.
@@ -127,8 +128,10 @@ def publish(tmp: Path, path: str | os.PathLike[str], *, expected_sha256: str | N
         data = tmp.read_bytes()
         digest = hashlib.sha256(data).hexdigest()
         if expected_sha256 is not None and digest != expected_sha256:
-            raise OutputError(f"cannot write {path}: the bytes read back differ from the bytes written "
-                              "(disk full or a failing file system?)")
+            raise OutputError(
+                f"cannot write {path}: the bytes read back differ from the bytes written "
+                "(disk full or a failing file system?)"
+            )
         inode = os.stat(tmp).st_ino
         os.replace(tmp, path)
         _fsync_folder(path.parent if str(path.parent) else Path("."))
@@ -166,7 +169,7 @@ def stray_temporaries(path: str | os.PathLike[str]) -> list[Path]:
     folder = path.parent if str(path.parent) else Path(".")
     prefix = f".{path.name}."
     try:
-        return sorted(p for p in folder.iterdir() if p.name.startswith(prefix) and ".tmp" in p.name[len(prefix):])
+        return sorted(p for p in folder.iterdir() if p.name.startswith(prefix) and ".tmp" in p.name[len(prefix) :])
     except OSError:
         return []
 
@@ -232,8 +235,9 @@ def _fsync_folder(folder: Path) -> None:
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
-def find_folder(explicit: str | os.PathLike[str] | None, env_var: str, relative: Path,
-                explicit_name: str) -> tuple[Path | None, str, str]:
+def find_folder(
+    explicit: str | os.PathLike[str] | None, env_var: str, relative: Path, explicit_name: str
+) -> tuple[Path | None, str, str]:
     """The first existing folder of: ``explicit``; else ``$env_var``; else ``relative`` to the
     current directory and to :data:`REPO_ROOT`. Returns ``(folder or None, how it was looked for,
     the places searched)``, so that each caller raises its own error naming every place searched."""

@@ -38,8 +38,6 @@ MIN_TOTAL_BITS, MAX_TOTAL_BITS = 1, 8
 MIN_INT_BITS, MAX_INT_BITS = 1, 6
 
 
-
-
 @dataclass(frozen=True)
 class FixedPointLogQuantizer:
     """Fixed-point quantizer for log-probabilities ``theta <= 0``.
@@ -63,10 +61,12 @@ class FixedPointLogQuantizer:
         if not MIN_TOTAL_BITS <= self.total_bits <= MAX_TOTAL_BITS:
             raise UnsupportedBitWidth(
                 f"unsupported bit width B={self.total_bits}: total bits must be in "
-                f"{MIN_TOTAL_BITS}..{MAX_TOTAL_BITS} (codes are stored as uint8)")
+                f"{MIN_TOTAL_BITS}..{MAX_TOTAL_BITS} (codes are stored as uint8)"
+            )
         if not MIN_INT_BITS <= self.int_bits <= MAX_INT_BITS:
             raise UnsupportedBitWidth(
-                f"unsupported integer bits B_I={self.int_bits}: must be in {MIN_INT_BITS}..{MAX_INT_BITS}")
+                f"unsupported integer bits B_I={self.int_bits}: must be in {MIN_INT_BITS}..{MAX_INT_BITS}"
+            )
 
     # -- derived constants ----------------------------------------------------------------------
     @property
@@ -77,18 +77,18 @@ class FixedPointLogQuantizer:
     @property
     def step(self) -> float:
         """Grid spacing ``2**-B_F`` (a power of two, exact in float32)."""
-        return float(2.0 ** -self.frac_bits)
+        return float(2.0**-self.frac_bits)
 
     @property
     def max_code(self) -> int:
         """Largest code ``2**B - 1``; ``U = max_code * step``."""
         # cast: typeshed types ``int ** int`` as Any (a negative exponent gives a float); total_bits >= 1.
-        return cast(int, 2 ** self.total_bits - 1)
+        return cast(int, 2**self.total_bits - 1)
 
     @property
     def max_magnitude(self) -> float:
         """``U = 2**B_I - 2**-B_F``, the largest representable ``|theta_q|``."""
-        return float(2.0 ** self.int_bits - self.step)
+        return float(2.0**self.int_bits - self.step)
 
     def levels(self) -> NDArray[np.float64]:
         """All representable values, shape (2**B,), from 0 down to -U."""
@@ -104,7 +104,7 @@ class FixedPointLogQuantizer:
         theta = np.asarray(theta, dtype=np.float64)
         if not np.all(np.isfinite(theta)):
             raise ValueError("cannot quantize non-finite log-probabilities")
-        codes = np.clip(np.round(-theta * 2.0 ** self.frac_bits), 0, self.max_code)
+        codes = np.clip(np.round(-theta * 2.0**self.frac_bits), 0, self.max_code)
         return codes.astype(np.uint8)
 
     def from_codes(self, codes: ArrayLike) -> NDArray[np.float64]:
@@ -159,7 +159,6 @@ class FixedPointLogQuantizer:
 #   weights only to one ulp; a float32 ``Div`` by ``M`` reproduces them exactly.
 
 
-
 #: Supported weight bit widths (paper: B in 1..8; codes fit int8 up to B = 7, int16 for B = 8).
 MIN_WEIGHT_BITS, MAX_WEIGHT_BITS = 1, 8
 
@@ -189,11 +188,13 @@ class DoReFaWeightQuantizer:
         bits = self.bits
         if isinstance(bits, (bool, np.bool_)) or not isinstance(bits, (int, np.integer)):
             raise UnsupportedBitWidth(
-                f"weight bit width must be an integer in {MIN_WEIGHT_BITS}..{MAX_WEIGHT_BITS}, got {bits!r}")
+                f"weight bit width must be an integer in {MIN_WEIGHT_BITS}..{MAX_WEIGHT_BITS}, got {bits!r}"
+            )
         if not MIN_WEIGHT_BITS <= bits <= MAX_WEIGHT_BITS:
             raise UnsupportedBitWidth(
                 f"unsupported weight bit width B={bits}: must be in {MIN_WEIGHT_BITS}..{MAX_WEIGHT_BITS} "
-                "(codes are stored as int8/int16)")
+                "(codes are stored as int8/int16)"
+            )
         object.__setattr__(self, "bits", int(bits))  # plain int: describe() stays JSON-serializable
 
     # -- derived constants ----------------------------------------------------------------------
@@ -201,7 +202,7 @@ class DoReFaWeightQuantizer:
     def max_code(self) -> int:
         """``M = 2**B - 1``, the largest code magnitude (codes are odd, ``-M..M``)."""
         # cast: typeshed types ``int ** int`` as Any (a negative exponent gives a float); bits >= 1.
-        return cast(int, 2 ** self.bits - 1)
+        return cast(int, 2**self.bits - 1)
 
     @property
     def scale(self) -> float:
@@ -268,8 +269,9 @@ class DoReFaWeightQuantizer:
             if np.any(np.abs(values) > self.max_code):
                 raise ValueError(f"code {values[np.argmax(np.abs(values))]:.0f} exceeds +-{self.max_code} for {self}")
             if np.any(values % 2 == 0):
-                raise ValueError(f"codes must be odd for {self} (there is no zero level), got "
-                                 f"{values[values % 2 == 0].flat[0]:.0f}")
+                raise ValueError(
+                    f"codes must be odd for {self} (there is no zero level), got {values[values % 2 == 0].flat[0]:.0f}"
+                )
         return values / self.max_code
 
     def quantize(self, w: ArrayLike) -> NDArray[np.float64]:
@@ -277,8 +279,14 @@ class DoReFaWeightQuantizer:
         return self.from_codes(self.to_codes(w))
 
     def describe(self) -> dict[str, str | int | float]:
-        return {"quantizer": "dorefa_weights", "bits": self.bits, "max_code": self.max_code,
-                "scale": self.scale, "n_levels": 2 ** self.bits, "code_dtype": self.code_dtype.name}
+        return {
+            "quantizer": "dorefa_weights",
+            "bits": self.bits,
+            "max_code": self.max_code,
+            "scale": self.scale,
+            "n_levels": 2**self.bits,
+            "code_dtype": self.code_dtype.name,
+        }
 
     def __str__(self) -> str:
         m = self.max_code

@@ -38,10 +38,19 @@ def random_parents(rng: np.random.Generator, d: int, tan: bool) -> np.ndarray:
     return parents
 
 
-def random_bnc_artifact(rng: np.random.Generator, *, d: int | None = None, n_classes: int | None = None,
-                        tan: bool | None = None, bits: int | None = None, int_bits: int | None = None,
-                        max_card: int = 6, n_check: int = 20, discretizer: dict | None = None,
-                        cardinalities=None) -> BNCArtifact:
+def random_bnc_artifact(
+    rng: np.random.Generator,
+    *,
+    d: int | None = None,
+    n_classes: int | None = None,
+    tan: bool | None = None,
+    bits: int | None = None,
+    int_bits: int | None = None,
+    max_card: int = 6,
+    n_check: int = 20,
+    discretizer: dict | None = None,
+    cardinalities=None,
+) -> BNCArtifact:
     """A valid NB/TAN artifact with random tables (float when ``bits`` is None).
 
     Cardinalities are drawn from 1..max_card (1 included on purpose) unless given.
@@ -63,18 +72,24 @@ def random_bnc_artifact(rng: np.random.Generator, *, d: int | None = None, n_cla
         tables["class_codes"] = rng.integers(0, q.max_code + 1, size=c).astype(np.uint8)
         tables["table_codes"] = rng.integers(0, q.max_code + 1, size=(n_rows, c)).astype(np.uint8)
     return BNCArtifact(
-        parents=parents, cardinalities=card, class_names=[f"class{k}" for k in range(c)],
-        feature_names=[f"feat{i}" for i in range(d)], discretizer=discretizer,
+        parents=parents,
+        cardinalities=card,
+        class_names=[f"class{k}" for k in range(c)],
+        feature_names=[f"feat{i}" for i in range(d)],
+        discretizer=discretizer,
         check_x=rng.integers(0, card, size=(n_check, d)).astype(np.uint8),
-        check_y=rng.integers(0, c, size=n_check), **tables)
+        check_y=rng.integers(0, c, size=n_check),
+        **tables,
+    )
 
 
 def discretizer_dict(cuts: list[list[float]]) -> dict:
     """A ``FayyadIraniDiscretizer.to_dict()`` for given cut points (built with the real class)."""
     from bnc_deploy.datasets.discretize import FayyadIraniDiscretizer
 
-    model = FayyadIraniDiscretizer.from_dict({"method": "fayyad-irani-mdl", "n_features_in": len(cuts),
-                                              "cut_points": cuts})
+    model = FayyadIraniDiscretizer.from_dict(
+        {"method": "fayyad-irani-mdl", "n_features_in": len(cuts), "cut_points": cuts}
+    )
     return model.to_dict()
 
 
@@ -85,16 +100,28 @@ def discretizer_dict(cuts: list[list[float]]) -> dict:
 
 def random_codes(rng: np.random.Generator, shape, bits: int) -> np.ndarray:
     """Odd integer codes in ``-(2**B - 1) .. 2**B - 1``."""
-    levels = 2 ** bits
+    levels = 2**bits
     k = rng.integers(0, levels, size=shape)
     return (2 * k - (levels - 1)).astype(weight_code_dtype(bits))
 
 
-def random_dnn_artifact(seed: int = 0, *, architecture: str = "fc", activation: str = "sign", bits: int = 2,
-                        encoding: str = "standardized", batch_norm: bool = True, hidden=(8, 6),
-                        n_features: int | None = None, image_shape=(5, 4), n_classes: int = 3,
-                        max_cardinality: int = 5, pixel_order: str = "row-major", n_check: int = 64,
-                        degenerate_units: bool = True) -> DNNArtifact:
+def random_dnn_artifact(
+    seed: int = 0,
+    *,
+    architecture: str = "fc",
+    activation: str = "sign",
+    bits: int = 2,
+    encoding: str = "standardized",
+    batch_norm: bool = True,
+    hidden=(8, 6),
+    n_features: int | None = None,
+    image_shape=(5, 4),
+    n_classes: int = 3,
+    max_cardinality: int = 5,
+    pixel_order: str = "row-major",
+    n_check: int = 64,
+    degenerate_units: bool = True,
+) -> DNNArtifact:
     """A random, valid DNN artifact.
 
     ``hidden`` are FC hidden widths or CNN channels (one or two conv layers, each pooled).
@@ -127,19 +154,32 @@ def random_dnn_artifact(seed: int = 0, *, architecture: str = "fc", activation: 
             layers.append(_hidden(rng, "conv2d", (ch, width, 3, 3), bits, activation, batch_norm, True))
             width, hw = ch, (hw[0] // 2, hw[1] // 2)
         width = width * hw[0] * hw[1]
-    layers.append(DNNLayer("dense", random_codes(rng, (n_classes, width), bits),
-                           bias=rng.normal(0, 0.5, n_classes).astype(np.float32)))
+    layers.append(
+        DNNLayer(
+            "dense", random_codes(rng, (n_classes, width), bits), bias=rng.normal(0, 0.5, n_classes).astype(np.float32)
+        )
+    )
     if degenerate_units and batch_norm and layers[0].scale is not None and layers[0].n_out >= 2:
         layers[0].scale[0] = 0.0
         layers[0].scale[1] = -abs(layers[0].scale[1])
     check_x = np.stack([rng.integers(0, k, size=n_check) for k in cards], axis=1).astype(np.int64)
     art = DNNArtifact(
-        architecture=architecture, cardinalities=cards, class_names=[f"c{i}" for i in range(n_classes)],
-        feature_names=[f"f{j}" for j in range(n_features)], weight_bits=bits, activation=activation,
-        input_encoding=encoding, layers=layers, input_codes=input_codes, input_scale=input_scale,
-        image_shape=tuple(image_shape) if architecture == "cnn" else None, pixel_order=pixel_order,
+        architecture=architecture,
+        cardinalities=cards,
+        class_names=[f"c{i}" for i in range(n_classes)],
+        feature_names=[f"f{j}" for j in range(n_features)],
+        weight_bits=bits,
+        activation=activation,
+        input_encoding=encoding,
+        layers=layers,
+        input_codes=input_codes,
+        input_scale=input_scale,
+        image_shape=tuple(image_shape) if architecture == "cnn" else None,
+        pixel_order=pixel_order,
         metadata={"origin": f"random_dnn_artifact(seed={seed})"},
-        check_x=check_x, check_y=rng.integers(0, n_classes, size=n_check))
+        check_x=check_x,
+        check_y=rng.integers(0, n_classes, size=n_check),
+    )
     _calibrate(art, rng)
     return art
 
@@ -154,7 +194,9 @@ def _calibrate(art: DNNArtifact, rng: np.random.Generator) -> None:
         z = DNNReferencePredictor(art).pre_activations(x)[k]
         axes = (0,) + tuple(range(2, z.ndim))
         if layer.activation is None:
-            layer.bias[:] = (-z.mean(axis=axes) + rng.normal(0, 0.05, layer.n_out) * (z.std() + 1e-3)).astype(np.float32)
+            layer.bias[:] = (-z.mean(axis=axes) + rng.normal(0, 0.05, layer.n_out) * (z.std() + 1e-3)).astype(
+                np.float32
+            )
         elif layer.scale is not None:
             # A 2x2 max of signs is +1 unless all four are -1: aim for P(-1) ~ 0.84 before pooling.
             low, high = (0.75, 0.92) if (layer.pool and layer.activation == "sign") else (0.3, 0.7)
@@ -181,16 +223,18 @@ def _bnc_examples() -> dict[str, object]:
         "nb-3bit": random_bnc_artifact(rng, d=5, n_classes=3, tan=False, bits=3, int_bits=2, n_check=40),
         "tan-7bit": random_bnc_artifact(rng, d=6, n_classes=4, tan=True, bits=7, int_bits=3, n_check=40),
         "tan-float": random_bnc_artifact(rng, d=4, n_classes=3, tan=True, bits=None, n_check=40),
-        "nb-1bit-card1": random_bnc_artifact(rng, n_classes=2, tan=False, bits=1, int_bits=1, n_check=40,
-                                             cardinalities=[1, 3, 2]),
+        "nb-1bit-card1": random_bnc_artifact(
+            rng, n_classes=2, tan=False, bits=1, int_bits=1, n_check=40, cardinalities=[1, 3, 2]
+        ),
     }
 
 
 def _dnn_examples() -> dict[str, object]:
     return {
         "fc-sign-2bit": random_dnn_artifact(5, architecture="fc", activation="sign", bits=2),
-        "cnn-sign-onehot": random_dnn_artifact(6, architecture="cnn", activation="sign", bits=3,
-                                               encoding="onehot", max_cardinality=3),
+        "cnn-sign-onehot": random_dnn_artifact(
+            6, architecture="cnn", activation="sign", bits=3, encoding="onehot", max_cardinality=3
+        ),
         "fc-relu-4bit": random_dnn_artifact(7, architecture="fc", activation="relu", bits=4),
     }
 
@@ -266,7 +310,7 @@ def check_export(artifact, format: str, folder, *, runtimes=None, **options) -> 
     ref_scores = reference.log_joint(x)
     ref_label = np.argmax(ref_scores, axis=1)
     results = {}
-    for name in (runtimes or runtimes_for(spec.extension, meta)):
+    for name in runtimes or runtimes_for(spec.extension, meta):
         if not runtime_class(name).accepts(meta):
             # A runtime for other files of this format (tflm: micro-profile files only) is not run on
             # this one: it must refuse it on load, saying why.
@@ -283,8 +327,10 @@ def check_export(artifact, format: str, folder, *, runtimes=None, **options) -> 
         agreement = float(np.mean(label == ref_label))
         exact = bool(np.array_equal(scores, ref_scores) and agreement == 1.0)
         if meta["exact"]:
-            assert exact, f"{name}: {format} file promises exactness; labels agree on {agreement:.2%}, " \
-                          f"max |score diff| {np.max(np.abs(scores - ref_scores)):.3g}"
+            assert exact, (
+                f"{name}: {format} file promises exactness; labels agree on {agreement:.2%}, "
+                f"max |score diff| {np.max(np.abs(scores - ref_scores)):.3g}"
+            )
         else:
             assert agreement >= MIN_INEXACT_AGREEMENT, f"{name}: label agreement {agreement:.2%}"
         if not raw:

@@ -17,8 +17,9 @@ from bnc_deploy.errors import InputError
 __all__ = ["InputError", "check_codes", "out_of_range"]
 
 
-def check_codes(x: ArrayLike, cardinalities: ArrayLike, feature_names: Sequence[str] | None = None,
-                where: str = "input") -> NDArray[np.int64]:
+def check_codes(
+    x: ArrayLike, cardinalities: ArrayLike, feature_names: Sequence[str] | None = None, where: str = "input"
+) -> NDArray[np.int64]:
     """Validate discrete feature codes; return them as an int64 array of shape (n, n_features).
 
     Parameters
@@ -38,8 +39,12 @@ def check_codes(x: ArrayLike, cardinalities: ArrayLike, feature_names: Sequence[
     if arr.ndim != 2 or arr.shape[1] != d:
         raise InputError(f"{where}: expected discrete features of shape (n, {d}), got shape {arr.shape}")
     if arr.dtype == bool or not np.issubdtype(arr.dtype, np.integer):
-        if (np.issubdtype(arr.dtype, np.floating) and arr.size and np.all(np.isfinite(arr))
-                and np.all(arr == np.round(arr))):
+        if (
+            np.issubdtype(arr.dtype, np.floating)
+            and arr.size
+            and np.all(np.isfinite(arr))
+            and np.all(arr == np.round(arr))
+        ):
             hint = " (whole-valued floats: cast with .astype(int) if they are codes)"
         else:
             hint = ""
@@ -51,7 +56,8 @@ def check_codes(x: ArrayLike, cardinalities: ArrayLike, feature_names: Sequence[
         name = f" ({feature_names[col]!r})" if feature_names is not None else ""
         raise InputError(
             f"{where}: feature {col}{name} has value {arr[row, col].item()} in row {row}, "
-            f"outside its range 0..{int(cardinalities[col]) - 1} ({int(bad.sum())} bad value(s) in all)")
+            f"outside its range 0..{int(cardinalities[col]) - 1} ({int(bad.sum())} bad value(s) in all)"
+        )
     return arr.astype(np.int64, copy=False)
 
 

@@ -58,8 +58,15 @@ if TYPE_CHECKING:
     from bnc_deploy.artifacts.bnc import BNCArtifact
     from bnc_deploy.artifacts.dnn import DNNArtifact
 
-__all__ = ["N_RANDOM_ROWS", "VerificationError", "build", "export_file", "export_path", "verification_rows",
-           "verify_file"]
+__all__ = [
+    "N_RANDOM_ROWS",
+    "VerificationError",
+    "build",
+    "export_file",
+    "export_path",
+    "verification_rows",
+    "verify_file",
+]
 
 
 class VerificationError(ExportError):
@@ -71,8 +78,9 @@ class VerificationError(ExportError):
         self.report = report
 
 
-def build(artifact: BNCArtifact | DNNArtifact, format: str, *, key: bytes | None = None,
-          **options: Any) -> tuple[bytes, dict[str, Any]]:
+def build(
+    artifact: BNCArtifact | DNNArtifact, format: str, *, key: bytes | None = None, **options: Any
+) -> tuple[bytes, dict[str, Any]]:
     """The exported file's bytes, sealed, and the resolved options (nothing written, nothing run).
 
     The exporter's bytes carry the ``integrity`` placeholder; it is filled in here with the
@@ -83,9 +91,18 @@ def build(artifact: BNCArtifact | DNNArtifact, format: str, *, key: bytes | None
     return seal(spec.build(artifact, **resolved), key), resolved
 
 
-def export_file(artifact: BNCArtifact | DNNArtifact, path: str | os.PathLike[str], format: str, *,
-                rows: ArrayLike | None = None, labels: ArrayLike | None = None, min_agreement: float | None = None,
-                n_random: int = N_RANDOM_ROWS, key: bytes | None = None, **options: Any) -> dict[str, Any]:
+def export_file(
+    artifact: BNCArtifact | DNNArtifact,
+    path: str | os.PathLike[str],
+    format: str,
+    *,
+    rows: ArrayLike | None = None,
+    labels: ArrayLike | None = None,
+    min_agreement: float | None = None,
+    n_random: int = N_RANDOM_ROWS,
+    key: bytes | None = None,
+    **options: Any,
+) -> dict[str, Any]:
     """Build, verify and publish ``artifact`` as a ``format`` file at ``path``; return the report.
 
     ``rows``/``labels``: rows to verify on and their true labels (default: the check set stored
@@ -98,27 +115,30 @@ def export_file(artifact: BNCArtifact | DNNArtifact, path: str | os.PathLike[str
     """
     spec = exporter_for(artifact.kind, format)
     auto: dict[str, Any] | None = None
-    if wants_auto(options):                       # time the candidate lowerings first (bnc_deploy.autolowering)
+    if wants_auto(options):  # time the candidate lowerings first (bnc_deploy.autolowering)
         options, auto = choose_lowering(artifact, format, options, build=build, key=key)
     data, _ = build(artifact, format, key=key, **options)
     digest = hashlib.sha256(data).hexdigest()
     with atomic_path(path) as tmp:
         tmp.write_bytes(data)
         report = verify_file(artifact, tmp, spec.runtime, rows=rows, labels=labels, n_random=n_random, key=key)
-        report.update(format=format, file_bytes=len(data), sha256=digest,
-                      integrity=SCHEME_SHA256 if key is None else SCHEME_HMAC)
+        report.update(
+            format=format, file_bytes=len(data), sha256=digest, integrity=SCHEME_SHA256 if key is None else SCHEME_HMAC
+        )
         if report["exact_expected"] and not report["exact"]:
             raise VerificationError(
                 f"the exported {format} file disagrees with the artifact: {report['label_mismatches_all']} of "
                 f"{report['n_verified']} verification rows differ in their label, scores identical: "
                 f"{report['scores_identical']} (max |diff| {report['max_abs_score_diff']:.3g}); nothing was "
                 f"written to {path}. The runtime changed the arithmetic - please report this with its version",
-                report)
+                report,
+            )
         if min_agreement is not None and report["agreement"] is not None and report["agreement"] < min_agreement:
             raise VerificationError(
                 f"the exported {format} file agrees with the reference on {report['agreement']:.4%} of "
                 f"{report['n_rows']} rows, below the required {min_agreement:.4%}; nothing was written to {path}",
-                report)
+                report,
+            )
         published = publish(tmp, path, expected_sha256=digest)
     report.update(path=published.path, owned=published.owned)
     if auto is not None:
@@ -126,9 +146,16 @@ def export_file(artifact: BNCArtifact | DNNArtifact, path: str | os.PathLike[str
     return report
 
 
-def verify_file(artifact: BNCArtifact | DNNArtifact, path: str | os.PathLike[str], runtime: str, *,
-                rows: ArrayLike | None = None, labels: ArrayLike | None = None, n_random: int = N_RANDOM_ROWS,
-                key: bytes | None = None) -> dict[str, Any]:
+def verify_file(
+    artifact: BNCArtifact | DNNArtifact,
+    path: str | os.PathLike[str],
+    runtime: str,
+    *,
+    rows: ArrayLike | None = None,
+    labels: ArrayLike | None = None,
+    n_random: int = N_RANDOM_ROWS,
+    key: bytes | None = None,
+) -> dict[str, Any]:
     """Run ``path`` in ``runtime`` on the verification rows and compare with the reference.
 
     The runtime checks the file's seal on load (``key``: the one it was signed with)."""
@@ -160,12 +187,22 @@ def verify_file(artifact: BNCArtifact | DNNArtifact, path: str | os.PathLike[str
     identical = bool(np.array_equal(scores, ref_scores))
     exact_expected = bool(meta.get("exact"))
     report: dict[str, Any] = {
-        "model_kind": artifact.kind, "lowering": meta.get("lowering"), "runtime": runtime, "metadata": meta,
-        "exact_expected": exact_expected, "exact": bool(identical and not differ.any()),
-        "n_rows": n_given, "n_random_rows": int(len(x) - n_given), "n_verified": int(len(x)),
-        "label_mismatches_all": int(differ.sum()), "scores_identical": identical,
+        "model_kind": artifact.kind,
+        "lowering": meta.get("lowering"),
+        "runtime": runtime,
+        "metadata": meta,
+        "exact_expected": exact_expected,
+        "exact": bool(identical and not differ.any()),
+        "n_rows": n_given,
+        "n_random_rows": int(len(x) - n_given),
+        "n_verified": int(len(x)),
+        "label_mismatches_all": int(differ.sum()),
+        "scores_identical": identical,
         "max_abs_score_diff": float(np.max(np.abs(scores - ref_scores), initial=0.0)),
-        "label_mismatches": None, "agreement": None, "accuracy": None, "reference_accuracy": None,
+        "label_mismatches": None,
+        "agreement": None,
+        "accuracy": None,
+        "reference_accuracy": None,
         "accuracy_change": None,
     }
     if n_given:
@@ -182,7 +219,6 @@ def verify_file(artifact: BNCArtifact | DNNArtifact, path: str | os.PathLike[str
     return report
 
 
-def export_path(artifact: BNCArtifact | DNNArtifact, path: str | os.PathLike[str], format: str,
-                **options: Any) -> Path:
+def export_path(artifact: BNCArtifact | DNNArtifact, path: str | os.PathLike[str], format: str, **options: Any) -> Path:
     """:func:`export_file` returning only the published path (for scripts and tests)."""
     return Path(export_file(artifact, path, format, **options)["path"])

@@ -10,23 +10,39 @@ offer a lowering refuses it by name (``formats.bnc.check_lowering`` against its 
 from __future__ import annotations
 
 from bnc_deploy.exporters.base import Option, Refusal
-
 from bnc_deploy.formats.bnc import AUTO_LOWERING, LOWERINGS, ONNX_LOWERINGS
 
-LOWERING = Option("lowering", "str", "gather", LOWERINGS,
-                  "table lookup as an integer gather (default, exact) or one-hot times table (FC layer)")
-ONNX_LOWERING = Option("lowering", "str", "gather", ONNX_LOWERINGS + (AUTO_LOWERING,),
-                       "table lookup as an integer gather (default, exact; fastest per row), one-hot times "
-                       "table (FC layer), gather-grouped (ONNX only, exact: merged feature groups, fewer "
-                       "lookups, fastest on large batches, more table memory at load time), or auto (ONNX/ORT: "
-                       "time each of them in onnxruntime at --lowering-batch rows and keep the fastest; the "
-                       "timings go into the metadata)")
-LOWERING_BATCH = Option("lowering_batch", "int", None,
-                        help="--lowering auto: rows per call the candidates are timed at (default 1)")
-LOWERING_TIMINGS = Option("lowering_timings", "str", None, internal=True,
-                          help="--lowering auto's measurements (JSON), written by the verifier into the metadata")
-RAW_INPUTS = Option("raw_inputs", "bool", False,
-                    help="embed the model's discretizer: the file takes raw float32 feature values")
+LOWERING = Option(
+    "lowering",
+    "str",
+    "gather",
+    LOWERINGS,
+    "table lookup as an integer gather (default, exact) or one-hot times table (FC layer)",
+)
+ONNX_LOWERING = Option(
+    "lowering",
+    "str",
+    "gather",
+    ONNX_LOWERINGS + (AUTO_LOWERING,),
+    "table lookup as an integer gather (default, exact; fastest per row), one-hot times "
+    "table (FC layer), gather-grouped (ONNX only, exact: merged feature groups, fewer "
+    "lookups, fastest on large batches, more table memory at load time), or auto (ONNX/ORT: "
+    "time each of them in onnxruntime at --lowering-batch rows and keep the fastest; the "
+    "timings go into the metadata)",
+)
+LOWERING_BATCH = Option(
+    "lowering_batch", "int", None, help="--lowering auto: rows per call the candidates are timed at (default 1)"
+)
+LOWERING_TIMINGS = Option(
+    "lowering_timings",
+    "str",
+    None,
+    internal=True,
+    help="--lowering auto's measurements (JSON), written by the verifier into the metadata",
+)
+RAW_INPUTS = Option(
+    "raw_inputs", "bool", False, help="embed the model's discretizer: the file takes raw float32 feature values"
+)
 
 
 def stores_no_discretizer(artifact) -> bool:
@@ -38,5 +54,7 @@ def stores_no_discretizer(artifact) -> bool:
 RAW_INPUTS_NEED_DISCRETIZER = Refusal(
     "--raw-inputs embeds the model's discretizer (its cut points) in the file; a model trained on "
     "discrete codes stores none, so there is nothing to bin raw values with",
-    r"--raw-inputs needs a model trained on raw values", options={"raw_inputs": True},
-    models=stores_no_discretizer)
+    r"--raw-inputs needs a model trained on raw values",
+    options={"raw_inputs": True},
+    models=stores_no_discretizer,
+)

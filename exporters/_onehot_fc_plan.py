@@ -24,6 +24,8 @@ ONEHOT_BUILDERS = ("equal-cast", "relu", "edgetpu")
 INT8_BUILDERS = ("relu", "edgetpu")
 #: Largest cardinality the int8 builders take: their input codes are int8 (0..127).
 RELU_MAX_CARDINALITY = 128
+
+
 @dataclass
 class OneHotFCPlan:
     """Int8 weights, scales and grouping of the ``onehot-fc`` lowering.
@@ -73,10 +75,17 @@ class OneHotFCPlan:
 
     def describe(self) -> dict:
         """JSON-safe summary for the file's metadata."""
-        return {"builder": self.builder, "mode": self.mode, "weight_scale": float(self.scale),
-                "n_groups": len(self.groups), "groups": [[int(a), int(b)] for a, b in self.groups],
-                "onehot_width": int(self.weights.shape[0]), "max_code_error": int(self.max_code_error),
-                "batch": ONEHOT_FC_BATCH, "prior_in_group0": self.prior_units is not None}
+        return {
+            "builder": self.builder,
+            "mode": self.mode,
+            "weight_scale": float(self.scale),
+            "n_groups": len(self.groups),
+            "groups": [[int(a), int(b)] for a, b in self.groups],
+            "onehot_width": int(self.weights.shape[0]),
+            "max_code_error": int(self.max_code_error),
+            "batch": ONEHOT_FC_BATCH,
+            "prior_in_group0": self.prior_units is not None,
+        }
 
 
 def onehot_fc_plan(artifact, onehot: str = "equal-cast", *, raw_inputs: bool = False) -> OneHotFCPlan:
@@ -92,7 +101,7 @@ def onehot_fc_plan(artifact, onehot: str = "equal-cast", *, raw_inputs: bool = F
     d, c = artifact.n_features, artifact.n_classes
     padded = np.zeros((d, r_max, c), dtype=np.int8)
     for i, (start, n) in enumerate(zip(offsets, rows)):
-        padded[i, :n] = units[start:start + n]
+        padded[i, :n] = units[start : start + n]
     local = np.arange(r_max)[None, :]
     pattern = np.where(local < rows[:, None], local + 1, 0).astype(np.int32)
     prior = None
@@ -101,30 +110,44 @@ def onehot_fc_plan(artifact, onehot: str = "equal-cast", *, raw_inputs: bool = F
         # terms *for c* (tighter than the largest terms over all classes), plus c's prior in group 0.
         if mode == "exact":
             prior = artifact.class_codes.astype(np.int64)
-        maxes = padded.max(axis=1).astype(np.int64)                   # [D, C]
+        maxes = padded.max(axis=1).astype(np.int64)  # [D, C]
         groups = _pack_groups_per_class(maxes, INT8_OUTPUT_LEVELS, prior)
     else:
-        bounds = padded.reshape(d, -1).max(axis=1).astype(np.int64)   # largest term each feature can add
+        bounds = padded.reshape(d, -1).max(axis=1).astype(np.int64)  # largest term each feature can add
         groups = _pack_groups(bounds, INT8_OUTPUT_LEVELS)
     if onehot in INT8_BUILDERS:
         ends = np.append(offsets, artifact.n_rows)
         weights, slices = units, [(int(ends[a]), int(ends[b])) for a, b in groups]
     else:
         weights, slices = padded.reshape(d * r_max, c), [(a * r_max, b * r_max) for a, b in groups]
-    return OneHotFCPlan(builder=onehot, mode=mode, scale=scale, weights=weights, r_max=r_max, pattern=pattern,
-                        groups=groups, slices=slices, max_code_error=error, prior_units=prior)
+    return OneHotFCPlan(
+        builder=onehot,
+        mode=mode,
+        scale=scale,
+        weights=weights,
+        r_max=r_max,
+        pattern=pattern,
+        groups=groups,
+        slices=slices,
+        max_code_error=error,
+        prior_units=prior,
+    )
 
 
 def _check_relu_builder(artifact, raw_inputs: bool, onehot: str = "relu") -> None:
     """The int8 builders (``relu``, ``edgetpu``) take int8 codes: no raw inputs, cardinalities <= 128."""
     if raw_inputs:
-        raise ExportError(f"the {onehot} one-hot builder takes int8 codes; bin raw values on the host "
-                          "(or use onehot='equal-cast' with raw_inputs)")
+        raise ExportError(
+            f"the {onehot} one-hot builder takes int8 codes; bin raw values on the host "
+            "(or use onehot='equal-cast' with raw_inputs)"
+        )
     too_big = np.flatnonzero(artifact.cardinalities > RELU_MAX_CARDINALITY)
     if too_big.size:
         i = int(too_big[0])
-        raise ExportError(f"the {onehot} one-hot builder needs cardinalities <= {RELU_MAX_CARDINALITY} (int8 codes); "
-                          f"feature {i} ({artifact.feature_names[i]!r}) has {int(artifact.cardinalities[i])}")
+        raise ExportError(
+            f"the {onehot} one-hot builder needs cardinalities <= {RELU_MAX_CARDINALITY} (int8 codes); "
+            f"feature {i} ({artifact.feature_names[i]!r}) has {int(artifact.cardinalities[i])}"
+        )
 
 
 def _weight_units(artifact) -> tuple[str, float, np.ndarray, int]:

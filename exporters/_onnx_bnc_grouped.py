@@ -23,7 +23,7 @@ from bnc_deploy.formats.metadata import INPUT_NAME
 from bnc_deploy.limits import FLOAT32_EXACT_LIMIT
 
 #: Largest folded table (bytes) of ``gather-grouped``: groups shrink (3 -> 2 features) to fit it.
-GROUPED_TABLE_LIMIT = 8 * 2 ** 20
+GROUPED_TABLE_LIMIT = 8 * 2**20
 #: Rows of one merged group table (the product of its axes' ``|X_i| + 2``): 4096 rows of C floats
 #: stay cache-friendly (letter: 106 KB) and give letter NB 5 groups of 3-4 features.
 MAX_GROUP_ROWS = 4096
@@ -56,8 +56,10 @@ def feature_groups(artifact, layout: PaddedLayout | None) -> list[FeatureGroup]:
     fit :data:`GROUPED_TABLE_LIMIT` bytes.
     """
     if layout is None:
-        raise ExportError(f"--lowering gather-grouped: cardinalities up to {int(artifact.cardinalities.max())} "
-                          "make the padded tables too large; use the default gather lowering")
+        raise ExportError(
+            f"--lowering gather-grouped: cardinalities up to {int(artifact.cardinalities.max())} "
+            "make the padded tables too large; use the default gather lowering"
+        )
     parents = [int(p) for p in artifact.parents]
     widths = np.array(_axis_sizes(artifact, layout), dtype=np.int64)
     order = _depth_first(parents)
@@ -70,10 +72,10 @@ def feature_groups(artifact, layout: PaddedLayout | None) -> list[FeatureGroup]:
                 groups[-1].members.append(f)
                 groups[-1].axes += [a for a in need if a not in groups[-1].axes]
             else:
-                groups.append(FeatureGroup([f], need))                         # own axis first: no transpose
+                groups.append(FeatureGroup([f], need))  # own axis first: no transpose
         rows = sum(grp.rows(widths) for grp in groups)
         if rows * artifact.n_classes * 4 <= GROUPED_TABLE_LIMIT or all(len(grp.members) == 1 for grp in groups):
-            if rows >= FLOAT32_EXACT_LIMIT:   # the row index is computed in float32
+            if rows >= FLOAT32_EXACT_LIMIT:  # the row index is computed in float32
                 raise ExportError(f"--lowering gather-grouped: {rows} table rows exceed float32 integers")
             return groups
         budget //= 2
@@ -107,8 +109,9 @@ def _depth_first(parents: list[int]) -> list[int]:
     return order
 
 
-def grouped_sum(g: GraphBuilder, artifact, padded: str, codes: str, layout: PaddedLayout,
-                groups: list[FeatureGroup]) -> tuple[str, int]:
+def grouped_sum(
+    g: GraphBuilder, artifact, padded: str, codes: str, layout: PaddedLayout, groups: list[FeatureGroup]
+) -> tuple[str, int]:
     """log_joint [N, C] of ``gather-grouped`` and the folded table's rows.
 
     Load time (:func:`_group_tables`): the padded table is split into the D feature blocks and a
@@ -120,17 +123,19 @@ def grouped_sum(g: GraphBuilder, artifact, padded: str, codes: str, layout: Padd
     table, strides, bases, n_rows = _group_tables(g, artifact, padded, layout, groups)
     strides_name = _group_strides(g, groups, strides.T)
     codes_f, bases = _grouped_codes(g, artifact, codes, layout, strides, bases)
-    g.const("group_bases", bases.astype(np.float32))                             # exact: < 2**24
+    g.const("group_bases", bases.astype(np.float32))  # exact: < 2**24
     # Rows transposed, [G, N] = strides^T [G, D] x codes^T + bases (Gemm, transB): each group's rows
     # are contiguous for the Split and the Gathers. int32 (< 2**24): onnxruntime's Gather is ~15%
     # faster with int32 indices than with int64.
-    rows = g.op("Cast", [g.op("Gemm", [strides_name, codes_f, "group_bases"], transB=1)],
-                to=TensorProto.INT32)                                             # [G, N]
+    rows = g.op(
+        "Cast", [g.op("Gemm", [strides_name, codes_f, "group_bases"], transB=1)], to=TensorProto.INT32
+    )  # [G, N]
     return _summed_lookups(g, table, rows, len(groups)), n_rows
 
 
-def _group_tables(g: GraphBuilder, artifact, padded: str, layout: PaddedLayout,
-                  groups: list[FeatureGroup]) -> tuple[str, np.ndarray, np.ndarray, int]:
+def _group_tables(
+    g: GraphBuilder, artifact, padded: str, layout: PaddedLayout, groups: list[FeatureGroup]
+) -> tuple[str, np.ndarray, np.ndarray, int]:
     """The folded group tables, stacked [sum of group rows, C], with the float32 strides [D, G]
     of the group rows, their bases [G, 1] (the ``+ 1`` shifts) and the stacked table's rows.
 
@@ -150,22 +155,23 @@ def _group_tables(g: GraphBuilder, artifact, padded: str, layout: PaddedLayout,
         total = None
         for i in grp.members:
             part = _member_part(g, grp, i, parents[i], blocks[i], widths, layout, c)
-            total = part if total is None else g.op("Add", [total, part])       # folded: outer sums
+            total = part if total is None else g.op("Add", [total, part])  # folded: outer sums
         stride = 1
-        for u in reversed(grp.axes):                                             # mixed radix, last axis fastest
+        for u in reversed(grp.axes):  # mixed radix, last axis fastest
             strides[u, j] = stride
             stride *= widths[u]
         n_rows = grp.rows(widths)
         rows_shape = g.const(f"rows_{n_rows}x{c}", np.array([n_rows, c], dtype=np.int64))
         tables.append(g.op("Reshape", [total, rows_shape]))
-        bases.append(start + strides[grp.axes, j].sum())                         # the "+ 1" shifts
+        bases.append(start + strides[grp.axes, j].sum())  # the "+ 1" shifts
         start += n_rows
     table = g.op("Concat", tables, axis=0) if len(tables) > 1 else tables[0]
     return table, strides, np.array(bases, dtype=np.float64)[:, None], start
 
 
-def _member_part(g: GraphBuilder, grp: FeatureGroup, i: int, parent_feature: int, block: str, widths,
-                 layout: PaddedLayout, c: int) -> str:
+def _member_part(
+    g: GraphBuilder, grp: FeatureGroup, i: int, parent_feature: int, block: str, widths, layout: PaddedLayout, c: int
+) -> str:
     """Feature ``i``'s block reshaped onto its own (and its parent's) axis of ``grp``'s grid.
 
     NB: ``[W_a, 1, 1, C] + [1, W_b, 1, C] + [1, 1, W_c, C]`` summed by the caller. The block is cut
@@ -177,22 +183,23 @@ def _member_part(g: GraphBuilder, grp: FeatureGroup, i: int, parent_feature: int
     # own codes -1 .. |X_i| (rows 0 .. |X_i| + 1 of the block), the parent's likewise;
     # a parentless block of a TAN model keeps column 0 (its columns are all equal)
     ends = [widths[i], widths[parent_feature] if parent is not None else 1]
-    if ends != [layout.width, layout.parent_width]:                              # else the whole block
+    if ends != [layout.width, layout.parent_width]:  # else the whole block
         end = g.const("end_" + "x".join(map(str, ends)), np.array(ends, dtype=np.int64))
-        block = g.op("Slice", [block, "begin00", end, "axes12"])                 # [1, W_i, W_pa|1, C]
-    if parent is not None and parent < own:                                      # parent axis first
+        block = g.op("Slice", [block, "begin00", end, "axes12"])  # [1, W_i, W_pa|1, C]
+    if parent is not None and parent < own:  # parent axis first
         block = g.op("Transpose", [block], perm=[0, 2, 1, 3])
     dims = [widths[grp.axes[a]] if a in (own, parent) else 1 for a in range(k)] + [c]
     shape = g.const("shape_" + "x".join(map(str, dims)), np.array(dims, dtype=np.int64))
     return g.op("Reshape", [block, shape])
 
 
-def _grouped_codes(g: GraphBuilder, artifact, codes: str, layout: PaddedLayout, strides: np.ndarray,
-                   bases: np.ndarray) -> tuple[str, np.ndarray]:
+def _grouped_codes(
+    g: GraphBuilder, artifact, codes: str, layout: PaddedLayout, strides: np.ndarray, bases: np.ndarray
+) -> tuple[str, np.ndarray]:
     """The codes as float32 [N, D], clipped for the group rows, and the group rows' bases (with
     the per-feature shift folded in where the clip shifted the codes)."""
     codes_f = g.op("Cast", [codes], to=TensorProto.FLOAT)
-    if codes == INPUT_NAME and not _per_feature_axes(artifact):                 # one bound K: one Clip
+    if codes == INPUT_NAME and not _per_feature_axes(artifact):  # one bound K: one Clip
         g.const("code_low_f", np.array(-1, dtype=np.float32))
         g.const("code_high_f", np.array(layout.max_code, dtype=np.float32))
         codes_f = g.op("Clip", [codes_f, "code_low_f", "code_high_f"])
@@ -208,10 +215,11 @@ def _grouped_codes(g: GraphBuilder, artifact, codes: str, layout: PaddedLayout, 
         g.const("zero_f", np.array(0, dtype=np.float32))
         g.const("minus_cards_f", -artifact.cardinalities.astype(np.float32))
         index = g.small_ints("feature_index", np.arange(artifact.n_features))
-        identity = g.op("Cast", [g.op("Equal", [g.op("Unsqueeze", [index, "axis1"]), index])],
-                        to=TensorProto.FLOAT)                                     # [D, D], built at load
+        identity = g.op(
+            "Cast", [g.op("Equal", [g.op("Unsqueeze", [index, "axis1"]), index])], to=TensorProto.FLOAT
+        )  # [D, D], built at load
         shifted = g.op("Gemm", [g.op("Max", [codes_f, "code_low_f"]), identity, "minus_cards_f"])
-        codes_f = g.op("Clip", [shifted, "", "zero_f"])                           # x - |X_i| <= 0
+        codes_f = g.op("Clip", [shifted, "", "zero_f"])  # x - |X_i| <= 0
         bases = bases + strides.T.astype(np.float64) @ artifact.cardinalities.astype(np.float64)[:, None]
     return codes_f, bases
 
@@ -237,16 +245,25 @@ def _group_strides(g: GraphBuilder, groups: list[FeatureGroup], dense: np.ndarra
     groups' axis lists and per-axis strides: a dense matrix on disk would be G * D floats (usps:
     86 groups, 88 KB); these are about 3 small integers per group."""
     k = max(len(grp.axes) for grp in groups)
-    axes = np.full((len(groups), k), -1, dtype=np.int64)                          # -1: no axis (never equal)
+    axes = np.full((len(groups), k), -1, dtype=np.int64)  # -1: no axis (never equal)
     powers = np.zeros((len(groups), k), dtype=np.int64)
     for j, grp in enumerate(groups):
-        axes[j, :len(grp.axes)] = grp.axes
-        powers[j, :len(grp.axes)] = dense[j, grp.axes]
+        axes[j, : len(grp.axes)] = grp.axes
+        powers[j, : len(grp.axes)] = dense[j, grp.axes]
     g.const("axis2", np.array([2], dtype=np.int64))
     g.const("axis1", np.array([1], dtype=np.int64))
-    hot = g.op("Equal", [g.op("Unsqueeze", [g.small_ints("group_axes", axes), "axis2"]),
-                         g.small_ints("feature_index", np.arange(dense.shape[1]))])  # [G, k, D]
-    scaled = g.op("Mul", [g.op("Cast", [hot], to=TensorProto.FLOAT),
-                          g.op("Cast", [g.op("Unsqueeze", [g.small_ints("group_powers", powers), "axis2"])],
-                               to=TensorProto.FLOAT)])
-    return g.op("ReduceSum", [scaled, "axis1"], keepdims=0)                      # [G, D]
+    hot = g.op(
+        "Equal",
+        [
+            g.op("Unsqueeze", [g.small_ints("group_axes", axes), "axis2"]),
+            g.small_ints("feature_index", np.arange(dense.shape[1])),
+        ],
+    )  # [G, k, D]
+    scaled = g.op(
+        "Mul",
+        [
+            g.op("Cast", [hot], to=TensorProto.FLOAT),
+            g.op("Cast", [g.op("Unsqueeze", [g.small_ints("group_powers", powers), "axis2"])], to=TensorProto.FLOAT),
+        ],
+    )
+    return g.op("ReduceSum", [scaled, "axis1"], keepdims=0)  # [G, D]

@@ -85,13 +85,22 @@ def bnc_model(g: GraphBuilder, artifact, x_type: int, opsets: list, ir_version: 
     """The BN model of ``g``'s nodes and initializers: input ``x`` [N, D] of ``x_type``, outputs
     ``log_joint`` float32 [N, C] and ``label`` int64 [N] (metadata not set yet)."""
     graph = helper.make_graph(
-        g.nodes, f"bnc_{artifact.structure}",
+        g.nodes,
+        f"bnc_{artifact.structure}",
         inputs=[helper.make_tensor_value_info(INPUT_NAME, x_type, ["N", artifact.n_features])],
-        outputs=[helper.make_tensor_value_info(OUTPUT_LOG_JOINT, TensorProto.FLOAT, ["N", artifact.n_classes]),
-                 helper.make_tensor_value_info(OUTPUT_LABEL, TensorProto.INT64, ["N"])],
-        initializer=g.initializers)
-    return helper.make_model(graph, opset_imports=opsets, producer_name="bnc-deploy",
-                             producer_version=bnc_deploy.__version__, ir_version=ir_version)
+        outputs=[
+            helper.make_tensor_value_info(OUTPUT_LOG_JOINT, TensorProto.FLOAT, ["N", artifact.n_classes]),
+            helper.make_tensor_value_info(OUTPUT_LABEL, TensorProto.INT64, ["N"]),
+        ],
+        initializer=g.initializers,
+    )
+    return helper.make_model(
+        graph,
+        opset_imports=opsets,
+        producer_name="bnc-deploy",
+        producer_version=bnc_deploy.__version__,
+        ir_version=ir_version,
+    )
 
 
 class PaddedLayout:
@@ -103,8 +112,8 @@ class PaddedLayout:
     """
 
     def __init__(self, artifact) -> None:
-        self.max_code = int(artifact.cardinalities.max())                      # K: clip bound (invalid)
-        self.width = self.max_code + 2                                          # W: codes -1 .. K
+        self.max_code = int(artifact.cardinalities.max())  # K: clip bound (invalid)
+        self.width = self.max_code + 2  # W: codes -1 .. K
         self.parent_width = self.width if (artifact.parents >= 0).any() else 1  # W_pa
         self.block = self.width * self.parent_width
         self.n_rows = artifact.n_features * self.block

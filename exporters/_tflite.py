@@ -49,14 +49,17 @@ def check_builtin_ops(summary, int8_refused=COMPARISON_OPS) -> None:
         raise ExportError(f"converted model uses non-builtin or forbidden operators {sorted(set(bad))}")
     for op in summary.ops:
         if op.name in int8_refused and any(i >= 0 and summary.tensors[i].dtype == "INT8" for i in op.inputs):
-            raise ExportError(f"the converter left {op.name} (op #{op.index}) on int8 operands, which LiteRT "
-                              "cannot run; please report this with your TensorFlow version")
+            raise ExportError(
+                f"the converter left {op.name} (op #{op.index}) on int8 operands, which LiteRT "
+                "cannot run; please report this with your TensorFlow version"
+            )
 
 
 def fake_quant(tf, value, low: float, high: float, narrow: bool = False):
     """Fix a tensor's int8 quantization through its range (8 bits: scale = (high - low) / levels)."""
-    return tf.quantization.fake_quant_with_min_max_args(value, min=float(low), max=float(high), num_bits=8,
-                                                        narrow_range=narrow)
+    return tf.quantization.fake_quant_with_min_max_args(
+        value, min=float(low), max=float(high), num_bits=8, narrow_range=narrow
+    )
 
 
 def int8_weights(tf, units: np.ndarray, scale: float):
@@ -74,30 +77,121 @@ def int8_weights(tf, units: np.ndarray, scale: float):
 #: (LiteRT.js in a browser, LiteRT on Android/iOS: the default graph with an int32 label, no int64
 #: tensor anywhere, and a static batch of ``web_batch`` rows).
 PROFILES = ("default", "micro", "web")
-PROFILE_HELP = ("default (LiteRT), micro (a file the TFLite Micro interpreter runs - static batch 1, int32 "
-                "label, only TFLM builtin ops; its metadata records the tensor arena bytes measured with "
-                "tflite-micro when that is installed) or web (LiteRT.js / mobile: int32 label, no int64 "
-                "tensors, static batch --web-batch)")
+PROFILE_HELP = (
+    "default (LiteRT), micro (a file the TFLite Micro interpreter runs - static batch 1, int32 "
+    "label, only TFLM builtin ops; its metadata records the tensor arena bytes measured with "
+    "tflite-micro when that is installed) or web (LiteRT.js / mobile: int32 label, no int64 "
+    "tensors, static batch --web-batch)"
+)
 #: Builtin operators TFLM's op resolver can register (``MicroMutableOpResolver::Add*`` of
 #: tflite-micro, 2026; ``CUSTOM`` left out). A micro-profile file uses only these; the kernels'
 #: operand types are narrower than LiteRT's (no uint8/int64 operands, GATHER params int8/float32,
 #: SUM/REDUCE_MAX float32/int8, ARG_MAX float32/int8 -> int32, SELECT_V2 float32/int8/int16), which
 #: the micro lowerings respect and :func:`check_micro_contract` checks where it can.
-TFLM_BUILTIN_OPS = frozenset((
-    "ABS", "ADD", "ADD_N", "ARG_MAX", "ARG_MIN", "ASSIGN_VARIABLE", "AVERAGE_POOL_2D", "BATCH_MATMUL",
-    "BATCH_TO_SPACE_ND", "BROADCAST_ARGS", "BROADCAST_TO", "CALL_ONCE", "CAST", "CEIL", "CONCATENATION",
-    "CONV_2D", "COS", "CUMSUM", "DEPTHWISE_CONV_2D", "DEPTH_TO_SPACE", "DEQUANTIZE", "DIV",
-    "DYNAMIC_UPDATE_SLICE", "ELU", "EMBEDDING_LOOKUP", "EQUAL", "EXP", "EXPAND_DIMS", "FILL", "FLOOR",
-    "FLOOR_DIV", "FLOOR_MOD", "FULLY_CONNECTED", "GATHER", "GATHER_ND", "GREATER", "GREATER_EQUAL",
-    "HARD_SWISH", "IF", "L2_NORMALIZATION", "L2_POOL_2D", "LEAKY_RELU", "LESS", "LESS_EQUAL", "LOG",
-    "LOGICAL_AND", "LOGICAL_NOT", "LOGICAL_OR", "LOGISTIC", "LOG_SOFTMAX", "MAXIMUM", "MAX_POOL_2D", "MEAN",
-    "MINIMUM", "MIRROR_PAD", "MUL", "NEG", "NOT_EQUAL", "PACK", "PAD", "PADV2", "PRELU", "QUANTIZE",
-    "READ_VARIABLE", "REDUCE_ALL", "REDUCE_MAX", "REDUCE_MIN", "RELU", "RELU6", "RESHAPE", "RESIZE_BILINEAR",
-    "RESIZE_NEAREST_NEIGHBOR", "REVERSE_V2", "ROUND", "RSQRT", "SELECT_V2", "SHAPE", "SIN", "SLICE", "SOFTMAX",
-    "SPACE_TO_BATCH_ND", "SPACE_TO_DEPTH", "SPLIT", "SPLIT_V", "SQRT", "SQUARE", "SQUARED_DIFFERENCE",
-    "SQUEEZE", "STRIDED_SLICE", "SUB", "SUM", "SVDF", "TANH", "TRANSPOSE", "TRANSPOSE_CONV",
-    "UNIDIRECTIONAL_SEQUENCE_LSTM", "UNPACK", "VAR_HANDLE", "WHILE", "ZEROS_LIKE",
-))
+TFLM_BUILTIN_OPS = frozenset(
+    (
+        "ABS",
+        "ADD",
+        "ADD_N",
+        "ARG_MAX",
+        "ARG_MIN",
+        "ASSIGN_VARIABLE",
+        "AVERAGE_POOL_2D",
+        "BATCH_MATMUL",
+        "BATCH_TO_SPACE_ND",
+        "BROADCAST_ARGS",
+        "BROADCAST_TO",
+        "CALL_ONCE",
+        "CAST",
+        "CEIL",
+        "CONCATENATION",
+        "CONV_2D",
+        "COS",
+        "CUMSUM",
+        "DEPTHWISE_CONV_2D",
+        "DEPTH_TO_SPACE",
+        "DEQUANTIZE",
+        "DIV",
+        "DYNAMIC_UPDATE_SLICE",
+        "ELU",
+        "EMBEDDING_LOOKUP",
+        "EQUAL",
+        "EXP",
+        "EXPAND_DIMS",
+        "FILL",
+        "FLOOR",
+        "FLOOR_DIV",
+        "FLOOR_MOD",
+        "FULLY_CONNECTED",
+        "GATHER",
+        "GATHER_ND",
+        "GREATER",
+        "GREATER_EQUAL",
+        "HARD_SWISH",
+        "IF",
+        "L2_NORMALIZATION",
+        "L2_POOL_2D",
+        "LEAKY_RELU",
+        "LESS",
+        "LESS_EQUAL",
+        "LOG",
+        "LOGICAL_AND",
+        "LOGICAL_NOT",
+        "LOGICAL_OR",
+        "LOGISTIC",
+        "LOG_SOFTMAX",
+        "MAXIMUM",
+        "MAX_POOL_2D",
+        "MEAN",
+        "MINIMUM",
+        "MIRROR_PAD",
+        "MUL",
+        "NEG",
+        "NOT_EQUAL",
+        "PACK",
+        "PAD",
+        "PADV2",
+        "PRELU",
+        "QUANTIZE",
+        "READ_VARIABLE",
+        "REDUCE_ALL",
+        "REDUCE_MAX",
+        "REDUCE_MIN",
+        "RELU",
+        "RELU6",
+        "RESHAPE",
+        "RESIZE_BILINEAR",
+        "RESIZE_NEAREST_NEIGHBOR",
+        "REVERSE_V2",
+        "ROUND",
+        "RSQRT",
+        "SELECT_V2",
+        "SHAPE",
+        "SIN",
+        "SLICE",
+        "SOFTMAX",
+        "SPACE_TO_BATCH_ND",
+        "SPACE_TO_DEPTH",
+        "SPLIT",
+        "SPLIT_V",
+        "SQRT",
+        "SQUARE",
+        "SQUARED_DIFFERENCE",
+        "SQUEEZE",
+        "STRIDED_SLICE",
+        "SUB",
+        "SUM",
+        "SVDF",
+        "TANH",
+        "TRANSPOSE",
+        "TRANSPOSE_CONV",
+        "UNIDIRECTIONAL_SEQUENCE_LSTM",
+        "UNPACK",
+        "VAR_HANDLE",
+        "WHILE",
+        "ZEROS_LIKE",
+    )
+)
 #: Operators a micro file never uses although TFLM has them: REDUCE_ALL reached TFLM only in
 #: January 2026, so a device build from an older TFLM would not have it (the guard uses REDUCE_MAX).
 MICRO_AVOIDED_OPS = ("REDUCE_ALL",)
@@ -110,16 +204,21 @@ MICRO_LABEL_DTYPE = "int32"
 #: Extra bytes the ``tflm`` runtime adds to the recorded arena (alignment of another allocation).
 ARENA_SLACK = 256
 #: The guard of a micro file, as stored in its metadata (``tflm.guard``).
-MICRO_GUARD_NOTE = ("REDUCE_MAX(CAST(x != clip(x))) > 0.5; label (ARG_MAX + 1) * valid - 1: -1 in int32 on any build; "
-                    "NaN scores need IEEE floats (not -ffast-math)")
+MICRO_GUARD_NOTE = (
+    "REDUCE_MAX(CAST(x != clip(x))) > 0.5; label (ARG_MAX + 1) * valid - 1: -1 in int32 on any build; "
+    "NaN scores need IEEE floats (not -ffast-math)"
+)
 
 
 def check_profile(profile: str, web_batch: int = 1) -> str:
     """``profile`` if known and ``web_batch`` fits it (ExportError saying why otherwise)."""
     if profile not in PROFILES:
         raise ExportError(f"unknown profile {profile!r}; choose one of {', '.join(PROFILES)}")
-    if isinstance(web_batch, bool) or not isinstance(web_batch, (int, np.integer)) or not \
-            1 <= int(web_batch) <= WEB_MAX_BATCH:
+    if (
+        isinstance(web_batch, bool)
+        or not isinstance(web_batch, (int, np.integer))
+        or not 1 <= int(web_batch) <= WEB_MAX_BATCH
+    ):
         raise ExportError(f"--web-batch must be an integer in 1..{WEB_MAX_BATCH}, got {web_batch!r}")
     if int(web_batch) != WEB_BATCH and profile != "web":
         raise ExportError(f"--web-batch applies to --profile web only (this export's profile is {profile})")
@@ -139,8 +238,10 @@ WEB_MAX_BATCH = 4096
 WEB_LABEL_DTYPE = "int32"
 #: Tensor types a web file never holds (JavaScript typed arrays have no int64 LiteRT.js maps).
 WEB_FORBIDDEN_DTYPES = ("INT64",)
-WEB_BATCH_HELP = (f"--profile web: the static batch size of the file (default {WEB_BATCH}); a runtime runs any "
-                  "number of rows in chunks of it")
+WEB_BATCH_HELP = (
+    f"--profile web: the static batch size of the file (default {WEB_BATCH}); a runtime runs any "
+    "number of rows in chunks of it"
+)
 
 
 def check_web_contract(summary, batch_shape: list) -> None:
@@ -148,8 +249,9 @@ def check_web_contract(summary, batch_shape: list) -> None:
     bad = sorted({t.dtype for t in summary.tensors if t.dtype in WEB_FORBIDDEN_DTYPES})
     if bad:
         names = sorted({t.name for t in summary.tensors if t.dtype in WEB_FORBIDDEN_DTYPES})[:5]
-        raise ExportError(f"the web profile produced {', '.join(bad)} tensors ({', '.join(names)}), which "
-                          "LiteRT.js does not take")
+        raise ExportError(
+            f"the web profile produced {', '.join(bad)} tensors ({', '.join(names)}), which LiteRT.js does not take"
+        )
     x = summary.tensors[summary.inputs[0]]
     if list(x.shape_signature) != list(batch_shape) or list(x.shape) != list(batch_shape):
         raise ExportError(f"web input shape {x.shape_signature}, expected the static {batch_shape}")
@@ -185,8 +287,9 @@ def check_micro_contract(summary, batch_shape: list) -> None:
         raise ExportError(f"the micro profile produced operators TFLite Micro does not provide: {outside}")
     bad = sorted({t.dtype for t in summary.tensors if t.dtype in MICRO_FORBIDDEN_DTYPES})
     if bad:
-        raise ExportError(f"the micro profile produced {', '.join(bad)} tensors, which TFLite Micro kernels "
-                          "do not take")
+        raise ExportError(
+            f"the micro profile produced {', '.join(bad)} tensors, which TFLite Micro kernels do not take"
+        )
     x = summary.tensors[summary.inputs[0]]
     if list(x.shape_signature) != list(batch_shape):
         raise ExportError(f"micro input shape {x.shape_signature}, expected the static {batch_shape}")
@@ -203,9 +306,18 @@ def check_profile_contract(summary, profile: str, n_features: int, web_batch: in
 
 def micro_metadata(summary) -> dict:
     """The micro facts a file's metadata records before the arena is measured."""
-    return {"profile": "micro", "batch": "static 1", "label_dtype": MICRO_LABEL_DTYPE,
-            "tflm": {"ops": sorted(set(summary.op_names)), "guard": MICRO_GUARD_NOTE,
-                     "arena_bytes": None, "arena_reported_bytes": None, "arena_measured_with": None}}
+    return {
+        "profile": "micro",
+        "batch": "static 1",
+        "label_dtype": MICRO_LABEL_DTYPE,
+        "tflm": {
+            "ops": sorted(set(summary.op_names)),
+            "guard": MICRO_GUARD_NOTE,
+            "arena_bytes": None,
+            "arena_reported_bytes": None,
+            "arena_measured_with": None,
+        },
+    }
 
 
 def tflm_module():
@@ -255,8 +367,11 @@ def measure_tflm_arena(model: bytes, n_features: int, input_dtype, *, limit: int
     the same greedy planner, are the same).
     """
     if tflm_module() is None:
-        return {"arena_bytes": None, "arena_reported_bytes": None,
-                "arena_measured_with": "not measured: tflite-micro is not installed (pip install 'bnc-deploy[micro]')"}
+        return {
+            "arena_bytes": None,
+            "arena_reported_bytes": None,
+            "arena_measured_with": "not measured: tflite-micro is not installed (pip install 'bnc-deploy[micro]')",
+        }
 
     def attempt(size: int, report: bool = False):
         """``(interpreter or None, TFLM's log)`` for an arena of ``size`` bytes."""
@@ -274,7 +389,7 @@ def measure_tflm_arena(model: bytes, n_features: int, input_dtype, *, limit: int
         interpreter, text = attempt(high, report=True)
         if interpreter is not None:
             break
-        if "missing:" not in text or high >= limit:   # not "Failed to allocate ... missing: N": no arena helps
+        if "missing:" not in text or high >= limit:  # not "Failed to allocate ... missing: N": no arena helps
             raise ExportError(f"TFLite Micro cannot load the micro-profile file: {_one_line(text)[:400]}")
         high *= 2
     found = _ARENA_TOTAL.search(text)
@@ -299,12 +414,16 @@ def measure_tflm_arena(model: bytes, n_features: int, input_dtype, *, limit: int
         except (RuntimeError, ValueError) as exc:
             failure = exc
     if failure is not None:
-        raise ExportError(f"TFLite Micro cannot run the micro-profile file: {_one_line(failure)}: "
-                          f"{_one_line(log.text)[:400]}")
-    return {"arena_bytes": int(high), "arena_reported_bytes": reported,
-            "arena_measured_with": f"tflite-micro {tflm_version()} Python interpreter on "
-                                   f"{platform.machine() or 'unknown'} (RecordingMicroAllocator; smallest "
-                                   "arena that allocates and runs, 16-byte steps)"}
+        raise ExportError(
+            f"TFLite Micro cannot run the micro-profile file: {_one_line(failure)}: {_one_line(log.text)[:400]}"
+        )
+    return {
+        "arena_bytes": int(high),
+        "arena_reported_bytes": reported,
+        "arena_measured_with": f"tflite-micro {tflm_version()} Python interpreter on "
+        f"{platform.machine() or 'unknown'} (RecordingMicroAllocator; smallest "
+        "arena that allocates and runs, 16-byte steps)",
+    }
 
 
 def _one_line(exc: Exception) -> str:
@@ -316,12 +435,18 @@ def _one_line(exc: Exception) -> str:
 # ================================================================================================
 #: The associated file holding the class names (one per line, in score order).
 LABELS_FILE = "labels.txt"
-METADATA_HELP = ("also write the standard TFLITE_METADATA (tflite-support schema: model and tensor "
-                 f"descriptions, the class names as {LABELS_FILE} on the score axis) for Android tooling")
+METADATA_HELP = (
+    "also write the standard TFLITE_METADATA (tflite-support schema: model and tensor "
+    f"descriptions, the class names as {LABELS_FILE} on the score axis) for Android tooling"
+)
 #: Feature names listed in the input tensor's description (the rest are counted).
 DESCRIBED_FEATURES = 32
-_STRUCTURES = {"nb": "naive Bayes", "tan": "tree-augmented naive Bayes (TAN)", "fc": "fully connected network",
-               "cnn": "convolutional network"}
+_STRUCTURES = {
+    "nb": "naive Bayes",
+    "tan": "tree-augmented naive Bayes (TAN)",
+    "fc": "fully connected network",
+    "cnn": "convolutional network",
+}
 
 
 def standard_metadata(meta: dict) -> tuple[bytes, dict[str, bytes]]:
@@ -349,31 +474,50 @@ def standard_metadata(meta: dict) -> tuple[bytes, dict[str, bytes]]:
     batch = str(meta.get("batch", "dynamic"))
     rows = "N rows (resize the input)" if batch == "dynamic" else f"{batch.split()[-1]} rows (a static batch)"
     if meta.get("input") == INPUT_RAW:
-        x_text = (f"float32 [{rows}, {d}]: raw feature values, discretized inside the model; non-finite values "
-                  f"make the row invalid. Features: {', '.join(features[:DESCRIBED_FEATURES])}")
+        x_text = (
+            f"float32 [{rows}, {d}]: raw feature values, discretized inside the model; non-finite values "
+            f"make the row invalid. Features: {', '.join(features[:DESCRIBED_FEATURES])}"
+        )
     else:
-        x_text = (f"{meta.get('input_dtype', 'int32')} [{rows}, {d}]: one discrete code per feature, "
-                  f"0..cardinality-1; an out-of-range code makes the row invalid. Features: {listed}")
-    score_text = ("float32 [N, C]: log p(class, x), the class scores" if scores == "log_joint"
-                  else "float32 [N, C]: the class logits")
+        x_text = (
+            f"{meta.get('input_dtype', 'int32')} [{rows}, {d}]: one discrete code per feature, "
+            f"0..cardinality-1; an out-of-range code makes the row invalid. Features: {listed}"
+        )
+    score_text = (
+        "float32 [N, C]: log p(class, x), the class scores"
+        if scores == "log_joint"
+        else "float32 [N, C]: the class logits"
+    )
     label_dtype = meta.get("label_dtype", "int64")
     model = {
         "name": f"bnc-deploy {structure}",
-        "description": (f"{structure} classifier ({bits} parameters) over {d} discrete features and {c} classes, "
-                        f"exported by bnc-deploy {meta.get('toolkit_version')}. Outputs: {scores} (scores, class "
-                        f"names in {LABELS_FILE}) and {label} (the predicted class index, -1 for an invalid row). "
-                        f"Exact: {bool(meta.get('exact'))}. The full contract is the 'bnc_deploy' metadata "
-                        "buffer (JSON)."),
+        "description": (
+            f"{structure} classifier ({bits} parameters) over {d} discrete features and {c} classes, "
+            f"exported by bnc-deploy {meta.get('toolkit_version')}. Outputs: {scores} (scores, class "
+            f"names in {LABELS_FILE}) and {label} (the predicted class index, -1 for an invalid row). "
+            f"Exact: {bool(meta.get('exact'))}. The full contract is the 'bnc_deploy' metadata "
+            "buffer (JSON)."
+        ),
         "version": f"model sha256 {str(meta.get('artifact_sha256', ''))[:16]}",
         "author": "bnc-deploy",
         "inputs": [{"name": "x", "description": x_text}],
         "outputs": [
-            {"name": scores, "description": score_text + f" in the order of {LABELS_FILE}; all NaN for an "
-                                                         "invalid row",
-             "associated_files": [{"name": LABELS_FILE, "description": "class names, one per line, in score order",
-                                   "type": "TENSOR_AXIS_LABELS"}]},
-            {"name": label, "description": f"{label_dtype} [N]: index of the first highest score (the predicted "
-                                           f"class, line index + 1 of {LABELS_FILE}); -1 for an invalid row"},
+            {
+                "name": scores,
+                "description": score_text + f" in the order of {LABELS_FILE}; all NaN for an invalid row",
+                "associated_files": [
+                    {
+                        "name": LABELS_FILE,
+                        "description": "class names, one per line, in score order",
+                        "type": "TENSOR_AXIS_LABELS",
+                    }
+                ],
+            },
+            {
+                "name": label,
+                "description": f"{label_dtype} [N]: index of the first highest score (the predicted "
+                f"class, line index + 1 of {LABELS_FILE}); -1 for an invalid row",
+            },
         ],
     }
     return build_model_metadata(model), {LABELS_FILE: ("\n".join(classes) + "\n").encode("utf-8")}
@@ -383,8 +527,12 @@ def standard_metadata_note() -> dict:
     """What our own metadata says about the standard metadata a file carries."""
     from bnc_deploy.formats.tflite_metadata import MIN_PARSER_VERSION, TFLITE_METADATA
 
-    return {"buffer": TFLITE_METADATA, "schema": "tflite-support metadata_schema.fbs",
-            "min_parser_version": MIN_PARSER_VERSION, "associated_files": [LABELS_FILE]}
+    return {
+        "buffer": TFLITE_METADATA,
+        "schema": "tflite-support metadata_schema.fbs",
+        "min_parser_version": MIN_PARSER_VERSION,
+        "associated_files": [LABELS_FILE],
+    }
 
 
 def finish_with_metadata(converted: bytes, meta: dict, standard: bool, **kwargs) -> bytes:
@@ -401,8 +549,18 @@ def finish_with_metadata(converted: bytes, meta: dict, standard: bool, **kwargs)
     return append_associated_files(model, files)
 
 
-def finish_export(converted: bytes, extra: dict, make_meta: Callable[[dict], dict], check: Callable[[bytes], Any], *,
-                  profile: str, web_batch: int | None, standard: bool, n_features: int, **kwargs) -> bytes:
+def finish_export(
+    converted: bytes,
+    extra: dict,
+    make_meta: Callable[[dict], dict],
+    check: Callable[[bytes], Any],
+    *,
+    profile: str,
+    web_batch: int | None,
+    standard: bool,
+    n_features: int,
+    **kwargs,
+) -> bytes:
     """The finished file of either TFLite exporter, from the converter's flatbuffer.
 
     ``extra`` (the exporter's own metadata entries) gets the profile's (micro: TFLM's operators

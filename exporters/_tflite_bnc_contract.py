@@ -19,8 +19,9 @@ from bnc_deploy.formats.metadata import INPUT_NAME, OUTPUT_LABEL
 from bnc_deploy.formats.tflite import TFLiteSummary, inspect_tflite
 
 
-def check_contract(model: bytes, artifact, plan: OneHotFCPlan | None = None, *,
-                   profile: str = "default", web_batch: int = WEB_BATCH) -> TFLiteSummary:
+def check_contract(
+    model: bytes, artifact, plan: OneHotFCPlan | None = None, *, profile: str = "default", web_batch: int = WEB_BATCH
+) -> TFLiteSummary:
     """Check a converted model against the contract; raise ExportError naming what is wrong.
 
     Builtins only (no Flex/custom/ONE_HOT), no comparison on int8 operands (LiteRT aborts the
@@ -34,12 +35,17 @@ def check_contract(model: bytes, artifact, plan: OneHotFCPlan | None = None, *,
     t = summary.tensors
     x, lj, label = t[summary.inputs[0]], t[summary.outputs[0]], t[summary.outputs[1]]
     d, c = artifact.n_features, artifact.n_classes
-    expected = [(x, INPUT_NAME, {"INT32", "FLOAT32", "INT8"}, d), (lj, OUTPUT_LOG_JOINT, {"FLOAT32"}, c),
-                (label, OUTPUT_LABEL, {"INT64" if profile == "default" else "INT32"}, None)]
+    expected = [
+        (x, INPUT_NAME, {"INT32", "FLOAT32", "INT8"}, d),
+        (lj, OUTPUT_LOG_JOINT, {"FLOAT32"}, c),
+        (label, OUTPUT_LABEL, {"INT64" if profile == "default" else "INT32"}, None),
+    ]
     for tensor, name, dtypes, last in expected:
         if tensor.name != name or tensor.dtype not in dtypes or (last is not None and tensor.shape[-1] != last):
-            raise ExportError(f"converted model has I/O tensor {tensor.name!r} {tensor.dtype} {tensor.shape}, "
-                              f"expected {name!r} of type {sorted(dtypes)} with last dimension {last}")
+            raise ExportError(
+                f"converted model has I/O tensor {tensor.name!r} {tensor.dtype} {tensor.shape}, "
+                f"expected {name!r} of type {sorted(dtypes)} with last dimension {last}"
+            )
     if x.dtype == "INT8" and (x.scale != [1.0] or x.zero_point != [0]):
         raise ExportError(f"int8 input has scale {x.scale} and zero point {x.zero_point}, expected 1 and 0")
     if plan is not None:
@@ -54,16 +60,23 @@ def _check_fc_quantization(summary: TFLiteSummary, plan: OneHotFCPlan) -> None:
     stored = []
     for op in fcs:
         x, w, out = (summary.tensors[i] for i in (op.inputs[0], op.inputs[1], op.outputs[0]))
-        ok = (all(t.dtype == "INT8" and len(t.scale) == 1 for t in (x, w, out)) and w.zero_point == [0]
-              and np.isclose(x.scale[0] * w.scale[0], out.scale[0], rtol=1e-6))
+        ok = (
+            all(t.dtype == "INT8" and len(t.scale) == 1 for t in (x, w, out))
+            and w.zero_point == [0]
+            and np.isclose(x.scale[0] * w.scale[0], out.scale[0], rtol=1e-6)
+        )
         if not ok:
-            raise ExportError(f"FULLY_CONNECTED {out.name!r} is not an exact int8 layer: input {x.dtype} "
-                              f"{x.scale}/{x.zero_point}, weights {w.dtype} {w.scale}/{w.zero_point}, output "
-                              f"{out.dtype} {out.scale}/{out.zero_point} (need s_in * s_w = s_out, weight zp 0)")
-        stored.append(np.frombuffer(w.data, dtype=np.int8).reshape(w.shape).tobytes())   # [out, in]
+            raise ExportError(
+                f"FULLY_CONNECTED {out.name!r} is not an exact int8 layer: input {x.dtype} "
+                f"{x.scale}/{x.zero_point}, weights {w.dtype} {w.scale}/{w.zero_point}, output "
+                f"{out.dtype} {out.scale}/{out.zero_point} (need s_in * s_w = s_out, weight zp 0)"
+            )
+        stored.append(np.frombuffer(w.data, dtype=np.int8).reshape(w.shape).tobytes())  # [out, in]
     # The converter orders FCs by name, not by group: match the weight matrices as a multiset.
     missing = Counter(np.ascontiguousarray(plan.group_weights(k).T).tobytes() for k in range(len(plan.groups)))
     missing.subtract(Counter(stored))
     if any(n > 0 for n in missing.values()):
-        raise ExportError(f"{sum(n for n in missing.values() if n > 0)} of {len(plan.groups)} FULLY_CONNECTED "
-                          "weight matrices differ from the planned int8 codes; the converter re-quantized them")
+        raise ExportError(
+            f"{sum(n for n in missing.values() if n > 0)} of {len(plan.groups)} FULLY_CONNECTED "
+            "weight matrices differ from the planned int8 codes; the converter re-quantized them"
+        )

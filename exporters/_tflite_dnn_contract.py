@@ -61,11 +61,18 @@ class SignLayerPlan:
         return SIGN_ACTIVATION_SCALE
 
     def describe(self) -> dict:
-        return {"layer": self.index, "op": "FULLY_CONNECTED" if self.type == "dense" else "CONV_2D",
-                "dtype": "int8", "input_scale": self.input_scale, "weight_scale": self.weight_scale,
-                "output_scale": self.output_scale, "input_copies": self.copies,
-                "fused_activation": "RELU_N1_TO_1", "bias": "int32 1 - 2 * threshold (batch norm + sign)",
-                "pool": "MAX_POOL_2D" if self.pool else None}
+        return {
+            "layer": self.index,
+            "op": "FULLY_CONNECTED" if self.type == "dense" else "CONV_2D",
+            "dtype": "int8",
+            "input_scale": self.input_scale,
+            "weight_scale": self.weight_scale,
+            "output_scale": self.output_scale,
+            "input_copies": self.copies,
+            "fused_activation": "RELU_N1_TO_1",
+            "bias": "int32 1 - 2 * threshold (batch norm + sign)",
+            "pool": "MAX_POOL_2D" if self.pool else None,
+        }
 
 
 @dataclass
@@ -107,17 +114,32 @@ class DNNTFLitePlan:
             if self.lowering == LOWERING_SIGN and not last:
                 layers.append(self.hidden[k].describe())
             elif last and self.output_dtype == "float32":
-                layers.append({"layer": k, "op": "FULLY_CONNECTED", "dtype": "float32", "weights": "integer codes",
-                               "scale": "MUL float32(s_w * s_in)", "bias": "ADD float32"})
+                layers.append(
+                    {
+                        "layer": k,
+                        "op": "FULLY_CONNECTED",
+                        "dtype": "float32",
+                        "weights": "integer codes",
+                        "scale": "MUL float32(s_w * s_in)",
+                        "bias": "ADD float32",
+                    }
+                )
             else:
-                entry = {"layer": k, "op": "FULLY_CONNECTED" if layer.type == "dense" else "CONV_2D", "dtype": "int8",
-                         "bias": "int32 (batch-norm shift folded)" if layer.batch_norm else
-                         ("int32" if last else None),
-                         "weights": "int8 per-channel, batch norm folded (converter)" if not last else
-                         f"int8 codes, per-tensor scale {self.output_weight_scale!r}"}
+                entry = {
+                    "layer": k,
+                    "op": "FULLY_CONNECTED" if layer.type == "dense" else "CONV_2D",
+                    "dtype": "int8",
+                    "bias": "int32 (batch-norm shift folded)" if layer.batch_norm else ("int32" if last else None),
+                    "weights": "int8 per-channel, batch norm folded (converter)"
+                    if not last
+                    else f"int8 codes, per-tensor scale {self.output_weight_scale!r}",
+                }
                 if not last:
-                    entry.update(fused_activation="RELU", output_range=list(self.relu_ranges[k]),
-                                 pool="MAX_POOL_2D" if layer.pool else None)
+                    entry.update(
+                        fused_activation="RELU",
+                        output_range=list(self.relu_ranges[k]),
+                        pool="MAX_POOL_2D" if layer.pool else None,
+                    )
                 else:
                     entry["output_range"] = list(self.logit_range)
                 layers.append(entry)
@@ -169,19 +191,27 @@ def check_dnn_contract(model: bytes, artifact, plan: DNNTFLitePlan) -> TFLiteSum
         raise ExportError(f"converted model uses non-builtin or forbidden operators {sorted(set(bad))}")
     for op in summary.ops:
         if op.name in COMPARISON_OPS + ("SELECT", "SELECT_V2") and any(
-                i >= 0 and t[i].dtype == "INT8" for i in op.inputs):
-            raise ExportError(f"the converter left {op.name} (op #{op.index}) on int8 operands; please report "
-                              "this with your TensorFlow version")
+            i >= 0 and t[i].dtype == "INT8" for i in op.inputs
+        ):
+            raise ExportError(
+                f"the converter left {op.name} (op #{op.index}) on int8 operands; please report "
+                "this with your TensorFlow version"
+            )
     x, logits, label = t[summary.inputs[0]], t[summary.outputs[0]], t[summary.outputs[1]]
     d, c = artifact.n_features, artifact.n_classes
     profile = getattr(plan, "profile", "default")
     micro = profile == "micro"
-    expected = [(x, INPUT_NAME, "INT32", d), (logits, OUTPUT_LOGITS, "FLOAT32", c),
-                (label, OUTPUT_LABEL, "INT64" if profile == "default" else "INT32", None)]
+    expected = [
+        (x, INPUT_NAME, "INT32", d),
+        (logits, OUTPUT_LOGITS, "FLOAT32", c),
+        (label, OUTPUT_LABEL, "INT64" if profile == "default" else "INT32", None),
+    ]
     for tensor, name, dtype, last in expected:
         if tensor.name != name or tensor.dtype != dtype or (last is not None and tensor.shape[-1] != last):
-            raise ExportError(f"converted model has I/O tensor {tensor.name!r} {tensor.dtype} {tensor.shape}, "
-                              f"expected {name!r} {dtype} with last dimension {last}")
+            raise ExportError(
+                f"converted model has I/O tensor {tensor.name!r} {tensor.dtype} {tensor.shape}, "
+                f"expected {name!r} {dtype} with last dimension {last}"
+            )
     if micro:
         check_micro_contract(summary, [MICRO_BATCH, d])
     elif profile == "web":
@@ -192,15 +222,19 @@ def check_dnn_contract(model: bytes, artifact, plan: DNNTFLitePlan) -> TFLiteSum
     for op in macs:
         dtypes = {t[op.inputs[0]].dtype, t[op.inputs[1]].dtype, t[op.outputs[0]].dtype}
         if len(dtypes) != 1 or dtypes.pop() not in ("INT8", "FLOAT32"):
-            raise ExportError(f"{op.name} #{op.index} mixes {[t[i].dtype for i in op.inputs[:2] + op.outputs]} "
-                              "(hybrid quantization is not part of the contract)")
+            raise ExportError(
+                f"{op.name} #{op.index} mixes {[t[i].dtype for i in op.inputs[:2] + op.outputs]} "
+                "(hybrid quantization is not part of the contract)"
+            )
     int8_macs = [op for op in macs if t[op.inputs[1]].dtype == "INT8"]
     float_macs = [op for op in macs if t[op.inputs[1]].dtype == "FLOAT32"]
     n_hidden = len(artifact.layers) - 1
     n_float = 1 if plan.output_dtype == "float32" else 0
     if len(int8_macs) != n_hidden + 1 - n_float or len(float_macs) != n_float:
-        raise ExportError(f"expected {n_hidden + 1 - n_float} int8 and {n_float} float32 FULLY_CONNECTED/CONV_2D, "
-                          f"got {len(int8_macs)} and {len(float_macs)}")
+        raise ExportError(
+            f"expected {n_hidden + 1 - n_float} int8 and {n_float} float32 FULLY_CONNECTED/CONV_2D, "
+            f"got {len(int8_macs)} and {len(float_macs)}"
+        )
     if plan.lowering == LOWERING_SIGN:
         _check_sign(summary, plan, int8_macs, fused_activations(model))
     else:
@@ -222,11 +256,19 @@ def _check_sign(summary, plan, int8_macs, fused) -> None:
             problems.append(f"op {op.name}, expected {want}")
         if xin.scale != [np.float32(layer.input_scale)] or xin.zero_point != [0]:
             problems.append(f"input scale/zp {xin.scale}/{xin.zero_point}, expected {layer.input_scale}/0")
-        if w.scale != [np.float32(layer.weight_scale)] or w.zero_point != [0] or w.shape != list(layer.weights.shape) \
-                or not np.array_equal(_constant(w, np.int8), layer.weights):
+        if (
+            w.scale != [np.float32(layer.weight_scale)]
+            or w.zero_point != [0]
+            or w.shape != list(layer.weights.shape)
+            or not np.array_equal(_constant(w, np.int8), layer.weights)
+        ):
             problems.append(f"weights {w.shape} scale {w.scale} zp {w.zero_point} are not the planned int8 codes")
-        if bias is None or bias.dtype != "INT32" or bias.scale != [1.0] \
-                or not np.array_equal(_constant(bias, np.int32), layer.bias):
+        if (
+            bias is None
+            or bias.dtype != "INT32"
+            or bias.scale != [1.0]
+            or not np.array_equal(_constant(bias, np.int32), layer.bias)
+        ):
             problems.append("int32 bias is not 1 - 2 * threshold with scale 1")
         if out.dtype != "INT8" or out.scale != [SIGN_ACTIVATION_SCALE] or out.zero_point != [0]:
             problems.append(f"output {out.dtype} scale {out.scale} zp {out.zero_point}, expected int8 0.5/0")
@@ -242,10 +284,16 @@ def _check_sign(summary, plan, int8_macs, fused) -> None:
 def _check_float_output(summary, plan, op) -> None:
     w = summary.tensors[op.inputs[1]]
     has_bias = len(op.inputs) > 2 and op.inputs[2] >= 0
-    if op.name != "FULLY_CONNECTED" or has_bias or w.shape != list(plan.output_codes.shape) \
-            or not np.array_equal(_constant(w, np.float32), plan.output_codes.astype(np.float32)):
-        raise ExportError(f"output {op.name} #{op.index} is not the float32 integer-code layer without bias "
-                          "(the converter folded or re-quantized it)")
+    if (
+        op.name != "FULLY_CONNECTED"
+        or has_bias
+        or w.shape != list(plan.output_codes.shape)
+        or not np.array_equal(_constant(w, np.float32), plan.output_codes.astype(np.float32))
+    ):
+        raise ExportError(
+            f"output {op.name} #{op.index} is not the float32 integer-code layer without bias "
+            "(the converter folded or re-quantized it)"
+        )
 
 
 def _check_ptq(summary, artifact, plan, int8_macs) -> None:
@@ -260,8 +308,11 @@ def _check_ptq(summary, artifact, plan, int8_macs) -> None:
     w, logits = t[out.inputs[1]], t[out.outputs[0]]
     if artifact.weight_bits <= 7:
         # The converter derives the scale from the fake-quant range in float32 (one ulp off 1/3).
-        if len(w.scale) != 1 or not np.isclose(w.scale[0], plan.output_weight_scale, rtol=1e-6) or not np.array_equal(
-                _constant(w, np.int8), plan.output_codes.astype(np.int8)):
+        if (
+            len(w.scale) != 1
+            or not np.isclose(w.scale[0], plan.output_weight_scale, rtol=1e-6)
+            or not np.array_equal(_constant(w, np.int8), plan.output_codes.astype(np.int8))
+        ):
             raise ExportError("the output layer's int8 weights are not the artifact's codes")
     if logits.dtype != "INT8":
         raise ExportError(f"output layer produces {logits.dtype}, expected int8 logits")

@@ -37,9 +37,9 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from bnc_deploy.errors import ConfigError, ExportError, MissingExtraError
 
@@ -84,8 +84,10 @@ class Option:
             # tflite too), so the exporter's own list is enforced here, worded like the exporters'
             # own checks ("unknown lowering 'x'; choose one of ...") that direct build() callers get.
             noun = self.noun or self.name.replace("_", " ")
-            raise ExportError(f"{where}: unknown {noun} {value!r} (option {self.flag}); "
-                              f"choose one of {', '.join(str(c) for c in self.choices)}")
+            raise ExportError(
+                f"{where}: unknown {noun} {value!r} (option {self.flag}); "
+                f"choose one of {', '.join(str(c) for c in self.choices)}"
+            )
         # Ranges (an opset, a batch size) are the exporter's to check: it knows the domain and says why.
         return value
 
@@ -167,8 +169,10 @@ class ExporterSpec:
             flag = "--" + name.replace("_", "-")
             kinds = sorted({s.kind for s in takers})
             if takers and self.kind not in kinds:
-                raise ExportError(f"{flag} applies to {' and '.join(_kind_description(k) for k in kinds)} only, "
-                                  f"not to {_kind_description(self.kind)}")
+                raise ExportError(
+                    f"{flag} applies to {' and '.join(_kind_description(k) for k in kinds)} only, "
+                    f"not to {_kind_description(self.kind)}"
+                )
             also = f"; it applies to: {', '.join(f'{s.format} ({s.kind})' for s in takers)}" if takers else ""
             raise ExportError(f"{flag} does not apply to the {where}{also}")
         return {name: option.check(given.get(name, option.default), where) for name, option in declared.items()}
@@ -181,8 +185,18 @@ _UNAVAILABLE: dict[str, str] = {}
 _discovered = False
 
 
-def register_exporter(kind: str, format: str, build: Callable[..., bytes], *, extension: str, runtime: str,
-                      options=(), description: str = "", refusals=(), overwrite: bool = False) -> ExporterSpec:
+def register_exporter(
+    kind: str,
+    format: str,
+    build: Callable[..., bytes],
+    *,
+    extension: str,
+    runtime: str,
+    options=(),
+    description: str = "",
+    refusals=(),
+    overwrite: bool = False,
+) -> ExporterSpec:
     """Add the exporter of ``kind`` artifacts to ``format`` (call at a module's bottom).
 
     ``refusals``: what ``build`` refuses on purpose (:class:`Refusal`; each names declared options
@@ -190,24 +204,38 @@ def register_exporter(kind: str, format: str, build: Callable[..., bytes], *, ex
     raises ConfigError unless ``overwrite=True``: two modules claiming one format would otherwise
     leave whichever was imported last, silently.
     """
-    spec = ExporterSpec(kind=kind, format=format, build=build, extension=extension, runtime=runtime,
-                        options=tuple(options), description=description,
-                        module=getattr(build, "__module__", ""), refusals=tuple(refusals))
+    spec = ExporterSpec(
+        kind=kind,
+        format=format,
+        build=build,
+        extension=extension,
+        runtime=runtime,
+        options=tuple(options),
+        description=description,
+        module=getattr(build, "__module__", ""),
+        refusals=tuple(refusals),
+    )
     declared = {option.name: option for option in spec.options}
     for refusal in spec.refusals:
         for name, value in refusal.options:
             option = declared.get(name)
             if option is None:
-                raise ValueError(f"{format} exporter of {kind} models: refusal {refusal.reason!r} names option "
-                                 f"{name!r}, which it does not declare")
+                raise ValueError(
+                    f"{format} exporter of {kind} models: refusal {refusal.reason!r} names option "
+                    f"{name!r}, which it does not declare"
+                )
             if option.choices and value not in option.choices:
-                raise ValueError(f"{format} exporter of {kind} models: refusal {refusal.reason!r} names "
-                                 f"{option.flag} {value!r}, not one of its choices {option.choices}")
+                raise ValueError(
+                    f"{format} exporter of {kind} models: refusal {refusal.reason!r} names "
+                    f"{option.flag} {value!r}, not one of its choices {option.choices}"
+                )
     existing = _EXPORTERS.get((kind, format))
     if existing is not None and not overwrite:
-        raise ConfigError(f"an exporter of {kind} models to --format {format} is already registered (by "
-                          f"{existing.module or 'an unknown module'}); {spec.module or 'the new one'} cannot "
-                          "register it again: pass overwrite=True to replace it")
+        raise ConfigError(
+            f"an exporter of {kind} models to --format {format} is already registered (by "
+            f"{existing.module or 'an unknown module'}); {spec.module or 'the new one'} cannot "
+            "register it again: pass overwrite=True to replace it"
+        )
     _EXPORTERS[(kind, format)] = spec
     return spec
 
@@ -244,8 +272,11 @@ def exporter_for(kind: str, format: str) -> ExporterSpec:
     if kinds:
         raise ExportError(f"--format {format} exports {', '.join(kinds)} models, not {kind} models")
     missing = "; ".join(_UNAVAILABLE.values())
-    raise ExportError(f"no exporter for --format {format}" + (f" ({missing})" if missing else "")
-                      + f"; available: {', '.join(formats())}")
+    raise ExportError(
+        f"no exporter for --format {format}"
+        + (f" ({missing})" if missing else "")
+        + f"; available: {', '.join(formats())}"
+    )
 
 
 def _kind_description(kind: str) -> str:

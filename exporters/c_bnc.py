@@ -85,7 +85,7 @@ TEMPLATE = "c_bnc.h"
 
 def accumulator_type(n_features: int, bits: int) -> str:
     """The narrowest unsigned type that holds every code sum: ``(D + 1) * (2^B - 1)``."""
-    return "uint16_t" if (n_features + 1) * (2 ** bits - 1) < 2 ** 16 else "uint32_t"
+    return "uint16_t" if (n_features + 1) * (2**bits - 1) < 2**16 else "uint32_t"
 
 
 def code_stream(artifact) -> np.ndarray:
@@ -106,13 +106,13 @@ def pack_codes(codes: np.ndarray, bits: int) -> np.ndarray:
 
 def unpack_codes(stream: np.ndarray, bits: int, n: int) -> np.ndarray:
     """Inverse of :func:`pack_codes` (what the C code computes per lookup)."""
-    flat = np.unpackbits(np.asarray(stream, dtype=np.uint8), bitorder="little")[:n * bits].reshape(n, bits)
+    flat = np.unpackbits(np.asarray(stream, dtype=np.uint8), bitorder="little")[: n * bits].reshape(n, bits)
     return (flat.astype(np.uint16) << np.arange(bits, dtype=np.uint16)[None, :]).sum(axis=1).astype(np.uint8)
 
 
 def _uint_type(max_value: int) -> str:
     for bits in (8, 16, 32):
-        if max_value < 2 ** bits:
+        if max_value < 2**bits:
             return f"uint{bits}_t"
     raise ExportError(f"value {max_value} does not fit 32 bits")
 
@@ -123,7 +123,7 @@ def _array(ctype: str, name: str, values, *, fmt=str, per_line: int = PER_LINE) 
     if not values:
         values = ["0"]  # C99 has no zero-length arrays; never read
     for k in range(0, len(values), per_line):
-        lines.append("    " + ", ".join(fmt(v) for v in values[k:k + per_line]) + ",")
+        lines.append("    " + ", ".join(fmt(v) for v in values[k : k + per_line]) + ",")
     lines.append("};")
     return lines
 
@@ -141,23 +141,29 @@ def _check(artifact, name: str, raw_inputs: bool) -> None:
     if artifact.kind != "bnc":
         raise ExportError(f"--format c exports Bayesian network classifiers, not {artifact.kind} models")
     if not artifact.is_quantized:
-        raise ExportError("C export needs a quantized model (--bits): the C library accumulates integer "
-                          "codes; this model has float tables")
+        raise ExportError(
+            "C export needs a quantized model (--bits): the C library accumulates integer "
+            "codes; this model has float tables"
+        )
     if artifact.n_features == 0:
         raise ExportError("cannot export a model without features")
     big = [i for i, c in enumerate(artifact.cardinalities) if int(c) > MAX_CARDINALITY]
     if big:
         i = big[0]
-        raise ExportError(f"feature {i} ({artifact.feature_names[i]!r}) has {int(artifact.cardinalities[i])} "
-                          f"values; the C API takes uint8_t codes (at most {MAX_CARDINALITY} values)")
+        raise ExportError(
+            f"feature {i} ({artifact.feature_names[i]!r}) has {int(artifact.cardinalities[i])} "
+            f"values; the C API takes uint8_t codes (at most {MAX_CARDINALITY} values)"
+        )
     if raw_inputs:
         raw_cut_points(artifact)  # ExportError without a usable discretizer
 
 
 def _codes_rows(artifact, name: str) -> list[str]:
     """The unpacked ``PREFIX_codes`` array: one line per stream row, a comment before each feature's rows."""
-    lines = [f"static const uint8_t {name}_codes[{artifact.n_parameters}] = {{",
-             "    /* class prior */ " + ", ".join(str(int(v)) for v in artifact.class_codes) + ","]
+    lines = [
+        f"static const uint8_t {name}_codes[{artifact.n_parameters}] = {{",
+        "    /* class prior */ " + ", ".join(str(int(v)) for v in artifact.class_codes) + ",",
+    ]
     table = artifact.table_codes
     for i in range(artifact.n_features):
         start, rows = int(artifact.row_offsets[i]), int(artifact.rows_per_feature[i])
@@ -166,8 +172,7 @@ def _codes_rows(artifact, name: str) -> list[str]:
     return lines + ["};"]
 
 
-def build_c_source(artifact, *, name: str = DEFAULT_NAME, pack_bits: bool = False,
-                   raw_inputs: bool = False) -> str:
+def build_c_source(artifact, *, name: str = DEFAULT_NAME, pack_bits: bool = False, raw_inputs: bool = False) -> str:
     """The text of the header file (see the module docstring for its contract).
 
     The C is ``c_bnc.h``: this function picks its sections for the model and options and
@@ -182,10 +187,21 @@ def build_c_source(artifact, *, name: str = DEFAULT_NAME, pack_bits: bool = Fals
     packed = pack_codes(stream, bits) if pack_bits else None
     table_bytes = int(packed.size) if pack_bits else n_params
     acc = accumulator_type(d, bits)
-    meta = export_metadata(artifact, format="c", lowering="gather", raw_inputs=raw_inputs, input_dtype="uint8",
-                           extra={"c_name": name, "exact": True, "accumulator": acc, "table_bytes": table_bytes,
-                                  "table_storage": f"packed{bits}" if pack_bits else "uint8",
-                                  "c_standard": "c99"})
+    meta = export_metadata(
+        artifact,
+        format="c",
+        lowering="gather",
+        raw_inputs=raw_inputs,
+        input_dtype="uint8",
+        extra={
+            "c_name": name,
+            "exact": True,
+            "accumulator": acc,
+            "table_bytes": table_bytes,
+            "table_storage": f"packed{bits}" if pack_bits else "uint8",
+            "c_standard": "c99",
+        },
+    )
     tan = artifact.structure == "tan"
     offsets = artifact.row_offsets + 1  # stream row 0 is the prior
 
@@ -193,39 +209,56 @@ def build_c_source(artifact, *, name: str = DEFAULT_NAME, pack_bits: bool = Fals
         return "\n".join(values)
 
     values = {
-        "prefix": name, "PREFIX": name.upper(), "file_name": comment_text(name),
-        "structure": "TAN" if tan else "naive Bayes", "version": comment_text(bnc_deploy.__version__),
-        "n_features": d, "n_classes": artifact.n_classes, "bits": bits, "int_bits": q.int_bits,
+        "prefix": name,
+        "PREFIX": name.upper(),
+        "file_name": comment_text(name),
+        "structure": "TAN" if tan else "naive Bayes",
+        "version": comment_text(bnc_deploy.__version__),
+        "n_features": d,
+        "n_classes": artifact.n_classes,
+        "bits": bits,
+        "int_bits": q.int_bits,
         "frac_bits": q.frac_bits,
         # a negative macro value is parenthesized, so that ``x - PREFIX_FRAC_BITS`` stays right
         "frac_bits_macro": f"({q.frac_bits})" if q.frac_bits < 0 else q.frac_bits,
-        "n_parameters": n_params, "size_bits": artifact.size_bits, "n_ops": artifact.n_ops,
-        "n_rows": artifact.n_rows, "table_bytes": table_bytes,
+        "n_parameters": n_params,
+        "size_bits": artifact.size_bits,
+        "n_ops": artifact.n_ops,
+        "n_rows": artifact.n_rows,
+        "table_bytes": table_bytes,
         "table_layout": "B-bit codes packed LSB first" if pack_bits else "one byte per code",
-        "packed": int(bool(pack_bits)), "raw_inputs": int(bool(raw_inputs)),
+        "packed": int(bool(pack_bits)),
+        "raw_inputs": int(bool(raw_inputs)),
         "artifact_sha256": meta["artifact_sha256"],
         "class_list": lines(f" *   {k}: {comment_text(c)}" for k, c in enumerate(artifact.class_names)),
-        "feature_list": lines(f" *   {i}: {comment_text(f)}, {int(artifact.cardinalities[i])}, "
-                              f"{'-' if artifact.parents[i] < 0 else int(artifact.parents[i])}"
-                              for i, f in enumerate(artifact.feature_names)),
+        "feature_list": lines(
+            f" *   {i}: {comment_text(f)}, {int(artifact.cardinalities[i])}, "
+            f"{'-' if artifact.parents[i] < 0 else int(artifact.parents[i])}"
+            for i, f in enumerate(artifact.feature_names)
+        ),
         "arithmetic_scope": " outside the *_raw binning" if raw_inputs else "",
         "metadata": metadata_comment(meta).rstrip("\n"),
         "card_macros": lines(f"#define {name.upper()}_CARD_{i} {int(c)}" for i, c in enumerate(artifact.cardinalities)),
         "max_code_array": lines(_array("uint8_t", f"{name}_max_code", artifact.cardinalities - 1)),
         "row_offset_array": lines(_array(_uint_type(int(offsets.max())), f"{name}_row_offset", offsets)),
-        "acc": acc, "code_mask": 2 ** bits - 1, "last_code_bit": bits - 1, "max_aligned_shift": 8 - bits,
+        "acc": acc,
+        "code_mask": 2**bits - 1,
+        "last_code_bit": bits - 1,
+        "max_aligned_shift": 8 - bits,
     }
     sections = ["head"] + (["head_raw"] if raw_inputs else []) + ["macros", "arrays"]
     if tan:
         sections.append("arrays_tan")
         strides = artifact.parent_cardinalities
-        values["parent_array"] = lines(_array("int16_t" if d < 2 ** 15 else "int32_t", f"{name}_parent",
-                                              artifact.parents))
+        values["parent_array"] = lines(
+            _array("int16_t" if d < 2**15 else "int32_t", f"{name}_parent", artifact.parents)
+        )
         values["stride_array"] = lines(_array(_uint_type(int(strides.max())), f"{name}_stride", strides))
     if pack_bits:
         sections.append("codes_packed")
-        values["codes_array"] = lines(_array("uint8_t", f"{name}_codes", packed, fmt=lambda v: f"0x{int(v):02x}",
-                                             per_line=16))
+        values["codes_array"] = lines(
+            _array("uint8_t", f"{name}_codes", packed, fmt=lambda v: f"0x{int(v):02x}", per_line=16)
+        )
     else:
         sections.append("codes_bytes")
         values["codes_array"] = lines(_codes_rows(artifact, name))
@@ -233,9 +266,15 @@ def build_c_source(artifact, *, name: str = DEFAULT_NAME, pack_bits: bool = Fals
         sections.append("arrays_raw")
         thresholds, n_cuts = padded_thresholds(artifact)
         begin = np.concatenate([[0], np.cumsum(n_cuts)]).astype(np.int64)
-        values["thresholds_array"] = lines(_array("float", f"{name}_thresholds",
-                                                  [thresholds[i, k] for i in range(d) for k in range(int(n_cuts[i]))],
-                                                  fmt=_float_literal, per_line=6))
+        values["thresholds_array"] = lines(
+            _array(
+                "float",
+                f"{name}_thresholds",
+                [thresholds[i, k] for i in range(d) for k in range(int(n_cuts[i]))],
+                fmt=_float_literal,
+                per_line=6,
+            )
+        )
         values["cut_begin_array"] = lines(_array(_uint_type(int(begin.max())), f"{name}_cut_begin", begin))
     if not pack_bits:
         sections.append("code_bytes")
@@ -253,19 +292,37 @@ def build_c_bytes(artifact, *, name: str = DEFAULT_NAME, pack_bits: bool = False
 
 
 register_exporter(
-    "bnc", "c", build_c_bytes, extension=".h", runtime="native",
+    "bnc",
+    "c",
+    build_c_bytes,
+    extension=".h",
+    runtime="native",
     description="header-only C99 library: const integer tables, integer sums, bit-exact (quantized models)",
     options=[
-        Option("name", "str", DEFAULT_NAME, help="C export: prefix of the generated identifiers, a C identifier "
-                                                  f"(default: {DEFAULT_NAME}; macros use it upper-cased)"),
-        Option("pack_bits", "bool", False, help="quantized models: store the B-bit codes (BN tables, DNN weights) "
-                                                "packed to B bits each (C: one bit stream; ONNX: bit-planes) "
-                                                "instead of one byte each"),
+        Option(
+            "name",
+            "str",
+            DEFAULT_NAME,
+            help="C export: prefix of the generated identifiers, a C identifier "
+            f"(default: {DEFAULT_NAME}; macros use it upper-cased)",
+        ),
+        Option(
+            "pack_bits",
+            "bool",
+            False,
+            help="quantized models: store the B-bit codes (BN tables, DNN weights) "
+            "packed to B bits each (C: one bit stream; ONNX: bit-planes) "
+            "instead of one byte each",
+        ),
         RAW_INPUTS,
     ],
     refusals=[
-        Refusal("the C library sums integer codes in integer arithmetic; a float model has float tables and no "
-                "codes (export it as onnx or tflite, or train with --bits)",
-                r"C export needs a quantized model", models=float_model),
+        Refusal(
+            "the C library sums integer codes in integer arithmetic; a float model has float tables and no "
+            "codes (export it as onnx or tflite, or train with --bits)",
+            r"C export needs a quantized model",
+            models=float_model,
+        ),
         RAW_INPUTS_NEED_DISCRETIZER,
-    ])
+    ],
+)

@@ -126,7 +126,7 @@ from bnc_deploy.limits import FLOAT32_EXACT_LIMIT
 #: Largest folded float32 table (bytes) of the padded ("clip") layout; above it the gather lowering
 #: keeps the compact table and the "where" guard. 16 MiB: every paper model is far below (letter
 #: TAN: 0.4 MiB), a model with cardinalities in the hundreds is not.
-PADDED_TABLE_LIMIT = 16 * 2 ** 20
+PADDED_TABLE_LIMIT = 16 * 2**20
 
 
 def padded_layout(artifact) -> PaddedLayout | None:
@@ -135,9 +135,15 @@ def padded_layout(artifact) -> PaddedLayout | None:
     return PaddedLayout.of(artifact, PADDED_TABLE_LIMIT)
 
 
-def build_onnx_model(artifact, *, raw_inputs: bool = False, lowering: str = "gather",
-                     opset: int = DEFAULT_OPSET, pack_bits: bool = False,
-                     lowering_timings: str | None = None) -> onnx.ModelProto:
+def build_onnx_model(
+    artifact,
+    *,
+    raw_inputs: bool = False,
+    lowering: str = "gather",
+    opset: int = DEFAULT_OPSET,
+    pack_bits: bool = False,
+    lowering_timings: str | None = None,
+) -> onnx.ModelProto:
     """The ONNX ModelProto of :func:`export_onnx`, checked with ``onnx.checker`` (full_check).
 
     ``lowering_timings``: the JSON record of ``--lowering auto`` (the verifier's measurements that
@@ -150,18 +156,29 @@ def build_onnx_model(artifact, *, raw_inputs: bool = False, lowering: str = "gat
     _label(g, OUTPUT_LOG_JOINT)
 
     x_type = TensorProto.FLOAT if raw_inputs else TensorProto.INT64
-    used = {name for node in g.nodes for name in node.input}   # shared constants some layouts skip
+    used = {name for node in g.nodes for name in node.input}  # shared constants some layouts skip
     g.initializers = [t for t in g.initializers if t.name in used]
-    model = bnc_model(g, artifact, x_type, [helper.make_opsetid("", opset)],
-                      IR_VERSION_FOR_OPSET.get(opset, onnx.IR_VERSION))
-    meta = export_metadata(artifact, format="onnx", lowering=lowering, raw_inputs=raw_inputs,
-                           input_dtype="int64", opset=opset,
-                           extra={"n_nodes": len(g.nodes),
-                                  "table_storage": f"bitplanes{artifact.quantizer.total_bits}" if pack_bits
-                                  else ("uint8" if artifact.is_quantized else "float32"),
-                                  # every lowering sums integer multiples of the step exactly (see above)
-                                  "exact": artifact.is_quantized, **extra,
-                                  **lowering_auto_metadata(lowering_timings)})
+    model = bnc_model(
+        g, artifact, x_type, [helper.make_opsetid("", opset)], IR_VERSION_FOR_OPSET.get(opset, onnx.IR_VERSION)
+    )
+    meta = export_metadata(
+        artifact,
+        format="onnx",
+        lowering=lowering,
+        raw_inputs=raw_inputs,
+        input_dtype="int64",
+        opset=opset,
+        extra={
+            "n_nodes": len(g.nodes),
+            "table_storage": f"bitplanes{artifact.quantizer.total_bits}"
+            if pack_bits
+            else ("uint8" if artifact.is_quantized else "float32"),
+            # every lowering sums integer multiples of the step exactly (see above)
+            "exact": artifact.is_quantized,
+            **extra,
+            **lowering_auto_metadata(lowering_timings),
+        },
+    )
     set_export_metadata(model, meta)
     onnx.checker.check_model(model, full_check=True)
     return model
@@ -178,8 +195,10 @@ def _check_options(artifact, lowering: str, opset, pack_bits: bool) -> None:
     if artifact.n_features == 0:
         raise ExportError("cannot export a model without features")
     if artifact.is_quantized and (artifact.n_features + 1) * artifact.quantizer.max_code >= FLOAT32_EXACT_LIMIT:
-        raise ExportError(f"{artifact.n_features} features at {artifact.quantizer.total_bits} bits can sum to "
-                          f"{FLOAT32_EXACT_LIMIT} steps or more, beyond exact float32 accumulation")
+        raise ExportError(
+            f"{artifact.n_features} features at {artifact.quantizer.total_bits} bits can sum to "
+            f"{FLOAT32_EXACT_LIMIT} steps or more, beyond exact float32 accumulation"
+        )
 
 
 def _log_joint(g: GraphBuilder, artifact, lowering: str, raw_inputs: bool, pack_bits: bool) -> dict:
@@ -189,29 +208,29 @@ def _log_joint(g: GraphBuilder, artifact, lowering: str, raw_inputs: bool, pack_
     layout = padded_layout(artifact)
     groups = None
     if lowering == "gather-grouped":
-        groups = feature_groups(artifact, layout)                                # ExportError if it cannot
+        groups = feature_groups(artifact, layout)  # ExportError if it cannot
     table = _lookup_table(g, artifact, with_nan_row=lowering != "onehot-fc", pack_bits=pack_bits)
     extra: dict = {}
-    if lowering == "onehot-fc" or layout is None:                                # compact table, "where" guard
+    if lowering == "onehot-fc" or layout is None:  # compact table, "where" guard
         codes, ok = _raw_codes(g, artifact) if raw_inputs else _code_range(g, artifact)
         rows = _row_indices(g, artifact, codes, ok)
         if lowering == "gather":
-            picked = g.op("Gather", [table, rows], axis=0)                      # [N, D, C]
+            picked = g.op("Gather", [table, rows], axis=0)  # [N, D, C]
             g.op("ReduceSum", [picked, "axis1"], OUTPUT_LOG_JOINT, keepdims=0)
         else:
             _onehot_fc(g, artifact, table, rows)
         table_rows = artifact.n_rows + (lowering == "gather")
         extra["index_guard"] = "where"
-    else:                                                                        # padded table, "clip" guard
+    else:  # padded table, "clip" guard
         if raw_inputs:
             codes = _raw_codes_or_minus_one(g, artifact)
         elif lowering == "gather":
             codes = _clipped_codes(g, layout)
-        else:                       # gather-grouped clips after its cast to float32 (see grouped_sum)
+        else:  # gather-grouped clips after its cast to float32 (see grouped_sum)
             codes = INPUT_NAME
         padded = _padded_table(g, artifact, table, layout)
         if lowering == "gather":
-            picked = g.op("Gather", [padded, _padded_rows(g, artifact, codes, layout)], axis=0)   # [N, D, C]
+            picked = g.op("Gather", [padded, _padded_rows(g, artifact, codes, layout)], axis=0)  # [N, D, C]
             g.op("ReduceSum", [picked, "axis1"], OUTPUT_LOG_JOINT, keepdims=0)
             table_rows = layout.n_rows
         else:
@@ -220,8 +239,11 @@ def _log_joint(g: GraphBuilder, artifact, lowering: str, raw_inputs: bool, pack_
             extra["group_axes"] = [grp.axes for grp in groups]
         extra["index_guard"] = "clip"
     extra["lookups_per_row"] = len(groups) if groups else artifact.n_features
-    extra["table_bytes_at_load"] = int(table_rows * artifact.n_classes * 4) if lowering != "onehot-fc" else \
-        int(artifact.n_rows * (artifact.n_classes + 1) * 4)
+    extra["table_bytes_at_load"] = (
+        int(table_rows * artifact.n_classes * 4)
+        if lowering != "onehot-fc"
+        else int(artifact.n_rows * (artifact.n_classes + 1) * 4)
+    )
     return extra
 
 
@@ -240,7 +262,7 @@ def _lookup_table(g: GraphBuilder, artifact, *, with_nan_row: bool, pack_bits: b
         if pack_bits:
             table = _unpack_bitplanes(g, artifact)
         else:
-            g.const("table", artifact.table_codes)                              # uint8, as in the artifact
+            g.const("table", artifact.table_codes)  # uint8, as in the artifact
             table = g.op("Mul", [g.op("Cast", ["table"], to=TensorProto.FLOAT), "neg_step"])
         prior = g.op("Mul", [g.op("Cast", ["class_prior"], to=TensorProto.FLOAT), "neg_step"])
     else:
@@ -254,7 +276,7 @@ def _lookup_table(g: GraphBuilder, artifact, *, with_nan_row: bool, pack_bits: b
     if with_nan_row:
         g.const("nan_f", np.array(np.nan, dtype=np.float32))
         g.const("nan_row_shape", np.array([1, artifact.n_classes], dtype=np.int64))
-        parts.append(g.op("Expand", ["nan_f", "nan_row_shape"]))             # [1, C], folded; no C floats on disk
+        parts.append(g.op("Expand", ["nan_f", "nan_row_shape"]))  # [1, C], folded; no C floats on disk
     return g.op("Concat", parts, axis=0) if len(parts) > 1 else parts[0]
 
 
@@ -262,8 +284,8 @@ def _unpack_bitplanes(g: GraphBuilder, artifact) -> str:
     """In-graph inverse of :func:`pack_bitplanes`, scaled: float32 [n_rows, C] of ``-code * step``."""
     bits = artifact.quantizer.total_bits
     n = artifact.table_codes.size
-    g.const("table_bitplanes", pack_bitplanes(artifact.table_codes, bits))       # [B, M]
-    g.const("bit_shifts", np.arange(7, -1, -1, dtype=np.uint8))                  # MSB first, as packbits
+    g.const("table_bitplanes", pack_bitplanes(artifact.table_codes, bits))  # [B, M]
+    g.const("bit_shifts", np.arange(7, -1, -1, dtype=np.uint8))  # MSB first, as packbits
     g.const("two_u8", np.array(2, dtype=np.uint8))
     g.const("plane_shape", np.array([bits, -1], dtype=np.int64))
     g.const("code_begin", np.array([0], dtype=np.int64))
@@ -272,8 +294,9 @@ def _unpack_bitplanes(g: GraphBuilder, artifact) -> str:
     # -step * 2**b: MatMul over planes then gives -code * step exactly (sums of <= 8 powers of two).
     g.const("plane_weights", (-artifact.quantizer.step * 2.0 ** np.arange(bits)).astype(np.float32)[None, :])
     g.const("table_shape", np.array(artifact.table_codes.shape, dtype=np.int64))
-    shifted = g.op("BitShift", [g.op("Unsqueeze", ["table_bitplanes", "plane_axis"]), "bit_shifts"],
-                   direction="RIGHT")                                           # [B, M, 8]
+    shifted = g.op(
+        "BitShift", [g.op("Unsqueeze", ["table_bitplanes", "plane_axis"]), "bit_shifts"], direction="RIGHT"
+    )  # [B, M, 8]
     bit_values = g.op("Cast", [g.op("Mod", [shifted, "two_u8"])], to=TensorProto.FLOAT)
     planes = g.op("Slice", [g.op("Reshape", [bit_values, "plane_shape"]), "code_begin", "code_end", "axis1"])
     return g.op("Reshape", [g.op("MatMul", ["plane_weights", planes]), "table_shape"])  # [1, n] -> [R, C]
@@ -293,7 +316,7 @@ def _raw_codes(g: GraphBuilder, artifact) -> tuple[str, str]:
     Finite values always bin into ``0 .. |X_i| - 1`` (the FLT_MAX padding is never exceeded), so
     finiteness is the whole check; ``|x| <= FLT_MAX`` is False for NaN and +-inf.
     """
-    thresholds, _ = padded_thresholds(artifact)                                # [D, K] float32
+    thresholds, _ = padded_thresholds(artifact)  # [D, K] float32
     g.const("cut_thresholds", thresholds)
     g.const("axis2", np.array([2], dtype=np.int64))
     g.const("float32_max", np.array(np.finfo(np.float32).max, dtype=np.float32))
@@ -313,12 +336,14 @@ def _row_indices(g: GraphBuilder, artifact, codes: str, ok: str) -> str:
     c = lookup_constants(artifact)
     g.const("row_offsets", c["offsets"])
     g.const("invalid_row", np.array(artifact.n_rows, dtype=np.int64))
-    if artifact.structure == "nb":                                            # strides all 1, no parent term
+    if artifact.structure == "nb":  # strides all 1, no parent term
         rows = g.op("Add", [codes, "row_offsets"])
     else:
         # Features without a parent "gather" themselves for validity; their parent value is zeroed.
-        g.const("parent_or_self", np.where(artifact.parents >= 0, artifact.parents,
-                                           np.arange(artifact.n_features)).astype(np.int64))
+        g.const(
+            "parent_or_self",
+            np.where(artifact.parents >= 0, artifact.parents, np.arange(artifact.n_features)).astype(np.int64),
+        )
         g.const("parent_strides", c["strides"])
         g.const("has_parent", c["has_parent"])
         ok = g.op("And", [ok, g.op("Gather", [ok, "parent_or_self"], axis=1)])
@@ -358,25 +383,33 @@ def _padded_table(g: GraphBuilder, artifact, table: str, layout: PaddedLayout) -
     g.const("zero", np.array(0, dtype=np.int64))
     g.const("flat_shape", np.array([-1], dtype=np.int64))
     if artifact.structure == "nb":
-        offsets = g.op("Unsqueeze", ["row_offsets", "axis1"])                  # [D, 1]
-        rows = g.op("Add", [offsets, pad_codes])                                 # [D, W]
-        valid = g.op("And", [g.op("GreaterOrEqual", [pad_codes, "zero"]),
-                             g.op("Less", [pad_codes, g.op("Unsqueeze", ["cardinalities", "axis1"])])])
+        offsets = g.op("Unsqueeze", ["row_offsets", "axis1"])  # [D, 1]
+        rows = g.op("Add", [offsets, pad_codes])  # [D, W]
+        valid = g.op(
+            "And",
+            [
+                g.op("GreaterOrEqual", [pad_codes, "zero"]),
+                g.op("Less", [pad_codes, g.op("Unsqueeze", ["cardinalities", "axis1"])]),
+            ],
+        )
     else:
         g.const("axes12", np.array([1, 2], dtype=np.int64))
         g.const("axes02", np.array([0, 2], dtype=np.int64))
         g.const("axes01", np.array([0, 1], dtype=np.int64))
         g.const("parent_strides", c["strides"])
         g.const("has_parent", c["has_parent"])
-        per_feature = {k: g.op("Unsqueeze", [k, "axes12"]) for k in
-                       ("row_offsets", "cardinalities", "parent_strides", "has_parent")}   # [D, 1, 1]
-        own = g.op("Unsqueeze", [pad_codes, "axes02"])                             # [1, W, 1]
+        per_feature = {
+            k: g.op("Unsqueeze", [k, "axes12"])
+            for k in ("row_offsets", "cardinalities", "parent_strides", "has_parent")
+        }  # [D, 1, 1]
+        own = g.op("Unsqueeze", [pad_codes, "axes02"])  # [1, W, 1]
         parent = g.op("Mul", [g.op("Unsqueeze", [pad_codes, "axes01"]), per_feature["has_parent"]])  # [D, 1, W]
         own_rows = g.op("Add", [per_feature["row_offsets"], g.op("Mul", [own, per_feature["parent_strides"]])])
-        rows = g.op("Add", [own_rows, parent])                                    # [D, W, W]
+        rows = g.op("Add", [own_rows, parent])  # [D, W, W]
         own_ok = g.op("And", [g.op("GreaterOrEqual", [own, "zero"]), g.op("Less", [own, per_feature["cardinalities"]])])
-        parent_ok = g.op("And", [g.op("GreaterOrEqual", [parent, "zero"]),
-                                 g.op("Less", [parent, per_feature["parent_strides"]])])
+        parent_ok = g.op(
+            "And", [g.op("GreaterOrEqual", [parent, "zero"]), g.op("Less", [parent, per_feature["parent_strides"]])]
+        )
         valid = g.op("And", [own_ok, parent_ok])
     pad_map = g.op("Reshape", [g.op("Where", [valid, rows, "invalid_row"]), "flat_shape"])
     return g.op("Gather", [table, pad_map], axis=0)
@@ -385,10 +418,12 @@ def _padded_table(g: GraphBuilder, artifact, table: str, layout: PaddedLayout) -
 def _padded_rows(g: GraphBuilder, artifact, codes: str, layout: PaddedLayout) -> str:
     """Rows int64 [N, D] of the padded table for codes already in ``-1 .. K``."""
     bases = g.small_ints("pad_bases", layout.bases(artifact))
-    if artifact.structure == "nb":                                              # W_pa = 1, no parent term
+    if artifact.structure == "nb":  # W_pa = 1, no parent term
         return g.op("Add", [codes, bases])
-    g.const("parent_or_self", np.where(artifact.parents >= 0, artifact.parents,
-                                       np.arange(artifact.n_features)).astype(np.int64))
+    g.const(
+        "parent_or_self",
+        np.where(artifact.parents >= 0, artifact.parents, np.arange(artifact.n_features)).astype(np.int64),
+    )
     g.const("has_parent", layout.has_parent)
     g.const("pad_parent_width", np.array(layout.parent_width, dtype=np.int64))
     parent = g.op("Mul", [g.op("Gather", [codes, "parent_or_self"], axis=1), "has_parent"])
@@ -399,10 +434,10 @@ def _padded_rows(g: GraphBuilder, artifact, codes: str, layout: PaddedLayout) ->
 def _onehot_fc(g: GraphBuilder, artifact, table: str, rows: str) -> str:
     """log_joint [N, C] = stacked one-hot [N, n_rows] @ [T | 1]; rows with an invalid entry -> NaN."""
     d, c = artifact.n_features, artifact.n_classes
-    g.const("onehot_depth", np.array(artifact.n_rows, dtype=np.int64))     # row n_rows -> all-zero one-hot
+    g.const("onehot_depth", np.array(artifact.n_rows, dtype=np.int64))  # row n_rows -> all-zero one-hot
     g.const("onehot_values", np.array([0.0, 1.0], dtype=np.float32))
     g.const("ones_column", np.ones((artifact.n_rows, 1), dtype=np.float32))
-    weights = g.op("Concat", [table, "ones_column"], axis=1)                   # [n_rows, C + 1], folded
+    weights = g.op("Concat", [table, "ones_column"], axis=1)  # [n_rows, C + 1], folded
     onehot = g.op("OneHot", [rows, "onehot_depth", "onehot_values"], axis=-1)  # [N, D, n_rows]
     product = g.op("MatMul", [g.op("ReduceSum", [onehot, "axis1"], keepdims=0), weights])  # [N, C + 1]
     g.const("cls_begin", np.array([0], dtype=np.int64))
@@ -412,7 +447,7 @@ def _onehot_fc(g: GraphBuilder, artifact, table: str, rows: str) -> str:
     g.const("zero_f", np.array(0.0, dtype=np.float32))
     g.const("nan_f", np.array(np.nan, dtype=np.float32))
     scores = g.op("Slice", [product, "cls_begin", "cls_end", "axis1"])
-    count = g.op("Slice", [product, "cls_end", "count_end", "axis1"])         # valid features per row, exact
+    count = g.op("Slice", [product, "cls_end", "count_end", "axis1"])  # valid features per row, exact
     penalty = g.op("Where", [g.op("Equal", [count, "n_features"]), "zero_f", "nan_f"])  # [N, 1]
     return g.op("Add", [scores, penalty], OUTPUT_LOG_JOINT)
 
@@ -425,22 +460,37 @@ def _label(g: GraphBuilder, log_joint: str) -> None:
     g.op("Where", [invalid, "invalid_label", best], OUTPUT_LABEL)
 
 
-def build_onnx_bytes(artifact, *, raw_inputs: bool = False, lowering: str = "gather",
-                     opset: int = DEFAULT_OPSET, pack_bits: bool = False, lowering_batch: int | None = None,
-                     lowering_timings: str | None = None) -> bytes:
+def build_onnx_bytes(
+    artifact,
+    *,
+    raw_inputs: bool = False,
+    lowering: str = "gather",
+    opset: int = DEFAULT_OPSET,
+    pack_bits: bool = False,
+    lowering_batch: int | None = None,
+    lowering_timings: str | None = None,
+) -> bytes:
     """The serialized file of :func:`build_onnx_model` (what ``onnx.save_model`` writes).
     ``lowering_batch`` is read by the verifier (``--lowering auto``), not here."""
-    return build_onnx_model(artifact, raw_inputs=raw_inputs, lowering=lowering, opset=opset,
-                            pack_bits=pack_bits, lowering_timings=lowering_timings).SerializeToString()
+    return build_onnx_model(
+        artifact,
+        raw_inputs=raw_inputs,
+        lowering=lowering,
+        opset=opset,
+        pack_bits=pack_bits,
+        lowering_timings=lowering_timings,
+    ).SerializeToString()
 
 
 def check_auto_resolved(lowering: str) -> None:
     """ExportError for ``lowering="auto"`` reaching an exporter: timing candidates means running
     files, which only the verifier does."""
     if lowering == AUTO_LOWERING:
-        raise ExportError("--lowering auto times the candidate files in their runtime, which an exporter never "
-                          "does: export with bnc-export or bnc_deploy.verify.export_file, which choose the lowering "
-                          "and pass it on")
+        raise ExportError(
+            "--lowering auto times the candidate files in their runtime, which an exporter never "
+            "does: export with bnc-export or bnc_deploy.verify.export_file, which choose the lowering "
+            "and pass it on"
+        )
 
 
 def lowering_auto_metadata(lowering_timings: str | None) -> dict:
@@ -457,19 +507,33 @@ def lowering_auto_metadata(lowering_timings: str | None) -> dict:
 
 
 register_exporter(
-    "bnc", "onnx", build_onnx_bytes, extension=".onnx", runtime="onnxruntime",
+    "bnc",
+    "onnx",
+    build_onnx_bytes,
+    extension=".onnx",
+    runtime="onnxruntime",
     description="gather + reduce-sum graph, bit-exact for quantized models",
     options=[
         ONNX_LOWERING,
         RAW_INPUTS,
         Option("opset", "int", DEFAULT_OPSET, help=f"ONNX opset (default: {DEFAULT_OPSET})"),
-        Option("pack_bits", "bool", False, help="quantized models: store the B-bit codes (BN tables, DNN weights) "
-                                                "as bit-planes instead of one byte each"),
+        Option(
+            "pack_bits",
+            "bool",
+            False,
+            help="quantized models: store the B-bit codes (BN tables, DNN weights) "
+            "as bit-planes instead of one byte each",
+        ),
         LOWERING_BATCH,
         LOWERING_TIMINGS,
     ],
     refusals=[
-        Refusal("--pack-bits stores the B-bit integer codes as bit-planes; a float model's tables have no codes",
-                r"pack_bits needs a quantized model", options={"pack_bits": True}, models=float_model),
+        Refusal(
+            "--pack-bits stores the B-bit integer codes as bit-planes; a float model's tables have no codes",
+            r"pack_bits needs a quantized model",
+            options={"pack_bits": True},
+            models=float_model,
+        ),
         RAW_INPUTS_NEED_DISCRETIZER,
-    ])
+    ],
+)

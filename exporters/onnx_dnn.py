@@ -172,15 +172,23 @@ def build_onnx_dnn(artifact, *, opset: int = DEFAULT_OPSET, pack_bits: bool = Fa
     _label(g, logits)
 
     graph = helper.make_graph(
-        g.nodes, f"bnc_dnn_{artifact.architecture}_{artifact.activation}",
+        g.nodes,
+        f"bnc_dnn_{artifact.architecture}_{artifact.activation}",
         inputs=[helper.make_tensor_value_info(INPUT_NAME, TensorProto.INT64, ["N", artifact.n_features])],
-        outputs=[helper.make_tensor_value_info(OUTPUT_LOGITS, TensorProto.FLOAT, ["N", artifact.n_classes]),
-                 helper.make_tensor_value_info(OUTPUT_LABEL, TensorProto.INT64, ["N"])],
-        initializer=g.initializers)
+        outputs=[
+            helper.make_tensor_value_info(OUTPUT_LOGITS, TensorProto.FLOAT, ["N", artifact.n_classes]),
+            helper.make_tensor_value_info(OUTPUT_LABEL, TensorProto.INT64, ["N"]),
+        ],
+        initializer=g.initializers,
+    )
     opsets = [helper.make_opsetid("", used_opset)]
-    model = helper.make_model(graph, opset_imports=opsets, producer_name="bnc-deploy",
-                              producer_version=bnc_deploy.__version__,
-                              ir_version=helper.find_min_ir_version_for(opsets))
+    model = helper.make_model(
+        graph,
+        opset_imports=opsets,
+        producer_name="bnc-deploy",
+        producer_version=bnc_deploy.__version__,
+        ir_version=helper.find_min_ir_version_for(opsets),
+    )
     storage = np.dtype(weight_code_dtype(artifact.weight_bits)).name
     extra = {
         "n_nodes": len(g.nodes),
@@ -191,8 +199,15 @@ def build_onnx_dnn(artifact, *, opset: int = DEFAULT_OPSET, pack_bits: bool = Fa
         "weight_scale": artifact.weight_scale,
         "max_accumulator": max_acc,
     }
-    meta = dnn_export_metadata(artifact, format="onnx", exact=exact_export(artifact), input_dtype="int64",
-                               lowering=LOWERING_SIGN if sign else LOWERING_FLOAT, opset=used_opset, extra=extra)
+    meta = dnn_export_metadata(
+        artifact,
+        format="onnx",
+        exact=exact_export(artifact),
+        input_dtype="int64",
+        lowering=LOWERING_SIGN if sign else LOWERING_FLOAT,
+        opset=used_opset,
+        extra=extra,
+    )
     set_export_metadata(model, meta)
     try:
         onnx.checker.check_model(model, full_check=True)
@@ -224,7 +239,8 @@ def check_accumulators(artifact) -> int:
             raise ExportError(
                 f"layer {k} ({layer.type}, {layer.n_in} inputs -> {layer.n_out}): the integer accumulator can "
                 f"reach {bound:,} >= 2**24 = {FLOAT32_EXACT_LIMIT:,}, beyond exact float32 arithmetic; the sign "
-                f"network cannot be exported exactly (fewer inputs per unit or fewer weight bits)")
+                f"network cannot be exported exactly (fewer inputs per unit or fewer weight bits)"
+            )
         worst = max(worst, bound)
     return worst
 
@@ -247,7 +263,7 @@ class _Graph:
         self.nodes: list = []
         self.initializers: list = []
         self._consts: set[str] = set()
-        self.compact = False          # index_const: smallest integer storage (the pack_bits file)
+        self.compact = False  # index_const: smallest integer storage (the pack_bits file)
 
     def const(self, name: str, value, dtype=None) -> str:
         if name not in self._consts:
@@ -282,9 +298,14 @@ def _guard(g: _Graph, art) -> tuple[str, str]:
     g.index_const("guard.cardinalities", cards)
     g.index_const("guard.max_code", cards - 1)
     g.const("axis1", [1], np.int64)
-    valid = g.op("And", [g.op("GreaterOrEqual", [INPUT_NAME, zero], "guard/nonnegative"),
-                         g.op("Less", [INPUT_NAME, "guard.cardinalities"], "guard/below_cardinality")],
-                 "guard/valid")
+    valid = g.op(
+        "And",
+        [
+            g.op("GreaterOrEqual", [INPUT_NAME, zero], "guard/nonnegative"),
+            g.op("Less", [INPUT_NAME, "guard.cardinalities"], "guard/below_cardinality"),
+        ],
+        "guard/valid",
+    )
     codes = g.op("Max", [g.op("Min", [INPUT_NAME, "guard.max_code"], "guard/clip_high"), zero], "guard/codes")
     g.const("guard.zero_f", 0.0, np.float32)
     g.const("guard.nan_f", np.nan, np.float32)
@@ -303,18 +324,18 @@ def _encode(g: _Graph, art, codes: str, sign: bool) -> str:
     perm = None
     if cnn:
         h, w = art.image_shape
-        perm = art.pixel_index().reshape(-1).astype(np.int64)     # image.flat[p] = feature perm[p]
+        perm = art.pixel_index().reshape(-1).astype(np.int64)  # image.flat[p] = feature perm[p]
         if np.array_equal(perm, np.arange(d)):
             perm = None
         else:
             codes = g.op("Gather", [codes, g.index_const("input.pixel_feature", perm)], "input/pixels", axis=1)
         g.const("input.image_shape", [0, 1, h, w], np.int64)
-    feature = perm if perm is not None else np.arange(d, dtype=np.int64)   # feature at each position
+    feature = perm if perm is not None else np.arange(d, dtype=np.int64)  # feature at each position
 
     if art.input_encoding == "standardized":
         k = art.input_codes.shape[1]
-        g.const("input.codes", art.input_codes)                                  # int8 [D, K], as stored
-        g.const("input.scale", 1.0 if sign else art.input_scale, np.float32)     # power of two: exact
+        g.const("input.codes", art.input_codes)  # int8 [D, K], as stored
+        g.const("input.scale", 1.0 if sign else art.input_scale, np.float32)  # power of two: exact
         g.const("input.zero_point", 0, np.int8)
         g.const("input.flat_shape", [-1], np.int64)
         table = g.op("DequantizeLinear", ["input.codes", "input.scale", "input.zero_point"], "input/table")
@@ -326,19 +347,19 @@ def _encode(g: _Graph, art, codes: str, sign: bool) -> str:
         return values
 
     kmax = art.max_cardinality
-    if cnn:                                                                      # one-hot channels
-        image = g.op("Reshape", [codes, "input.image_shape"], "input/code_image")   # [N, 1, H, W]
+    if cnn:  # one-hot channels
+        image = g.op("Reshape", [codes, "input.image_shape"], "input/code_image")  # [N, 1, H, W]
         g.const("input.channel_pattern", np.arange(kmax, dtype=np.int64).reshape(1, kmax, 1, 1))
         hot = g.op("Equal", [image, "input.channel_pattern"], "input/onehot")
         return g.op("Cast", [hot], "input/image", to=TensorProto.FLOAT)
     pattern = np.where(np.arange(kmax)[None, :] < art.cardinalities[:, None], np.arange(kmax)[None, :], -1)
-    g.index_const("input.onehot_pattern", pattern)                               # [D, K]; -1: no slot
+    g.index_const("input.onehot_pattern", pattern)  # [D, K]; -1: no slot
     g.const("axis2", [2], np.int64)
     g.const("input.grid_shape", [0, d * kmax], np.int64)
-    column = g.op("Unsqueeze", [codes, "axis2"], "input/code_column")            # [N, D, 1]
+    column = g.op("Unsqueeze", [codes, "axis2"], "input/code_column")  # [N, D, 1]
     grid = g.op("Equal", [column, "input.onehot_pattern"], "input/onehot_grid")  # [N, D, K]
-    hot = g.op("Reshape", [grid, "input.grid_shape"], "input/onehot_padded")     # [N, D * K]
-    slots = np.flatnonzero(pattern.reshape(-1) >= 0).astype(np.int64)           # the sum |X_j| real slots
+    hot = g.op("Reshape", [grid, "input.grid_shape"], "input/onehot_padded")  # [N, D * K]
+    slots = np.flatnonzero(pattern.reshape(-1) >= 0).astype(np.int64)  # the sum |X_j| real slots
     if slots.size != d * kmax:
         hot = g.op("Gather", [hot, g.const("input.onehot_slots", slots)], "input/onehot", axis=1)
     return g.op("Cast", [hot], "input/encoded", to=TensorProto.FLOAT)
@@ -353,27 +374,35 @@ def _unpacked_weights(g: _Graph, p: str, codes: np.ndarray, bits: int) -> str:
     weights ``2 * 2**b`` (sums of powers of two: exact), ``code = 2 * level - M`` (exact), then
     one Mul by ``weight.scale``: the single rounding DequantizeLinear makes.
     """
-    m = 2 ** bits - 1
+    m = 2**bits - 1
     levels = ((codes.astype(np.int64) + m) // 2).astype(np.uint8)
     n = int(codes.size)
-    g.const(f"{p}.bitplanes", pack_bitplanes(levels, bits))                     # uint8 [B, ceil(n / 8)]
-    g.const("unpack.bit_shifts", np.arange(7, -1, -1, dtype=np.uint8))          # MSB first, as packbits
+    g.const(f"{p}.bitplanes", pack_bitplanes(levels, bits))  # uint8 [B, ceil(n / 8)]
+    g.const("unpack.bit_shifts", np.arange(7, -1, -1, dtype=np.uint8))  # MSB first, as packbits
     g.const("unpack.two", 2, np.uint8)
     g.const("unpack.axis2", [2], np.int64)
     g.const("unpack.axis1", [1], np.int64)
     g.const("unpack.begin", [0], np.int64)
     g.const(f"{p}.plane_shape", [bits, -1], np.int64)
     g.const(f"{p}.end", [n], np.int64)
-    g.const(f"{p}.plane_weights", (2.0 * 2.0 ** np.arange(bits)).astype(np.float32)[None, :])   # [1, B]
+    g.const(f"{p}.plane_weights", (2.0 * 2.0 ** np.arange(bits)).astype(np.float32)[None, :])  # [1, B]
     g.const(f"{p}.minus_m", -float(m), np.float32)
     g.const(f"{p}.shape", list(codes.shape), np.int64)
-    shifted = g.op("BitShift", [g.op("Unsqueeze", [f"{p}.bitplanes", "unpack.axis2"], f"{p}/unpack/planes"),
-                                "unpack.bit_shifts"], f"{p}/unpack/shift", direction="RIGHT")      # [B, M8, 8]
-    bit = g.op("Cast", [g.op("Mod", [shifted, "unpack.two"], f"{p}/unpack/bit")], f"{p}/unpack/bitf",
-               to=TensorProto.FLOAT)
-    planes = g.op("Slice", [g.op("Reshape", [bit, f"{p}.plane_shape"], f"{p}/unpack/flat"), "unpack.begin",
-                            f"{p}.end", "unpack.axis1"], f"{p}/unpack/slice")                      # [B, n]
-    twice = g.op("MatMul", [f"{p}.plane_weights", planes], f"{p}/unpack/levels")                   # [1, n]
+    shifted = g.op(
+        "BitShift",
+        [g.op("Unsqueeze", [f"{p}.bitplanes", "unpack.axis2"], f"{p}/unpack/planes"), "unpack.bit_shifts"],
+        f"{p}/unpack/shift",
+        direction="RIGHT",
+    )  # [B, M8, 8]
+    bit = g.op(
+        "Cast", [g.op("Mod", [shifted, "unpack.two"], f"{p}/unpack/bit")], f"{p}/unpack/bitf", to=TensorProto.FLOAT
+    )
+    planes = g.op(
+        "Slice",
+        [g.op("Reshape", [bit, f"{p}.plane_shape"], f"{p}/unpack/flat"), "unpack.begin", f"{p}.end", "unpack.axis1"],
+        f"{p}/unpack/slice",
+    )  # [B, n]
+    twice = g.op("MatMul", [f"{p}.plane_weights", planes], f"{p}/unpack/levels")  # [1, n]
     code = g.op("Add", [twice, f"{p}.minus_m"], f"{p}/unpack/codes")
     shaped = g.op("Reshape", [code, f"{p}.shape"], f"{p}/unpack/reshape")
     return g.op("Mul", [shaped, "weight.scale"], f"{p}/weights")
@@ -388,13 +417,13 @@ def _layers(g: _Graph, art, a: str, sign: bool, pack_bits: bool = False) -> str:
     for k, layer in enumerate(art.layers):
         p = f"layer{k}"
         if layer.type == "dense" and spatial:
-            a = g.op("Flatten", [a], f"{p}/flatten", axis=1)                    # (C, H, W) order
+            a = g.op("Flatten", [a], f"{p}/flatten", axis=1)  # (C, H, W) order
             spatial = False
         if pack_bits:
             weights = _unpacked_weights(g, p, layer.codes, art.weight_bits)
         else:
             g.const("weight.zero_point", 0, dtype)
-            g.const(f"{p}.codes", layer.codes)                                   # the artifact's codes
+            g.const(f"{p}.codes", layer.codes)  # the artifact's codes
             weights = g.op("DequantizeLinear", [f"{p}.codes", "weight.scale", "weight.zero_point"], f"{p}/weights")
         if layer.type == "dense":
             acc = g.op("Gemm", [a, weights], f"{p}/gemm", transB=1)
@@ -416,7 +445,7 @@ def _layers(g: _Graph, art, a: str, sign: bool, pack_bits: bool = False) -> str:
             if np.any(direction < 0):
                 g.const(f"{p}.direction", direction.astype(np.float32).reshape(unit_shape))
                 t = g.op("Mul", [acc, f"{p}.direction"], f"{p}/direction")
-            g.const(f"{p}.threshold", threshold.astype(np.float32).reshape(unit_shape))   # |t| <= 2**24: exact
+            g.const(f"{p}.threshold", threshold.astype(np.float32).reshape(unit_shape))  # |t| <= 2**24: exact
             fires = g.op("GreaterOrEqual", [t, f"{p}.threshold"], f"{p}/threshold")
             plus, minus = g.const("sign.plus_one", 1.0, np.float32), g.const("sign.minus_one", -1.0, np.float32)
             a = g.op("Where", [fires, plus, minus], f"{p}/sign")
@@ -429,8 +458,8 @@ def _layers(g: _Graph, art, a: str, sign: bool, pack_bits: bool = False) -> str:
                 z = g.op("Add", [z, f"{p}.bn_shift"], f"{p}/bn_shift")
             a = g.op("Relu", [z], f"{p}/relu")
         if layer.pool:
-            a = g.op("MaxPool", [a], f"{p}/pool", kernel_shape=[2, 2], strides=[2, 2])   # floor (ceil_mode 0)
-    raise ExportError("the artifact has no output layer")   # unreachable for a validated artifact
+            a = g.op("MaxPool", [a], f"{p}/pool", kernel_shape=[2, 2], strides=[2, 2])  # floor (ceil_mode 0)
+    raise ExportError("the artifact has no output layer")  # unreachable for a validated artifact
 
 
 def _label(g: _Graph, logits: str) -> None:
@@ -448,11 +477,19 @@ def build_onnx_dnn_bytes(artifact, *, opset: int = DEFAULT_OPSET, pack_bits: boo
 
 
 register_exporter(
-    "dnn", "onnx", build_onnx_dnn_bytes, extension=".onnx", runtime="onnxruntime",
+    "dnn",
+    "onnx",
+    build_onnx_dnn_bytes,
+    extension=".onnx",
+    runtime="onnxruntime",
     description="int8 initializers + DequantizeLinear; sign networks exact (integer sums, thresholds)",
     options=[
-        Option("opset", "int", DEFAULT_OPSET, help=f"ONNX opset (default: {DEFAULT_OPSET}; raised to "
-                                                    f"{INT16_MIN_OPSET} for 8-bit weights)"),
-        Option("pack_bits", "bool", False, help="store the B-bit weight codes as bit-planes instead of one "
-                                                "byte each"),
-    ])
+        Option(
+            "opset",
+            "int",
+            DEFAULT_OPSET,
+            help=f"ONNX opset (default: {DEFAULT_OPSET}; raised to {INT16_MIN_OPSET} for 8-bit weights)",
+        ),
+        Option("pack_bits", "bool", False, help="store the B-bit weight codes as bit-planes instead of one byte each"),
+    ],
+)

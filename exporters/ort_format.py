@@ -96,21 +96,32 @@ from bnc_deploy.formats.metadata import INPUT_NAME, METADATA_KEY, OUTPUT_LABEL, 
 from bnc_deploy.formats.ort import is_ort
 
 #: ``ort_optimization`` choices -> onnxruntime's level (see the module docstring).
-OPTIMIZATIONS = {"disabled": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
-                 "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC}
+OPTIMIZATIONS = {
+    "disabled": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+    "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+}
 #: Lowerings whose point is a table built at load time (refused with ``ort_optimization="disabled"``).
 LOAD_TIME_LOWERINGS = ("gather-grouped",)
-OPTIMIZATION = Option("ort_optimization", "str", "disabled", tuple(OPTIMIZATIONS),
-                      "graph optimization before the ORT save: disabled (default: uint8 tables and int8 weights "
-                      "stored as in the ONNX file, smallest) or basic (constant folding: float tables, larger, "
-                      "no per-call table build)", noun="ORT optimization")
+OPTIMIZATION = Option(
+    "ort_optimization",
+    "str",
+    "disabled",
+    tuple(OPTIMIZATIONS),
+    "graph optimization before the ORT save: disabled (default: uint8 tables and int8 weights "
+    "stored as in the ONNX file, smallest) or basic (constant folding: float tables, larger, "
+    "no per-call table build)",
+    noun="ORT optimization",
+)
 #: ``build_ort_bytes`` refuses each of ``LOAD_TIME_LOWERINGS`` unoptimized (its first check).
 LOAD_TIME_REFUSALS = [
-    Refusal(f"--lowering {lowering} builds its tables when a session loads the file, and ORT format sessions do "
-            "not fold constants at load: every call would rebuild them (use --ort-optimization basic)",
-            rf"--lowering {lowering} builds its tables when a session loads the file",
-            options={"lowering": lowering, "ort_optimization": "disabled"})
-    for lowering in LOAD_TIME_LOWERINGS]
+    Refusal(
+        f"--lowering {lowering} builds its tables when a session loads the file, and ORT format sessions do "
+        "not fold constants at load: every call would rebuild them (use --ort-optimization basic)",
+        rf"--lowering {lowering} builds its tables when a session loads the file",
+        options={"lowering": lowering, "ort_optimization": "disabled"},
+    )
+    for lowering in LOAD_TIME_LOWERINGS
+]
 
 
 def build_ort_bytes(artifact, *, ort_optimization: str = "disabled", **options) -> bytes:
@@ -119,15 +130,17 @@ def build_ort_bytes(artifact, *, ort_optimization: str = "disabled", **options) 
     if ort_optimization not in OPTIMIZATIONS:
         raise ExportError(f"unknown ORT optimization {ort_optimization!r}; choose one of {', '.join(OPTIMIZATIONS)}")
     if options.get("lowering") in LOAD_TIME_LOWERINGS and ort_optimization == "disabled":
-        raise ExportError(f"--lowering {options['lowering']} builds its tables when a session loads the file, and "
-                          "ORT format sessions do not fold constants at load: every call would rebuild them "
-                          "(letter NB 3-bit: 688 us instead of 26 us per row). Use --lowering gather, "
-                          "--ort-optimization basic (tables stored as float32: large), or --format onnx")
+        raise ExportError(
+            f"--lowering {options['lowering']} builds its tables when a session loads the file, and "
+            "ORT format sessions do not fold constants at load: every call would rebuild them "
+            "(letter NB 3-bit: 688 us instead of 26 us per row). Use --lowering gather, "
+            "--ort-optimization basic (tables stored as float32: large), or --format onnx"
+        )
     spec = exporter_for(artifact.kind, "onnx")
     resolved = spec.resolve_options(options)
     extra = onnx_bnc.lowering_auto_metadata(resolved.get("lowering_timings"))
     if artifact.kind == "bnc" and ort_optimization == "disabled" and ort_lookup_applies(artifact, **resolved):
-        model = build_ort_lookup_model(artifact)                                # the ORT lookup graph
+        model = build_ort_lookup_model(artifact)  # the ORT lookup graph
     else:
         model = onnx.load_from_string(spec.build(artifact, **resolved))
     return convert_to_ort(_with_ort_metadata(model, ort_optimization, extra), ort_optimization)
@@ -164,8 +177,10 @@ def convert_to_ort(onnx_bytes: bytes, optimization: str = "disabled") -> bytes:
             ort.InferenceSession(onnx_bytes, sess_options=options, providers=["CPUExecutionProvider"])
         except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own (non-RuntimeError) types
             text = str(exc).strip().splitlines()
-            raise ExportError(f"onnxruntime could not convert the ONNX export to ORT format "
-                              f"({text[0] if text else type(exc).__name__})") from None
+            raise ExportError(
+                f"onnxruntime could not convert the ONNX export to ORT format "
+                f"({text[0] if text else type(exc).__name__})"
+            ) from None
         if not target.is_file():
             raise ExportError("onnxruntime did not write the ORT format file")
         data = target.read_bytes()
@@ -184,13 +199,20 @@ ORT_LOOKUP_OPSET = 12
 MS_DOMAIN = "com.microsoft"
 
 
-def ort_lookup_applies(artifact, *, raw_inputs: bool = False, lowering: str = "gather",
-                       pack_bits: bool = False, **_) -> bool:
+def ort_lookup_applies(
+    artifact, *, raw_inputs: bool = False, lowering: str = "gather", pack_bits: bool = False, **_
+) -> bool:
     """Whether :func:`build_ort_lookup_model` covers this export: a quantized NB or TAN model,
     ``gather`` lowering, code inputs, no bit-planes, a padded layout, and fewer than 2**16 table rows."""
-    return (artifact.is_quantized and lowering == "gather" and not raw_inputs and not pack_bits
-            and artifact.n_features > 0 and onnx_bnc.padded_layout(artifact) is not None
-            and artifact.n_rows + 1 < 2 ** 16)
+    return (
+        artifact.is_quantized
+        and lowering == "gather"
+        and not raw_inputs
+        and not pack_bits
+        and artifact.n_features > 0
+        and onnx_bnc.padded_layout(artifact) is not None
+        and artifact.n_rows + 1 < 2**16
+    )
 
 
 def ort_lookup_storage(artifact) -> tuple[int, bool]:
@@ -239,18 +261,33 @@ def build_ort_lookup_model(artifact) -> onnx.ModelProto:
     ``uint4x2`` or ``uint8``, ``index_guard`` ``clip``.
     """
     if not ort_lookup_applies(artifact):
-        raise ExportError("the ORT lookup graph covers quantized NB/TAN models with the gather lowering and "
-                          "code inputs")
+        raise ExportError(
+            "the ORT lookup graph covers quantized NB/TAN models with the gather lowering and code inputs"
+        )
     bits, folded = ort_lookup_storage(artifact)
     g = _ort_lookup_graph(artifact, bits, folded)
-    model = bnc_model(g, artifact, TensorProto.INT64, [helper.make_opsetid("", ORT_LOOKUP_OPSET),
-                                                       helper.make_opsetid(MS_DOMAIN, 1)],
-                      IR_VERSION_FOR_OPSET[13])                                   # IR 7: opsets 12 and 13
-    meta = export_metadata(artifact, format="onnx", lowering="gather", input_dtype="int64",
-                           opset=ORT_LOOKUP_OPSET,
-                           extra={"n_nodes": len(g.nodes), "table_storage": "uint4x2" if bits == 4 else "uint8",
-                                  "exact": True, "index_guard": "clip", "lookups_per_row": artifact.n_features,
-                                  **({"prior_folded_into_feature": 0} if folded else {})})
+    model = bnc_model(
+        g,
+        artifact,
+        TensorProto.INT64,
+        [helper.make_opsetid("", ORT_LOOKUP_OPSET), helper.make_opsetid(MS_DOMAIN, 1)],
+        IR_VERSION_FOR_OPSET[13],
+    )  # IR 7: opsets 12 and 13
+    meta = export_metadata(
+        artifact,
+        format="onnx",
+        lowering="gather",
+        input_dtype="int64",
+        opset=ORT_LOOKUP_OPSET,
+        extra={
+            "n_nodes": len(g.nodes),
+            "table_storage": "uint4x2" if bits == 4 else "uint8",
+            "exact": True,
+            "index_guard": "clip",
+            "lookups_per_row": artifact.n_features,
+            **({"prior_folded_into_feature": 0} if folded else {}),
+        },
+    )
     set_export_metadata(model, meta)
     onnx.checker.check_model(model)
     return model
@@ -269,16 +306,16 @@ def _ort_row_map(artifact, k: int) -> np.ndarray:
     offsets, strides = constants["offsets"], constants["strides"]
     parents = [int(p) for p in artifact.parents]
     if not any(p >= 0 for p in parents):
-        row_map = np.full((k + 1, d), n_rows, dtype=np.int64)                      # invalid -> the NaN row
+        row_map = np.full((k + 1, d), n_rows, dtype=np.int64)  # invalid -> the NaN row
         for i, card in enumerate(artifact.cardinalities):
-            row_map[:int(card), i] = offsets[i] + np.arange(int(card))
+            row_map[: int(card), i] = offsets[i] + np.arange(int(card))
         return row_map
     width = k + 2
     row_map = np.full((width * width, d), n_rows, dtype=np.int64)
     for i, card in enumerate(artifact.cardinalities):
         p = parents[i]
         b = np.arange(-1, k + 1) if p < 0 else np.arange(int(artifact.cardinalities[p]))
-        for a in range(int(card)):                      # a root reads its own code as "parent": any b
+        for a in range(int(card)):  # a root reads its own code as "parent": any b
             rows = offsets[i] + a if p < 0 else offsets[i] + a * strides[i] + b
             row_map[(a * width + b) % (width * width), i] = rows
     return row_map
@@ -291,9 +328,9 @@ def _ort_table(artifact, bits: int, folded: bool) -> tuple[np.ndarray, np.ndarra
     n_rows = artifact.n_rows
     values = np.vstack([artifact.table_codes, np.zeros((1, artifact.n_classes), dtype=np.uint8)]).astype(np.int64)
     if folded:
-        values[:int(artifact.rows_per_feature[0])] += artifact.class_codes       # feature 0: rows 0 ..
+        values[: int(artifact.rows_per_feature[0])] += artifact.class_codes  # feature 0: rows 0 ..
     if bits == 4:
-        table = (values[:, 0::2] | (values[:, 1::2] << 4)).astype(np.uint8)      # low nibble first
+        table = (values[:, 0::2] | (values[:, 1::2] << 4)).astype(np.uint8)  # low nibble first
     else:
         table = values.astype(np.uint8)
     scales = np.full((n_rows + 1, 1), -artifact.quantizer.step, dtype=np.float32)
@@ -312,10 +349,10 @@ def _ort_lookup_graph(artifact, bits: int, folded: bool) -> GraphBuilder:
     g = GraphBuilder()
     g.const("T", table)
     g.const("S", scales)
-    g.const("Z", np.zeros((n_rows + 1, 1), dtype=np.uint8))                       # zero points (packed: 0)
+    g.const("Z", np.zeros((n_rows + 1, 1), dtype=np.uint8))  # zero points (packed: 0)
     g.const("m", np.array(-1, dtype=np.int64))
     g.const("K", np.array(k, dtype=np.int64))
-    g.const("M", row_map.astype(np.uint8 if n_rows < 256 else np.uint16))           # n_rows: the NaN row
+    g.const("M", row_map.astype(np.uint8 if n_rows < 256 else np.uint16))  # n_rows: the NaN row
     clipped = g.op("Clip", [INPUT_NAME, "m", "K"])
     if any(p >= 0 for p in parents):
         g.const("p", np.array([p if p >= 0 else i for i, p in enumerate(parents)], dtype=np.int64))
@@ -323,8 +360,15 @@ def _ort_lookup_graph(artifact, bits: int, folded: bool) -> GraphBuilder:
         parent_codes = g.op("Gather", [clipped, "p"], axis=1)
         clipped = g.op("Add", [g.op("Mul", [clipped, "W"]), parent_codes])
     rows = g.op("Cast", [g.op("GatherElements", ["M", clipped], axis=0)], to=TensorProto.INT32)
-    looked_up = g.op("GatherBlockQuantized", ["T", rows, "S", "Z"], domain=MS_DOMAIN, bits=bits, gather_axis=0,
-                     quantize_axis=1, block_size=max(16, 1 << int(np.ceil(np.log2(max(c, 2))))))
+    looked_up = g.op(
+        "GatherBlockQuantized",
+        ["T", rows, "S", "Z"],
+        domain=MS_DOMAIN,
+        bits=bits,
+        gather_axis=0,
+        quantize_axis=1,
+        block_size=max(16, 1 << int(np.ceil(np.log2(max(c, 2))))),
+    )
     if folded:
         log_joint = g.op("ReduceSum", [looked_up], OUTPUT_LOG_JOINT, axes=[1], keepdims=0)
     else:
@@ -345,12 +389,17 @@ def _builder(kind: str):
         return build_ort_bytes(artifact, **options)
 
     parameters = list(inspect.signature(onnx_build).parameters.values())
-    parameters.append(inspect.Parameter("ort_optimization", inspect.Parameter.KEYWORD_ONLY,
-                                        default=OPTIMIZATION.default, annotation=str))
+    parameters.append(
+        inspect.Parameter(
+            "ort_optimization", inspect.Parameter.KEYWORD_ONLY, default=OPTIMIZATION.default, annotation=str
+        )
+    )
     build.__signature__ = inspect.Signature(parameters, return_annotation=bytes)
     build.__name__ = build.__qualname__ = f"build_ort_{kind}"
-    build.__doc__ = (f"The ``.ort`` file of a {kind} artifact: its ONNX export with the ONNX exporter's options, "
-                     "converted (module docstring).")
+    build.__doc__ = (
+        f"The ``.ort`` file of a {kind} artifact: its ONNX export with the ONNX exporter's options, "
+        "converted (module docstring)."
+    )
     return build
 
 
@@ -358,13 +407,23 @@ build_ort_bnc = _builder("bnc")
 build_ort_dnn = _builder("dnn")
 
 register_exporter(
-    "bnc", "ort", build_ort_bnc, extension=".ort", runtime="onnxruntime",
+    "bnc",
+    "ort",
+    build_ort_bnc,
+    extension=".ort",
+    runtime="onnxruntime",
     description="ONNX Runtime's ORT format (ORT Mobile): quantized NB/TAN as a lookup graph with the codes "
-                "stored small (4 bits where they fit), else the ONNX export unoptimized",
+    "stored small (4 bits where they fit), else the ONNX export unoptimized",
     options=[*exporter_for("bnc", "onnx").options, OPTIMIZATION],
-    refusals=[*exporter_for("bnc", "onnx").refusals, *LOAD_TIME_REFUSALS])  # the ONNX build's refusals, and its own
+    refusals=[*exporter_for("bnc", "onnx").refusals, *LOAD_TIME_REFUSALS],
+)  # the ONNX build's refusals, and its own
 register_exporter(
-    "dnn", "ort", build_ort_dnn, extension=".ort", runtime="onnxruntime",
+    "dnn",
+    "ort",
+    build_ort_dnn,
+    extension=".ort",
+    runtime="onnxruntime",
     description="ONNX Runtime's ORT format (ORT Mobile): the ONNX export, unoptimized, int8 weights kept",
     options=[*exporter_for("dnn", "onnx").options, OPTIMIZATION],
-    refusals=exporter_for("dnn", "onnx").refusals)
+    refusals=exporter_for("dnn", "onnx").refusals,
+)

@@ -197,9 +197,16 @@ MICRO_TABLE_SHIFT = 128
 # ================================================================================================
 # Public API
 # ================================================================================================
-def build_tflite_model(artifact, *, lowering: str = "gather", raw_inputs: bool = False,
-                       onehot: str = "equal-cast", profile: str = "default", web_batch: int = WEB_BATCH,
-                       metadata: bool = False) -> bytes:
+def build_tflite_model(
+    artifact,
+    *,
+    lowering: str = "gather",
+    raw_inputs: bool = False,
+    onehot: str = "equal-cast",
+    profile: str = "default",
+    web_batch: int = WEB_BATCH,
+    metadata: bool = False,
+) -> bytes:
     """The TFLite flatbuffer of a BN artifact (metadata embedded, contract checked, not run).
 
     ``profile="micro"``: the TFLite Micro variant (module docstring, "TFLite Micro profile"); its
@@ -210,8 +217,10 @@ def build_tflite_model(artifact, *, lowering: str = "gather", raw_inputs: bool =
     micro = check_profile(profile, web_batch) == "micro"
     web_batch = int(web_batch) if profile == "web" else None
     if web_batch is not None and lowering == "onehot-fc" and web_batch != ONEHOT_FC_BATCH:
-        raise ExportError(f"--web-batch {web_batch}: the onehot-fc lowering has a static batch of "
-                          f"{ONEHOT_FC_BATCH} (use --web-batch {ONEHOT_FC_BATCH}, or the gather lowering)")
+        raise ExportError(
+            f"--web-batch {web_batch}: the onehot-fc lowering has a static batch of "
+            f"{ONEHOT_FC_BATCH} (use --web-batch {ONEHOT_FC_BATCH}, or the gather lowering)"
+        )
     if onehot not in ONEHOT_BUILDERS:
         raise ExportError(f"unknown one-hot builder {onehot!r}; choose one of {', '.join(ONEHOT_BUILDERS)}")
     if artifact.n_features == 0:
@@ -226,21 +235,36 @@ def build_tflite_model(artifact, *, lowering: str = "gather", raw_inputs: bool =
     input_dtype = "int8" if plan is not None and plan.builder in INT8_BUILDERS else "int32"
 
     def make_meta(entries: dict) -> dict:
-        return export_metadata(artifact, format="tflite", lowering=lowering, raw_inputs=raw_inputs,
-                               input_dtype=input_dtype, extra=entries)
+        return export_metadata(
+            artifact, format="tflite", lowering=lowering, raw_inputs=raw_inputs, input_dtype=input_dtype, extra=entries
+        )
 
     def check(model: bytes) -> None:
         check_contract(model, artifact, plan, profile=profile, web_batch=web_batch or WEB_BATCH)
 
-    return finish_export(converted, extra, make_meta, check, profile=profile, web_batch=web_batch,
-                         standard=metadata, n_features=artifact.n_features)
+    return finish_export(
+        converted,
+        extra,
+        make_meta,
+        check,
+        profile=profile,
+        web_batch=web_batch,
+        standard=metadata,
+        n_features=artifact.n_features,
+    )
 
 
 # ================================================================================================
 # TensorFlow graph and conversion (TensorFlow is imported here only)
 # ================================================================================================
-def _convert(artifact, lowering: str, raw_inputs: bool, plan: OneHotFCPlan | None, micro: bool = False,
-             web_batch: int | None = None) -> bytes:
+def _convert(
+    artifact,
+    lowering: str,
+    raw_inputs: bool,
+    plan: OneHotFCPlan | None,
+    micro: bool = False,
+    web_batch: int | None = None,
+) -> bytes:
     """Trace the graph as a tf.function and convert it with TFLITE_BUILTINS only.
 
     ``web_batch``: the web profile (static batch of that many rows, int32 label); None otherwise."""
@@ -282,7 +306,7 @@ def _convert(artifact, lowering: str, raw_inputs: bool, plan: OneHotFCPlan | Non
                 log_joint = _onehot_fc_lookup(tf, artifact, plan, clipped, micro=True)
         label = micro_label(tf, log_joint, invalid)
         flag = tf.reshape(invalid, [MICRO_BATCH, 1])
-        log_joint = tf.where(flag, tf.constant(np.nan, tf.float32), log_joint)   # float32 SELECT_V2
+        log_joint = tf.where(flag, tf.constant(np.nan, tf.float32), log_joint)  # float32 SELECT_V2
         return log_joint, label
 
     function = tf.function(micro_graph if micro else graph, input_signature=[spec], autograph=False)
@@ -307,7 +331,7 @@ def _raw_codes(tf, artifact, x, micro: bool = False):
     """Raw float32 x [N, D] -> (codes int32 [N, D], non_finite bool [N, D]).
 
     ``micro``: the count is a float32 SUM (TFLM's SUM takes float32/int8), CAST to int32."""
-    thresholds, _ = padded_thresholds(artifact)                           # [D, K], padded with FLT_MAX
+    thresholds, _ = padded_thresholds(artifact)  # [D, K], padded with FLT_MAX
     above = tf.greater(tf.expand_dims(x, 2), tf.constant(thresholds)[None])  # [N, D, K]
     if micro:
         codes = tf.cast(tf.reduce_sum(tf.cast(above, tf.float32), axis=2), tf.int32)
@@ -315,8 +339,9 @@ def _raw_codes(tf, artifact, x, micro: bool = False):
         codes = tf.reduce_sum(tf.cast(above, tf.int32), axis=2)
     # NaN: x != x; +-inf: |x| > FLT_MAX. Written positively on purpose: the converter rewrites
     # LOGICAL_NOT(|x| <= FLT_MAX) into GREATER(|x|, FLT_MAX), which is False for NaN.
-    non_finite = tf.logical_or(tf.not_equal(x, x),
-                               tf.greater(tf.abs(x), tf.constant(np.finfo(np.float32).max, tf.float32)))
+    non_finite = tf.logical_or(
+        tf.not_equal(x, x), tf.greater(tf.abs(x), tf.constant(np.finfo(np.float32).max, tf.float32))
+    )
     return codes, non_finite
 
 
@@ -328,7 +353,7 @@ def _guard(tf, artifact, codes, non_finite, micro: bool = False):
     """
     max_code = lookup_constants(artifact)["max_code"].astype(np.int32)
     clipped = tf.maximum(tf.minimum(codes, tf.constant(max_code)), 0)
-    bad = tf.not_equal(codes, clipped)                                    # True exactly where clipping acted
+    bad = tf.not_equal(codes, clipped)  # True exactly where clipping acted
     if non_finite is not None:
         bad = tf.logical_or(bad, non_finite)
     return clipped, (micro_invalid(tf, bad) if micro else tf.reduce_any(bad, axis=1))
@@ -343,7 +368,7 @@ def _micro_local_rows(tf, artifact, clipped):
         return clipped
     d = artifact.n_features
     own = clipped * tf.constant(c["strides"].astype(np.int32))
-    select = np.zeros((d, d), dtype=np.float32)                                          # [i, j]
+    select = np.zeros((d, d), dtype=np.float32)  # [i, j]
     has = artifact.parents >= 0
     select[np.flatnonzero(has), artifact.parents[has]] = 1.0
     values = tf.reshape(tf.cast(clipped, tf.float32), [MICRO_BATCH, 1, d])
@@ -363,11 +388,11 @@ def _micro_gather_lookup(tf, artifact, clipped):
     if artifact.is_quantized:
         shift = MICRO_TABLE_SHIFT if artifact.quantizer.max_code > INT8_WEIGHT_MAX else 0
         table = (artifact.table_codes.astype(np.int16) - shift).astype(np.int8)
-        picked = tf.gather(tf.constant(table), rows)                                       # int8 [1, D, C]
+        picked = tf.gather(tf.constant(table), rows)  # int8 [1, D, C]
         sums = tf.reduce_sum(tf.cast(picked, tf.float32), axis=1)
         prior = artifact.class_codes.astype(np.float32) + np.float32(shift * artifact.n_features)
         return (sums + tf.constant(prior)) * tf.constant(np.float32(-artifact.quantizer.step))
-    picked = tf.gather(tf.constant(artifact.table_logp), rows)                             # float32 [1, D, C]
+    picked = tf.gather(tf.constant(artifact.table_logp), rows)  # float32 [1, D, C]
     return tf.reduce_sum(picked, axis=1) + tf.constant(artifact.class_logp)
 
 
@@ -380,7 +405,7 @@ def _parent_term(tf, artifact, clipped, use_gather: bool):
         picked = tf.gather(clipped, tf.constant(c["parent_index"].astype(np.int32)), axis=1)
         return picked * tf.constant(c["has_parent"].astype(np.int32))
     # No GATHER (onehot-fc): x @ S with S[j, i] = 1 iff j = pa(i), as MUL + SUM in int32 (exact).
-    select = np.zeros((artifact.n_features, artifact.n_features), dtype=np.int32)   # [i, j]
+    select = np.zeros((artifact.n_features, artifact.n_features), dtype=np.int32)  # [i, j]
     has = artifact.parents >= 0
     select[np.flatnonzero(has), artifact.parents[has]] = 1
     return tf.reduce_sum(tf.expand_dims(clipped, 1) * tf.constant(select)[None], axis=2)
@@ -400,12 +425,12 @@ def _gather_lookup(tf, artifact, clipped, label_dtype=None):
     offsets = lookup_constants(artifact)["offsets"].astype(np.int32)
     rows = _local_rows(tf, artifact, clipped, use_gather=True) + tf.constant(offsets)
     if artifact.is_quantized:
-        picked = tf.gather(tf.constant(artifact.table_codes), rows)                  # uint8 [N, D, C]
+        picked = tf.gather(tf.constant(artifact.table_codes), rows)  # uint8 [N, D, C]
         sums = tf.reduce_sum(tf.cast(picked, tf.int32), axis=1) + tf.constant(artifact.class_codes.astype(np.int32))
-        label = tf.argmin(sums, axis=1, output_type=label_dtype)                     # first minimum
-        step = np.float32(-artifact.quantizer.step)                                  # -2**-B_F, exact
+        label = tf.argmin(sums, axis=1, output_type=label_dtype)  # first minimum
+        step = np.float32(-artifact.quantizer.step)  # -2**-B_F, exact
         return tf.cast(sums, tf.float32) * tf.constant(step), label
-    picked = tf.gather(tf.constant(artifact.table_logp), rows)                       # float32 [N, D, C]
+    picked = tf.gather(tf.constant(artifact.table_logp), rows)  # float32 [N, D, C]
     log_joint = tf.reduce_sum(picked, axis=1) + tf.constant(artifact.class_logp)
     return log_joint, tf.argmax(log_joint, axis=1, output_type=label_dtype)
 
@@ -436,14 +461,17 @@ def _finish_log_joint(tf, artifact, plan: OneHotFCPlan, partial_sums):
     """
     c = artifact.n_classes
     if plan.builder == "edgetpu" and len(plan.groups) == 1:
-        table_sum = partial_sums            # one group: the int8 part's output is the score sum itself
+        table_sum = partial_sums  # one group: the int8 part's output is the score sum itself
     else:
         stacked = tf.reshape(partial_sums, [ONEHOT_FC_BATCH, len(plan.groups), c])
         table_sum = tf.reduce_sum(stacked, axis=1)
     if artifact.is_quantized:
         # edgetpu (exact): group 0 already holds the prior (its FC bias).
-        total = table_sum if plan.prior_units is not None else \
-            table_sum + tf.constant(artifact.class_codes.astype(np.float32))
+        total = (
+            table_sum
+            if plan.prior_units is not None
+            else table_sum + tf.constant(artifact.class_codes.astype(np.float32))
+        )
         return total * tf.constant(np.float32(-artifact.quantizer.step))
     return tf.constant(artifact.class_logp) - table_sum
 
@@ -458,9 +486,9 @@ def _onehot_fc_lookup(tf, artifact, plan: OneHotFCPlan, clipped, micro: bool = F
     else:
         local = tf.expand_dims(_local_rows(tf, artifact, clipped, use_gather=False) + 1, 2)
     # Compare k + 1 with the shifted pattern (0 on padding): never an iota, so never fused into ONE_HOT.
-    hot = tf.equal(local, tf.constant(plan.pattern)[None])                            # bool [1, D, r]
+    hot = tf.equal(local, tf.constant(plan.pattern)[None])  # bool [1, D, r]
     onehot = tf.reshape(tf.cast(hot, tf.float32), [ONEHOT_FC_BATCH, d * r])
-    onehot = fake_quant(tf, onehot, -128.0, 127.0)                                  # QUANTIZE: int8, scale 1, zp 0
+    onehot = fake_quant(tf, onehot, -128.0, 127.0)  # QUANTIZE: int8, scale 1, zp 0
     partial = _group_partials(tf, plan, onehot)
     return _finish_log_joint(tf, artifact, plan, tf.concat(partial, axis=1) if len(partial) > 1 else partial[0])
 
@@ -486,7 +514,7 @@ def _relu_onehot_lookup(tf, artifact, plan: OneHotFCPlan, x):
     if artifact.structure == "tan":
         onehot = _relu_joint_onehot(tf, artifact, onehot)
     partial = _group_partials(tf, plan, onehot)
-    packed = tf.concat(partial + [_int8_counts(tf, flag, s)], axis=1)                # int8 [1, G*C + 1]
+    packed = tf.concat(partial + [_int8_counts(tf, flag, s)], axis=1)  # int8 [1, G*C + 1]
     width = len(plan.groups) * c
     log_joint = _finish_log_joint(tf, artifact, plan, packed[:, :width])
     # Compare in float: a quantized int8 GREATER aborts LiteRT, and "* 0.5" is not an identity the
@@ -510,7 +538,7 @@ def _relu_value_onehot(tf, artifact, clipped):
 def _relu_joint_onehot(tf, artifact, value_onehot):
     """int8 [1, n_rows] one-hot over stacked-table rows from the (feature, value) one-hot."""
     cards = artifact.cardinalities
-    start = np.concatenate([[0], np.cumsum(cards)[:-1]])                     # value-one-hot offsets
+    start = np.concatenate([[0], np.cumsum(cards)[:-1]])  # value-one-hot offsets
     join = np.zeros((int(cards.sum()), artifact.n_rows), dtype=np.float32)
     bias = np.zeros(artifact.n_rows, dtype=np.float32)
     for i, (offset, p_card) in enumerate(zip(artifact.row_offsets, artifact.parent_cardinalities)):
@@ -519,7 +547,7 @@ def _relu_joint_onehot(tf, artifact, value_onehot):
             for b in range(int(p_card)):
                 row = int(offset) + a * int(p_card) + b
                 join[start[i] + a, row] = 1.0
-                if parent >= 0:                     # relu(own + parent - 1) = own AND parent
+                if parent >= 0:  # relu(own + parent - 1) = own AND parent
                     join[start[parent] + b, row] = 1.0
                     bias[row] = -1.0
     joint = tf.nn.relu(tf.matmul(value_onehot, int8_weights(tf, join, 1.0)) + tf.constant(bias))
@@ -527,18 +555,28 @@ def _relu_joint_onehot(tf, artifact, value_onehot):
 
 
 register_exporter(
-    "bnc", "tflite", build_tflite_model, extension=".tflite", runtime="litert",
+    "bnc",
+    "tflite",
+    build_tflite_model,
+    extension=".tflite",
+    runtime="litert",
     description="builtin-ops TFLite: uint8 gather (exact) or int8 one-hot x FULLY_CONNECTED for accelerators",
     options=[
         LOWERING,
         RAW_INPUTS,
-        Option("onehot", "str", "equal-cast", ONEHOT_BUILDERS,
-               "onehot-fc lowering: build the one-hot with EQUAL+CAST (default) or from int8 ops the Edge TPU "
-               "maps (FC+ReLU, MINIMUM, SUB, MUL; cardinalities <= 128, codes input): relu, or edgetpu (relu with "
-               "the prior in the int8 part, which then ends at the class scores or per-group partial scores)",
-               noun="one-hot builder"),
+        Option(
+            "onehot",
+            "str",
+            "equal-cast",
+            ONEHOT_BUILDERS,
+            "onehot-fc lowering: build the one-hot with EQUAL+CAST (default) or from int8 ops the Edge TPU "
+            "maps (FC+ReLU, MINIMUM, SUB, MUL; cardinalities <= 128, codes input): relu, or edgetpu (relu with "
+            "the prior in the int8 part, which then ends at the class scores or per-group partial scores)",
+            noun="one-hot builder",
+        ),
         Option("profile", "str", "default", PROFILES, PROFILE_HELP),
         Option("web_batch", "int", WEB_BATCH, help=WEB_BATCH_HELP),
         Option("metadata", "bool", False, help=METADATA_HELP),
     ],
-    refusals=[RAW_INPUTS_NEED_DISCRETIZER])
+    refusals=[RAW_INPUTS_NEED_DISCRETIZER],
+)

@@ -134,20 +134,7 @@ import warnings
 import numpy as np
 
 from bnc_deploy.artifacts.dnn import accumulator_bound, sign_thresholds
-from bnc_deploy.formats.metadata import INPUT_NAME, INVALID_LABEL
 from bnc_deploy.errors import ExportError
-from bnc_deploy.exporters._tflite_dnn_contract import (
-    LOWERING_PTQ,
-    LOWERING_SIGN,
-    SIGN_ACTIVATION_SCALE,
-    DNNTFLitePlan,
-    SignLayerPlan,
-    check_dnn_contract,
-)
-from bnc_deploy.exporters.base import Option, Refusal, register_exporter
-from bnc_deploy.limits import FLOAT32_EXACT_LIMIT, INT32_LIMIT
-from bnc_deploy.validation import random_valid_codes
-from bnc_deploy.formats.dnn import DNN_OUTPUTS, dnn_export_metadata
 from bnc_deploy.exporters._tflite import (
     INT8_WEIGHT_MAX,
     METADATA_HELP,
@@ -164,7 +151,20 @@ from bnc_deploy.exporters._tflite import (
     micro_label,
     tensorflow,
 )
+from bnc_deploy.exporters._tflite_dnn_contract import (
+    LOWERING_PTQ,
+    LOWERING_SIGN,
+    SIGN_ACTIVATION_SCALE,
+    DNNTFLitePlan,
+    SignLayerPlan,
+    check_dnn_contract,
+)
+from bnc_deploy.exporters.base import Option, Refusal, register_exporter
+from bnc_deploy.formats.dnn import DNN_OUTPUTS, dnn_export_metadata
+from bnc_deploy.formats.metadata import INPUT_NAME, INVALID_LABEL
 from bnc_deploy.formats.tflite import inspect_tflite
+from bnc_deploy.limits import FLOAT32_EXACT_LIMIT, INT32_LIMIT
+from bnc_deploy.validation import random_valid_codes
 
 #: How a ReLU network's output layer is computed (sign networks: always float32).
 OUTPUT_LAYERS = ("int8", "float32")
@@ -175,16 +175,25 @@ RANDOM_CALIBRATION_ROWS = 256
 # ================================================================================================
 # Public API
 # ================================================================================================
-def build_tflite_dnn(artifact, *, representative=None, output_layer: str = "int8", profile: str = "default",
-                     web_batch: int = WEB_BATCH, metadata: bool = False) -> bytes:
+def build_tflite_dnn(
+    artifact,
+    *,
+    representative=None,
+    output_layer: str = "int8",
+    profile: str = "default",
+    web_batch: int = WEB_BATCH,
+    metadata: bool = False,
+) -> bytes:
     """The TFLite flatbuffer of a DNN artifact (metadata embedded, contract checked,
     not run). ``profile="micro"``: the TFLite Micro variant; ``profile="web"``: int32 label, no
     int64 tensors, static batch ``web_batch`` (module docstring). ``metadata``: also the standard
     TFLITE_METADATA and ``labels.txt`` (``exporters._tflite``)."""
     check_profile(profile, web_batch)
     if output_layer != "int8" and getattr(artifact, "activation", None) == "sign":
-        raise ExportError(f"--output-layer {output_layer} applies to ReLU DNN models only (sign networks always "
-                          "compute their output layer exactly in float32)")
+        raise ExportError(
+            f"--output-layer {output_layer} applies to ReLU DNN models only (sign networks always "
+            "compute their output layer exactly in float32)"
+        )
     plan = plan_tflite_dnn(artifact, representative=representative, output_layer=output_layer)
     plan.profile = profile
     plan.web_batch = int(web_batch)
@@ -249,31 +258,52 @@ def split_codes(codes: np.ndarray, copies: int) -> np.ndarray:
 def _sign_plan(artifact, permutations) -> DNNTFLitePlan:
     hidden = []
     n_hidden = len(artifact.layers) - 1
-    s_in = (artifact.input_scale / 2.0 if artifact.input_encoding == "standardized" else SIGN_ACTIVATION_SCALE)
+    s_in = artifact.input_scale / 2.0 if artifact.input_encoding == "standardized" else SIGN_ACTIVATION_SCALE
     for k, layer in enumerate(artifact.layers[:-1]):
         direction, threshold = sign_thresholds(artifact, k)
         codes = _tflite_codes(layer, permutations.get(k))
         codes = codes * direction.reshape((-1,) + (1,) * (codes.ndim - 1))
         copies = max(1, math.ceil(int(np.abs(codes).max(initial=1)) / INT8_WEIGHT_MAX))
         parts = split_codes(codes, copies)
-        weights = np.concatenate(list(parts), axis=-1).astype(np.int8)     # copy b = input block b
+        weights = np.concatenate(list(parts), axis=-1).astype(np.int8)  # copy b = input block b
         bias = 1 - 2 * threshold
         bound = accumulator_bound(artifact, k)
         if np.abs(bias).max() >= FLOAT32_EXACT_LIMIT or 2 * bound.max() + np.abs(bias).max() > INT32_LIMIT:
-            raise ExportError(f"layer {k}: accumulators up to {int(bound.max())} are too wide for the int8 sign "
-                              "lowering (the bias must be an exact float32 integer)")
-        s_w = 1.0 / s_in                                                   # s_in * s_w = 1: M = 2
-        hidden.append(SignLayerPlan(k, layer.type, codes, weights, copies, direction, threshold,
-                                    bias.astype(np.int32), float(s_in), float(s_w), bool(layer.pool)))
+            raise ExportError(
+                f"layer {k}: accumulators up to {int(bound.max())} are too wide for the int8 sign "
+                "lowering (the bias must be an exact float32 integer)"
+            )
+        s_w = 1.0 / s_in  # s_in * s_w = 1: M = 2
+        hidden.append(
+            SignLayerPlan(
+                k,
+                layer.type,
+                codes,
+                weights,
+                copies,
+                direction,
+                threshold,
+                bias.astype(np.int32),
+                float(s_in),
+                float(s_w),
+                bool(layer.pool),
+            )
+        )
         s_in = SIGN_ACTIVATION_SCALE
     last = artifact.layers[-1]
     out_codes = _tflite_codes(last, permutations.get(len(artifact.layers) - 1))
     if accumulator_bound(artifact, len(artifact.layers) - 1).max() >= FLOAT32_EXACT_LIMIT:
         raise ExportError("the output layer's accumulator can exceed 2**24: float32 sums would round")
     unit = float(np.float32(artifact.weight_scale * artifact.layer_input_scales()[-1]))
-    return DNNTFLitePlan(lowering=LOWERING_SIGN, exact=True,
-                         encoding_scale=(hidden[0].input_scale if n_hidden else None), hidden=hidden,
-                         output_codes=out_codes, output_unit=unit, permutations=permutations)
+    return DNNTFLitePlan(
+        lowering=LOWERING_SIGN,
+        exact=True,
+        encoding_scale=(hidden[0].input_scale if n_hidden else None),
+        hidden=hidden,
+        output_codes=out_codes,
+        output_unit=unit,
+        permutations=permutations,
+    )
 
 
 def _relu_plan(artifact, permutations, representative, output_layer: str) -> DNNTFLitePlan:
@@ -309,15 +339,27 @@ def _relu_plan(artifact, permutations, representative, output_layer: str) -> DNN
     out_codes = _tflite_codes(last, permutations.get(len(artifact.layers) - 1))
     top_code = int(np.abs(out_codes).max(initial=1))
     s_out_w = artifact.weight_scale * max(1.0, top_code / INT8_WEIGHT_MAX)
-    calibration = {"rows": int(len(rows)), "source": source, "statistic": "min/max",
-                   "ranges": [list(r) for r in ranges]}
+    calibration = {
+        "rows": int(len(rows)),
+        "source": source,
+        "statistic": "min/max",
+        "ranges": [list(r) for r in ranges],
+    }
     if output_layer == "int8":
         calibration["logit_range"] = [lo, hi]
-    return DNNTFLitePlan(lowering=LOWERING_PTQ, exact=False, encoding_scale=artifact.input_scale,
-                         output_codes=out_codes, output_weight_scale=float(s_out_w), relu_ranges=ranges,
-                         output_dtype=output_layer, output_unit=float(np.float32(artifact.weight_scale)),
-                         logit_range=(lo, hi) if output_layer == "int8" else None, permutations=permutations,
-                         calibration=calibration)
+    return DNNTFLitePlan(
+        lowering=LOWERING_PTQ,
+        exact=False,
+        encoding_scale=artifact.input_scale,
+        output_codes=out_codes,
+        output_weight_scale=float(s_out_w),
+        relu_ranges=ranges,
+        output_dtype=output_layer,
+        output_unit=float(np.float32(artifact.weight_scale)),
+        logit_range=(lo, hi) if output_layer == "int8" else None,
+        permutations=permutations,
+        calibration=calibration,
+    )
 
 
 # ================================================================================================
@@ -326,31 +368,49 @@ def _relu_plan(artifact, permutations, representative, output_layer: str) -> DNN
 def _build(artifact, plan: DNNTFLitePlan) -> bytes:
     converted = _convert(artifact, plan)
     summary = inspect_tflite(converted)
-    extra = {"batch": "dynamic", "n_ops_tflite": len(summary.ops), "tflite_layers": plan.describe(artifact),
-             "output_layer": plan.output_dtype, "int8": _int8_summary(plan)}
+    extra = {
+        "batch": "dynamic",
+        "n_ops_tflite": len(summary.ops),
+        "tflite_layers": plan.describe(artifact),
+        "output_layer": plan.output_dtype,
+        "int8": _int8_summary(plan),
+    }
     if plan.calibration is not None:
         extra["calibration"] = plan.calibration
     return finish_export(
-        converted, extra,
-        lambda entries: dnn_export_metadata(artifact, format="tflite", exact=plan.exact, input_dtype="int32",
-                                            lowering=plan.lowering, extra=entries),
+        converted,
+        extra,
+        lambda entries: dnn_export_metadata(
+            artifact, format="tflite", exact=plan.exact, input_dtype="int32", lowering=plan.lowering, extra=entries
+        ),
         lambda model: check_dnn_contract(model, artifact, plan),
-        profile=plan.profile, web_batch=plan.web_batch, standard=plan.standard_metadata,
-        n_features=artifact.n_features, output_names=DNN_OUTPUTS)
+        profile=plan.profile,
+        web_batch=plan.web_batch,
+        standard=plan.standard_metadata,
+        n_features=artifact.n_features,
+        output_names=DNN_OUTPUTS,
+    )
 
 
 def _int8_summary(plan: DNNTFLitePlan) -> dict:
     if plan.lowering == LOWERING_SIGN:
-        return {"int8": "input-code table / one-hot identity, hidden weights (codes x direction), "
-                        "hidden activations (+-1 as +-2)",
-                "int32": "codes, guard, hidden biases (1 - 2 * threshold), accumulators",
-                "float32": "output layer (integer-code weights, scale, bias), logits"}
+        return {
+            "int8": "input-code table / one-hot identity, hidden weights (codes x direction), "
+            "hidden activations (+-1 as +-2)",
+            "int32": "codes, guard, hidden biases (1 - 2 * threshold), accumulators",
+            "float32": "output layer (integer-code weights, scale, bias), logits",
+        }
     if plan.output_dtype == "int8":
-        return {"int8": "encoding, all weights, all activations including the logits",
-                "int32": "codes, guard, biases", "float32": "dequantized logits"}
-    return {"int8": "encoding, hidden weights, hidden activations",
-            "int32": "codes, guard, hidden biases",
-            "float32": "output layer (integer-code weights, scale, bias), logits"}
+        return {
+            "int8": "encoding, all weights, all activations including the logits",
+            "int32": "codes, guard, biases",
+            "float32": "dequantized logits",
+        }
+    return {
+        "int8": "encoding, hidden weights, hidden activations",
+        "int32": "codes, guard, hidden biases",
+        "float32": "output layer (integer-code weights, scale, bias), logits",
+    }
 
 
 def _convert(artifact, plan: DNNTFLitePlan) -> bytes:
@@ -377,8 +437,9 @@ def _convert(artifact, plan: DNNTFLitePlan) -> bytes:
     def micro_graph(x):
         # TFLite Micro: static [1, D], REDUCE_MAX guard, int32 label, TFLM operand types only.
         clipped, invalid = _guard(tf, artifact, x, micro=True)
-        mask = tf.reshape(tf.where(invalid, tf.constant(np.nan, tf.float32), tf.constant(1.0, tf.float32)),
-                          [MICRO_BATCH, 1])
+        mask = tf.reshape(
+            tf.where(invalid, tf.constant(np.nan, tf.float32), tf.constant(1.0, tf.float32)), [MICRO_BATCH, 1]
+        )
         a = _encode(tf, artifact, clipped, plan.encoding_scale, micro=True)
         if plan.lowering == LOWERING_SIGN:
             logits = _sign_network(tf, artifact, plan, a, mask)
@@ -389,7 +450,7 @@ def _convert(artifact, plan: DNNTFLitePlan) -> bytes:
     function = tf.function(micro_graph if micro else graph, input_signature=[spec], autograph=False)
     converter = tf.lite.TFLiteConverter.from_concrete_functions([function.get_concrete_function()], function)
     converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
-    converter.optimizations = [tf.lite.Optimize.DEFAULT]   # turns the fake-quant ranges into int8 tensors
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]  # turns the fake-quant ranges into int8 tensors
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         try:
@@ -437,10 +498,10 @@ def _encode(tf, artifact, clipped, scale: float | None, micro: bool = False):
         a = tf.gather(tf.constant(table), ordered + tf.constant((lookup_order * k).astype(np.int32)))  # [N, P]
         channels = 1
     else:
-        a = tf.gather(tf.constant(np.eye(k, dtype=np.float32)), ordered)                          # [N, P, K]
+        a = tf.gather(tf.constant(np.eye(k, dtype=np.float32)), ordered)  # [N, P, K]
         channels = k
     if reorder is not None:
-        a = tf.gather(a, reorder, axis=1)                                                         # pixel order
+        a = tf.gather(a, reorder, axis=1)  # pixel order
     if scale is not None:
         a = _int8_scale(tf, a, scale)
     if artifact.architecture == "cnn":
@@ -487,7 +548,7 @@ def _sign_network(tf, artifact, plan: DNNTFLitePlan, a, mask):
 def _float_output(tf, artifact, plan: DNNTFLitePlan, a, mask):
     """Output layer in float32: FC on the integer codes (no bias), guard MUL, MUL unit, ADD bias."""
     a = _flatten(tf, a)
-    acc = tf.matmul(a, tf.constant(plan.output_codes.T.astype(np.float32)))          # exact integer sums (sign)
+    acc = tf.matmul(a, tf.constant(plan.output_codes.T.astype(np.float32)))  # exact integer sums (sign)
     bias = artifact.layers[-1].bias
     # The guard MUL sits between the FC and the scale: nothing can be folded into the FC.
     return (acc * mask) * tf.constant(np.float32(plan.output_unit)) + tf.constant(bias)
@@ -514,25 +575,39 @@ def _relu_network(tf, artifact, plan: DNNTFLitePlan, a, mask):
     units = np.clip(np.round(plan.output_codes * (artifact.weight_scale / s)), -INT8_WEIGHT_MAX, INT8_WEIGHT_MAX)
     logits = tf.matmul(a, int8_weights(tf, units.T, s)) + tf.constant(artifact.layers[-1].bias)
     logits = fake_quant(tf, logits, *plan.logit_range)
-    return logits * mask                                                              # float32 (DEQUANTIZE first)
+    return logits * mask  # float32 (DEQUANTIZE first)
 
 
 register_exporter(
-    "dnn", "tflite", build_tflite_dnn, extension=".tflite", runtime="litert",
+    "dnn",
+    "tflite",
+    build_tflite_dnn,
+    extension=".tflite",
+    runtime="litert",
     description="builtin-ops int8 TFLite: sign networks exact, ReLU networks full-integer",
     options=[
-        Option("output_layer", "str", "int8", OUTPUT_LAYERS,
-               "ReLU DNNs: the output layer in int8 (default, full-integer) or float32 (int8 logits can merge "
-               "near-ties; float32 keeps them apart)"),
-        Option("representative", "rows", None, help="calibration rows (codes) of a ReLU network "
-                                                    "(default: the check set)"),
+        Option(
+            "output_layer",
+            "str",
+            "int8",
+            OUTPUT_LAYERS,
+            "ReLU DNNs: the output layer in int8 (default, full-integer) or float32 (int8 logits can merge "
+            "near-ties; float32 keeps them apart)",
+        ),
+        Option(
+            "representative", "rows", None, help="calibration rows (codes) of a ReLU network (default: the check set)"
+        ),
         Option("profile", "str", "default", PROFILES, PROFILE_HELP),
         Option("web_batch", "int", WEB_BATCH, help=WEB_BATCH_HELP),
         Option("metadata", "bool", False, help=METADATA_HELP),
     ],
     refusals=[
-        Refusal("a sign network's output layer is always computed exactly in float32 (integer sums of +-1 "
-                "activations); --output-layer chooses the output layer of ReLU networks only",
-                r"--output-layer float32 applies to ReLU DNN models only", options={"output_layer": "float32"},
-                models=lambda artifact: getattr(artifact, "activation", None) == "sign"),
-    ])
+        Refusal(
+            "a sign network's output layer is always computed exactly in float32 (integer sums of +-1 "
+            "activations); --output-layer chooses the output layer of ReLU networks only",
+            r"--output-layer float32 applies to ReLU DNN models only",
+            options={"output_layer": "float32"},
+            models=lambda artifact: getattr(artifact, "activation", None) == "sign",
+        )
+    ],
+)

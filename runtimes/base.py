@@ -59,9 +59,20 @@ from bnc_deploy.formats.metadata import INPUT_RAW, INVALID_LABEL, contract_outpu
 from bnc_deploy.reference.chunks import run_in_chunks
 from bnc_deploy.validation import check_codes
 
-__all__ = ["RuntimeAdapter", "RuntimeLoadError", "RUNTIMES", "register_runtime", "load_runtime",
-           "runtime_class", "InputError", "contract_outputs", "check_raw", "read_model_bytes", "default_runtime",
-           "model_suffixes"]
+__all__ = [
+    "RuntimeAdapter",
+    "RuntimeLoadError",
+    "RUNTIMES",
+    "register_runtime",
+    "load_runtime",
+    "runtime_class",
+    "InputError",
+    "contract_outputs",
+    "check_raw",
+    "read_model_bytes",
+    "default_runtime",
+    "model_suffixes",
+]
 
 #: Runtime name -> the extra that installs its framework (``pip install 'bnc-deploy[EXTRA]'``).
 RUNTIME_EXTRAS = {"onnxruntime": "runtime", "litert": "tflite", "tflm": "micro"}
@@ -115,8 +126,16 @@ class RuntimeAdapter:
     #: of rows either way (a fixed-batch adapter runs them in chunks).
     static_batch: int | None = None
 
-    def __init__(self, path: str | os.PathLike, *, threads: int | None = None, verify_integrity: bool = True,
-                 key: bytes | None = None, chunk_rows: int | str | None = "auto", data: bytes | None = None) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike,
+        *,
+        threads: int | None = None,
+        verify_integrity: bool = True,
+        key: bytes | None = None,
+        chunk_rows: int | str | None = "auto",
+        data: bytes | None = None,
+    ) -> None:
         self.path = Path(path)
         self.chunk_rows = chunk_rows
         if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
@@ -129,8 +148,9 @@ class RuntimeAdapter:
             # The seal is checked on the bytes the runtime then loads (formats/integrity.py).
             seal = integrity.check_on_load(data, where=where, verify=bool(verify_integrity), key=key)
             meta = self._load(self.path, data)
-            self.metadata = integrity.annotate(parse_metadata(meta, where=where), seal, where,
-                                               checked=bool(verify_integrity))
+            self.metadata = integrity.annotate(
+                parse_metadata(meta, where=where), seal, where, checked=bool(verify_integrity)
+            )
         except (RuntimeLoadError, MissingExtraError):
             raise  # MissingExtraError is a ValueError too, but says "install X", not "bad file"
         except ValueError as exc:
@@ -148,7 +168,7 @@ class RuntimeAdapter:
         return True
 
     @classmethod
-    def load(cls, path: str | os.PathLike, **options) -> "RuntimeAdapter":
+    def load(cls, path: str | os.PathLike, **options) -> RuntimeAdapter:
         """Same as the constructor; reads well at call sites (``OnnxRuntimeAdapter.load(p)``)."""
         return cls(path, **options)
 
@@ -162,8 +182,11 @@ class RuntimeAdapter:
 
     @chunk_rows.setter
     def chunk_rows(self, value) -> None:
-        if value is not None and value != "auto" and (
-                isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1):
+        if (
+            value is not None
+            and value != "auto"
+            and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1)
+        ):
             raise ConfigError(f"chunk_rows must be a positive integer, None or 'auto', got {value!r}")
         self._chunk_rows = value if value is None or value == "auto" else int(value)
 
@@ -237,9 +260,15 @@ class RuntimeAdapter:
     def _run_rows(self, x, scores: bool) -> tuple[np.ndarray | None, np.ndarray]:
         """:meth:`run` in chunks of :attr:`chunk_rows` (:func:`~bnc_deploy.reference.chunks.run_in_chunks`);
         ``scores=False`` keeps only the labels (``predict``)."""
-        return run_in_chunks(x, self.check, lambda checked, first: self._run_checked(checked, scores, first),
-                             self.chunk_rows, n_features=self.n_features, kinds="iuf" if self.raw_inputs else "iu",
-                             cardinalities=None if self.raw_inputs else self.cardinalities)
+        return run_in_chunks(
+            x,
+            self.check,
+            lambda checked, first: self._run_checked(checked, scores, first),
+            self.chunk_rows,
+            n_features=self.n_features,
+            kinds="iuf" if self.raw_inputs else "iu",
+            cardinalities=None if self.raw_inputs else self.cardinalities,
+        )
 
     def _run_checked(self, checked: np.ndarray, scores: bool, offset: int) -> tuple[np.ndarray | None, np.ndarray]:
         """Checked rows (``offset``: the first one's row in the caller's input) -> runtime -> output checks."""
@@ -251,13 +280,17 @@ class RuntimeAdapter:
             log_joint = log_joint.astype(np.float64, copy=False)
         label = np.asarray(label).astype(np.int64, copy=False).reshape(-1)
         if log_joint.shape != (checked.shape[0], self.n_classes) or label.shape != (checked.shape[0],):
-            raise RuntimeError(f"{self.path}: runtime returned shapes {log_joint.shape} and {label.shape} "
-                               f"for {checked.shape[0]} rows and {self.n_classes} classes")
+            raise RuntimeError(
+                f"{self.path}: runtime returned shapes {log_joint.shape} and {label.shape} "
+                f"for {checked.shape[0]} rows and {self.n_classes} classes"
+            )
         if np.any(label == INVALID_LABEL):
             # Inputs were checked, so the graph's guard firing means the file and the metadata disagree.
             row = offset + int(np.flatnonzero(label == INVALID_LABEL)[0])
-            raise RuntimeError(f"{self.path}: the model's input guard rejected row {row}, which passed "
-                               "the adapter's checks; the file's metadata does not match its graph")
+            raise RuntimeError(
+                f"{self.path}: the model's input guard rejected row {row}, which passed "
+                "the adapter's checks; the file's metadata does not match its graph"
+            )
         return (log_joint if scores else None), label
 
     def _run(self, checked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -314,8 +347,10 @@ def check_raw(x, n_features: int, feature_names=None, where: str = "input") -> n
     if bad.any():
         row, col = map(int, np.argwhere(bad)[0])
         name = f" ({feature_names[col]!r})" if feature_names is not None else ""
-        raise InputError(f"{where}: feature {col}{name} has value {arr[row, col].item()!r} in row {row}, "
-                         "which is not a finite float32")
+        raise InputError(
+            f"{where}: feature {col}{name} has value {arr[row, col].item()!r} in row {row}, "
+            "which is not a finite float32"
+        )
     return values
 
 
@@ -332,8 +367,13 @@ RUNTIMES: dict[str, object] = {
     "http": "bnc_deploy.runtimes.http_adapter:HttpAdapter",
 }
 #: File extension -> default runtime name.
-EXTENSIONS: dict[str, str] = {".bnc": "numpy", ".onnx": "onnxruntime", ".ort": "onnxruntime", ".tflite": "litert",
-                              ".h": "native"}
+EXTENSIONS: dict[str, str] = {
+    ".bnc": "numpy",
+    ".onnx": "onnxruntime",
+    ".ort": "onnxruntime",
+    ".tflite": "litert",
+    ".h": "native",
+}
 
 
 def register_runtime(name: str, target, extensions: tuple[str, ...] = ()) -> None:
@@ -361,8 +401,9 @@ def runtime_class(name: str) -> type[RuntimeAdapter]:
         except ImportError as exc:
             if (exc.name or "").startswith("bnc_deploy"):
                 # Our own module is missing: a broken install, not a missing extra.
-                raise ImportError(f"runtime {name!r} is not available: this bnc-deploy has no module "
-                                  f"{module_name} ({exc})") from exc
+                raise ImportError(
+                    f"runtime {name!r} is not available: this bnc-deploy has no module {module_name} ({exc})"
+                ) from exc
             raise MissingExtraError(f"runtime {name!r}", RUNTIME_EXTRAS.get(name, "export"), exc) from exc
         target = getattr(module, class_name)
         RUNTIMES[name] = target
@@ -390,6 +431,8 @@ def load_runtime(path: str | os.PathLike, runtime: str | None = None, **options)
     if runtime is None:
         runtime = default_runtime(path)
         if runtime is None:
-            raise ConfigError(f"{path}: cannot tell the runtime from the extension {path.suffix!r}; "
-                              f"pass one of {', '.join(sorted(RUNTIMES))}")
+            raise ConfigError(
+                f"{path}: cannot tell the runtime from the extension {path.suffix!r}; "
+                f"pass one of {', '.join(sorted(RUNTIMES))}"
+            )
     return runtime_class(runtime)(path, **options)

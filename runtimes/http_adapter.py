@@ -29,7 +29,8 @@ Errors: a server that cannot be reached, or a model it does not serve or that is
 an inference raises :class:`~bnc_deploy.errors.InputError` with the server's message; any other
 failure during ``invoke`` raises RuntimeError naming the URL (a broken server is not bad input).
 A server started with ``--api-key-file`` gets ``Authorization: Bearer`` from ``api_key`` or the
-environment variable ``BNC_DEPLOY_API_KEY``. ``threads`` is accepted and ignored (the server decides), as are ``verify_integrity`` and ``key``
+environment variable ``BNC_DEPLOY_API_KEY``. ``threads`` is accepted and ignored (the server decides), as are
+``verify_integrity`` and ``key``
 (the server checks its files' integrity before it serves them).
 """
 
@@ -43,14 +44,26 @@ import urllib.parse
 from pathlib import Path
 
 import numpy as np
-from bnc_deploy.runtimes.base import RuntimeAdapter
 
 from bnc_deploy.errors import ConfigError, InputError, RuntimeLoadError
 from bnc_deploy.formats.metadata import INPUT_CODES, INPUT_NAME, INPUT_RAW
+from bnc_deploy.runtimes.base import RuntimeAdapter
 
 #: V2 datatype -> NumPy dtype of the tensors this adapter reads and sends.
-_DTYPES = {"INT64": "<i8", "INT32": "<i4", "INT16": "<i2", "INT8": "<i1", "UINT8": "<u1", "UINT16": "<u2",
-           "UINT32": "<u4", "UINT64": "<u8", "FP16": "<f2", "FP32": "<f4", "FP64": "<f8", "BOOL": "|b1"}
+_DTYPES = {
+    "INT64": "<i8",
+    "INT32": "<i4",
+    "INT16": "<i2",
+    "INT8": "<i1",
+    "UINT8": "<u1",
+    "UINT16": "<u2",
+    "UINT32": "<u4",
+    "UINT64": "<u8",
+    "FP16": "<f2",
+    "FP32": "<f4",
+    "FP64": "<f8",
+    "BOOL": "|b1",
+}
 _HEADER_LENGTH = "Inference-Header-Content-Length"
 #: Environment variable holding the bearer token when ``api_key`` is not given.
 API_KEY_ENV = "BNC_DEPLOY_API_KEY"
@@ -96,9 +109,20 @@ class HttpAdapter(RuntimeAdapter):
     name = "http"
     extensions = ()  # no file type: chosen by name only (never picked for a file by its suffix)
 
-    def __init__(self, path=None, *, url: str | None = None, model: str | None = None, version: str | None = None,
-                 api_key: str | bytes | None = None, timeout: float = 30.0, threads: int | None = None,
-                 verify_integrity: bool = True, key: bytes | None = None, chunk_rows="auto") -> None:
+    def __init__(
+        self,
+        path=None,
+        *,
+        url: str | None = None,
+        model: str | None = None,
+        version: str | None = None,
+        api_key: str | bytes | None = None,
+        timeout: float = 30.0,
+        threads: int | None = None,
+        verify_integrity: bool = True,
+        key: bytes | None = None,
+        chunk_rows="auto",
+    ) -> None:
         if url is None:
             raise ConfigError("http runtime: needs the server's URL (bnc-profile --url http://HOST:PORT)")
         if model is None:
@@ -160,8 +184,13 @@ class HttpAdapter(RuntimeAdapter):
                 if response.will_close:
                     self.close()
                 return response.status, response.headers, data
-            except (http.client.RemoteDisconnected, ConnectionResetError, BrokenPipeError,
-                    http.client.CannotSendRequest, http.client.ResponseNotReady):
+            except (
+                http.client.RemoteDisconnected,
+                ConnectionResetError,
+                BrokenPipeError,
+                http.client.CannotSendRequest,
+                http.client.ResponseNotReady,
+            ):
                 self.close()
                 if attempt or not reused:
                     raise
@@ -188,10 +217,12 @@ class HttpAdapter(RuntimeAdapter):
             raise RuntimeLoadError(f"{where}: not V2 model metadata ({exc!r})") from None
         missing = [k for k in ("class_names", "feature_names", "cardinalities") if k not in params]
         if missing or INPUT_NAME not in inputs or len(outputs) != 2:
-            raise RuntimeLoadError(f"{where}: not a bnc-deploy model (metadata parameters lack {missing}, "
-                                   f"inputs {sorted(inputs)}, outputs {sorted(outputs)})")
+            raise RuntimeLoadError(
+                f"{where}: not a bnc-deploy model (metadata parameters lack {missing}, "
+                f"inputs {sorted(inputs)}, outputs {sorted(outputs)})"
+            )
         names = list(outputs)
-        scores_name, label_name = (names if outputs[names[1]]["datatype"] == "INT64" else names[::-1])
+        scores_name, label_name = names if outputs[names[1]]["datatype"] == "INT64" else names[::-1]
         params.setdefault("input", INPUT_CODES)
         if params["input"] not in (INPUT_CODES, INPUT_RAW):
             raise RuntimeLoadError(f"{where}: unknown input kind {params['input']!r}")
@@ -211,12 +242,23 @@ class HttpAdapter(RuntimeAdapter):
         # Checked codes are in 0..|X_i|-1 and raw values are float32: the cast to the served input
         # datatype is exact (a codes model's datatype holds its cardinalities).
         data = np.ascontiguousarray(checked, dtype=_DTYPES[self._input_datatype]).tobytes()
-        header = json.dumps({
-            "inputs": [{"name": INPUT_NAME, "shape": list(checked.shape), "datatype": self._input_datatype,
-                        "parameters": {"binary_data_size": len(data)}}],
-            "outputs": [{"name": self._scores_name, "parameters": {"binary_data": True}},
-                        {"name": self._label_name, "parameters": {"binary_data": True}}],
-        }, separators=(",", ":")).encode()
+        header = json.dumps(
+            {
+                "inputs": [
+                    {
+                        "name": INPUT_NAME,
+                        "shape": list(checked.shape),
+                        "datatype": self._input_datatype,
+                        "parameters": {"binary_data_size": len(data)},
+                    }
+                ],
+                "outputs": [
+                    {"name": self._scores_name, "parameters": {"binary_data": True}},
+                    {"name": self._label_name, "parameters": {"binary_data": True}},
+                ],
+            },
+            separators=(",", ":"),
+        ).encode()
         return _Prepared(header + data, len(header), int(checked.shape[0]))
 
     def invoke(self, prepared) -> tuple[np.ndarray, np.ndarray]:

@@ -65,7 +65,7 @@ class _Prepared:
     @property
     def chunks(self) -> tuple:
         """The per-call slices (views), for callers that want them one by one."""
-        return tuple(self.x[i:i + self.batch] for i in range(0, self.x.shape[0], self.batch))
+        return tuple(self.x[i : i + self.batch] for i in range(0, self.x.shape[0], self.batch))
 
 
 class LiteRTAdapter(RuntimeAdapter):
@@ -94,19 +94,24 @@ class LiteRTAdapter(RuntimeAdapter):
         interpreter_class, resolver_type, self.backend = interpreter_module()
         try:
             meta = read_tflite_metadata(data)
-        except ValueError as exc:       # MetadataError: not a TFLite file, or no/corrupt metadata
+        except ValueError as exc:  # MetadataError: not a TFLite file, or no/corrupt metadata
             raise RuntimeLoadError(f"{path}: {exc}") from None
-        except Exception as exc:        # noqa: BLE001 - untrusted bytes: truncated data makes the
+        except Exception as exc:  # noqa: BLE001 - untrusted bytes: truncated data makes the
             # flatbuffer reader fail with struct.error, IndexError, ...; any of them means a bad file.
-            raise RuntimeLoadError(f"{path}: not a readable TFLite file ({type(exc).__name__}: "
-                                   f"{_first_line(exc)})") from None
-        resolver = {"auto": resolver_type.AUTO, "builtin": resolver_type.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
-                    "reference": resolver_type.BUILTIN_REF}[self.resolver]
+            raise RuntimeLoadError(
+                f"{path}: not a readable TFLite file ({type(exc).__name__}: {_first_line(exc)})"
+            ) from None
+        resolver = {
+            "auto": resolver_type.AUTO,
+            "builtin": resolver_type.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
+            "reference": resolver_type.BUILTIN_REF,
+        }[self.resolver]
         try:
             # model_content, never model_path: LiteRT memory-maps a path, and a file truncated or
             # rewritten in place under the map crashes the process (SIGBUS) or changes its outputs.
-            self.interpreter = interpreter_class(model_content=data, num_threads=self.threads,
-                                                 experimental_op_resolver_type=resolver)
+            self.interpreter = interpreter_class(
+                model_content=data, num_threads=self.threads, experimental_op_resolver_type=resolver
+            )
         except (ValueError, RuntimeError, OSError) as exc:
             raise RuntimeLoadError(f"{path}: not a loadable TFLite model ({_first_line(exc)})") from None
         self._bind_io(path, contract_outputs(meta))
@@ -118,8 +123,10 @@ class LiteRTAdapter(RuntimeAdapter):
         outputs = {d["name"]: d for d in self.interpreter.get_output_details()}
         scores, labels = names
         if INPUT_NAME not in inputs or not {scores, labels} <= set(outputs):
-            raise RuntimeLoadError(f"{path}: graph inputs/outputs {sorted(inputs)}/{sorted(outputs)} are not "
-                                   f"the bnc-deploy contract ({INPUT_NAME} -> {scores}, {labels})")
+            raise RuntimeLoadError(
+                f"{path}: graph inputs/outputs {sorted(inputs)}/{sorted(outputs)} are not "
+                f"the bnc-deploy contract ({INPUT_NAME} -> {scores}, {labels})"
+            )
         x = inputs[INPUT_NAME]
         self._input_index = x["index"]
         self._input_dtype = np.dtype(x["dtype"])
@@ -183,15 +190,15 @@ class LiteRTAdapter(RuntimeAdapter):
             # One call per batch into preallocated outputs (no list of per-call arrays to join).
             scores = label = None
             for i in range(0, x.shape[0], batch):
-                it.set_tensor(self._input_index, x[i:i + batch])
+                it.set_tensor(self._input_index, x[i : i + batch])
                 it.invoke()
                 part_scores, part_label = it.get_tensor(scores_index), it.get_tensor(label_index)
                 if scores is None:
                     scores = np.empty((x.shape[0],) + part_scores.shape[1:], dtype=part_scores.dtype)
                     label = np.empty((x.shape[0],) + part_label.shape[1:], dtype=part_label.dtype)
-                scores[i:i + batch], label[i:i + batch] = part_scores, part_label
+                scores[i : i + batch], label[i : i + batch] = part_scores, part_label
         if prepared.padded:
-            return scores[:prepared.rows], label[:prepared.rows]
+            return scores[: prepared.rows], label[: prepared.rows]
         return scores, label
 
     def __repr__(self) -> str:

@@ -28,7 +28,8 @@ semantics (``-ffast-math``, ``-Ofast``, ``-ffinite-math-only``, ...) are refused
 RuntimeLoadError naming the flag (they may drop the NaN test of raw inputs). The library is
 cached in ``$BNC_DEPLOY_NATIVE_CACHE``, else ``$XDG_CACHE_HOME/bnc-deploy/native``, else
 ``~/.cache/bnc-deploy/native``, as ``<sha256>.so`` (written atomically; a cache that cannot be
-written falls back to a temporary folder). The key hashes the header, the wrapper, the compiler (path, size, mtime), the full
+written falls back to a temporary folder). The key hashes the header, the wrapper, the compiler (path, size, mtime),
+the full
 command line and this CPU's identity (``/proc/cpuinfo``'s vendor, family, model, name and
 feature flags, else ``platform.uname``), so a cache folder shared by machines never hands a
 ``-march=native`` library to a CPU that lacks its instructions.
@@ -85,18 +86,12 @@ import threading
 from pathlib import Path
 
 import numpy as np
-from bnc_deploy.runtimes.base import RuntimeAdapter, RuntimeLoadError
-from bnc_deploy.runtimes.native_kernel import (
-    CODE_TYPES,
-    MAX_THREADS,
-    RAW_TYPES,
-    ROW_SLOTS,
-    wrapper_source,
-)
 
 from bnc_deploy.errors import ConfigError, MetadataError
 from bnc_deploy.formats.c import check_c_name, read_c_metadata
 from bnc_deploy.formats.metadata import INPUT_RAW
+from bnc_deploy.runtimes.base import RuntimeAdapter, RuntimeLoadError
+from bnc_deploy.runtimes.native_kernel import CODE_TYPES, MAX_THREADS, RAW_TYPES, ROW_SLOTS, wrapper_source
 from bnc_deploy.validation import random_valid_codes
 
 #: Flags every build has: the header must compile cleanly under them, as before.
@@ -106,8 +101,16 @@ OPT_CHOICES = (("-O3", "-march=native"), ("-O3",))
 #: Environment variable that replaces the optimization flags.
 CFLAGS_ENV = "BNC_DEPLOY_NATIVE_CFLAGS"
 #: Flags refused in the override: they let the compiler assume no NaN/inf or reorder float math.
-UNSAFE_FLAGS = ("-ffast-math", "-Ofast", "-ffinite-math-only", "-fno-honor-nans", "-fno-honor-infinities",
-                "-funsafe-math-optimizations", "-fassociative-math", "-freciprocal-math")
+UNSAFE_FLAGS = (
+    "-ffast-math",
+    "-Ofast",
+    "-ffinite-math-only",
+    "-fno-honor-nans",
+    "-fno-honor-infinities",
+    "-funsafe-math-optimizations",
+    "-fassociative-math",
+    "-freciprocal-math",
+)
 #: Seconds a compilation may take.
 COMPILE_TIMEOUT_S = 600
 #: Random rows of the load-time check of the kernel against the header's API functions.
@@ -122,8 +125,9 @@ def compiler() -> str:
     cc = os.environ.get("CC") or "cc"
     found = shutil.which(cc)
     if found is None:
-        raise RuntimeLoadError(f"the native runtime needs a C compiler ({cc}); install one (e.g. apt-get install "
-                               "gcc) or set CC")
+        raise RuntimeLoadError(
+            f"the native runtime needs a C compiler ({cc}); install one (e.g. apt-get install gcc) or set CC"
+        )
     return found
 
 
@@ -146,8 +150,12 @@ def _accepts(cc: str, flags: tuple[str, ...]) -> bool:
         source = Path(work) / "probe.c"
         source.write_text("int bncn_probe(int x);\nint bncn_probe(int x) { return x + 1; }\n")
         try:
-            done = subprocess.run([cc, *flags, *BASE_CFLAGS, "-o", str(Path(work) / "probe.so"), str(source)],
-                                  capture_output=True, timeout=COMPILE_TIMEOUT_S, check=False)
+            done = subprocess.run(
+                [cc, *flags, *BASE_CFLAGS, "-o", str(Path(work) / "probe.so"), str(source)],
+                capture_output=True,
+                timeout=COMPILE_TIMEOUT_S,
+                check=False,
+            )
         except (OSError, subprocess.TimeoutExpired):
             return False
         return done.returncode == 0
@@ -164,8 +172,10 @@ def optimization_flags(cc: str) -> tuple[str, ...]:
             raise ConfigError(f"{CFLAGS_ENV}={override!r} cannot be split into flags ({exc})") from None
         unsafe = [f for f in flags if f in UNSAFE_FLAGS]
         if unsafe:
-            raise ConfigError(f"{CFLAGS_ENV} must not contain {unsafe[0]}: it changes float semantics (the raw "
-                              "inputs' NaN test), and the native runtime promises exact results")
+            raise ConfigError(
+                f"{CFLAGS_ENV} must not contain {unsafe[0]}: it changes float semantics (the raw "
+                "inputs' NaN test), and the native runtime promises exact results"
+            )
         return flags
     key = (cc, _compiler_identity(cc))
     with _probe_lock:
@@ -184,8 +194,21 @@ def _compiler_identity(cc: str) -> str:
 
 def cpu_identity() -> str:
     """This CPU's model and features (``/proc/cpuinfo``'s first processor), else ``platform.uname``."""
-    keys = ("vendor_id", "cpu family", "model", "model name", "stepping", "flags", "features", "cpu implementer",
-            "cpu architecture", "cpu variant", "cpu part", "isa", "cpu")
+    keys = (
+        "vendor_id",
+        "cpu family",
+        "model",
+        "model name",
+        "stepping",
+        "flags",
+        "features",
+        "cpu implementer",
+        "cpu architecture",
+        "cpu variant",
+        "cpu part",
+        "isa",
+        "cpu",
+    )
     try:
         text = Path("/proc/cpuinfo").read_text(errors="replace")
     except OSError:
@@ -213,10 +236,23 @@ def compile_library(source: bytes, wrapper: str, where: str | os.PathLike = "hea
     the header in errors."""
     cc = compiler()
     threads = os.name == "posix"
-    flags = (*optimization_flags(cc), *BASE_CFLAGS, *(("-pthread",) if threads else ()),
-             f"-DBNCN_THREADS={int(threads)}")
-    key = hashlib.sha256(b"\0".join([source, wrapper.encode(), _compiler_identity(cc).encode(),
-                                     " ".join((cc,) + flags).encode(), cpu_identity().encode()])).hexdigest()
+    flags = (
+        *optimization_flags(cc),
+        *BASE_CFLAGS,
+        *(("-pthread",) if threads else ()),
+        f"-DBNCN_THREADS={int(threads)}",
+    )
+    key = hashlib.sha256(
+        b"\0".join(
+            [
+                source,
+                wrapper.encode(),
+                _compiler_identity(cc).encode(),
+                " ".join((cc,) + flags).encode(),
+                cpu_identity().encode(),
+            ]
+        )
+    ).hexdigest()
     for folder in (cache_dir(), None):
         try:
             if folder is None:
@@ -238,13 +274,20 @@ def _build(cc: str, flags: tuple[str, ...], source: bytes, wrapper: str, folder:
         (work / "wrapper.c").write_text(wrapper)
         target = work / "lib.so"
         try:
-            done = subprocess.run([cc, *flags, "-o", str(target), str(work / "wrapper.c"), "-lm"], cwd=work,
-                                  capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S, check=False)
+            done = subprocess.run(
+                [cc, *flags, "-o", str(target), str(work / "wrapper.c"), "-lm"],
+                cwd=work,
+                capture_output=True,
+                text=True,
+                timeout=COMPILE_TIMEOUT_S,
+                check=False,
+            )
         except subprocess.TimeoutExpired:
             raise RuntimeLoadError(f"compiling took more than {COMPILE_TIMEOUT_S} s") from None
         if done.returncode != 0:
-            raise RuntimeLoadError(f"the C file does not compile with {Path(cc).name} "
-                                   f"({_first_error(done.stderr or done.stdout)})")
+            raise RuntimeLoadError(
+                f"the C file does not compile with {Path(cc).name} ({_first_error(done.stderr or done.stdout)})"
+            )
         os.replace(target, library)  # atomic: concurrent loaders see a whole library or none
     return library
 
@@ -287,9 +330,11 @@ class NativeAdapter(RuntimeAdapter):
         except MetadataError as exc:
             raise RuntimeLoadError(f"{path}: {exc}") from None
         if meta.get("model_kind", "bnc") != "bnc" or meta.get("format") != "c":
-            raise RuntimeLoadError(f"{path}: the native runtime runs C exports of Bayesian network classifiers "
-                                   f"(format 'c'), this file says format {meta.get('format')!r}, model kind "
-                                   f"{meta.get('model_kind', 'bnc')!r}")
+            raise RuntimeLoadError(
+                f"{path}: the native runtime runs C exports of Bayesian network classifiers "
+                f"(format 'c'), this file says format {meta.get('format')!r}, model kind "
+                f"{meta.get('model_kind', 'bnc')!r}"
+            )
         try:
             c_name = check_c_name(meta.get("c_name"), "metadata c_name")
             frac_bits, bits = int(meta["frac_bits"]), int(meta["bits"])
@@ -298,20 +343,22 @@ class NativeAdapter(RuntimeAdapter):
             tan = meta.get("structure") == "tan"
             parents = [int(p) for p in meta.get("parents") or [-1] * len(cards)]
             if not 1 <= bits <= 8 or cards.ndim != 1 or n_classes < 1 or len(parents) != len(cards):
-                raise ValueError(f"bits {bits}, {cards.shape} cardinalities, {n_classes} classes, "
-                                 f"{len(parents)} parents")
+                raise ValueError(
+                    f"bits {bits}, {cards.shape} cardinalities, {n_classes} classes, {len(parents)} parents"
+                )
         except (ValueError, TypeError, KeyError) as exc:
             raise RuntimeLoadError(f"{path}: bad C metadata ({exc})") from None
         raw = meta.get("input") == INPUT_RAW
-        self._step = 2.0 ** -frac_bits
+        self._step = 2.0**-frac_bits
         self._n_classes = n_classes
-        wrapper = wrapper_source(c_name, n_features=len(cards), n_classes=n_classes, bits=bits, frac_bits=frac_bits,
-                                 tan=tan, raw=raw)
+        wrapper = wrapper_source(
+            c_name, n_features=len(cards), n_classes=n_classes, bits=bits, frac_bits=frac_bits, tan=tan, raw=raw
+        )
         library, self.compile_flags = compile_library(data, wrapper, where=path)
         self.library_path = library
         try:
-            lib = ctypes.CDLL(str(library))         # batch calls release the GIL
-            pylib = ctypes.PyDLL(str(library))      # the one-row call keeps it (~0.1 us of C)
+            lib = ctypes.CDLL(str(library))  # batch calls release the GIL
+            pylib = ctypes.PyDLL(str(library))  # the one-row call keeps it (~0.1 us of C)
         except OSError as exc:
             raise RuntimeLoadError(f"{path}: cannot load the compiled library {library} ({exc})") from None
         self._lib = lib
@@ -324,7 +371,7 @@ class NativeAdapter(RuntimeAdapter):
             fn = getattr(lib, f"bncn_batch_{suffix}")
             fn.restype, fn.argtypes = ctypes.c_long, batch_args
             self._batch[np.dtype(spec[1])] = fn
-        self._input_dtype = np.dtype(np.float32 if raw else np.uint8)   # what prepare() makes
+        self._input_dtype = np.dtype(np.float32 if raw else np.uint8)  # what prepare() makes
         self._kinds = "f" if raw else "iu"
         with _init_lock:
             lanes = lib.bncn_init()
@@ -343,8 +390,7 @@ class NativeAdapter(RuntimeAdapter):
     def _self_check(self, cards: np.ndarray, parents) -> None:
         """The kernel against the header's ``PREFIX_log_joint``/``PREFIX_predict`` on every table row
         and random rows (see the module docstring); RuntimeLoadError on any difference."""
-        rows = np.concatenate([table_rows(cards, parents),
-                               random_valid_codes(cards, SELF_CHECK_RANDOM_ROWS, seed=1)])
+        rows = np.concatenate([table_rows(cards, parents), random_valid_codes(cards, SELF_CHECK_RANDOM_ROWS, seed=1)])
         x = np.ascontiguousarray(rows, dtype=np.uint8)
         n, c = x.shape[0], self._n_classes
         api_scores, api_labels = np.zeros((n, c), dtype=np.int32), np.zeros(n, dtype=np.int32)
@@ -360,9 +406,11 @@ class NativeAdapter(RuntimeAdapter):
         bad = (labels != api_labels) | np.any(scores != api_scores.astype(np.float64) * self._step, axis=1)
         if refused or refused_api or bad.any():
             row = int(np.flatnonzero(bad)[0]) if bad.any() else -1
-            raise RuntimeLoadError(f"{self.path}: the native kernel disagrees with the header's own functions "
-                                   f"(row {rows[row].tolist() if row >= 0 else None}, {int(refused)} + "
-                                   f"{int(refused_api)} valid rows refused); please report this as a bug")
+            raise RuntimeLoadError(
+                f"{self.path}: the native kernel disagrees with the header's own functions "
+                f"(row {rows[row].tolist() if row >= 0 else None}, {int(refused)} + "
+                f"{int(refused_api)} valid rows refused); please report this as a bug"
+            )
 
     # -- runtime adapter interface ------------------------------------------------------------------
     @property
@@ -381,10 +429,17 @@ class NativeAdapter(RuntimeAdapter):
     def invoke(self, prepared: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """One kernel call over the batch: ``(log_joint float64, label int64)`` (-1 and NaN for a refused row)."""
         # The C code reads n * D values: refuse anything but what prepare() makes (never read past the array).
-        if (not isinstance(prepared, np.ndarray) or prepared.dtype != self._input_dtype or prepared.ndim != 2
-                or prepared.shape[1] != self.n_features or not prepared.flags.c_contiguous):
-            raise RuntimeError(f"{self.path}: invoke() takes what prepare() returns: a C-contiguous "
-                               f"{self._input_dtype.name} array of shape (n, {self.n_features})")
+        if (
+            not isinstance(prepared, np.ndarray)
+            or prepared.dtype != self._input_dtype
+            or prepared.ndim != 2
+            or prepared.shape[1] != self.n_features
+            or not prepared.flags.c_contiguous
+        ):
+            raise RuntimeError(
+                f"{self.path}: invoke() takes what prepare() returns: a C-contiguous "
+                f"{self._input_dtype.name} array of shape (n, {self.n_features})"
+            )
         if prepared.shape[0] == 1:  # the one-row slots: the cheapest call (see the module docstring)
             slots = self._free_slots
             try:
@@ -404,8 +459,7 @@ class NativeAdapter(RuntimeAdapter):
     def run(self, x) -> tuple[np.ndarray, np.ndarray]:
         """``(log_joint (n, C) float64, label (n,) int64)``; see the module docstring for the fast path."""
         # The one-row path is written out here (not in a helper): a Python call costs ~0.1 us of the ~1 us.
-        if type(x) is np.ndarray and x.size == self._one_row_size and x.ndim < 3 \
-                and x.dtype.kind in self._kinds:
+        if type(x) is np.ndarray and x.size == self._one_row_size and x.ndim < 3 and x.dtype.kind in self._kinds:
             try:
                 slot = self._free_slots.pop()  # atomic: each thread gets its own buffers
             except IndexError:
@@ -425,8 +479,7 @@ class NativeAdapter(RuntimeAdapter):
 
     def predict(self, x) -> np.ndarray:
         """Most probable class (first maximum), shape (n,), int64 (no scores are written for batches)."""
-        if type(x) is np.ndarray and x.size == self._one_row_size and x.ndim < 3 \
-                and x.dtype.kind in self._kinds:
+        if type(x) is np.ndarray and x.size == self._one_row_size and x.ndim < 3 and x.dtype.kind in self._kinds:
             try:
                 slot = self._free_slots.pop()
             except IndexError:
@@ -453,8 +506,13 @@ class NativeAdapter(RuntimeAdapter):
         n = x.shape[0]
         labels = np.empty(n, dtype=np.int64)
         out = np.empty((n, self._n_classes), dtype=np.float64) if scores else None
-        refused = self._batch[x.dtype](_address(x), n, None if out is None else _address(out), _address(labels),
-                                       min(self.threads or 1, MAX_THREADS))
+        refused = self._batch[x.dtype](
+            _address(x),
+            n,
+            None if out is None else _address(out),
+            _address(labels),
+            min(self.threads or 1, MAX_THREADS),
+        )
         return out, labels, refused
 
     def _fast_batch(self, x, scores: bool):
@@ -497,6 +555,12 @@ def _make_slots(pylib, d: int, n_classes: int, raw: bool) -> list:
         io = np.ctypeslib.as_array(memory)
         one = getattr(pylib, f"bncn_one_{k}")
         one.restype, one.argtypes = ctypes.c_int, ()
-        slots.append((one, io[:d].view(np.float64 if raw else np.int64).reshape(1, d),
-                      io[d:d + n_classes].reshape(1, n_classes), io[d + n_classes:].view(np.int64)))
+        slots.append(
+            (
+                one,
+                io[:d].view(np.float64 if raw else np.int64).reshape(1, d),
+                io[d : d + n_classes].reshape(1, n_classes),
+                io[d + n_classes :].view(np.int64),
+            )
+        )
     return slots

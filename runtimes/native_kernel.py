@@ -63,9 +63,11 @@ ROW_SLOTS = 8
 #: Kernel input dtypes -> (C type, NumPy type, the cast that widens a code to uint64 for the scalar
 #: range check, the unsigned type and the vector bytes of the vector range check). Codes are compared
 #: as unsigned numbers of their own width, so a negative one is huge and refused.
-CODE_TYPES = {"u8": ("uint8_t", np.uint8, "(uint64_t)", "uint8_t", 16),
-              "i32": ("int32_t", np.int32, "(uint64_t)(uint32_t)", "uint32_t", 32),
-              "i64": ("int64_t", np.int64, "(uint64_t)", "uint64_t", 32)}
+CODE_TYPES = {
+    "u8": ("uint8_t", np.uint8, "(uint64_t)", "uint8_t", 16),
+    "i32": ("int32_t", np.int32, "(uint64_t)(uint32_t)", "uint32_t", 32),
+    "i64": ("int64_t", np.int64, "(uint64_t)", "uint64_t", 32),
+}
 RAW_TYPES = {"f32": ("float", np.float32), "f64": ("double", np.float64)}
 #: The C of the wrapper (package data, beside this module), cut into sections; see its first comment.
 TEMPLATE = "native_kernel.c"
@@ -73,22 +75,23 @@ TEMPLATE = "native_kernel.c"
 
 def lanes_type(n_features: int, bits: int) -> tuple[str, int]:
     """``(C type, max value)`` of the narrowest unsigned lane that holds ``(D + 1) * (2^B - 1)``."""
-    largest = (n_features + 1) * (2 ** bits - 1)
+    largest = (n_features + 1) * (2**bits - 1)
     for width in (8, 16, 32):
-        if largest <= 2 ** width - 1:
-            return f"uint{width}_t", 2 ** width - 1
+        if largest <= 2**width - 1:
+            return f"uint{width}_t", 2**width - 1
     raise RuntimeLoadError(f"code sums up to {largest} do not fit 32 bits")
 
 
-def wrapper_source(name: str, *, n_features: int, n_classes: int, bits: int, frac_bits: int, tan: bool,
-                   raw: bool) -> str:
+def wrapper_source(
+    name: str, *, n_features: int, n_classes: int, bits: int, frac_bits: int, tan: bool, raw: bool
+) -> str:
     """The C wrapper for a header with prefix ``name`` (see the module docstring)."""
     acc, acc_max = lanes_type(n_features, bits)
     per_vector = VECTOR_BYTES // (acc_max.bit_length() // 8)
     lanes = -(-n_classes // per_vector) * per_vector
-    step = float.hex(2.0 ** -frac_bits)
+    step = float.hex(2.0**-frac_bits)
     key_shift = max(1, (lanes - 1).bit_length())
-    key_type = next(f"uint{w}_t" for w in (16, 32, 64) if (acc_max << key_shift | (lanes - 1)) < 2 ** w)
+    key_type = next(f"uint{w}_t" for w in (16, 32, 64) if (acc_max << key_shift | (lanes - 1)) < 2**w)
     sections = template_sections(__package__, TEMPLATE)
     common = {"prefix": name, "PREFIX": name.upper()}
     head = {"lanes": lanes, "step": step, "min_rows_per_thread": MIN_ROWS_PER_THREAD, "max_threads": MAX_THREADS}

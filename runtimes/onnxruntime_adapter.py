@@ -26,8 +26,10 @@ from bnc_deploy.runtimes.base import RuntimeAdapter, RuntimeLoadError
 # onnxruntime raises its own exception types (InvalidProtobuf, InvalidArgument, Fail, ...; plain
 # Exception subclasses, not RuntimeError) for bad files: collect them all from its binding module.
 _ORT_ERRORS = (RuntimeError,) + tuple(
-    obj for obj in vars(ort.capi.onnxruntime_pybind11_state).values()
-    if isinstance(obj, type) and issubclass(obj, Exception))
+    obj
+    for obj in vars(ort.capi.onnxruntime_pybind11_state).values()
+    if isinstance(obj, type) and issubclass(obj, Exception)
+)
 
 
 class OnnxRuntimeAdapter(RuntimeAdapter):
@@ -49,8 +51,7 @@ class OnnxRuntimeAdapter(RuntimeAdapter):
             options.add_session_config_entry("session.load_model_format", "ORT")
         try:
             # From bytes (onnxruntime copies them): the session never reads the path.
-            self.session = ort.InferenceSession(data, sess_options=options,
-                                                providers=["CPUExecutionProvider"])
+            self.session = ort.InferenceSession(data, sess_options=options, providers=["CPUExecutionProvider"])
         except _ORT_ERRORS as exc:
             what = "ORT format" if self.ort_format else "ONNX"
             raise RuntimeLoadError(f"{path}: not a loadable {what} model ({_first_line(exc)})") from None
@@ -61,10 +62,13 @@ class OnnxRuntimeAdapter(RuntimeAdapter):
         outputs = {o.name for o in self.session.get_outputs()}
         self._outputs = list(contract_outputs(props[METADATA_KEY]))
         if INPUT_NAME not in inputs or not set(self._outputs) <= outputs:
-            raise RuntimeLoadError(f"{path}: graph inputs/outputs {sorted(inputs)}/{sorted(outputs)} are not "
-                                   f"the bnc-deploy contract ({INPUT_NAME} -> {', '.join(self._outputs)})")
-        self._input_dtype = {"tensor(int64)": np.int64, "tensor(int32)": np.int32,
-                             "tensor(float)": np.float32}.get(inputs[INPUT_NAME].type)
+            raise RuntimeLoadError(
+                f"{path}: graph inputs/outputs {sorted(inputs)}/{sorted(outputs)} are not "
+                f"the bnc-deploy contract ({INPUT_NAME} -> {', '.join(self._outputs)})"
+            )
+        self._input_dtype = {"tensor(int64)": np.int64, "tensor(int32)": np.int32, "tensor(float)": np.float32}.get(
+            inputs[INPUT_NAME].type
+        )
         if self._input_dtype is None:
             raise RuntimeLoadError(f"{path}: unsupported input type {inputs[INPUT_NAME].type}")
         return props[METADATA_KEY]

@@ -57,8 +57,8 @@ class ReferenceAdapter(RuntimeAdapter):
         return meta
 
     def _load_dnn(self, path: Path) -> dict:
-        from bnc_deploy.reference.dnn import DNNReferencePredictor
         from bnc_deploy.formats.dnn import dnn_export_metadata
+        from bnc_deploy.reference.dnn import DNNReferencePredictor
 
         if self._raw_inputs:
             raise RuntimeLoadError(f"{path}: DNN models take feature codes; raw inputs are not supported")

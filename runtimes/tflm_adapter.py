@@ -27,8 +27,8 @@ import numpy as np
 # naming the ``micro`` extra and ``bnc_deploy.testing.runtimes_for`` leaves the runtime out.
 from tflite_micro.python.tflite_micro import runtime as tflm_runtime
 
-from bnc_deploy.formats.tflite import captured_native_stderr
 from bnc_deploy.errors import ConfigError
+from bnc_deploy.formats.tflite import captured_native_stderr
 from bnc_deploy.runtimes.base import RuntimeAdapter, RuntimeLoadError
 
 #: The metadata value of a file this adapter runs.
@@ -55,8 +55,9 @@ class TFLMAdapter(RuntimeAdapter):
     static_batch = 1
 
     def __init__(self, path, *, arena_size: int | None = None, threads: int | None = 1, **options) -> None:
-        if arena_size is not None and (isinstance(arena_size, bool) or not isinstance(arena_size, int)
-                                       or arena_size < 1):
+        if arena_size is not None and (
+            isinstance(arena_size, bool) or not isinstance(arena_size, int) or arena_size < 1
+        ):
             raise ConfigError(f"arena_size must be a positive integer or None, got {arena_size!r}")
         self._arena_option = arena_size
         super().__init__(path, threads=threads, **options)
@@ -74,13 +75,15 @@ class TFLMAdapter(RuntimeAdapter):
         except ValueError as exc:
             raise RuntimeLoadError(f"{path}: {exc}") from None
         except Exception as exc:  # noqa: BLE001 - untrusted bytes (see the LiteRT adapter)
-            raise RuntimeLoadError(f"{path}: not a readable TFLite file ({type(exc).__name__}: "
-                                   f"{_first_line(exc)})") from None
+            raise RuntimeLoadError(
+                f"{path}: not a readable TFLite file ({type(exc).__name__}: {_first_line(exc)})"
+            ) from None
         if not self.accepts(meta):
             raise RuntimeLoadError(
                 f"{path}: the tflm runtime runs TFLite Micro profile exports only, and this file's metadata "
                 f"says profile {meta.get('profile', 'default')!r} (REDUCE_ANY guard, int64 label, dynamic "
-                "batch are not TFLM's); export it with --profile micro, or run it with the litert runtime")
+                "batch are not TFLM's); export it with --profile micro, or run it with the litert runtime"
+            )
         recorded = (meta.get("tflm") or {}).get("arena_bytes")
         if self._arena_option is not None:
             self.arena_size = self._arena_option
@@ -95,8 +98,10 @@ class TFLMAdapter(RuntimeAdapter):
             except (RuntimeError, ValueError) as exc:
                 failure = exc
         if failure is not None:
-            raise RuntimeLoadError(f"{path}: TFLite Micro cannot load the file with a {self.arena_size}-byte "
-                                   f"arena ({_first_line(failure)}: {' '.join(log.text.split())[:300]})")
+            raise RuntimeLoadError(
+                f"{path}: TFLite Micro cannot load the file with a {self.arena_size}-byte "
+                f"arena ({_first_line(failure)}: {' '.join(log.text.split())[:300]})"
+            )
         self._bind_io(path, meta)
         return meta
 
@@ -106,13 +111,16 @@ class TFLMAdapter(RuntimeAdapter):
         try:
             x, scores, label = it.get_input_details(0), it.get_output_details(0), it.get_output_details(1)
         except (RuntimeError, ValueError, IndexError) as exc:
-            raise RuntimeLoadError(f"{path}: graph inputs/outputs are not the bnc-deploy contract "
-                                   f"({_first_line(exc)})") from None
+            raise RuntimeLoadError(
+                f"{path}: graph inputs/outputs are not the bnc-deploy contract ({_first_line(exc)})"
+            ) from None
         d, c = len(meta["cardinalities"]), len(meta["class_names"])
         shapes = [list(np.asarray(t["shape"]).tolist()) for t in (x, scores, label)]
         if shapes != [[1, d], [1, c], [1]] or np.dtype(label["dtype"]).kind != "i":
-            raise RuntimeLoadError(f"{path}: TFLM sees input/scores/label shapes {shapes}, expected "
-                                   f"{[[1, d], [1, c], [1]]} with an integer label")
+            raise RuntimeLoadError(
+                f"{path}: TFLM sees input/scores/label shapes {shapes}, expected "
+                f"{[[1, d], [1, c], [1]]} with an integer label"
+            )
         self._input_dtype = np.dtype(x["dtype"])
 
     def _prepare(self, checked: np.ndarray) -> np.ndarray:
@@ -129,7 +137,7 @@ class TFLMAdapter(RuntimeAdapter):
         label = np.empty(n, dtype=np.int64)
         try:
             for i in range(n):
-                it.set_input(prepared[i:i + 1], 0)
+                it.set_input(prepared[i : i + 1], 0)
                 it.invoke()
                 scores[i] = it.get_output(0)[0]
                 label[i] = it.get_output(1)[0]

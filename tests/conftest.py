@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
+from support import SHARED_DATASETS, make_synthetic_dataset
 
 from bnc_deploy.datasets.base import DiscreteDataset
-from support import SHARED_DATASETS, make_synthetic_dataset
+
+# The reliability suite's fixtures (digits_model, immutable_folder, full_disk) live in its
+# rel_support module, which is not a conftest.py (a second module named conftest would shadow this
+# one); registered here as a plugin, its tests take them as parameters without importing them.
+sys.path.insert(0, str(Path(__file__).parent / "reliability"))
+pytest_plugins = ["rel_support"]
 
 
 @pytest.fixture

@@ -25,9 +25,9 @@ from __future__ import annotations
 import ast
 import sys
 from collections import defaultdict, deque
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Mapping
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "bnc_deploy"
@@ -38,14 +38,47 @@ ROOT_SUBPACKAGES = ("exporters", "runtimes")
 #: Top-level modules of bnc_deploy that form the foundations.
 FOUNDATIONS = frozenset({"errors", "fileio", "validation", "quantizers", "costs", "limits"})
 #: Sub-packages (or modules) of bnc_deploy, each one stage.
-STAGES = frozenset({"datasets", "artifacts", "reference", "models", "train", "formats", "verify", "targets",
-                    "profiling", "testing", "cli", "exporters", "runtimes", "serve", "sweep", "autolowering"})
+STAGES = frozenset(
+    {
+        "datasets",
+        "artifacts",
+        "reference",
+        "models",
+        "train",
+        "formats",
+        "verify",
+        "targets",
+        "profiling",
+        "testing",
+        "cli",
+        "exporters",
+        "runtimes",
+        "serve",
+        "sweep",
+        "autolowering",
+    }
+)
 #: The only stages that may import torch.
 TORCH_STAGES = frozenset({"models", "train"})
 #: Stages that must never import torch, ``train`` or ``models``, directly or through a module of
 #: another stage. ``root`` is ``bnc_deploy/__init__.py`` (run by every import of the package).
-TORCH_FREE_STAGES = frozenset({"root", "foundations", "datasets", "artifacts", "reference", "formats", "exporters",
-                               "runtimes", "profiling", "targets", "verify", "serve", "autolowering"})
+TORCH_FREE_STAGES = frozenset(
+    {
+        "root",
+        "foundations",
+        "datasets",
+        "artifacts",
+        "reference",
+        "formats",
+        "exporters",
+        "runtimes",
+        "profiling",
+        "targets",
+        "verify",
+        "serve",
+        "autolowering",
+    }
+)
 #: External top-level packages that count as "torch".
 TORCH_PACKAGES = frozenset({"torch", "torchvision", "torchaudio", "functorch"})
 #: External packages the foundations may use besides the standard library.
@@ -159,7 +192,8 @@ def build_graph_from_sources(files: Mapping[str, str]) -> ImportGraph:
 
 def _is_type_checking(test: ast.expr) -> bool:
     return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
 
 
 class _Collector(ast.NodeVisitor):
@@ -177,8 +211,9 @@ class _Collector(ast.NodeVisitor):
         self._seen.add((line, target))
         top = target.split(".")[0]
         internal = top == PACKAGE or top in ROOT_SUBPACKAGES
-        self.found.append(Import(self.module, self.path, line, target, internal, self.depth > 0, dynamic,
-                                 self.type_checking > 0))
+        self.found.append(
+            Import(self.module, self.path, line, target, internal, self.depth > 0, dynamic, self.type_checking > 0)
+        )
 
     def _function(self, node) -> None:
         self.depth += 1
@@ -221,8 +256,13 @@ class _Collector(ast.NodeVisitor):
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
         name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
-        if (name in ("import_module", "__import__") and node.args and isinstance(node.args[0], ast.Constant)
-                and isinstance(node.args[0].value, str) and not node.args[0].value.startswith(".")):
+        if (
+            name in ("import_module", "__import__")
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and isinstance(node.args[0].value, str)
+            and not node.args[0].value.startswith(".")
+        ):
             self._add(node.lineno, node.args[0].value, dynamic=True)
         self.generic_visit(node)
 
@@ -260,27 +300,43 @@ def check_parse(graph: ImportGraph) -> list[Violation]:
 
 
 def check_stages(graph: ImportGraph) -> list[Violation]:
-    return [Violation("every-module-has-a-stage", f"{path}: module {name} belongs to no stage; add it to a stage "
-                      f"in tests/import_graph.py and ARCHITECTURE.md", name)
-            for name, path in graph.modules.items() if stage_of(name) is None]
+    return [
+        Violation(
+            "every-module-has-a-stage",
+            f"{path}: module {name} belongs to no stage; add it to a stage "
+            f"in tests/import_graph.py and ARCHITECTURE.md",
+            name,
+        )
+        for name, path in graph.modules.items()
+        if stage_of(name) is None
+    ]
 
 
 def check_resolves(graph: ImportGraph) -> list[Violation]:
     out = []
     for imp in graph.imports:
         if imp.internal and imp.top in ROOT_SUBPACKAGES:
-            out.append(_violation("imports-resolve", imp, f"'{imp.top}' is not an importable name; "
-                                  f"import bnc_deploy.{imp.target}"))
+            out.append(
+                _violation(
+                    "imports-resolve", imp, f"'{imp.top}' is not an importable name; import bnc_deploy.{imp.target}"
+                )
+            )
         elif imp.internal and imp.target not in graph.modules:
             out.append(_violation("imports-resolve", imp, "no such module in the tree"))
     return out
 
 
 def check_torch_only_in_models_and_train(graph: ImportGraph) -> list[Violation]:
-    return [_violation("torch-only-in-models-and-train", imp,
-                       f"torch may be imported only in bnc_deploy.models / bnc_deploy.train "
-                       f"(stage of importer: {stage_of(imp.importer)})")
-            for imp in graph.imports if _is_torch(imp) and stage_of(imp.importer) not in TORCH_STAGES]
+    return [
+        _violation(
+            "torch-only-in-models-and-train",
+            imp,
+            f"torch may be imported only in bnc_deploy.models / bnc_deploy.train "
+            f"(stage of importer: {stage_of(imp.importer)})",
+        )
+        for imp in graph.imports
+        if _is_torch(imp) and stage_of(imp.importer) not in TORCH_STAGES
+    ]
 
 
 def check_exporters_runtimes_independent(graph: ImportGraph) -> list[Violation]:
@@ -288,8 +344,13 @@ def check_exporters_runtimes_independent(graph: ImportGraph) -> list[Violation]:
     for imp in graph.imports:
         pair = (stage_of(imp.importer), stage_of(imp.target) if imp.internal else None)
         if pair in (("exporters", "runtimes"), ("runtimes", "exporters")):
-            out.append(_violation("exporters-and-runtimes-independent", imp,
-                                  "exporters and runtimes never import each other (the verifier joins them)"))
+            out.append(
+                _violation(
+                    "exporters-and-runtimes-independent",
+                    imp,
+                    "exporters and runtimes never import each other (the verifier joins them)",
+                )
+            )
     return out
 
 
@@ -302,8 +363,11 @@ def check_torch_free_stages(graph: ImportGraph) -> list[Violation]:
         if _is_torch(imp):
             out.append(_violation("torch-free-stages", imp, f"stage '{stage}' must not import torch"))
         elif imp.internal and stage_of(imp.target) in TORCH_STAGES:
-            out.append(_violation("torch-free-stages", imp,
-                                  f"stage '{stage}' must not import bnc_deploy.{stage_of(imp.target)}"))
+            out.append(
+                _violation(
+                    "torch-free-stages", imp, f"stage '{stage}' must not import bnc_deploy.{stage_of(imp.target)}"
+                )
+            )
     return out
 
 
@@ -351,15 +415,20 @@ def check_torch_free_stages_indirectly(graph: ImportGraph) -> list[Violation]:
                 continue  # checked directly by the other rules
             chain = forbidden_chain(imp.target)
             if chain:
-                out.append(_violation("torch-free-stages-indirectly", imp,
-                                      "reaches torch/train/models via: " + " -> ".join(chain)))
+                out.append(
+                    _violation(
+                        "torch-free-stages-indirectly", imp, "reaches torch/train/models via: " + " -> ".join(chain)
+                    )
+                )
     return out
 
 
 def check_nothing_imports_cli(graph: ImportGraph) -> list[Violation]:
-    return [_violation("nothing-imports-cli", imp, "only bnc_deploy.cli may import bnc_deploy.cli")
-            for imp in graph.imports
-            if imp.internal and stage_of(imp.target) == "cli" and stage_of(imp.importer) != "cli"]
+    return [
+        _violation("nothing-imports-cli", imp, "only bnc_deploy.cli may import bnc_deploy.cli")
+        for imp in graph.imports
+        if imp.internal and stage_of(imp.target) == "cli" and stage_of(imp.importer) != "cli"
+    ]
 
 
 def check_foundations_self_contained(graph: ImportGraph) -> list[Violation]:
@@ -368,12 +437,17 @@ def check_foundations_self_contained(graph: ImportGraph) -> list[Violation]:
         if stage_of(imp.importer) != "foundations":
             continue
         if imp.internal and stage_of(imp.target) != "foundations":
-            out.append(_violation("foundations-self-contained", imp,
-                                  "foundations import only each other (errors, fileio, validation, quantizers, costs, "
-                                  "limits)"))
+            out.append(
+                _violation(
+                    "foundations-self-contained",
+                    imp,
+                    "foundations import only each other (errors, fileio, validation, quantizers, costs, limits)",
+                )
+            )
         elif not imp.internal and imp.top not in sys.stdlib_module_names and imp.top not in FOUNDATION_EXTERNALS:
-            out.append(_violation("foundations-self-contained", imp,
-                                  "foundations use only the standard library and numpy"))
+            out.append(
+                _violation("foundations-self-contained", imp, "foundations use only the standard library and numpy")
+            )
     return out
 
 
@@ -454,30 +528,51 @@ def find_cycles(graph: ImportGraph) -> list[tuple[list[str], list[Import]]]:
 def check_no_cycles(graph: ImportGraph) -> list[Violation]:
     out = []
     for component, path in find_cycles(graph):
-        out.append(Violation("no-import-cycles",
-                             f"cycle among {len(component)} modules {component}; e.g. " + "; ".join(
-                                 imp.where() for imp in path), component[0], path[0].target, path[0].line))
+        out.append(
+            Violation(
+                "no-import-cycles",
+                f"cycle among {len(component)} modules {component}; e.g. " + "; ".join(imp.where() for imp in path),
+                component[0],
+                path[0].target,
+                path[0].line,
+            )
+        )
     return out
 
 
 RULES = (
     Rule("sources-parse", "Every scanned source file parses.", check_parse),
-    Rule("every-module-has-a-stage", "Every module of bnc_deploy belongs to a stage of ARCHITECTURE.md.",
-         check_stages),
+    Rule("every-module-has-a-stage", "Every module of bnc_deploy belongs to a stage of ARCHITECTURE.md.", check_stages),
     Rule("imports-resolve", "Every import of bnc_deploy names a module that exists.", check_resolves),
-    Rule("torch-only-in-models-and-train", "torch is imported only in bnc_deploy.models and bnc_deploy.train.",
-         check_torch_only_in_models_and_train),
-    Rule("exporters-and-runtimes-independent", "Exporters and runtimes never import each other.",
-         check_exporters_runtimes_independent),
-    Rule("torch-free-stages", "The torch-free stages never import torch, bnc_deploy.train or bnc_deploy.models.",
-         check_torch_free_stages),
-    Rule("torch-free-stages-indirectly", "... nor reach them through a module of another stage.",
-         check_torch_free_stages_indirectly),
+    Rule(
+        "torch-only-in-models-and-train",
+        "torch is imported only in bnc_deploy.models and bnc_deploy.train.",
+        check_torch_only_in_models_and_train,
+    ),
+    Rule(
+        "exporters-and-runtimes-independent",
+        "Exporters and runtimes never import each other.",
+        check_exporters_runtimes_independent,
+    ),
+    Rule(
+        "torch-free-stages",
+        "The torch-free stages never import torch, bnc_deploy.train or bnc_deploy.models.",
+        check_torch_free_stages,
+    ),
+    Rule(
+        "torch-free-stages-indirectly",
+        "... nor reach them through a module of another stage.",
+        check_torch_free_stages_indirectly,
+    ),
     Rule("nothing-imports-cli", "Nothing outside bnc_deploy.cli imports bnc_deploy.cli.", check_nothing_imports_cli),
-    Rule("foundations-self-contained", "Foundations import only each other, the standard library and numpy.",
-         check_foundations_self_contained),
-    Rule("no-import-cycles", "The import graph (lazy and TYPE_CHECKING imports included) has no cycle.",
-         check_no_cycles),
+    Rule(
+        "foundations-self-contained",
+        "Foundations import only each other, the standard library and numpy.",
+        check_foundations_self_contained,
+    ),
+    Rule(
+        "no-import-cycles", "The import graph (lazy and TYPE_CHECKING imports included) has no cycle.", check_no_cycles
+    ),
 )
 
 

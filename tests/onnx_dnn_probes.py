@@ -28,17 +28,30 @@ def export_onnx_dnn(artifact, path, **options) -> dict:
     ``opset``, ``n_nodes``, ``metadata``, ``bytes``, ``verification``)."""
     report = export_file(artifact, path, "onnx", **options)
     meta = report["metadata"]
-    return {"path": Path(report["path"]), "bytes": report["file_bytes"], "format": "onnx", "opset": meta["opset"],
-            "lowering": meta["lowering"], "exact": meta["exact"], "n_nodes": meta["n_nodes"], "metadata": meta,
-            "verification": {"n_rows": report["n_verified"], "label_mismatches": report["label_mismatches_all"],
-                             "agreement": 1.0 - report["label_mismatches_all"] / report["n_verified"],
-                             "logits_identical": report["scores_identical"],
-                             "max_abs_logit_error": report["max_abs_score_diff"],
-                             "exact_expected": report["exact_expected"], "runtime": report["runtime"]}}
+    return {
+        "path": Path(report["path"]),
+        "bytes": report["file_bytes"],
+        "format": "onnx",
+        "opset": meta["opset"],
+        "lowering": meta["lowering"],
+        "exact": meta["exact"],
+        "n_nodes": meta["n_nodes"],
+        "metadata": meta,
+        "verification": {
+            "n_rows": report["n_verified"],
+            "label_mismatches": report["label_mismatches_all"],
+            "agreement": 1.0 - report["label_mismatches_all"] / report["n_verified"],
+            "logits_identical": report["scores_identical"],
+            "max_abs_logit_error": report["max_abs_score_diff"],
+            "exact_expected": report["exact_expected"],
+            "runtime": report["runtime"],
+        },
+    }
 
 
-def verify_onnx_dnn(artifact, path_or_model, *, n_random: int = N_RANDOM_ROWS, seed: int = 0,
-                    optimize: bool = True) -> dict:
+def verify_onnx_dnn(
+    artifact, path_or_model, *, n_random: int = N_RANDOM_ROWS, seed: int = 0, optimize: bool = True
+) -> dict:
     """Run an exported DNN in onnxruntime and compare it with the NumPy reference predictor.
 
     The rows are the artifact's check set plus ``n_random`` seeded random valid rows (including
@@ -74,17 +87,27 @@ def verify_onnx_dnn(artifact, path_or_model, *, n_random: int = N_RANDOM_ROWS, s
     ref_label = np.argmax(ref_logits, axis=1)
     guarded = int(np.count_nonzero((label == INVALID_LABEL) | np.isnan(logits).any(axis=1)))
     if guarded:
-        raise ExportError(f"the exported ONNX DNN marks {guarded} valid verification row(s) invalid "
-                          "(label -1 / NaN logits): the graph is broken")
+        raise ExportError(
+            f"the exported ONNX DNN marks {guarded} valid verification row(s) invalid "
+            "(label -1 / NaN logits): the graph is broken"
+        )
     mismatches = int(np.count_nonzero(label != ref_label))
     identical = bool(logits.dtype == np.float32 and np.array_equal(logits.astype(np.float64), ref_logits))
     error = float(np.max(np.abs(logits.astype(np.float64) - ref_logits), initial=0.0))
     if exact and (mismatches or not identical):
-        raise ExportError(f"the exported ONNX DNN ({meta.get('lowering') if meta else '?'}) disagrees with the "
-                          f"artifact on {mismatches} of {len(x)} verification rows (logits identical: {identical}, "
-                          f"max |error| {error:.3g}); onnxruntime {ort.__version__} changed the integer arithmetic "
-                          "- please report this")
+        raise ExportError(
+            f"the exported ONNX DNN ({meta.get('lowering') if meta else '?'}) disagrees with the "
+            f"artifact on {mismatches} of {len(x)} verification rows (logits identical: {identical}, "
+            f"max |error| {error:.3g}); onnxruntime {ort.__version__} changed the integer arithmetic "
+            "- please report this"
+        )
     n = int(len(x))
-    return {"n_rows": n, "label_mismatches": mismatches, "agreement": 1.0 - mismatches / n if n else 1.0,
-            "logits_identical": identical, "max_abs_logit_error": error, "exact_expected": exact,
-            "runtime": f"onnxruntime {ort.__version__}"}
+    return {
+        "n_rows": n,
+        "label_mismatches": mismatches,
+        "agreement": 1.0 - mismatches / n if n else 1.0,
+        "logits_identical": identical,
+        "max_abs_logit_error": error,
+        "exact_expected": exact,
+        "runtime": f"onnxruntime {ort.__version__}",
+    }

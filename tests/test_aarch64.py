@@ -30,9 +30,16 @@ REQUIRED = os.environ.get("BNC_DEPLOY_REQUIRE_AARCH64", "") not in ("", "0")
 IS_ROOT = os.geteuid() == 0
 
 #: (format, options) of every BN export checked; exact ones must be bit-identical.
-BN_EXPORTS = [("onnx", {}), ("onnx", {"lowering": "onehot-fc"}), ("onnx", {"lowering": "gather-grouped"}),
-              ("ort", {}), ("tflite", {}), ("tflite", {"lowering": "onehot-fc"}),
-              ("tflite", {"lowering": "onehot-fc", "onehot": "relu"}), ("c", {})]
+BN_EXPORTS = [
+    ("onnx", {}),
+    ("onnx", {"lowering": "onehot-fc"}),
+    ("onnx", {"lowering": "gather-grouped"}),
+    ("ort", {}),
+    ("tflite", {}),
+    ("tflite", {"lowering": "onehot-fc"}),
+    ("tflite", {"lowering": "onehot-fc", "onehot": "relu"}),
+    ("c", {}),
+]
 DNN_EXPORTS = [("onnx", {}), ("ort", {}), ("tflite", {})]
 
 
@@ -126,6 +133,7 @@ def _fake_build(calls):
         calls.append(folder)
         (folder / "venv").mkdir()
         timings["debootstrap"] = 0.0
+
     return build
 
 
@@ -233,8 +241,14 @@ Components: main
 def test_one_line_sources_options_and_comments():
     entries = apt_sources.parse_one_line_sources(ONE_LINE)
     assert [e["uris"][0] for e in entries] == [
-        "http://source.test/debian", "https://download.docker.com/linux/debian", "http://security.test/debian-security",
-        "http://archive.ubuntu.com/ubuntu", "cdrom:[Debian", "http://mirror.test/debian", "http://second.test/debian"]
+        "http://source.test/debian",
+        "https://download.docker.com/linux/debian",
+        "http://security.test/debian-security",
+        "http://archive.ubuntu.com/ubuntu",
+        "cdrom:[Debian",
+        "http://mirror.test/debian",
+        "http://second.test/debian",
+    ]
     docker, archive = entries[1], entries[5]
     assert docker["types"] == ["deb"] and docker["suites"] == ["bookworm"] and docker["components"] == ["stable"]
     assert archive["suites"] == ["bookworm"] and archive["components"] == ["main", "contrib"]  # comment dropped
@@ -248,8 +262,11 @@ def test_deb822_sources_fields_continuations_comments_and_several_uris():
     assert len(entries) == 2
     first = entries[0]
     assert first["types"] == ["deb", "deb-src"] and first["suites"] == ["bookworm", "bookworm-updates"]
-    assert first["uris"] == ["mirror+file:/etc/apt/mirrors/debian.list", "http://first.test/debian",
-                             "http://second.test/debian"]
+    assert first["uris"] == [
+        "mirror+file:/etc/apt/mirrors/debian.list",
+        "http://first.test/debian",
+        "http://second.test/debian",
+    ]
     assert first["enabled"] and first["components"] == ["main", "non-free-firmware"]
     assert apt_sources.debian_uri(entries) == "http://first.test/debian"  # the first one debootstrap can fetch
     # Enabled: no turns an entry off; field names are case-insensitive
@@ -263,12 +280,16 @@ def test_host_mirror_is_the_first_debian_entry_in_apts_order(tmp_path):
     (tmp_path / "sources.list").write_text("deb http://archive.ubuntu.com/ubuntu jammy main\n")
     parts = tmp_path / "sources.list.d"
     parts.mkdir()
-    (parts / "debian.sources.disabled").write_text("Types: deb\nURIs: http://off.test/debian\nSuites: bookworm\n"
-                                                   "Components: main\n")  # not a name apt reads
+    (parts / "debian.sources.disabled").write_text(
+        "Types: deb\nURIs: http://off.test/debian\nSuites: bookworm\nComponents: main\n"
+    )  # not a name apt reads
     (parts / "z-local.list").write_text("deb http://z.test/debian bookworm main\n")
     (parts / "m-debian.sources").write_text(DEB822)
-    assert [p.name for p in apt_sources.apt_source_files(tmp_path)] == ["sources.list", "m-debian.sources",
-                                                                          "z-local.list"]
+    assert [p.name for p in apt_sources.apt_source_files(tmp_path)] == [
+        "sources.list",
+        "m-debian.sources",
+        "z-local.list",
+    ]
     assert apt_sources.host_debian_mirror(tmp_path) == ("http://first.test/debian", parts / "m-debian.sources")
     (tmp_path / "sources.list").write_text("deb http://list.test/debian trixie main\n")
     assert apt_sources.host_debian_mirror(tmp_path) == ("http://list.test/debian", tmp_path / "sources.list")
@@ -312,8 +333,10 @@ def test_random_models_on_aarch64(target_root, tmp_path):
     groups = {
         "nb3": (random_bnc_artifact(rng, d=7, n_classes=4, tan=False, bits=3, int_bits=2, n_check=30), BN_EXPORTS),
         "tan5": (random_bnc_artifact(rng, d=6, n_classes=5, tan=True, bits=5, int_bits=3, n_check=30), BN_EXPORTS),
-        "tan-float": (random_bnc_artifact(rng, d=6, n_classes=5, tan=True, bits=None, n_check=30),
-                      [("onnx", {}), ("tflite", {})]),
+        "tan-float": (
+            random_bnc_artifact(rng, d=6, n_classes=5, tan=True, bits=None, n_check=30),
+            [("onnx", {}), ("tflite", {})],
+        ),
         "dnn-sign": (random_dnn_artifact(3, activation="sign", bits=2), DNN_EXPORTS),
         "dnn-relu": (random_dnn_artifact(4, activation="relu", bits=4), [("onnx", {}), ("tflite", {})]),
     }
@@ -370,13 +393,45 @@ def test_trained_models_on_every_test_row(data, target_root, tmp_path, shared_da
     models = {
         "nb": (_train(tmp_path, data, "--model", "nb", *quick), BN_EXPORTS),
         "tan": (_train(tmp_path, data, "--model", "tan", "--structure", "chow-liu", *quick), BN_EXPORTS),
-        "tan-float": (_train(tmp_path, data, "--model", "tan", "--structure", "chow-liu", "--init", "ml",
-                             "--epochs", "0"),
-                      [("onnx", {}), ("tflite", {})]),
-        "sign": (_train(tmp_path, data, "--model", "fc", "--activation", "sign", "--weight-bits", "1",
-                        "--batch-norm", "--hidden", "32", "--epochs", "1"), DNN_EXPORTS),
-        "relu": (_train(tmp_path, data, "--model", "fc", "--activation", "relu", "--weight-bits", "4",
-                        "--hidden", "32", "--epochs", "1"), [("onnx", {}), ("tflite", {})]),
+        "tan-float": (
+            _train(tmp_path, data, "--model", "tan", "--structure", "chow-liu", "--init", "ml", "--epochs", "0"),
+            [("onnx", {}), ("tflite", {})],
+        ),
+        "sign": (
+            _train(
+                tmp_path,
+                data,
+                "--model",
+                "fc",
+                "--activation",
+                "sign",
+                "--weight-bits",
+                "1",
+                "--batch-norm",
+                "--hidden",
+                "32",
+                "--epochs",
+                "1",
+            ),
+            DNN_EXPORTS,
+        ),
+        "relu": (
+            _train(
+                tmp_path,
+                data,
+                "--model",
+                "fc",
+                "--activation",
+                "relu",
+                "--weight-bits",
+                "4",
+                "--hidden",
+                "32",
+                "--epochs",
+                "1",
+            ),
+            [("onnx", {}), ("tflite", {})],
+        ),
     }
     files = []
     for stem, (model, exports) in models.items():

@@ -4,8 +4,7 @@ import zipfile
 import numpy as np
 import pytest
 
-from bnc_deploy.artifacts import ArtifactError, BNCArtifact, load_artifact, save_artifact
-from bnc_deploy.artifacts import container
+from bnc_deploy.artifacts import ArtifactError, BNCArtifact, container, load_artifact, save_artifact
 from bnc_deploy.quantizers import FixedPointLogQuantizer
 from bnc_deploy.reference.bnc import ReferencePredictor
 from bnc_deploy.validation import InputError
@@ -16,16 +15,27 @@ def make_artifact(quantized=True, seed=0):
     card = np.array([3, 2, 4, 1])
     parents = np.array([-1, 0, 1, -1])
     rows = 3 + 2 * 3 + 4 * 2 + 1
-    common = dict(parents=parents, cardinalities=card, class_names=["a", "b", "c"],
-                  feature_names=["f0", "f1", "f2", "f3"], metadata={"note": "test", "errors": {"test": 0.25}},
-                  check_x=np.array([[0, 1, 3, 0], [2, 0, 0, 0]], dtype=np.uint8), check_y=np.array([0, 2]),
-                  discretizer=None)
+    common = dict(
+        parents=parents,
+        cardinalities=card,
+        class_names=["a", "b", "c"],
+        feature_names=["f0", "f1", "f2", "f3"],
+        metadata={"note": "test", "errors": {"test": 0.25}},
+        check_x=np.array([[0, 1, 3, 0], [2, 0, 0, 0]], dtype=np.uint8),
+        check_y=np.array([0, 2]),
+        discretizer=None,
+    )
     if quantized:
         q = FixedPointLogQuantizer(3, 2)
-        return BNCArtifact(quantizer=q, class_codes=rng.integers(0, 8, 3).astype(np.uint8),
-                           table_codes=rng.integers(0, 8, (rows, 3)).astype(np.uint8), **common)
-    return BNCArtifact(class_logp=-rng.random(3).astype(np.float32),
-                       table_logp=-rng.random((rows, 3)).astype(np.float32) * 4, **common)
+        return BNCArtifact(
+            quantizer=q,
+            class_codes=rng.integers(0, 8, 3).astype(np.uint8),
+            table_codes=rng.integers(0, 8, (rows, 3)).astype(np.uint8),
+            **common,
+        )
+    return BNCArtifact(
+        class_logp=-rng.random(3).astype(np.float32), table_logp=-rng.random((rows, 3)).astype(np.float32) * 4, **common
+    )
 
 
 @pytest.mark.parametrize("quantized", [True, False])
@@ -168,8 +178,20 @@ def test_rejects_inconsistent_content_even_with_a_valid_hash(tmp_path):
 
 def test_constructor_validation():
     with pytest.raises(ArtifactError, match="float32"):
-        BNCArtifact(parents=[-1], cardinalities=[2], class_names=["a", "b"], feature_names=["f"],
-                    class_logp=np.zeros(2), table_logp=np.zeros((2, 2), np.float32))
+        BNCArtifact(
+            parents=[-1],
+            cardinalities=[2],
+            class_names=["a", "b"],
+            feature_names=["f"],
+            class_logp=np.zeros(2),
+            table_logp=np.zeros((2, 2), np.float32),
+        )
     with pytest.raises(ArtifactError, match="<= 0"):
-        BNCArtifact(parents=[-1], cardinalities=[2], class_names=["a", "b"], feature_names=["f"],
-                    class_logp=np.zeros(2, np.float32), table_logp=np.ones((2, 2), np.float32))
+        BNCArtifact(
+            parents=[-1],
+            cardinalities=[2],
+            class_names=["a", "b"],
+            feature_names=["f"],
+            class_logp=np.zeros(2, np.float32),
+            table_logp=np.ones((2, 2), np.float32),
+        )

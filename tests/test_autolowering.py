@@ -9,10 +9,9 @@ import pytest
 
 pytest.importorskip("onnxruntime")
 
+from bnc_deploy.errors import ExportError
 from bnc_deploy.exporters.base import exporter_for
 from bnc_deploy.runtimes.base import load_runtime
-
-from bnc_deploy.errors import ExportError
 from bnc_deploy.testing import example_artifacts
 from bnc_deploy.verify import export_file
 
@@ -37,7 +36,7 @@ def test_auto_publishes_the_fastest_measured_lowering_with_its_timings(tmp_path,
     assert record["chosen"] == min(record["median_seconds"], key=record["median_seconds"].get)
     assert all(s > 0 for s in record["median_seconds"].values())
     assert report["exact"] == artifact.is_quantized
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]       # no candidate file left behind
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]  # no candidate file left behind
 
 
 def test_ort_format_records_why_a_candidate_was_refused(tmp_path, artifacts):
@@ -76,8 +75,23 @@ def test_cli_reports_the_choice_and_hides_the_internal_option(tmp_path, artifact
 
     model = tmp_path / "m.bnc"
     save_artifact(artifacts["nb-3bit"], model)
-    assert main([str(model), "--format", "onnx", "--lowering", "auto", "--lowering-batch", "64",
-                 "-o", str(tmp_path / "m.onnx"), "--json"]) == 0
+    assert (
+        main(
+            [
+                str(model),
+                "--format",
+                "onnx",
+                "--lowering",
+                "auto",
+                "--lowering-batch",
+                "64",
+                "-o",
+                str(tmp_path / "m.onnx"),
+                "--json",
+            ]
+        )
+        == 0
+    )
     report = json.loads(capsys.readouterr().out)
     assert report["lowering"] == report["lowering_auto"]["chosen"] and report["lowering_auto"]["batch"] == 64
     assert main([str(model), "--format", "onnx", "--lowering", "auto", "-o", str(tmp_path / "t.onnx")]) == 0

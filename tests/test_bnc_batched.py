@@ -52,13 +52,17 @@ def _same_artifact(a, b) -> None:
     _same_history(a.metadata["history"], b.metadata["history"])
 
 
-@pytest.mark.parametrize("config", [
-    _base(),
-    _base(bits=None, int_bits=None),
-    _base(model="tan", bits=4, int_bits=3),
-    _base(loss="nll", bits=2, int_bits=2),
-    _base(loss="cll", init="ml", lr=3e-2),
-], ids=["nb-3bit", "nb-float", "tan-chow-liu-4bit", "nll-2bit", "cll-ml-init"])
+@pytest.mark.parametrize(
+    "config",
+    [
+        _base(),
+        _base(bits=None, int_bits=None),
+        _base(model="tan", bits=4, int_bits=3),
+        _base(loss="nll", bits=2, int_bits=2),
+        _base(loss="cll", init="ml", lr=3e-2),
+    ],
+    ids=["nb-3bit", "nb-float", "tan-chow-liu-4bit", "nll-2bit", "cll-ml-init"],
+)
 def test_batch_of_one_equals_train_bnc_bit_for_bit(digits, config):
     single = train_bnc(digits, config)
     [run] = train_bnc_batched(digits, [config])
@@ -68,10 +72,16 @@ def test_batch_of_one_equals_train_bnc_bit_for_bit(digits, config):
 
 def _mixed(seeds) -> list[TrainConfig]:
     base = _base()
-    variants = [base, replace(base, lr=3e-2), replace(base, bits=None, int_bits=None),
-                replace(base, bits=8, int_bits=3, hybrid_lambda=50.0, hybrid_gamma=2.0, hybrid_eta=3.0),
-                replace(base, init="ml"), replace(base, bits=1, int_bits=1), replace(base, adam_eps=1e-8),
-                replace(base, lr_decay=1e-2)]
+    variants = [
+        base,
+        replace(base, lr=3e-2),
+        replace(base, bits=None, int_bits=None),
+        replace(base, bits=8, int_bits=3, hybrid_lambda=50.0, hybrid_gamma=2.0, hybrid_eta=3.0),
+        replace(base, init="ml"),
+        replace(base, bits=1, int_bits=1),
+        replace(base, adam_eps=1e-8),
+        replace(base, lr_decay=1e-2),
+    ]
     return [replace(c, seed=s) for c, s in zip(variants, seeds)]
 
 
@@ -119,8 +129,13 @@ def test_early_stops_leave_the_others_untouched(digits):
         np.testing.assert_array_equal(runs[i].rho, alone.rho)
         assert runs[i].history["train_loss"] == alone.history["train_loss"]
     for i in stopped:
-        [alone] = train_bnc_batched(digits, [configs[i]], build=False, checkpoints=[1, EPOCHS],
-                                    on_checkpoint=lambda view: np.zeros(1, dtype=bool))
+        [alone] = train_bnc_batched(
+            digits,
+            [configs[i]],
+            build=False,
+            checkpoints=[1, EPOCHS],
+            on_checkpoint=lambda view: np.zeros(1, dtype=bool),
+        )
         np.testing.assert_array_equal(runs[i].rho, alone.rho)
         assert len(runs[i].history["train_loss"]) == 1 and runs[i].checkpoints[-1]["epoch"] == 1
 

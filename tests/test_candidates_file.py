@@ -16,11 +16,7 @@ torch = pytest.importorskip("torch")
 
 from bnc_deploy.errors import ConfigError
 from bnc_deploy.models.structure_learning import NO_PARENT, UNUSED_SLOT
-from bnc_deploy.train.structure_learning import (
-    StructureLearningConfig,
-    read_candidates_file,
-    structure_candidates,
-)
+from bnc_deploy.train.structure_learning import StructureLearningConfig, read_candidates_file, structure_candidates
 
 SETTINGS = REPO_ROOT.parent / "shared" / "paper" / "structures" / "pgm2020_tan_subset_settings.json"
 DIGITS_FEATURES = 64
@@ -48,7 +44,7 @@ def digits_sets(k: int = 3) -> dict:
     ordering = list(range(DIGITS_FEATURES))[::-1]
     candidates = []
     for f in range(DIGITS_FEATURES):
-        before = ordering[:ordering.index(f)]
+        before = ordering[: ordering.index(f)]
         chosen = before[-k:]
         candidates.append(chosen + ([-1] if f % 2 else []))
     return {"ordering": ordering, "candidates": candidates}
@@ -77,9 +73,9 @@ def test_plain_file_gives_our_layout(tmp_path):
     assert np.all(array[:, 0] == NO_PARENT)
     for f, given in enumerate(sets["candidates"]):
         feature_slots = array[f, 1:][array[f, 1:] != UNUSED_SLOT].tolist()
-        assert feature_slots == sorted(v for v in given if v >= 0)            # ascending, -1 dropped
-        assert np.all(array[f, 1 + len(feature_slots):] == UNUSED_SLOT)       # padded
-    assert array[63, 1:].tolist() == [UNUSED_SLOT] * 3                         # first of the ordering
+        assert feature_slots == sorted(v for v in given if v >= 0)  # ascending, -1 dropped
+        assert np.all(array[f, 1 + len(feature_slots) :] == UNUSED_SLOT)  # padded
+    assert array[63, 1:].tolist() == [UNUSED_SLOT] * 3  # first of the ordering
     assert cf.entry is None and len(cf.sha256) == 64 and list(cf.ordering) == sets["ordering"]
 
 
@@ -88,9 +84,15 @@ def test_settings_file_picks_the_dataset_entry_by_name_or_suffix(tmp_path):
     (a ``-raw`` suffix stripped) or by ``FILE#NAME``."""
     digits = digits_sets(k=2)
     tiny = {"ordering": [1, 0, 2], "candidates_original": [[1, -1], [-1], [0, 1, -1]]}
-    path = write_json(tmp_path / "settings.json", {"settings": [
-        {"dataset": "digits", "ordering": digits["ordering"], "candidates_original": digits["candidates"]},
-        {"dataset": "tiny", **tiny}]})
+    path = write_json(
+        tmp_path / "settings.json",
+        {
+            "settings": [
+                {"dataset": "digits", "ordering": digits["ordering"], "candidates_original": digits["candidates"]},
+                {"dataset": "tiny", **tiny},
+            ]
+        },
+    )
     assert read_candidates_file(path, "digits", DIGITS_FEATURES).entry == "digits"
     assert read_candidates_file(path, "digits-raw", DIGITS_FEATURES).entry == "digits"
     picked = read_candidates_file(path + "#tiny", "digits", 3)
@@ -109,12 +111,16 @@ def _set(sets, key, index, value):
 
 
 BAD_FILES = {
-    "not a permutation": (lambda s: _set(s, "ordering", 5, s["ordering"][4]),
-                          r"ordering is not a permutation of 0\.\.63: feature 59 is at positions 4 and 5"),
+    "not a permutation": (
+        lambda s: _set(s, "ordering", 5, s["ordering"][4]),
+        r"ordering is not a permutation of 0\.\.63: feature 59 is at positions 4 and 5",
+    ),
     "ordering too short": (lambda s: s["ordering"].pop(), r"ordering has 63 entries, but digits has 64 features"),
     "ordering out of range": (lambda s: _set(s, "ordering", 0, 64), r"ordering position 0 is feature 64, outside"),
-    "candidate after child": (lambda s: _set(s, "candidates", 10, [11, 3]),
-                              r"feature 10: candidate 3 comes after it in the ordering \(position 60 > 53\)"),
+    "candidate after child": (
+        lambda s: _set(s, "candidates", 10, [11, 3]),
+        r"feature 10: candidate 3 comes after it in the ordering \(position 60 > 53\)",
+    ),
     "out of range": (lambda s: _set(s, "candidates", 10, [11, 64]), r"feature 10: candidate 64 is outside -1\.\.63"),
     "negative": (lambda s: _set(s, "candidates", 10, [-2]), r"feature 10: candidate -2 is outside -1\.\.63"),
     "self parent": (lambda s: _set(s, "candidates", 10, [10]), r"feature 10: candidate 10 is the feature itself"),
@@ -130,8 +136,24 @@ def test_bnc_train_refuses_a_bad_file_with_exit_2_naming_file_feature_value(prob
 
     change, message = BAD_FILES[problem]
     path = write_json(tmp_path / "bad.json", _bad_digits(change))
-    code, _, err = run_cli(main, ["--data", "digits", "--model", "tan", "--structure", "learn",
-                                  "--candidates-file", path, "--epochs", "2", "-o", str(tmp_path / "m.bnc")], capsys)
+    code, _, err = run_cli(
+        main,
+        [
+            "--data",
+            "digits",
+            "--model",
+            "tan",
+            "--structure",
+            "learn",
+            "--candidates-file",
+            path,
+            "--epochs",
+            "2",
+            "-o",
+            str(tmp_path / "m.bnc"),
+        ],
+        capsys,
+    )
     assert code == 2
     assert err.startswith(f"bnc-train: error: candidates file {path}: ") and err.count("\n") == 1
     assert re.search(message, err), err
@@ -142,29 +164,47 @@ def test_other_refusals(tmp_path, capsys):
     from bnc_deploy.cli.train import main
 
     good = write_json(tmp_path / "good.json", digits_sets())
-    settings = write_json(tmp_path / "settings.json", {"settings": [
-        {"dataset": "letter", "ordering": [0], "candidates_original": [[-1]]}]})
+    settings = write_json(
+        tmp_path / "settings.json",
+        {"settings": [{"dataset": "letter", "ordering": [0], "candidates_original": [[-1]]}]},
+    )
     base = ["--data", "digits", "--model", "tan", "--structure", "learn", "--epochs", "2", "-o", str(tmp_path / "m")]
     cases = [
-        (["--candidates-file", good, "--candidates", "3"],
-         f"--candidates-file {good} gives every feature's candidate parents; --candidates 3 cannot also be given"),
-        (["--candidates-file", settings],
-         (f"candidates file {settings} has no settings for the loaded dataset 'digits' (entry 'digits'); it has "
-          f"letter; name an entry with {settings}#NAME")),
-        (["--candidates-file", settings + "#usps"],
-         f"candidates file {settings} has no settings for dataset 'usps' (named by #usps); it has letter"),
+        (
+            ["--candidates-file", good, "--candidates", "3"],
+            f"--candidates-file {good} gives every feature's candidate parents; --candidates 3 cannot also be given",
+        ),
+        (
+            ["--candidates-file", settings],
+            (
+                f"candidates file {settings} has no settings for the loaded dataset 'digits' (entry 'digits'); it has "
+                f"letter; name an entry with {settings}#NAME"
+            ),
+        ),
+        (
+            ["--candidates-file", settings + "#usps"],
+            f"candidates file {settings} has no settings for dataset 'usps' (named by #usps); it has letter",
+        ),
         (["--candidates-file", good + "#digits"], f"candidates file {good}: '#digits' picks a dataset of a settings"),
-        (["--candidates-file", str(tmp_path / "missing.json")],
-         f"candidates file {tmp_path / 'missing.json'} does not exist"),
-        (["--candidates-file", write_json(tmp_path / "list.json", [[0]])],
-         f"candidates file {tmp_path / 'list.json'}: expected a JSON object with 'ordering' and 'candidates'"),
+        (
+            ["--candidates-file", str(tmp_path / "missing.json")],
+            f"candidates file {tmp_path / 'missing.json'} does not exist",
+        ),
+        (
+            ["--candidates-file", write_json(tmp_path / "list.json", [[0]])],
+            f"candidates file {tmp_path / 'list.json'}: expected a JSON object with 'ordering' and 'candidates'",
+        ),
     ]
     for extra, message in cases:
         code, _, err = run_cli(main, base + extra, capsys)
         assert code == 2 and message in err, (extra, err)
     # Learn-only flags, new ones included, need --structure learn (and a BN model).
-    for flag, value in (("--candidates-file", good), ("--structure-lr", "0.1"), ("--tau-start", "5"),
-                        ("--tau-end", "0.5")):
+    for flag, value in (
+        ("--candidates-file", good),
+        ("--structure-lr", "0.1"),
+        ("--tau-start", "5"),
+        ("--tau-end", "0.5"),
+    ):
         code, _, err = run_cli(main, ["--data", "digits", "--model", "tan", flag, value, "-o", "x.bnc"], capsys)
         assert code == 2 and f"{flag} applies only to --structure learn" in err
         code, _, err = run_cli(main, ["--data", "digits", "--model", "fc", flag, value, "-o", "x.bnc"], capsys)
@@ -198,23 +238,53 @@ def test_bnc_train_learns_among_the_given_candidates_with_the_given_settings(tmp
     sets = digits_sets()
     path = write_json(tmp_path / "c.json", sets)
     model = tmp_path / "m.bnc"
-    code, out, _ = run_cli(main, [
-        "--data", "digits", "--model", "tan", "--structure", "learn", "--candidates-file", path, "--epochs", "2",
-        "--size-penalty", "0", "--lr", "0.02", "--hybrid-lambda", "50", "--hybrid-gamma", "2", "--hybrid-eta", "5",
-        "--structure-lr", "0.05", "--tau-start", "4", "--tau-end", "0.4", "-o", str(model), "--json"], capsys)
+    code, out, _ = run_cli(
+        main,
+        [
+            "--data",
+            "digits",
+            "--model",
+            "tan",
+            "--structure",
+            "learn",
+            "--candidates-file",
+            path,
+            "--epochs",
+            "2",
+            "--size-penalty",
+            "0",
+            "--lr",
+            "0.02",
+            "--hybrid-lambda",
+            "50",
+            "--hybrid-gamma",
+            "2",
+            "--hybrid-eta",
+            "5",
+            "--structure-lr",
+            "0.05",
+            "--tau-start",
+            "4",
+            "--tau-end",
+            "0.4",
+            "-o",
+            str(model),
+            "--json",
+        ],
+        capsys,
+    )
     assert code == 0
     parents = json.loads(out)["parents"]
     allowed = [set(c) | {-1} for c in sets["candidates"]]
     assert all(p in allowed[f] for f, p in enumerate(parents)), parents
-    assert any(p >= 0 for p in parents)             # no penalty: the chosen sets are really used
+    assert any(p >= 0 for p in parents)  # no penalty: the chosen sets are really used
     learned = load_artifact(model).metadata["structure_learning"]
     assert learned["settings"]["candidates_file"] == path
     assert learned["settings"]["structure_lr"] == 0.05
     assert learned["candidates_file"]["entry"] is None and learned["candidates_file"]["ordering"] == sets["ordering"]
     assert learned["history"]["lr"][0] == pytest.approx(0.02)
     assert learned["history"]["tau"] == pytest.approx([4.0, 0.4])
-    assert made and all((kw["hybrid_lambda"], kw["hybrid_gamma"], kw["hybrid_eta"]) == (50.0, 2.0, 5.0)
-                        for kw in made)
+    assert made and all((kw["hybrid_lambda"], kw["hybrid_gamma"], kw["hybrid_eta"]) == (50.0, 2.0, 5.0) for kw in made)
 
 
 def test_authors_letter_sets_are_candidates_original(settings_file):
@@ -227,10 +297,11 @@ def test_authors_letter_sets_are_candidates_original(settings_file):
 
     entry = next(s for s in json.loads(settings_file.read_text())["settings"] if s["dataset"] == "letter")
     dataset = load_dataset("letter")
-    candidates, sets = structure_candidates(dataset, TrainConfig(model="tan"),
-                                            StructureLearningConfig(candidates_file=str(settings_file)))
+    candidates, sets = structure_candidates(
+        dataset, TrainConfig(model="tan"), StructureLearningConfig(candidates_file=str(settings_file))
+    )
     assert sets.entry == "letter" and list(sets.ordering) == entry["ordering"]
-    assert candidates.shape == (16, 9)                                       # K = 9 slots, "class only" included
+    assert candidates.shape == (16, 9)  # K = 9 slots, "class only" included
     for f, given in enumerate(entry["candidates_original"]):
         assert set(candidates[f][candidates[f] >= 0].tolist()) == set(given) - {-1}, f
     assert dataset.cardinalities[1] == 1 and np.isin(1, candidates[:, 1:])  # the authors keep the constant one
@@ -267,8 +338,14 @@ def _chain_csv(tmp_path, n=240, d=5, seed=0):
     for i in range(1, d):
         x[:, i] = np.where(rng.random(n) < 0.9, x[:, i - 1], rng.integers(0, 3, n))
     path = tmp_path / "chain.csv"
-    np.savetxt(path, np.column_stack([x, y]), fmt="%d", delimiter=",",
-               header=",".join([f"f{i}" for i in range(d)] + ["label"]), comments="")
+    np.savetxt(
+        path,
+        np.column_stack([x, y]),
+        fmt="%d",
+        delimiter=",",
+        header=",".join([f"f{i}" for i in range(d)] + ["label"]),
+        comments="",
+    )
     return str(path)
 
 
@@ -276,21 +353,53 @@ def test_sweep_records_new_flags_and_resume_refuses_other_settings(tmp_path, cap
     from bnc_deploy.cli.sweep import main
 
     data = _chain_csv(tmp_path)
-    cands = write_json(tmp_path / "c.json", {"ordering": [4, 3, 2, 1, 0],
-                                             "candidates": [[1, 2], [2, 3], [3], [4], []]})
+    cands = write_json(tmp_path / "c.json", {"ordering": [4, 3, 2, 1, 0], "candidates": [[1, 2], [2, 3], [3], [4], []]})
     out = tmp_path / "sweep"
-    flags = ["--data", data, "--lambdas", "0,10", "--epochs", "2", "--batch-size", "40", "--candidates-file", cands,
-             "--lr", "0.02", "--lr-decay", "0.1", "--loss", "hybrid", "--hybrid-lambda", "5", "--hybrid-gamma", "2",
-             "--hybrid-eta", "3", "--structure-lr", "0.01", "--tau-start", "3", "--tau-end", "0.3",
-             "-o", str(out), "--quiet"]
+    flags = [
+        "--data",
+        data,
+        "--lambdas",
+        "0,10",
+        "--epochs",
+        "2",
+        "--batch-size",
+        "40",
+        "--candidates-file",
+        cands,
+        "--lr",
+        "0.02",
+        "--lr-decay",
+        "0.1",
+        "--loss",
+        "hybrid",
+        "--hybrid-lambda",
+        "5",
+        "--hybrid-gamma",
+        "2",
+        "--hybrid-eta",
+        "3",
+        "--structure-lr",
+        "0.01",
+        "--tau-start",
+        "3",
+        "--tau-end",
+        "0.3",
+        "-o",
+        str(out),
+        "--quiet",
+    ]
     code, _, err = run_cli(main, flags, capsys)
     assert code == 0, err
     meta = json.loads((out / "trajectory.json").read_text())
-    assert {k: meta["train_config"][k] for k in ("lr", "lr_decay", "loss", "hybrid_lambda", "hybrid_gamma",
-                                                 "hybrid_eta")} == \
-        {"lr": 0.02, "lr_decay": 0.1, "loss": "hybrid", "hybrid_lambda": 5.0, "hybrid_gamma": 2.0, "hybrid_eta": 3.0}
-    assert {k: meta["structure_learning"][k] for k in ("structure_lr", "tau_start", "tau_end", "candidates_file")} \
-        == {"structure_lr": 0.01, "tau_start": 3.0, "tau_end": 0.3, "candidates_file": cands}
+    assert {
+        k: meta["train_config"][k] for k in ("lr", "lr_decay", "loss", "hybrid_lambda", "hybrid_gamma", "hybrid_eta")
+    } == {"lr": 0.02, "lr_decay": 0.1, "loss": "hybrid", "hybrid_lambda": 5.0, "hybrid_gamma": 2.0, "hybrid_eta": 3.0}
+    assert {k: meta["structure_learning"][k] for k in ("structure_lr", "tau_start", "tau_end", "candidates_file")} == {
+        "structure_lr": 0.01,
+        "tau_start": 3.0,
+        "tau_end": 0.3,
+        "candidates_file": cands,
+    }
     assert meta["candidates_file"]["ordering"] == [4, 3, 2, 1, 0]
     for row in meta["rows"]:
         parents = [int(p) for p in row["structure"].split()]
@@ -304,18 +413,18 @@ def test_sweep_records_new_flags_and_resume_refuses_other_settings(tmp_path, cap
     assert [m.stat().st_mtime_ns for m in models] == stamps
 
     # Other settings: refused before any training, naming the file and each differing setting.
-    other = [v if v != "5" else "6" for v in flags] + ["--resume"]                   # --hybrid-lambda 6
+    other = [v if v != "5" else "6" for v in flags] + ["--resume"]  # --hybrid-lambda 6
     code, _, err = run_cli(main, other, capsys)
     assert code == 2 and "--resume: " in err and "lambda_0.bnc was trained with other settings" in err
     assert "hybrid_lambda: 5.0 in the file, 6.0 now" in err
-    swapped = [v if v != "3" else "4" for v in flags] + ["--resume"]                  # --tau-start 4, --hybrid-eta 4
+    swapped = [v if v != "3" else "4" for v in flags] + ["--resume"]  # --tau-start 4, --hybrid-eta 4
     code, _, err = run_cli(main, swapped, capsys)
     assert code == 2 and "tau_start: 3.0 in the file, 4.0 now" in err and "hybrid_eta: 3.0 in the file, 4.0 now" in err
     # The same path with other content is other settings too.
     write_json(tmp_path / "c.json", {"ordering": [4, 3, 2, 1, 0], "candidates": [[1], [2, 3], [3], [4], []]})
     code, _, err = run_cli(main, flags + ["--resume"], capsys)
     assert code == 2 and "candidates_file: 'sha256:" in err
-    assert [m.stat().st_mtime_ns for m in models] == stamps                        # nothing was retrained
+    assert [m.stat().st_mtime_ns for m in models] == stamps  # nothing was retrained
 
     # Without --resume every lambda is retrained with the new settings.
     code, _, err = run_cli(main, flags, capsys)
@@ -326,14 +435,34 @@ def test_sweep_refuses_candidates_or_order_with_a_file(tmp_path, capsys):
     from bnc_deploy.cli.sweep import main
 
     cands = write_json(tmp_path / "c.json", digits_sets())
-    for extra, shown in ((["--candidates", "3"], "--candidates 3"), (["--order", "random"], "--order random"),
-                         (["--candidates", "all", "--order", "identity"], "--candidates all and --order identity")):
-        code, _, err = run_cli(main, ["--data", "digits", "--lambdas", "0", "--candidates-file", cands, *extra,
-                                      "-o", str(tmp_path / "out"), "--quiet"], capsys)
+    for extra, shown in (
+        (["--candidates", "3"], "--candidates 3"),
+        (["--order", "random"], "--order random"),
+        (["--candidates", "all", "--order", "identity"], "--candidates all and --order identity"),
+    ):
+        code, _, err = run_cli(
+            main,
+            [
+                "--data",
+                "digits",
+                "--lambdas",
+                "0",
+                "--candidates-file",
+                cands,
+                *extra,
+                "-o",
+                str(tmp_path / "out"),
+                "--quiet",
+            ],
+            capsys,
+        )
         assert code == 2 and f"gives the ordering and candidate sets; {shown} cannot also be given" in err, err
     # A bad file is refused before any lambda trains.
     bad = write_json(tmp_path / "bad.json", _bad_digits(lambda s: _set(s, "candidates", 10, [10])))
-    code, _, err = run_cli(main, ["--data", "digits", "--lambdas", "0", "--candidates-file", bad,
-                                  "-o", str(tmp_path / "out2"), "--quiet"], capsys)
+    code, _, err = run_cli(
+        main,
+        ["--data", "digits", "--lambdas", "0", "--candidates-file", bad, "-o", str(tmp_path / "out2"), "--quiet"],
+        capsys,
+    )
     assert code == 2 and "feature 10: candidate 10 is the feature itself" in err
     assert not list((tmp_path).glob("out2/lambda_*.bnc"))

@@ -22,8 +22,20 @@ from bnc_deploy.cli.export import main  # noqa: E402
 from bnc_deploy.quantizers import FixedPointLogQuantizer
 
 REPO = Path(__file__).resolve().parent.parent
-JSON_KEYS = {"agreement", "exact", "file_bytes", "size_bits", "n_ops", "format", "lowering", "output",
-             "n_parameters", "bits", "runtime", "n_rows"}
+JSON_KEYS = {
+    "agreement",
+    "exact",
+    "file_bytes",
+    "size_bits",
+    "n_ops",
+    "format",
+    "lowering",
+    "output",
+    "n_parameters",
+    "bits",
+    "runtime",
+    "n_rows",
+}
 
 
 def run_cli(capsys, *argv) -> tuple[int, str, str]:
@@ -52,7 +64,11 @@ def test_quantized_export_is_exact_json(capsys, tmp_path, quantized_model, lower
     assert report["agreement"] == 1.0 and report["exact"] is True and report["n_rows"] == 50
     assert report["file_bytes"] == out_path.stat().st_size > 0
     assert (report["size_bits"], report["n_ops"], report["n_parameters"], report["bits"]) == (
-        artifact.size_bits, artifact.n_ops, artifact.n_parameters, 3)
+        artifact.size_bits,
+        artifact.n_ops,
+        artifact.n_parameters,
+        3,
+    )
     assert (report["format"], report["lowering"], report["runtime"]) == ("onnx", lowering, "onnxruntime")
     assert report["output"] == str(out_path)
 
@@ -76,11 +92,18 @@ def test_human_table(capsys, tmp_path, quantized_model):
 
 def test_raw_inputs_export(capsys, tmp_path):
     cuts = [[0.1, 0.5, 2.0], [], [1 / 3, 7.25]]
-    artifact = random_artifact(np.random.default_rng(42), bits=5, int_bits=3, tan=True,
-                               cardinalities=[4, 1, 3], discretizer=discretizer_dict(cuts))
+    artifact = random_artifact(
+        np.random.default_rng(42),
+        bits=5,
+        int_bits=3,
+        tan=True,
+        cardinalities=[4, 1, 3],
+        discretizer=discretizer_dict(cuts),
+    )
     save_artifact(artifact, tmp_path / "r.bnc")
-    code, out, err = run_cli(capsys, tmp_path / "r.bnc", "--format", "onnx", "--raw-inputs",
-                             "-o", tmp_path / "r.onnx", "--json")
+    code, out, err = run_cli(
+        capsys, tmp_path / "r.bnc", "--format", "onnx", "--raw-inputs", "-o", tmp_path / "r.onnx", "--json"
+    )
     assert code == 0, err
     report = json.loads(out)
     assert report["raw_inputs"] is True and report["exact"] is True
@@ -105,9 +128,15 @@ def test_exit_1_when_an_exact_lowering_disagrees(capsys, tmp_path, quantized_mod
 
 def test_no_check_set_and_no_data_exports_unverified(capsys, tmp_path):
     q = FixedPointLogQuantizer(2, 1)
-    artifact = BNCArtifact(parents=[-1], cardinalities=[2], class_names=["a", "b"], feature_names=["u"],
-                           quantizer=q, class_codes=np.array([0, 1], np.uint8),
-                           table_codes=np.array([[0, 3], [2, 1]], np.uint8))
+    artifact = BNCArtifact(
+        parents=[-1],
+        cardinalities=[2],
+        class_names=["a", "b"],
+        feature_names=["u"],
+        quantizer=q,
+        class_codes=np.array([0, 1], np.uint8),
+        table_codes=np.array([[0, 3], [2, 1]], np.uint8),
+    )
     save_artifact(artifact, tmp_path / "n.bnc")
     code, out, _ = run_cli(capsys, tmp_path / "n.bnc", "--format", "onnx", "-o", tmp_path / "n.onnx", "--json")
     report = json.loads(out)
@@ -121,13 +150,30 @@ def test_data_file_uses_its_test_split(capsys, tmp_path):
     artifact = random_artifact(rng, bits=4, tan=True, cardinalities=cards)
     save_artifact(artifact, tmp_path / "m.bnc")
     x = (rng.integers(0, cards, size=(90, 3)) + 1).astype(np.uint8)
-    x[:len(cards)] = np.array(cards) + 0  # every value occurs, so the loader infers the same cardinalities
+    x[: len(cards)] = np.array(cards) + 0  # every value occurs, so the loader infers the same cardinalities
     y = rng.integers(0, artifact.n_classes, 90).astype(np.uint8)
-    y[:artifact.n_classes] = np.arange(artifact.n_classes)
-    np.savez(tmp_path / "d.npz", n_folds=np.int64(1), x_tr_fold1=x[:60], t_tr_fold1=y[:60],
-             x_te_fold1=x[60:], t_te_fold1=y[60:])
-    code, out, err = run_cli(capsys, tmp_path / "m.bnc", "--format", "onnx", "-o", tmp_path / "m.onnx",
-                             "--data", tmp_path / "d.npz", "--fold", 1, "--json")
+    y[: artifact.n_classes] = np.arange(artifact.n_classes)
+    np.savez(
+        tmp_path / "d.npz",
+        n_folds=np.int64(1),
+        x_tr_fold1=x[:60],
+        t_tr_fold1=y[:60],
+        x_te_fold1=x[60:],
+        t_te_fold1=y[60:],
+    )
+    code, out, err = run_cli(
+        capsys,
+        tmp_path / "m.bnc",
+        "--format",
+        "onnx",
+        "-o",
+        tmp_path / "m.onnx",
+        "--data",
+        tmp_path / "d.npz",
+        "--fold",
+        1,
+        "--json",
+    )
     assert code == 0, err
     report = json.loads(out)
     assert report["n_rows"] == 30 and report["exact"] is True and "test split" in report["data"]
@@ -136,8 +182,12 @@ def test_data_file_uses_its_test_split(capsys, tmp_path):
 # -- exit 2: bad input, one line, no traceback ------------------------------------------------------------
 def _corrupt_variants(good: Path, tmp_path: Path) -> dict[str, Path]:
     data = good.read_bytes()
-    variants = {"truncated.bnc": data[: len(data) // 2], "garbage.bnc": b"PK\x03\x04" + b"\x00" * 64,
-                "empty.bnc": b"", "flipped.bnc": bytearray(data)}
+    variants = {
+        "truncated.bnc": data[: len(data) // 2],
+        "garbage.bnc": b"PK\x03\x04" + b"\x00" * 64,
+        "empty.bnc": b"",
+        "flipped.bnc": bytearray(data),
+    }
     variants["flipped.bnc"][len(data) // 2] ^= 0xFF
     paths = {}
     for name, content in variants.items():
@@ -166,8 +216,9 @@ def test_corrupted_models_exit_2_naming_the_file(capsys, tmp_path, quantized_mod
         assert code == 2, name
         assert name in err and err.startswith("bnc-export: error:") and "Traceback" not in err, err
         assert not (tmp_path / "x.onnx").exists()
-    assert "hash mismatch" in run_cli(capsys, tmp_path / "tampered.bnc", "--format", "onnx", "-o",
-                                      tmp_path / "x.onnx")[2]
+    assert (
+        "hash mismatch" in run_cli(capsys, tmp_path / "tampered.bnc", "--format", "onnx", "-o", tmp_path / "x.onnx")[2]
+    )
 
 
 def test_bad_data_exit_2(capsys, tmp_path, quantized_model):
@@ -179,10 +230,17 @@ def test_bad_data_exit_2(capsys, tmp_path, quantized_model):
     d = artifact.n_features
     x = (rng.integers(0, 9, size=(40, d)) + 1).astype(np.uint8)
     y = rng.integers(0, artifact.n_classes, 40).astype(np.uint8)
-    np.savez(tmp_path / "wide.npz", n_folds=np.int64(1), x_tr_fold1=x[:20], t_tr_fold1=y[:20],
-             x_te_fold1=x[20:], t_te_fold1=y[20:])
-    code, _, err = run_cli(capsys, model, "--format", "onnx", "-o", tmp_path / "x.onnx",
-                           "--data", tmp_path / "wide.npz")
+    np.savez(
+        tmp_path / "wide.npz",
+        n_folds=np.int64(1),
+        x_tr_fold1=x[:20],
+        t_tr_fold1=y[:20],
+        x_te_fold1=x[20:],
+        t_te_fold1=y[20:],
+    )
+    code, _, err = run_cli(
+        capsys, model, "--format", "onnx", "-o", tmp_path / "x.onnx", "--data", tmp_path / "wide.npz"
+    )
     assert code == 2 and "outside its range" in err and "Traceback" not in err
 
 
@@ -221,27 +279,58 @@ def letter_nb_artifact(root: Path) -> BNCArtifact:
     table = np.concatenate([np.log((n + 1.0) / (n + 1.0).sum(axis=0)) for n in counts])
     prior = np.log((np.bincount(y, minlength=c) + 1.0) / (len(y) + c))
     q = FixedPointLogQuantizer(3, 2)
-    return BNCArtifact(parents=np.full(len(cards), -1), cardinalities=cards,
-                       class_names=[chr(65 + k) for k in range(c)],
-                       feature_names=[f"f{i}" for i in range(len(cards))], quantizer=q,
-                       class_codes=q.to_codes(prior), table_codes=q.to_codes(table))
+    return BNCArtifact(
+        parents=np.full(len(cards), -1),
+        cardinalities=cards,
+        class_names=[chr(65 + k) for k in range(c)],
+        feature_names=[f"f{i}" for i in range(len(cards))],
+        quantizer=q,
+        class_codes=q.to_codes(prior),
+        table_codes=q.to_codes(table),
+    )
 
 
 @pytest.mark.shared_data
 def test_letter_every_test_row_identical(capsys, tmp_path, shared_datasets):
     save_artifact(letter_nb_artifact(shared_datasets), tmp_path / "letter.bnc")
-    code, out, err = run_cli(capsys, tmp_path / "letter.bnc", "--format", "onnx", "-o", tmp_path / "letter.onnx",
-                             "--data", "letter", "--json")
+    code, out, err = run_cli(
+        capsys,
+        tmp_path / "letter.bnc",
+        "--format",
+        "onnx",
+        "-o",
+        tmp_path / "letter.onnx",
+        "--data",
+        "letter",
+        "--json",
+    )
     assert code == 0, err
     report = json.loads(out)
     assert report["n_rows"] == 6658 and report["exact"] is True and report["agreement"] == 1.0
 
 
 def test_console_entry_in_subprocess_without_torch(tmp_path, quantized_model):
-    code = ("import sys; from bnc_deploy.cli.export import main; rc = main(sys.argv[1:]); "
-            "assert 'torch' not in sys.modules, 'torch imported'; sys.exit(rc)")
-    out = subprocess.run([sys.executable, "-c", code, str(quantized_model[1]), "--format", "onnx",
-                          "-o", str(tmp_path / "s.onnx"), "--json"], capture_output=True, text=True, cwd=REPO,
-                         env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
+    code = (
+        "import sys; from bnc_deploy.cli.export import main; rc = main(sys.argv[1:]); "
+        "assert 'torch' not in sys.modules, 'torch imported'; sys.exit(rc)"
+    )
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            code,
+            str(quantized_model[1]),
+            "--format",
+            "onnx",
+            "-o",
+            str(tmp_path / "s.onnx"),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["exact"] is True

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from bnc_deploy.artifacts import save_artifact
-from bnc_deploy.testing import random_dnn_artifact
 from bnc_deploy.cli.export import main
 from bnc_deploy.reference.dnn import DNNReferencePredictor
 from bnc_deploy.runtimes.base import load_runtime
+from bnc_deploy.testing import random_dnn_artifact
 from bnc_deploy.validation import InputError
 
 
@@ -22,9 +22,14 @@ def _model(tmp_path, **kw):
     return art, path
 
 
-@pytest.mark.parametrize("kw", [dict(architecture="fc", activation="sign", bits=2),
-                                dict(architecture="cnn", activation="sign", bits=7, encoding="onehot"),
-                                dict(architecture="fc", activation="relu", bits=3)])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(architecture="fc", activation="sign", bits=2),
+        dict(architecture="cnn", activation="sign", bits=7, encoding="onehot"),
+        dict(architecture="fc", activation="relu", bits=3),
+    ],
+)
 def test_onnx_export_report(tmp_path, capsys, kw):
     art, path = _model(tmp_path, **kw)
     out = tmp_path / "m.onnx"
@@ -72,8 +77,13 @@ def test_runtime_adapters_run_dnn_files(tmp_path, capsys, runtime, suffix):
         rt.predict(bad)
 
 
-@pytest.mark.parametrize("kw", [dict(architecture="cnn", activation="sign", bits=2),
-                                dict(architecture="fc", activation="relu", bits=2, batch_norm=True)])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(architecture="cnn", activation="sign", bits=2),
+        dict(architecture="fc", activation="relu", bits=2, batch_norm=True),
+    ],
+)
 def test_tflite_export_report(tmp_path, capsys, kw):
     art, path = _model(tmp_path, **kw)
     out = tmp_path / "m.tflite"

@@ -31,12 +31,18 @@ def digits_like_artifact(bits, tan=False, seed=0) -> BNCArtifact:
     rng = np.random.default_rng(seed)
     q = FixedPointLogQuantizer(bits, 2)
     rng_x = np.random.default_rng(seed + 1)
-    return BNCArtifact(parents=parents, cardinalities=cards, class_names=[str(i) for i in range(c)],
-                       feature_names=[f"px{i}" for i in range(d)], quantizer=q,
-                       class_codes=rng.integers(0, q.max_code + 1, c).astype(np.uint8),
-                       table_codes=rng.integers(0, q.max_code + 1, (rows, c)).astype(np.uint8),
-                       metadata={"data": {"name": "digits", "fold": 1}, "errors": {"test": 0.5}},
-                       check_x=rng_x.integers(0, k, (50, d)), check_y=rng_x.integers(0, c, 50))
+    return BNCArtifact(
+        parents=parents,
+        cardinalities=cards,
+        class_names=[str(i) for i in range(c)],
+        feature_names=[f"px{i}" for i in range(d)],
+        quantizer=q,
+        class_codes=rng.integers(0, q.max_code + 1, c).astype(np.uint8),
+        table_codes=rng.integers(0, q.max_code + 1, (rows, c)).astype(np.uint8),
+        metadata={"data": {"name": "digits", "fold": 1}, "errors": {"test": 0.5}},
+        check_x=rng_x.integers(0, k, (50, d)),
+        check_y=rng_x.integers(0, c, 50),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -61,16 +67,19 @@ def test_json_schema_without_data(files, capsys):
     bnc, onnx_path, a = f["nb3"]
     rows = run_json(capsys, [str(bnc), str(onnx_path), "--no-latency"])
     assert [(r["file"], r["runtime"], r["threads"]) for r in rows] == [
-        (str(bnc), "numpy", None), (str(onnx_path), "onnxruntime", 1), (str(onnx_path), "onnxruntime", None)]
+        (str(bnc), "numpy", None),
+        (str(onnx_path), "onnxruntime", 1),
+        (str(onnx_path), "onnxruntime", None),
+    ]
     for r in rows:
         assert set(JSON_KEYS) <= set(r) and set(REQUIRED) <= set(r)
         assert (r["size_bits"], r["n_ops"]) == (a.size_bits, a.n_ops) == (3 * 10 * (1 + 64 * 17), 640)
-        assert r["latency_us_p50_batch1"] is None          # --no-latency
+        assert r["latency_us_p50_batch1"] is None  # --no-latency
     assert rows[0]["test_error"] == 0.5 and rows[0]["test_error_source"] == "model metadata"
-    assert rows[1]["test_error"] is None                  # an export carries no data
+    assert rows[1]["test_error"] is None  # an export carries no data
     assert rows[1]["graph_matches_analytic"] is True and rows[1]["graph_ops"] == 640
     assert rows[1]["graph_param_bits"] == a.size_bits and rows[1]["graph_categories"]["folded"] == 10
-    assert rows[0]["graph_ops"] is None                    # .bnc: analytic only
+    assert rows[0]["graph_ops"] is None  # .bnc: analytic only
 
 
 def test_latency_and_accuracy_with_data(files, capsys):
@@ -79,13 +88,13 @@ def test_latency_and_accuracy_with_data(files, capsys):
     rows = run_json(capsys, [str(bnc), str(onnx_path), "--data", "digits", "--runtime", "numpy,onnxruntime", *QUICK])
     assert len(rows) == 3
     errors = {r["test_error"] for r in rows}
-    assert len(errors) == 1 and 0 <= errors.pop() <= 1          # every runtime agrees (exact export)
+    assert len(errors) == 1 and 0 <= errors.pop() <= 1  # every runtime agrees (exact export)
     for r in rows:
         assert r["dataset"] == "digits" and r["n_test_rows"] > 0
         assert r["latency_us_p50_batch1"] > 0 and r["latency_us_p99_batch1"] >= r["latency_us_p50_batch1"]
         assert r["throughput_rows_per_s"] > 0 and r["latency_runs"] == 5
         assert r["cpu"] and r["environment"]["versions"]["numpy"] == np.__version__
-        assert r["pareto"] is True                               # one model, many runtimes
+        assert r["pareto"] is True  # one model, many runtimes
 
 
 def test_runtime_filter_and_table(files, capsys):
@@ -117,19 +126,27 @@ def test_result_files_and_plot(files, capsys, tmp_path):
     assert "wrote" in captured.err and "nb3.bnc" in captured.out
 
 
-@pytest.mark.parametrize("argv,message", [
-    (["missing.onnx"], "missing.onnx: no such file"),
-    (["model.txt"], "unknown file type '.txt'"),
-    (["{onnx}", "--runtime", "tensorrt"], "unknown runtime 'tensorrt'"),
-    (["{onnx}", "--data", "no-such-dataset"], "unknown dataset 'no-such-dataset'"),
-    (["{bnc}", "--data", "{bad_npz}"], "bad.npz"),
-])
+@pytest.mark.parametrize(
+    "argv,message",
+    [
+        (["missing.onnx"], "missing.onnx: no such file"),
+        (["model.txt"], "unknown file type '.txt'"),
+        (["{onnx}", "--runtime", "tensorrt"], "unknown runtime 'tensorrt'"),
+        (["{onnx}", "--data", "no-such-dataset"], "unknown dataset 'no-such-dataset'"),
+        (["{bnc}", "--data", "{bad_npz}"], "bad.npz"),
+    ],
+)
 def test_user_errors_exit_2_with_one_line(files, capsys, tmp_path, argv, message):
     _, f = files
     (tmp_path / "model.txt").write_text("x")
     (tmp_path / "bad.npz").write_bytes(b"not a zip")
-    subs = {"{onnx}": str(f["nb3"][1]), "{bnc}": str(f["nb3"][0]), "{bad_npz}": str(tmp_path / "bad.npz"),
-            "model.txt": str(tmp_path / "model.txt"), "missing.onnx": str(tmp_path / "missing.onnx")}
+    subs = {
+        "{onnx}": str(f["nb3"][1]),
+        "{bnc}": str(f["nb3"][0]),
+        "{bad_npz}": str(tmp_path / "bad.npz"),
+        "model.txt": str(tmp_path / "model.txt"),
+        "missing.onnx": str(tmp_path / "missing.onnx"),
+    }
     with pytest.raises(SystemExit) as exc:
         main([subs.get(a, a) for a in argv])
     assert exc.value.code == 2
@@ -144,8 +161,14 @@ def test_data_that_does_not_fit_is_a_user_error(files, capsys):
     ds = make_synthetic_dataset()
     path = f["nb3"][0].parent / "small.npz"
     # the paper's fold format (1-based values): 6 features, where the model has 64
-    np.savez(path, x_tr_fold1=ds.x_train + 1, t_tr_fold1=ds.y_train, x_te_fold1=ds.x_test + 1, t_te_fold1=ds.y_test,
-             n_folds=1)
+    np.savez(
+        path,
+        x_tr_fold1=ds.x_train + 1,
+        t_tr_fold1=ds.y_train,
+        x_te_fold1=ds.x_test + 1,
+        t_te_fold1=ds.y_test,
+        n_folds=1,
+    )
     with pytest.raises(SystemExit) as exc:
         main([str(f["nb3"][1]), "--data", str(path), "--no-latency"])
     assert exc.value.code == 2
@@ -169,7 +192,12 @@ def test_each_suffix_runs_in_its_default_runtime():
 
     every = ["numpy", "onnxruntime", "litert", "native", "tflm", "http"]
     assert {s: runtimes_for(f"m{s}", every) for s in model_suffixes()} == {
-        ".bnc": ["numpy"], ".onnx": ["onnxruntime"], ".ort": ["onnxruntime"], ".tflite": ["litert"], ".h": ["native"]}
+        ".bnc": ["numpy"],
+        ".onnx": ["onnxruntime"],
+        ".ort": ["onnxruntime"],
+        ".tflite": ["litert"],
+        ".h": ["native"],
+    }
     assert runtimes_for("m.onnx", ["numpy"]) == [] and runtimes_for("m.xyz", every) == []
     assert runtimes_for("m.bnc", ["numpy"], ServedModel("http://x")) == ["numpy", "http"]
     with pytest.raises(ConfigError, match=r"expected \.bnc, \.onnx, \.ort, \.tflite, \.h, \.json$"):
@@ -182,9 +210,9 @@ def test_typed_inputs(files):
     from bnc_deploy.profiling.options import LoadOptions
 
     split = load_test_split("digits", None)
-    x, y, name, fold = split                                  # still a tuple: aarch64.check_files unpacks it
+    x, y, name, fold = split  # still a tuple: aarch64.check_files unpacks it
     assert (name, fold) == ("digits", 1) and split.x is x and split.y is y and len(x) == len(y) > 0
-    assert LoadOptions().for_file("m.bnc") == {}              # a model has no digest to check
+    assert LoadOptions().for_file("m.bnc") == {}  # a model has no digest to check
     assert LoadOptions(False, b"k").for_file("m.onnx") == {"verify_integrity": False, "key": b"k"}
     _, f = files
     bnc, onnx_path, a = f["nb3"]
@@ -203,6 +231,11 @@ def test_the_command_holds_no_function_level_imports():
     import bnc_deploy.cli.profile as cli
 
     tree = ast.parse(inspect.getsource(cli))
-    lazy = [node.lineno for fn in ast.walk(tree) if isinstance(fn, ast.FunctionDef)
-            for node in ast.walk(fn) if isinstance(node, (ast.Import, ast.ImportFrom))]
+    lazy = [
+        node.lineno
+        for fn in ast.walk(tree)
+        if isinstance(fn, ast.FunctionDef)
+        for node in ast.walk(fn)
+        if isinstance(node, (ast.Import, ast.ImportFrom))
+    ]
     assert lazy == []

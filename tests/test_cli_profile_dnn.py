@@ -36,11 +36,16 @@ def digits_bn_artifact(bits=3, seed=0) -> BNCArtifact:
     d, k, c = 64, 17, 10
     rng = np.random.default_rng(seed)
     q = FixedPointLogQuantizer(bits, 2)
-    return BNCArtifact(parents=-np.ones(d, dtype=np.int64), cardinalities=np.full(d, k),
-                       class_names=[str(i) for i in range(c)], feature_names=[f"px{i}" for i in range(d)],
-                       quantizer=q, class_codes=rng.integers(0, q.max_code + 1, c).astype(np.uint8),
-                       table_codes=rng.integers(0, q.max_code + 1, (d * k, c)).astype(np.uint8),
-                       metadata={"data": {"name": "digits", "fold": 1}, "errors": {"test": 0.5}})
+    return BNCArtifact(
+        parents=-np.ones(d, dtype=np.int64),
+        cardinalities=np.full(d, k),
+        class_names=[str(i) for i in range(c)],
+        feature_names=[f"px{i}" for i in range(d)],
+        quantizer=q,
+        class_codes=rng.integers(0, q.max_code + 1, c).astype(np.uint8),
+        table_codes=rng.integers(0, q.max_code + 1, (d * k, c)).astype(np.uint8),
+        metadata={"data": {"name": "digits", "fold": 1}, "errors": {"test": 0.5}},
+    )
 
 
 @pytest.fixture(scope="module")
@@ -49,8 +54,12 @@ def models(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("profile_dnn")
     ds = load_dataset("digits")
-    dnn = train_dnn(ds, DNNConfig("fc", layers=2, weight_bits=2, activation="sign", batch_norm=True, hidden=[16],
-                                  epochs=1, progress=False)).artifact
+    dnn = train_dnn(
+        ds,
+        DNNConfig(
+            "fc", layers=2, weight_bits=2, activation="sign", batch_norm=True, hidden=[16], epochs=1, progress=False
+        ),
+    ).artifact
     save_artifact(dnn, root / "dnn.bnc")
     export_onnx_dnn(dnn, root / "dnn.onnx")
     export_tflite_dnn(dnn, root / "dnn.tflite")
@@ -78,13 +87,17 @@ def test_dnn_bnc_onnx_tflite_with_data_and_latency(models, capsys):
     dnn = models["dnn"]
     rows = run_json(capsys, [*files(models, "dnn.bnc", "dnn.onnx", "dnn.tflite"), "--data", "digits", *QUICK])
     assert [(r["format"], r["runtime"], r["threads"]) for r in rows] == [
-        ("bnc", "numpy", None), ("onnx", "onnxruntime", 1), ("onnx", "onnxruntime", None), ("tflite", "litert", 1)]
+        ("bnc", "numpy", None),
+        ("onnx", "onnxruntime", 1),
+        ("onnx", "onnxruntime", None),
+        ("tflite", "litert", 1),
+    ]
     costs = dnn.costs()
     for r in rows:
         assert set(JSON_KEYS) <= set(r)
         assert (r["model_kind"], r["structure"], r["bits"], r["quantized"]) == ("dnn", "fc", 2, True)
         assert (r["size_bits"], r["n_ops"], r["n_parameters"]) == (costs.size_bits, costs.n_ops, dnn.n_parameters)
-        assert r["n_ops"] == 64 * 16 + 16 * 10 + 16 + 10          # MACs + batch-norm outputs + biases
+        assert r["n_ops"] == 64 * 16 + 16 * 10 + 16 + 10  # MACs + batch-norm outputs + biases
         assert r["dataset"] == "digits" and r["n_test_rows"] > 0
         # sign exports are exact: every runtime gives the reference's test error
         assert r["test_error"] == pytest.approx(models["reference_error"], abs=0)
@@ -115,15 +128,22 @@ def test_table_and_nodes(models, capsys):
     assert main([*files(models, "dnn.onnx", "dnn.tflite", "cnn.tflite"), "--no-latency", "--nodes"]) == 0
     out = capsys.readouterr().out
     lines = [line for line in out.splitlines() if line[1:].startswith(("dnn.", "cnn."))]
-    assert len(lines) == 4 and all(" = " in line for line in lines)      # graph column: '=' (matches)
+    assert len(lines) == 4 and all(" = " in line for line in lines)  # graph column: '=' (matches)
     assert out.count("DNN: ops = MACs") == 3 and "DIFFERENT" not in out and "NOT COUNTED" not in out
     assert "FULLY_CONNECTED" in out and "Gemm" in out and "CONV_2D" in out
 
 
 def test_mixed_bn_and_dnn_with_plot(models, capsys, tmp_path):
     out_png = tmp_path / "overview.png"
-    argv = [*files(models, "nb3.bnc", "nb3.onnx", "dnn.bnc", "dnn.onnx", "dnn.tflite"), "--data", "digits",
-            "--no-latency", "--json", "--plot", str(out_png)]
+    argv = [
+        *files(models, "nb3.bnc", "nb3.onnx", "dnn.bnc", "dnn.onnx", "dnn.tflite"),
+        "--data",
+        "digits",
+        "--no-latency",
+        "--json",
+        "--plot",
+        str(out_png),
+    ]
     assert main(argv) == 0
     captured = capsys.readouterr()
     rows = json.loads(captured.out)

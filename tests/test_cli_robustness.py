@@ -52,13 +52,13 @@ def test_ctrl_c_while_training_exits_130_and_writes_nothing(tmp_path, capsys, mo
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(loop, "run_epoch", interrupted)   # the first batch of the first epoch
+    monkeypatch.setattr(loop, "run_epoch", interrupted)  # the first batch of the first epoch
     out = tmp_path / "models" / "m.bnc"
     with pytest.raises(SystemExit) as info:
         main(["--data", "digits", "--epochs", "3", "--quiet", "-o", str(out)])
     assert info.value.code == 130
     assert capsys.readouterr().err == "bnc-train: interrupted; nothing written\n"
-    assert not out.exists() and list(out.parent.iterdir()) == []   # no temporary file left either
+    assert not out.exists() and list(out.parent.iterdir()) == []  # no temporary file left either
 
 
 def test_ctrl_c_in_the_demo_says_what_stays(tmp_path, capsys, monkeypatch):
@@ -71,8 +71,11 @@ def test_ctrl_c_in_the_demo_says_what_stays(tmp_path, capsys, monkeypatch):
     with pytest.raises(SystemExit) as info:
         demo.main(["--out", str(tmp_path / "out")])
     assert info.value.code == 130
-    assert capsys.readouterr().err.strip().endswith("bnc-demo: interrupted; the files finished so far stay in "
-                                                     "the output folder")
+    assert (
+        capsys.readouterr()
+        .err.strip()
+        .endswith("bnc-demo: interrupted; the files finished so far stay in the output folder")
+    )
 
 
 # -- bnc-demo on data that is not an image ---------------------------------------------------------
@@ -84,9 +87,21 @@ def test_demo_skips_the_cnn_on_non_image_data_and_prints_the_table(tmp_path, cap
 
     def fake_model(name, flags, data, out):
         trained.append(name)
-        return {"name": name, "bits": None, "size_bits": 1000, "n_ops": 10, "test_error": 0.1, "kind": "bnc",
-                "exact_expected": False, "onnx_bytes": 1, "tflite_bytes": 1, "onnx_agreement": 1.0,
-                "tflite_agreement": 1.0, "onnx_exact": False, "tflite_exact": False}
+        return {
+            "name": name,
+            "bits": None,
+            "size_bits": 1000,
+            "n_ops": 10,
+            "test_error": 0.1,
+            "kind": "bnc",
+            "exact_expected": False,
+            "onnx_bytes": 1,
+            "tflite_bytes": 1,
+            "onnx_agreement": 1.0,
+            "tflite_agreement": 1.0,
+            "onnx_exact": False,
+            "tflite_exact": False,
+        }
 
     monkeypatch.setattr(demo, "demo_model", fake_model)
     assert demo.main(["--data", str(SAMPLE), "--out", str(tmp_path / "out")]) == 0
@@ -141,19 +156,32 @@ def test_directories_are_reported_as_directories(tmp_path, capsys, monkeypatch):
 
 # -- bnc-profile --plot -----------------------------------------------------------------------------
 def _result_file(tmp_path) -> Path:
-    rows = [{"file": f"m{b}.bnc", "dataset": "letter", "structure": "nb", "bits": b, "size_bits": 1000 * b,
-             "n_ops": 416, "test_error": 0.3 - 0.02 * b} for b in (1, 2, 3, 8)]
+    rows = [
+        {
+            "file": f"m{b}.bnc",
+            "dataset": "letter",
+            "structure": "nb",
+            "bits": b,
+            "size_bits": 1000 * b,
+            "n_ops": 416,
+            "test_error": 0.3 - 0.02 * b,
+        }
+        for b in (1, 2, 3, 8)
+    ]
     path = tmp_path / "rows.json"
     path.write_text(json.dumps(rows))
     return path
 
 
-@pytest.mark.parametrize("name, written", [
-    ("run.v2.png", ["run.v2.png", "run.v2.svg"]),
-    ("run.v2", ["run.v2.png", "run.v2.svg"]),
-    ("run.SVG", ["run.png", "run.svg"]),
-    ("run", ["run.png", "run.svg"]),
-])
+@pytest.mark.parametrize(
+    "name, written",
+    [
+        ("run.v2.png", ["run.v2.png", "run.v2.svg"]),
+        ("run.v2", ["run.v2.png", "run.v2.svg"]),
+        ("run.SVG", ["run.png", "run.svg"]),
+        ("run", ["run.png", "run.svg"]),
+    ],
+)
 def test_plot_names_keep_every_dot(tmp_path, name, written):
     """Issue 11: ``--plot run.v2.png`` wrote ``run.png``."""
     from bnc_deploy.profiling.pareto import plot_paths
@@ -168,7 +196,7 @@ def test_profile_plot_writes_exactly_the_documented_names(tmp_path, capsys):
     results = _result_file(tmp_path)
     plots = tmp_path / "plots"
     assert main([str(results), "--plot", str(plots / "run.v2.png")]) == 0
-    assert sorted(p.name for p in plots.iterdir()) == ["run.v2.png", "run.v2.svg"]   # no temp file, no run.png
+    assert sorted(p.name for p in plots.iterdir()) == ["run.v2.png", "run.v2.svg"]  # no temp file, no run.png
     assert f"wrote {plots / 'run.v2.png'}, {plots / 'run.v2.svg'}" in capsys.readouterr().err
     assert (plots / "run.v2.png").read_bytes().startswith(b"\x89PNG")
 
@@ -240,13 +268,24 @@ def test_size_axis_tick_labels_do_not_overlap(tmp_path):
 
     from bnc_deploy.profiling.pareto import PLOTS, plot_error_vs_size
 
-    records = [{"dataset": ds, "structure": st, "bits": b, "size_bits": base * (2 if st == "tan" else 1) * (b or 32),
-                "n_ops": 100, "test_error": 0.1 + 0.3 / (b or 9)}
-               for ds, base in (("letter", 20000), ("usps", 150000), ("satimage", 5000))
-               for st in ("nb", "tan") for b in (1, 2, 3, 4, 5, 6, 7, 8, None)]
-    wide = [{"dataset": "w", "structure": "nb", "bits": b, "size_bits": 10 ** e, "n_ops": 10 ** e, "test_error": 0.2}
-            for b, e in zip(range(1, 9), range(2, 10))]
-    layouts = [((23, 6.5), 3), ((8, 5.2), 1), ((4, 3), 1)]   # the overview's panel, a single plot, a small one
+    records = [
+        {
+            "dataset": ds,
+            "structure": st,
+            "bits": b,
+            "size_bits": base * (2 if st == "tan" else 1) * (b or 32),
+            "n_ops": 100,
+            "test_error": 0.1 + 0.3 / (b or 9),
+        }
+        for ds, base in (("letter", 20000), ("usps", 150000), ("satimage", 5000))
+        for st in ("nb", "tan")
+        for b in (1, 2, 3, 4, 5, 6, 7, 8, None)
+    ]
+    wide = [
+        {"dataset": "w", "structure": "nb", "bits": b, "size_bits": 10**e, "n_ops": 10**e, "test_error": 0.2}
+        for b, e in zip(range(1, 9), range(2, 10))
+    ]
+    layouts = [((23, 6.5), 3), ((8, 5.2), 1), ((4, 3), 1)]  # the overview's panel, a single plot, a small one
     for data in (records, wide):
         for figsize, panels in layouts:
             fig, axes = plt.subplots(1, panels, figsize=figsize, squeeze=False)
@@ -254,7 +293,7 @@ def test_size_axis_tick_labels_do_not_overlap(tmp_path):
                 draw(ax, data)
             fig.tight_layout()
             fig.canvas.draw()
-            for ax in axes[0][: 2 if panels > 1 else 1]:   # the two log axes: size and operations
+            for ax in axes[0][: 2 if panels > 1 else 1]:  # the two log axes: size and operations
                 renderer = fig.canvas.get_renderer()
                 labels = [t for t in ax.xaxis.get_ticklabels(which="both") if t.get_text() and t.get_visible()]
                 boxes = sorted((t.get_window_extent(renderer) for t in labels), key=lambda b: b.x0)
@@ -263,7 +302,7 @@ def test_size_axis_tick_labels_do_not_overlap(tmp_path):
                 for left, right in zip(boxes, boxes[1:]):
                     assert left.x1 < right.x0, f"{figsize}: overlapping tick labels {shown}"
             plt.close(fig)
-    assert plot_error_vs_size   # (imported for the reader: the panel the issue names)
+    assert plot_error_vs_size  # (imported for the reader: the panel the issue names)
 
 
 # -- TensorFlow / absl / LiteRT log lines -----------------------------------------------------------
@@ -287,14 +326,20 @@ def test_native_log_lines_are_filtered_and_the_rest_passes(tmp_path):
         raise SystemExit(main())
     """)
     env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=ROOT,
-                          timeout=60)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, cwd=ROOT, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    assert sorted(proc.stderr.splitlines()) == sorted(["python line", "E0000 00:00:1795671219.230203   32163 "
-                                                       "foo.cc:1] a real error", "native tail without newline"])
+    assert sorted(proc.stderr.splitlines()) == sorted(
+        ["python line", "E0000 00:00:1795671219.230203   32163 foo.cc:1] a real error", "native tail without newline"]
+    )
     # The user's own TF_CPP_MIN_LOG_LEVEL below 2 shows everything again.
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=60,
-                          env={**env, "TF_CPP_MIN_LOG_LEVEL": "0"})
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=60,
+        env={**env, "TF_CPP_MIN_LOG_LEVEL": "0"},
+    )
     assert "XNNPACK" in proc.stderr and "W0000" in proc.stderr
 
 
@@ -306,11 +351,16 @@ def test_export_to_tflite_prints_no_tensorflow_log_lines(tmp_path):
     model = tmp_path / "m.bnc"
     save_artifact(random_bnc_artifact(np.random.default_rng(0), d=6, n_classes=3), model)
     env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
-    proc = subprocess.run([*command, str(model), "--format", "tflite", "-o", str(tmp_path / "m.tflite")],
-                          capture_output=True, text=True, env=env, timeout=300)
+    proc = subprocess.run(
+        [*command, str(model), "--format", "tflite", "-o", str(tmp_path / "m.tflite")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     assert (tmp_path / "m.tflite").is_file()
-    assert proc.stderr == "", proc.stderr   # no "INFO: Created TensorFlow Lite XNNPACK delegate", no absl lines
+    assert proc.stderr == "", proc.stderr  # no "INFO: Created TensorFlow Lite XNNPACK delegate", no absl lines
 
 
 def test_sweep_refuses_zero_epochs_with_uniform_init(tmp_path, capsys):

@@ -1,8 +1,8 @@
 import json
 import shutil
-from pathlib import Path
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -32,8 +32,9 @@ def test_json_contract_and_model_file(tmp_path, capsys):
 
 
 def test_ml_with_zero_epochs_and_tan(tmp_path, capsys):
-    result = run_json(capsys, "--data", "digits", "--model", "tan", "--init", "ml", "--epochs", "0",
-                      "-o", str(tmp_path / "tan.bnc"))
+    result = run_json(
+        capsys, "--data", "digits", "--model", "tan", "--init", "ml", "--epochs", "0", "-o", str(tmp_path / "tan.bnc")
+    )
     assert result["structure"] == "tan" and result["bits"] is None
     assert result["test_error"] < 0.2  # ML TAN on digits is a decent classifier
     assert sum(p == -1 for p in result["parents"]) == 1
@@ -45,16 +46,19 @@ def test_human_summary(tmp_path, capsys):
     assert "test error" in text and "parameters" in text and "bits" in text
 
 
-@pytest.mark.parametrize("args,message", [
-    (["--bits", "9"], "bit width B=9"),
-    (["--bits", "4", "--int-bits", "7"], "integer bits B_I=7"),
-    (["--int-bits", "2"], "needs --bits"),
-    (["--data", "no-such-dataset"], "no-such-dataset"),
-    (["--data", "digits", "--fold", "3"], "fold"),
-    (["--lr", "-1"], "learning rate"),
-    (["--model", "tan", "--structure", "missing.json"], "missing.json"),
-    (["--model", "nb", "--structure", "parents.json"], "applies to --model tan only"),
-])
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--bits", "9"], "bit width B=9"),
+        (["--bits", "4", "--int-bits", "7"], "integer bits B_I=7"),
+        (["--int-bits", "2"], "needs --bits"),
+        (["--data", "no-such-dataset"], "no-such-dataset"),
+        (["--data", "digits", "--fold", "3"], "fold"),
+        (["--lr", "-1"], "learning rate"),
+        (["--model", "tan", "--structure", "missing.json"], "missing.json"),
+        (["--model", "nb", "--structure", "parents.json"], "applies to --model tan only"),
+    ],
+)
 def test_bad_arguments_fail_with_clear_errors(tmp_path, capsys, args, message):
     with pytest.raises(SystemExit) as exit_info:
         main([*args, "--epochs", "1", "-o", str(tmp_path / "m.bnc")])
@@ -90,16 +94,42 @@ def _console_script(name):
 
 @pytest.mark.skipif(_console_script("bnc-train") is None, reason="console script not installed (pip install -e .)")
 def test_console_script(tmp_path):
-    proc = subprocess.run([_console_script("bnc-train"), "--data", "digits", "--init", "ml", "--epochs", "0", "-o",
-                           str(tmp_path / "m.bnc"), "--json"], capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [
+            _console_script("bnc-train"),
+            "--data",
+            "digits",
+            "--init",
+            "ml",
+            "--epochs",
+            "0",
+            "-o",
+            str(tmp_path / "m.bnc"),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr
     assert REQUIRED_KEYS <= json.loads(proc.stdout).keys()
 
 
 def test_sample_csv_from_the_repository(tmp_path, capsys):
     sample = Path(__file__).resolve().parent.parent / "samples" / "activity.csv"
-    result = run_json(capsys, "--data", str(sample), "--bits", "2", "--init", "ml", "--epochs", "3",
-                      "-o", str(tmp_path / "activity.bnc"))
+    result = run_json(
+        capsys,
+        "--data",
+        str(sample),
+        "--bits",
+        "2",
+        "--init",
+        "ml",
+        "--epochs",
+        "3",
+        "-o",
+        str(tmp_path / "activity.bnc"),
+    )
     art = load_artifact(tmp_path / "activity.bnc")
     assert art.class_names == ["idle", "run", "walk"]
     assert art.feature_names == ["accel_rms", "heart_rate", "step_hz", "skin_temp"]
@@ -169,8 +199,10 @@ def test_a_new_family_needs_only_a_registration(tmp_path, capsys, monkeypatch):
     assert result["toy_level"] == 3 and REQUIRED_KEYS <= result.keys()
     assert main(["--model", "toy", "--toy-level", "4", "--epochs", "0", "-o", str(tmp_path / "t.bnc")]) == 0
     assert capsys.readouterr().out.strip() == "toy 4"
-    for args, message in ((["--model", "nb", "--toy-level", "3"], "--toy-level applies only to --model toy"),
-                          (["--model", "toy", "--bits", "3"], "--bits applies only to --model nb or tan")):
+    for args, message in (
+        (["--model", "nb", "--toy-level", "3"], "--toy-level applies only to --model toy"),
+        (["--model", "toy", "--bits", "3"], "--bits applies only to --model nb or tan"),
+    ):
         with pytest.raises(SystemExit) as exit_info:
             main([*args, "--epochs", "0", "-o", str(tmp_path / "x.bnc")])
         assert exit_info.value.code == 2 and message in capsys.readouterr().err
@@ -194,8 +226,10 @@ def test_csv_without_a_label_column_exits_2_naming_the_column(tmp_path, capsys):
     csv = tmp_path / "nolabel.csv"
     csv.write_text("\n".join(line.rsplit(",", 1)[0] for line in lines) + "\n")
     err = _train_fails(tmp_path, capsys, "--data", str(csv), "--init", "ml", "--epochs", "0")
-    assert err.startswith(f"bnc-train: error: {csv}: label column 'skin_temp' (the last column, as no column is "
-                          "named label/class/target) looks continuous")
+    assert err.startswith(
+        f"bnc-train: error: {csv}: label column 'skin_temp' (the last column, as no column is "
+        "named label/class/target) looks continuous"
+    )
     assert err.endswith("choose the label column with --label-column NAME|INDEX")
     stray = tmp_path / "stray.csv"
     stray.write_text("a,b,y\n" + "".join(f"{i},{i % 5},{i % 3}\n" for i in range(30)) + "30,1,x\n")
@@ -211,14 +245,36 @@ def test_label_column_flag_by_name_and_index(tmp_path, capsys):
     csv = tmp_path / "first.csv"
     csv.write_text("outcome,a,b,Target\n" + "\n".join(rows) + "\n")
     default = run_json(capsys, "--data", str(csv), "--init", "ml", "--epochs", "0", "-o", str(tmp_path / "t.bnc"))
-    assert load_artifact(tmp_path / "t.bnc").class_names == ["3", "4"]          # the column named Target
+    assert load_artifact(tmp_path / "t.bnc").class_names == ["3", "4"]  # the column named Target
     assert default["n_features"] == 3
-    by_name = run_json(capsys, "--data", str(csv), "--label-column", "outcome", "--init", "ml", "--epochs", "0",
-                       "-o", str(tmp_path / "n.bnc"))
+    by_name = run_json(
+        capsys,
+        "--data",
+        str(csv),
+        "--label-column",
+        "outcome",
+        "--init",
+        "ml",
+        "--epochs",
+        "0",
+        "-o",
+        str(tmp_path / "n.bnc"),
+    )
     art = load_artifact(tmp_path / "n.bnc")
     assert art.class_names == ["0", "10"] and art.feature_names == ["a", "b", "Target"]
-    by_index = run_json(capsys, "--data", str(csv), "--label-column", "0", "--init", "ml", "--epochs", "0",
-                        "-o", str(tmp_path / "i.bnc"))
+    by_index = run_json(
+        capsys,
+        "--data",
+        str(csv),
+        "--label-column",
+        "0",
+        "--init",
+        "ml",
+        "--epochs",
+        "0",
+        "-o",
+        str(tmp_path / "i.bnc"),
+    )
     assert by_index["test_error"] == by_name["test_error"]
     assert load_artifact(tmp_path / "i.bnc").feature_names == ["a", "b", "Target"]
     err = _train_fails(tmp_path, capsys, "--data", str(csv), "--label-column", "nope", "--epochs", "1")
@@ -233,8 +289,10 @@ def test_label_column_flag_by_name_and_index(tmp_path, capsys):
 def test_validation_fraction_outside_0_1_is_refused(tmp_path, capsys, fraction):
     """Issue 11: --validation -0.1 was accepted (and ignored)."""
     err = _train_fails(tmp_path, capsys, "--validation", fraction, "--epochs", "1")
-    assert err == (f"bnc-train: error: --validation must be in (0, 1) (a fraction of the training rows; 0 for no "
-                   f"validation split), got {float(fraction)}")
+    assert err == (
+        f"bnc-train: error: --validation must be in (0, 1) (a fraction of the training rows; 0 for no "
+        f"validation split), got {float(fraction)}"
+    )
 
 
 def test_validation_fraction_inside_0_1_works(tmp_path, capsys):
@@ -244,8 +302,10 @@ def test_validation_fraction_inside_0_1_works(tmp_path, capsys):
 
 def test_zero_epochs_with_uniform_init_is_refused(tmp_path, capsys):
     """Issue 11: --epochs 0 with the (default) uniform init silently wrote a random model."""
-    message = ("bnc-train: error: --epochs 0 trains nothing; with --init uniform the model would be random: use "
-               "--init ml for the maximum-likelihood model, or --epochs >= 1")
+    message = (
+        "bnc-train: error: --epochs 0 trains nothing; with --init uniform the model would be random: use "
+        "--init ml for the maximum-likelihood model, or --epochs >= 1"
+    )
     assert _train_fails(tmp_path, capsys, "--epochs", "0") == message
     assert _train_fails(tmp_path, capsys, "--model", "tan", "--init", "uniform", "--epochs", "0") == message
     # the documented maximum-likelihood model still works (README: --epochs 0 --init ml)
@@ -263,10 +323,12 @@ def test_structure_file_that_is_not_text_names_the_file(tmp_path, capsys):
     onnx = tmp_path / "nb3.onnx"
     onnx.write_bytes(b"\x08\x07\x12\x0bbnc-deploy\xff\xfe\x00\x01" * 8)
     err = _train_fails(tmp_path, capsys, "--model", "tan", "--structure", str(onnx), "--epochs", "1")
-    assert err == (f"bnc-train: error: structure file {onnx} is not a text file (an exported model such as .onnx "
-                   "or .tflite cannot give a structure); a structure file is a .bnc model (its parents are reused), "
-                   "a JSON list of parents (or {\"parents\": [...]}), or integers separated by spaces or commas: one "
-                   "parent index per feature, -1 for none")
+    assert err == (
+        f"bnc-train: error: structure file {onnx} is not a text file (an exported model such as .onnx "
+        "or .tflite cannot give a structure); a structure file is a .bnc model (its parents are reused), "
+        'a JSON list of parents (or {"parents": [...]}), or integers separated by spaces or commas: one '
+        "parent index per feature, -1 for none"
+    )
     words = tmp_path / "words.txt"
     words.write_text("parents: a b c")
     err = _train_fails(tmp_path, capsys, "--model", "tan", "--structure", str(words), "--epochs", "1")

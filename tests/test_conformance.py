@@ -24,8 +24,16 @@ from bnc_deploy.verify import VerificationError
 def _raw_trained_bnc():
     """A quantized TAN that stores its discretizer (a cardinality-1 feature without cuts included)."""
     cuts = [[-0.5, 0.5], [], [-1.0, 0.0, 1.0], [0.25]]
-    return random_bnc_artifact(np.random.default_rng(11), tan=True, bits=3, int_bits=2, n_classes=3, n_check=40,
-                               cardinalities=[len(c) + 1 for c in cuts], discretizer=discretizer_dict(cuts))
+    return random_bnc_artifact(
+        np.random.default_rng(11),
+        tan=True,
+        bits=3,
+        int_bits=2,
+        n_classes=3,
+        n_check=40,
+        cardinalities=[len(c) + 1 for c in cuts],
+        discretizer=discretizer_dict(cuts),
+    )
 
 
 #: Examples the matrix adds to ``example_artifacts``: its BN examples are trained on codes, so
@@ -92,7 +100,8 @@ def run_case(tmp_path, kind, fmt, example, runtime, options) -> str:
         assert declared, f"{what} was refused, and the exporter declares no such refusal: {message}"
         assert any(refusal.matches(message) for refusal in declared), (
             f"{what} was refused with {message!r}, not with the declared refusal: "
-            + "; ".join(f"{r.reason} (message {r.message!r})" for r in declared))
+            + "; ".join(f"{r.reason} (message {r.message!r})" for r in declared)
+        )
         return "refused"
     assert not declared, f"{what} exported, but the exporter declares it refused (stale): {declared[0].reason}"
     assert runtime in result["runtimes"]
@@ -115,8 +124,12 @@ def test_every_declared_refusal_is_exercised_by_the_matrix():
     for kind, fmt, example, _, options in CASES:
         spec = exporters()[(kind, fmt)]
         hit.update((kind, fmt, id(r)) for r in spec.refusals_for(matrix_examples(kind)[example], options))
-    missed = [f"{fmt} ({kind}): {r.reason}" for (kind, fmt), spec in exporters().items() for r in spec.refusals
-              if (kind, fmt, id(r)) not in hit]
+    missed = [
+        f"{fmt} ({kind}): {r.reason}"
+        for (kind, fmt), spec in exporters().items()
+        for r in spec.refusals
+        if (kind, fmt, id(r)) not in hit
+    ]
     assert not missed, missed
 
 
@@ -132,8 +145,15 @@ def register_fake():
     registered = []
 
     def register(fmt, build, **kw):
-        register_exporter("bnc", fmt, build, extension=".onnx", runtime="onnxruntime",
-                          options=[Option("squeeze", "bool", False, help="a fake flag")], **kw)
+        register_exporter(
+            "bnc",
+            fmt,
+            build,
+            extension=".onnx",
+            runtime="onnxruntime",
+            options=[Option("squeeze", "bool", False, help="a fake flag")],
+            **kw,
+        )
         registered.append(fmt)
 
     yield register
@@ -167,11 +187,22 @@ def test_an_exporter_that_refuses_everything_fails_every_case(register_fake, tmp
 
 def test_a_stale_declared_refusal_fails(register_fake, tmp_path):
     """The fake declares ``--squeeze`` refused on float models but exports them."""
+
     def export(artifact, *, squeeze: bool = False) -> bytes:
         return build_onnx_bytes(artifact)
 
-    register_fake("stale", export, refusals=[Refusal("squeezing float tables is refused", "float tables",
-                                                     options={"squeeze": True}, models=lambda a: not a.is_quantized)])
+    register_fake(
+        "stale",
+        export,
+        refusals=[
+            Refusal(
+                "squeezing float tables is refused",
+                "float tables",
+                options={"squeeze": True},
+                models=lambda a: not a.is_quantized,
+            )
+        ],
+    )
     _, failures = matrix_failures(tmp_path, "stale")
     assert failures and all("squeeze=True" in failure and "(stale)" in failure for failure in failures)
     assert all("tan-float" in failure for failure in failures)
@@ -183,8 +214,9 @@ def test_a_refusal_with_another_message_than_declared_fails(register_fake, tmp_p
             raise ExportError("something unrelated went wrong")
         return build_onnx_bytes(artifact)
 
-    register_fake("other-reason", export, refusals=[Refusal("squeezing is refused", "cannot squeeze",
-                                                            options={"squeeze": True})])
+    register_fake(
+        "other-reason", export, refusals=[Refusal("squeezing is refused", "cannot squeeze", options={"squeeze": True})]
+    )
     n_cases, failures = matrix_failures(tmp_path, "other-reason")
     assert len(failures) == n_cases // 2  # the squeeze=True half; the defaults export
     assert all("not with the declared refusal" in failure for failure in failures)

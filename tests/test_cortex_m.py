@@ -26,8 +26,9 @@ from bnc_deploy.verify import build
 MISSING = cortex_m_build.tools_available()
 #: CI sets this after installing the Debian packages: then a missing tool fails instead of skipping.
 REQUIRED = os.environ.get("BNC_DEPLOY_REQUIRE_CORTEX_M", "") not in ("", "0")
-needs_toolchain = pytest.mark.skipif(MISSING is not None and not REQUIRED,
-                                     reason=f"Cortex-M toolchain not installed: {MISSING}")
+needs_toolchain = pytest.mark.skipif(
+    MISSING is not None and not REQUIRED, reason=f"Cortex-M toolchain not installed: {MISSING}"
+)
 
 
 def _nb():
@@ -57,7 +58,6 @@ def test_missing_toolchain_is_a_usage_error_naming_the_packages(tmp_path, monkey
     assert cortex_m_build.tools_available() is not None
 
 
-
 def test_sources_are_rendered_from_package_data():
     """startup.c and link.ld are filled in from cortex_m_sources.c / cortex_m_link.ld; the driver and
     footprint templates take exactly the placeholders cortex_m_build fills in."""
@@ -76,14 +76,18 @@ def test_sources_are_rendered_from_package_data():
     assert "my_model_log_joint(invalid_x[r], scores)" in driver and "MY_MODEL_N_CLASSES" in driver
     assert "$" not in driver
 
+
 def test_size_and_callgraph_parsers():
-    sections = cortex_m_build.parse_size_a("x.o  :\nsection size addr\n.text.f 40 0\n.rodata.bnc_codes 12 0\n"
-                                           ".debug_info 99 0\nTotal 151\n")
+    sections = cortex_m_build.parse_size_a(
+        "x.o  :\nsection size addr\n.text.f 40 0\n.rodata.bnc_codes 12 0\n.debug_info 99 0\nTotal 151\n"
+    )
     assert sections == {".text.f": 40, ".rodata.bnc_codes": 12, ".debug_info": 99}
-    ci = ('node: { title: "f" label: "f\\na.c:1:5\\n16 bytes (static)" }\n'
-          'node: { title: "a.c:g" label: "g\\nm.h:3:1\\n32 bytes (static)" }\n'
-          'edge: { sourcename: "f" targetname: "a.c:g" label: "x" }\n'
-          'edge: { sourcename: "a.c:g" targetname: "__aeabi_fcmpgt" label: "y" }\n')
+    ci = (
+        'node: { title: "f" label: "f\\na.c:1:5\\n16 bytes (static)" }\n'
+        'node: { title: "a.c:g" label: "g\\nm.h:3:1\\n32 bytes (static)" }\n'
+        'edge: { sourcename: "f" targetname: "a.c:g" label: "x" }\n'
+        'edge: { sourcename: "a.c:g" targetname: "__aeabi_fcmpgt" label: "y" }\n'
+    )
     assert cortex_m_build._stack_from_callgraph(ci, "f") == (48, ["__aeabi_fcmpgt"], True)
 
 
@@ -140,8 +144,7 @@ def test_the_harness_fails_on_a_wrong_expected_value(tmp_path):
     rows = cortex_m.check_rows(a)
     rows.sums[5, 1] += 1  # one wrong expected score
     rows.labels[7] = (rows.labels[7] + 1) % a.n_classes  # one wrong expected label
-    report = cortex_m.check_header(_header(a, tmp_path / "m.h"), a, boards=["mps2-an385"], rows=rows,
-                                   footprint=False)
+    report = cortex_m.check_header(_header(a, tmp_path / "m.h"), a, boards=["mps2-an385"], rows=rows, footprint=False)
     b = report["boards"][0]
     assert not report["ok"]
     assert (b["failed"], b["passed"], b["failed_rows"], b["exit_codes"]) == (2, b["n_rows"] - 2, [5, 7], [2])
@@ -156,8 +159,8 @@ def test_a_tampered_table_is_caught_on_the_target(tmp_path):
     path = _header(a, tmp_path / "m.h")
     text = path.read_text()
     start = text.index("/* class prior */ ") + len("/* class prior */ ")
-    first = text[start:text.index(",", start)]
-    path.write_text(text[:start] + str((int(first) + 1) % 8) + text[start + len(first):])
+    first = text[start : text.index(",", start)]
+    path.write_text(text[:start] + str((int(first) + 1) % 8) + text[start + len(first) :])
     with pytest.raises(IntegrityError):
         cortex_m.check_header(path, a, boards=["mps2-an385"])
     report = cortex_m.check_header(path, a, boards=["mps2-an385"], verify_integrity=False, footprint=False)
@@ -169,11 +172,19 @@ def test_a_tampered_table_is_caught_on_the_target(tmp_path):
 @needs_toolchain
 def test_raw_inputs_and_several_programs(tmp_path, monkeypatch):
     cuts = [[-1.5, 0.25, 3.0], [0.1], [], [2.0, 2.0000001, 7.5]]
-    a = random_bnc_artifact(np.random.default_rng(5), tan=True, bits=4, int_bits=2, n_classes=3,
-                            cardinalities=[len(c) + 1 for c in cuts], discretizer=discretizer_dict(cuts))
+    a = random_bnc_artifact(
+        np.random.default_rng(5),
+        tan=True,
+        bits=4,
+        int_bits=2,
+        n_classes=3,
+        cardinalities=[len(c) + 1 for c in cuts],
+        discretizer=discretizer_dict(cuts),
+    )
     monkeypatch.setattr(cortex_m, "ROW_BYTES_PER_IMAGE", 4000)  # split the rows over several programs
-    report = cortex_m.check_header(_header(a, tmp_path / "m.h", raw_inputs=True), a, boards=["mps2-an386"],
-                                   footprint=False)
+    report = cortex_m.check_header(
+        _header(a, tmp_path / "m.h", raw_inputs=True), a, boards=["mps2-an386"], footprint=False
+    )
     b = report["boards"][0]
     assert report["ok"], cortex_m.format_report(report)
     assert report["rows"]["n_programs"] >= 2 and report["rows"]["n_raw"] == b["n_rows"] + 3
@@ -190,17 +201,22 @@ def test_cli_header_needs_its_own_model(tmp_path, capsys):
     assert "--model" in capsys.readouterr().err
     assert cortex_m.main([str(header), "--model", str(tmp_path / "other.bnc")]) == 2
     assert "not exported from this model" in capsys.readouterr().err
-    assert cortex_m.main([str(header), "--model", str(tmp_path / "m.bnc"), "--board", "mps2-an500", "--json",
-                          "--random", "16"]) == 0
+    assert (
+        cortex_m.main(
+            [str(header), "--model", str(tmp_path / "m.bnc"), "--board", "mps2-an500", "--json", "--random", "16"]
+        )
+        == 0
+    )
     report = json.loads(capsys.readouterr().out)
     assert report["ok"] and report["boards"][0]["passed"] == 30 + 16
 
 
-
 @pytest.mark.slow
 @needs_toolchain
-@pytest.mark.skipif(shutil.which(os.environ.get("CC", "cc")) is None,
-                    reason="exporting a .bnc verifies the C file in the native runtime, which needs a host C compiler")
+@pytest.mark.skipif(
+    shutil.which(os.environ.get("CC", "cc")) is None,
+    reason="exporting a .bnc verifies the C file in the native runtime, which needs a host C compiler",
+)
 def test_cli_exports_a_model_file_itself(tmp_path, capsys):
     save_artifact(_tan(), tmp_path / "m.bnc")
     assert cortex_m.main([str(tmp_path / "m.bnc"), "--pack-bits", "--board", "mps2-an385", "--random", "8"]) == 0

@@ -37,7 +37,7 @@ def _ref_split(items: list[tuple[float, int]]) -> list[float]:
     left, right = labels[:i], labels[i:]
     ent_s = _ref_entropy(labels)
     k, k1, k2 = len(set(labels)), len(set(left)), len(set(right))
-    delta = math.log2(3 ** k - 2) - (k * ent_s - k1 * _ref_entropy(left) - k2 * _ref_entropy(right))
+    delta = math.log2(3**k - 2) - (k * ent_s - k1 * _ref_entropy(left) - k2 * _ref_entropy(right))
     if ent_s - weighted[pick] <= (math.log2(n - 1) + delta) / n:
         return []
     cut = _ref_midpoint(items[i - 1][0], items[i][0])
@@ -53,7 +53,7 @@ def _random_problem(seed: int) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(seed)
     n, n_classes = int(rng.integers(30, 250)), int(rng.integers(2, 5))
     y = rng.integers(0, n_classes, n)
-    grid = np.round(y * 1.5 + rng.normal(0, 1.5, n))          # many duplicate values
+    grid = np.round(y * 1.5 + rng.normal(0, 1.5, n))  # many duplicate values
     smooth = y * 0.8 + rng.normal(0, 1.0, n)
     noise = rng.uniform(-3, 3, n)
     lumpy = rng.choice([0.0, 0.25, 1.0, 7.5], n) + (y == 0) * rng.choice([0.0, 0.25], n)
@@ -107,7 +107,7 @@ def test_bin_rule_counts_cut_points_strictly_below():
     x = np.array([[-100.0, 0.0], [1.5, 1.0], [np.nextafter(1.5, 2), 2.0], [4.0, 3.0], [4.5, 4.0], [1e300, 5.0]])
     codes = model.transform(x)
     assert codes.dtype == np.int64
-    assert codes[:, 0].tolist() == [0, 0, 1, 1, 2, 2]     # equal to a cut -> lower bin
+    assert codes[:, 0].tolist() == [0, 0, 1, 1, 2, 2]  # equal to a cut -> lower bin
     assert codes[:, 1].tolist() == [0] * 6
     assert model.n_values_.tolist() == [3, 1]
 
@@ -157,12 +157,15 @@ def test_to_dict_from_dict_round_trips_exactly_through_json():
     np.testing.assert_array_equal(restored.transform(x), model.transform(x))
 
 
-@pytest.mark.parametrize("data, message", [
-    ({"n_features_in": 1, "cut_points": [[2.0, 1.0]]}, "strictly increasing"),
-    ({"n_features_in": 2, "cut_points": [[1.0]]}, "2 but 1 cut lists"),
-    ({"cut_points": [[1.0]]}, "n_features_in"),
-    ({"method": "equal-width", "n_features_in": 1, "cut_points": [[1.0]]}, "unknown method"),
-])
+@pytest.mark.parametrize(
+    "data, message",
+    [
+        ({"n_features_in": 1, "cut_points": [[2.0, 1.0]]}, "strictly increasing"),
+        ({"n_features_in": 2, "cut_points": [[1.0]]}, "2 but 1 cut lists"),
+        ({"cut_points": [[1.0]]}, "n_features_in"),
+        ({"method": "equal-width", "n_features_in": 1, "cut_points": [[1.0]]}, "unknown method"),
+    ],
+)
 def test_from_dict_rejects_inconsistent_data(data, message):
     with pytest.raises(ValueError, match=message):
         FayyadIraniDiscretizer.from_dict(data)
@@ -170,5 +173,6 @@ def test_from_dict_rejects_inconsistent_data(data, message):
 
 def test_fit_transform_equals_fit_then_transform():
     x, y = _random_problem(1)
-    np.testing.assert_array_equal(FayyadIraniDiscretizer().fit_transform(x, y),
-                                  FayyadIraniDiscretizer().fit(x, y).transform(x))
+    np.testing.assert_array_equal(
+        FayyadIraniDiscretizer().fit_transform(x, y), FayyadIraniDiscretizer().fit(x, y).transform(x)
+    )

@@ -11,14 +11,16 @@ import pytest
 from bnc_deploy.artifacts import ArtifactError, load_artifact, save_artifact
 from bnc_deploy.artifacts.container import write_container
 from bnc_deploy.artifacts.dnn import DNNArtifact, DNNLayer, accumulator_bound, sign_thresholds
-from bnc_deploy.testing import random_dnn_artifact
 from bnc_deploy.artifacts.encoding import encode_integer, fit_standardized_table, image_layout, pixel_index
 from bnc_deploy.reference.dnn import DNNReferencePredictor, conv3x3_same, max_pool2
+from bnc_deploy.testing import random_dnn_artifact
 from bnc_deploy.validation import InputError
 
 VARIANTS = [
     dict(architecture=a, activation=act, encoding=e, bits=b, batch_norm=bn)
-    for a in ("fc", "cnn") for act in ("sign", "relu") for e in ("standardized", "onehot")
+    for a in ("fc", "cnn")
+    for act in ("sign", "relu")
+    for e in ("standardized", "onehot")
     for b, bn in ((1, True), (2, False), (7, True), (8, True))
 ]
 
@@ -39,14 +41,23 @@ def test_round_trip_keeps_every_prediction(tmp_path, kw):
 
 
 def test_costs_follow_the_papers_accounting():
-    art = random_dnn_artifact(0, architecture="fc", hidden=(8, 6), n_features=7, bits=3, batch_norm=True,
-                              encoding="standardized", n_classes=3)
+    art = random_dnn_artifact(
+        0, architecture="fc", hidden=(8, 6), n_features=7, bits=3, batch_norm=True, encoding="standardized", n_classes=3
+    )
     weights = 7 * 8 + 8 * 6 + 6 * 3
     assert art.n_parameters == weights
     assert art.size_bits == 3 * weights + 64 * (8 + 6) + 32 * 3
     assert art.n_ops == weights + (8 + 6) + 3
-    cnn = random_dnn_artifact(0, architecture="cnn", hidden=(4, 8), image_shape=(6, 5), bits=2, batch_norm=False,
-                              encoding="standardized", n_classes=3)
+    cnn = random_dnn_artifact(
+        0,
+        architecture="cnn",
+        hidden=(4, 8),
+        image_shape=(6, 5),
+        bits=2,
+        batch_norm=False,
+        encoding="standardized",
+        n_classes=3,
+    )
     conv1, conv2, dense = 9 * 1 * 4, 9 * 4 * 8, 8 * (6 // 2 // 2) * (5 // 2 // 2) * 3
     assert cnn.size_bits == 2 * (conv1 + conv2 + dense) + 32 * 3
     assert cnn.n_ops == conv1 * 30 + conv2 * (3 * 2) + dense + 3
@@ -57,18 +68,21 @@ def _bad(art, mutate):
     art.validate()
 
 
-@pytest.mark.parametrize("mutate, message", [
-    (lambda a: setattr(a.layers[0], "codes", (a.layers[0].codes * 0 + 2).astype(np.int8)), "not an odd integer"),
-    (lambda a: setattr(a.layers[0], "codes", a.layers[0].codes.astype(np.int16)), "must be int8"),
-    (lambda a: setattr(a.layers[1], "codes", a.layers[1].codes[:, :-1]), "expected"),
-    (lambda a: setattr(a, "weight_bits", 9), "unsupported weight bit width"),
-    (lambda a: setattr(a.layers[0], "shift", None), "both scale and shift"),
-    (lambda a: setattr(a.layers[-1], "bias", None), "output layer"),
-    (lambda a: setattr(a.layers[0], "scale", np.full(a.layers[0].n_out, np.nan, np.float32)), "non-finite"),
-    (lambda a: setattr(a, "input_scale", 0.3), "power of two"),
-    (lambda a: setattr(a, "input_codes", np.full_like(a.input_codes, 100)), "-63..63"),
-    (lambda a: setattr(a.layers[0], "activation", "tanh"), "activation"),
-])
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda a: setattr(a.layers[0], "codes", (a.layers[0].codes * 0 + 2).astype(np.int8)), "not an odd integer"),
+        (lambda a: setattr(a.layers[0], "codes", a.layers[0].codes.astype(np.int16)), "must be int8"),
+        (lambda a: setattr(a.layers[1], "codes", a.layers[1].codes[:, :-1]), "expected"),
+        (lambda a: setattr(a, "weight_bits", 9), "unsupported weight bit width"),
+        (lambda a: setattr(a.layers[0], "shift", None), "both scale and shift"),
+        (lambda a: setattr(a.layers[-1], "bias", None), "output layer"),
+        (lambda a: setattr(a.layers[0], "scale", np.full(a.layers[0].n_out, np.nan, np.float32)), "non-finite"),
+        (lambda a: setattr(a, "input_scale", 0.3), "power of two"),
+        (lambda a: setattr(a, "input_codes", np.full_like(a.input_codes, 100)), "-63..63"),
+        (lambda a: setattr(a.layers[0], "activation", "tanh"), "activation"),
+    ],
+)
 def test_inconsistent_artifacts_are_refused(mutate, message):
     art = random_dnn_artifact(1, architecture="fc", bits=2)
     with pytest.raises(ArtifactError, match=message):
@@ -84,9 +98,9 @@ def test_cnn_image_shape_must_hold_the_features():
 def test_header_that_disagrees_with_its_arrays_is_refused(tmp_path):
     art = random_dnn_artifact(2)
     header, arrays = art.to_header_and_arrays()
-    header["layers"][0]["batch_norm"] = False       # arrays still hold the scale and shift
+    header["layers"][0]["batch_norm"] = False  # arrays still hold the scale and shift
     path = tmp_path / "m.bnc"
-    write_container(path, header, arrays)           # a consistent hash: only the content is wrong
+    write_container(path, header, arrays)  # a consistent hash: only the content is wrong
     with pytest.raises(ArtifactError, match=r"m\.bnc: layer 0"):
         load_artifact(path)
 
@@ -154,7 +168,7 @@ def test_sign_reference_matches_a_direct_float64_computation():
 # -- encoding --------------------------------------------------------------------------------------
 def test_column_major_pixels():
     index = pixel_index((3, 2), "column-major")
-    assert index.tolist() == [[0, 3], [1, 4], [2, 5]]          # feature j is row j % 3, column j // 3
+    assert index.tolist() == [[0, 3], [1, 4], [2, 5]]  # feature j is row j % 3, column j // 3
     assert pixel_index((3, 2), "row-major").tolist() == [[0, 1], [2, 3], [4, 5]]
 
 
@@ -172,7 +186,7 @@ def test_standardized_table():
     mean, std = x[:, 0].mean(), x[:, 0].std()
     expected = np.round((np.arange(3) - mean) / std / scale)
     np.testing.assert_array_equal(table["input_codes"][0], expected)
-    assert np.all(table["input_codes"][1] == 0)                 # constant feature -> 0
+    assert np.all(table["input_codes"][1] == 0)  # constant feature -> 0
     assert np.abs(table["input_codes"]).max() <= 63
     assert scale == 2.0 ** -np.floor(np.log2(63 / np.abs((np.arange(3) - mean) / std).max()))
 
@@ -192,7 +206,7 @@ def test_conv_and_pool_helpers():
     out = conv3x3_same(a, w)
     padded = np.pad(a, ((0, 0), (0, 0), (1, 1), (1, 1)))
     n, o, r, c = 1, 2, 4, 0
-    assert out[n, o, r, c] == np.sum(padded[n, :, r:r + 3, c:c + 3] * w[o])
+    assert out[n, o, r, c] == np.sum(padded[n, :, r : r + 3, c : c + 3] * w[o])
     pooled = max_pool2(out)
     assert pooled.shape == (2, 4, 2, 2)
     assert pooled[1, 3, 1, 1] == out[1, 3, 2:4, 2:4].max()
@@ -208,5 +222,12 @@ def test_reference_rejects_out_of_range_codes():
 
 def test_dnn_layer_describe_round_trip():
     layer = DNNLayer("dense", np.array([[1, -1]], dtype=np.int8), bias=np.zeros(1, np.float32))
-    assert layer.describe() == {"type": "dense", "in": 2, "out": 1, "batch_norm": False, "bias": True,
-                                "activation": None, "pool": False}
+    assert layer.describe() == {
+        "type": "dense",
+        "in": 2,
+        "out": 1,
+        "batch_norm": False,
+        "bias": True,
+        "activation": None,
+        "pool": False,
+    }

@@ -34,7 +34,7 @@ def _check_grid(dataset) -> list[int]:
     exact, std = _float_values(dataset.x_train, dataset.cardinalities)
     merged = []
     for i, k in enumerate(int(c) for c in dataset.cardinalities):
-        if std[i] == 0:                       # a constant feature has a single training value, mapped to 0
+        if std[i] == 0:  # a constant feature has a single training value, mapped to 0
             assert not table["input_codes"][i].any()
             continue
         codes = table["input_codes"][i, :k].astype(np.int64)

@@ -4,7 +4,6 @@ import numpy as np
 import pytest
 import torch
 
-from bnc_deploy.quantizers import DoReFaWeightQuantizer, sign_activation
 from bnc_deploy.models.dnn import (
     Activation,
     QuantConv2d,
@@ -13,14 +12,14 @@ from bnc_deploy.models.dnn import (
     quantize_weights_ste,
     stochastic_sign,
 )
-from bnc_deploy.quantizers import UnsupportedBitWidth
+from bnc_deploy.quantizers import DoReFaWeightQuantizer, UnsupportedBitWidth, sign_activation
 
 ALL_BITS = list(range(1, 9))
 
 
 def paper_formula(w, bits):
     """Eqs. 10-11 written out independently (float64): 2 * round(M (clip(w) + 1) / 2) / M - 1."""
-    m = 2 ** bits - 1
+    m = 2**bits - 1
     v = (np.clip(w, -1.0, 1.0) + 1.0) / 2.0
     return 2.0 * (np.round(m * v) / m) - 1.0
 
@@ -28,7 +27,7 @@ def paper_formula(w, bits):
 def tricky_weights(bits, n_random=20000, seed=0):
     """float32 weights: random, neighbours of every decision threshold, ties, tiny and out-of-range values."""
     rng = np.random.default_rng(seed)
-    m = 2 ** bits - 1
+    m = 2**bits - 1
     values = [rng.uniform(-1.5, 1.5, n_random).astype(np.float32)]
     # Decision thresholds of B >= 2: (w + 1) / 2 * M = k + 1/2, i.e. w = (2k + 1) / M - 1.
     thresholds = np.array([(2 * k + 1) / m - 1.0 for k in range(m)], dtype=np.float32)
@@ -40,8 +39,29 @@ def tricky_weights(bits, n_random=20000, seed=0):
             neighbours.append(x.copy())
     values += neighbours
     # w = 0 is an exact tie for every B >= 2 (M / 2 = k + 1/2); so is every |w| < 2**-54 after w + 1.
-    tiny = np.array([0.0, -0.0, 1e-20, -1e-20, 2.0 ** -53, -(2.0 ** -53), 2.0 ** -54, -(2.0 ** -54), 1e-45, -1e-45,
-                     2.0 ** -30, -(2.0 ** -30), 1.0, -1.0, 1.5, -1.5, 3e38, -3e38], dtype=np.float32)
+    tiny = np.array(
+        [
+            0.0,
+            -0.0,
+            1e-20,
+            -1e-20,
+            2.0**-53,
+            -(2.0**-53),
+            2.0**-54,
+            -(2.0**-54),
+            1e-45,
+            -1e-45,
+            2.0**-30,
+            -(2.0**-30),
+            1.0,
+            -1.0,
+            1.5,
+            -1.5,
+            3e38,
+            -3e38,
+        ],
+        dtype=np.float32,
+    )
     values.append(tiny)
     return np.concatenate(values)
 
@@ -51,7 +71,7 @@ def tricky_weights(bits, n_random=20000, seed=0):
 def test_levels_count_symmetry_range_and_odd_codes(bits):
     q = DoReFaWeightQuantizer(bits)
     levels = q.levels()
-    assert levels.dtype == np.float64 and levels.shape == (2 ** bits,)
+    assert levels.dtype == np.float64 and levels.shape == (2**bits,)
     assert np.all(np.diff(levels) > 0)
     assert levels[0] == -1.0 and levels[-1] == 1.0
     assert np.array_equal(levels, -levels[::-1])  # exactly symmetric
@@ -59,7 +79,7 @@ def test_levels_count_symmetry_range_and_odd_codes(bits):
     codes = q.codes()
     assert codes.dtype == q.code_dtype == (np.int8 if bits <= 7 else np.int16)
     assert np.all(codes % 2 != 0) and codes.min() == -q.max_code and codes.max() == q.max_code
-    assert q.max_code == 2 ** bits - 1 and q.scale == 1.0 / (2 ** bits - 1)
+    assert q.max_code == 2**bits - 1 and q.scale == 1.0 / (2**bits - 1)
     assert np.allclose(levels, codes * q.scale, rtol=0, atol=1e-15)
     # The levels are what the quantizer produces on a dense grid, and quantizing a level is a no-op.
     grid = np.linspace(-1.2, 1.2, 20001)
@@ -76,11 +96,11 @@ def test_two_bit_levels_are_exactly_the_thirds():
 def test_numpy_matches_the_paper_formula(bits):
     q = DoReFaWeightQuantizer(bits)
     w = tricky_weights(bits).astype(np.float64)
-    w = w[np.abs(w) > 2.0 ** -50]  # at the w = 0 tie the two float expressions agree; checked separately below
+    w = w[np.abs(w) > 2.0**-50]  # at the w = 0 tie the two float expressions agree; checked separately below
     assert np.allclose(q.quantize(w), paper_formula(w, bits), rtol=0, atol=1e-15)
     # The codes are exactly 2k - M with k from the formula.
-    k = np.round((2 ** bits - 1) * (np.clip(w, -1, 1) + 1) / 2)
-    assert np.array_equal(q.to_codes(w), 2 * k - (2 ** bits - 1))
+    k = np.round((2**bits - 1) * (np.clip(w, -1, 1) + 1) / 2)
+    assert np.array_equal(q.to_codes(w), 2 * k - (2**bits - 1))
 
 
 def test_one_bit_is_sign_with_zero_positive():
@@ -101,7 +121,7 @@ def test_zero_maps_to_the_smallest_positive_level(bits):
 @pytest.mark.parametrize("bits", ALL_BITS)
 def test_clipping(bits):
     q = DoReFaWeightQuantizer(bits)
-    m = 2 ** bits - 1
+    m = 2**bits - 1
     assert q.to_codes([-1e9, -1.0, -1.0001, 1.0, 1.0001, 5.0]).tolist() == [-m, -m, -m, m, m, m]
     assert q.quantize([-7.0, 7.0]).tolist() == [-1.0, 1.0]
 
@@ -137,8 +157,14 @@ def test_unsupported_bit_widths_are_rejected_naming_the_value(bad):
 def test_numpy_integer_bits_are_accepted_and_described():
     q = DoReFaWeightQuantizer(np.int64(4))
     assert q.bits == 4 and type(q.bits) is int
-    assert q.describe() == {"quantizer": "dorefa_weights", "bits": 4, "max_code": 15, "scale": 1 / 15,
-                            "n_levels": 16, "code_dtype": "int8"}
+    assert q.describe() == {
+        "quantizer": "dorefa_weights",
+        "bits": 4,
+        "max_code": 15,
+        "scale": 1 / 15,
+        "n_levels": 16,
+        "code_dtype": "int8",
+    }
     assert "B=4" in str(q) and "1/15" in str(q)
 
 
@@ -180,7 +206,10 @@ def test_float32_levels_equal_the_float32_division_for_every_code(bits):
 def test_torch_ste_is_the_numpy_quantizer_with_identity_gradient():
     w = torch.tensor([-0.9, -0.2, 0.0, 0.6], requires_grad=True)
     out = quantize_weights_ste(w, 2)
-    assert out.detach().numpy().tolist() == DoReFaWeightQuantizer(2).quantize(w.detach().numpy()).astype(np.float32).tolist()
+    assert (
+        out.detach().numpy().tolist()
+        == DoReFaWeightQuantizer(2).quantize(w.detach().numpy()).astype(np.float32).tolist()
+    )
     assert out.tolist() == pytest.approx([-1.0, -1 / 3, 1 / 3, 1 / 3])
     out.sum().backward()
     assert torch.equal(w.grad, torch.ones(4))

@@ -9,20 +9,14 @@ import pytest
 pytest.importorskip("tensorflow")
 pytest.importorskip("ai_edge_litert")
 
-from bnc_deploy.exporters._onehot_fc_plan import INT8_OUTPUT_LEVELS, onehot_fc_plan
 from exports import export_tflite
 from test_export_tflite import random_artifact
 
+from bnc_deploy.exporters._onehot_fc_plan import INT8_OUTPUT_LEVELS, onehot_fc_plan
 from bnc_deploy.formats.tflite import inspect_tflite, read_tflite_metadata
 from bnc_deploy.reference.bnc import ReferencePredictor
 from bnc_deploy.targets import edgetpu_prefix
-from bnc_deploy.targets.edgetpu import (
-    EDGETPU_SUPPORTED_OPS,
-    edgetpu_compatibility,
-    format_report,
-    main,
-    op_versions,
-)
+from bnc_deploy.targets.edgetpu import EDGETPU_SUPPORTED_OPS, edgetpu_compatibility, format_report, main, op_versions
 from bnc_deploy.targets.edgetpu_prefix import run_prefix
 
 #: What must never run before the class scores on an Edge TPU file.
@@ -69,7 +63,7 @@ def test_one_group_hands_the_class_scores_themselves_to_the_cpu(tmp_path):
     summary = inspect_tflite(path)
     fcs = [op for op in summary.ops if op.name == "FULLY_CONNECTED"]
     table_fc = [op for op in fcs if summary.tensors[op.outputs[0]].shape == [1, artifact.n_classes]]
-    assert len(table_fc) == 1 and len(table_fc[0].inputs) == 3                        # the prior as int32 bias
+    assert len(table_fc) == 1 and len(table_fc[0].inputs) == 3  # the prior as int32 bias
     assert np.array_equal(np.frombuffer(summary.tensors[table_fc[0].inputs[2]].data, np.int32), artifact.class_codes)
     prefix = run_prefix(path, artifact, edgetpu_compatibility(path), n_random=32)
     assert prefix["exact"] and prefix["class_scores_equal"]
@@ -112,18 +106,19 @@ def test_groups_fit_int8_per_class_with_the_prior(seed):
     rows = artifact.rows_per_feature
     offsets = artifact.row_offsets
     for k, (a, b) in enumerate(plan.groups):
-        peak = sum(artifact.table_codes[offsets[i]:offsets[i] + rows[i]].astype(np.int64).max(axis=0)
-                   for i in range(a, b))
+        peak = sum(
+            artifact.table_codes[offsets[i] : offsets[i] + rows[i]].astype(np.int64).max(axis=0) for i in range(a, b)
+        )
         if k == 0:
             peak = peak + artifact.class_codes.astype(np.int64)
         assert np.all(peak <= INT8_OUTPUT_LEVELS)
-    assert len(plan.groups) <= len(onehot_fc_plan(artifact, "relu").groups) + 1   # the prior may cost one
+    assert len(plan.groups) <= len(onehot_fc_plan(artifact, "relu").groups) + 1  # the prior may cost one
 
 
 def test_graph_count_equals_analytic():
-    from bnc_deploy.exporters.tflite_bnc import build_tflite_model
     from test_graph_count import artifact, assert_graph_equals_analytic, structure
 
+    from bnc_deploy.exporters.tflite_bnc import build_tflite_model
     from bnc_deploy.profiling.graph_count import count_graph
 
     for kind in ("nb", "tan"):
@@ -139,8 +134,10 @@ def test_op_versions_against_tflite_2_5(tmp_path):
     def fake(*ops):
         return TFLiteSummary([OpInfo(k, name, v, [], []) for k, (name, v) in enumerate(ops)], [], [], [], {})
 
-    ok = {(v["op"], v["version"]): v for v in op_versions(fake(("FULLY_CONNECTED", 9), ("FULLY_CONNECTED", 10),
-                                                              ("MUL", 7), ("WHILE", 1)))}
+    ok = {
+        (v["op"], v["version"]): v
+        for v in op_versions(fake(("FULLY_CONNECTED", 9), ("FULLY_CONNECTED", 10), ("MUL", 7), ("WHILE", 1)))
+    }
     assert ok["FULLY_CONNECTED", 9]["runtime_ok"] and ok["FULLY_CONNECTED", 9]["runtime_max_version"] == 9
     assert ok["FULLY_CONNECTED", 10]["runtime_ok"] is False and ok["FULLY_CONNECTED", 10]["min_runtime"] == "2.11.0"
     assert ok["MUL", 7]["runtime_ok"] is False and ok["MUL", 7]["min_runtime"] == "> 2.13"
@@ -162,8 +159,13 @@ def test_cli_prints_versions_and_prefix(tmp_path, capsys):
 
 # -- letter (skipped without ../shared) -------------------------------------------------------------------------
 @pytest.mark.shared_data
-@pytest.mark.parametrize("args", [["--model", "nb", "--bits", "3", "--int-bits", "2"],
-                                  ["--model", "tan", "--structure", "chow-liu", "--bits", "7", "--int-bits", "3"]])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--model", "nb", "--bits", "3", "--int-bits", "2"],
+        ["--model", "tan", "--structure", "chow-liu", "--bits", "7", "--int-bits", "3"],
+    ],
+)
 def test_letter_scores_on_edgetpu_and_exact(shared_datasets, tmp_path, args):
     from bnc_deploy.artifacts import load_artifact
     from bnc_deploy.cli.train import main as train

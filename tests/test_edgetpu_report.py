@@ -10,6 +10,9 @@ import pytest
 pytest.importorskip("tensorflow")
 pytest.importorskip("ai_edge_litert")
 
+from exports import export_tflite  # noqa: E402
+from test_export_tflite import random_artifact  # noqa: E402
+
 from bnc_deploy.targets.edgetpu import (
     EDGETPU_SUPPORTED_OPS,
     STATUS_AFTER_CPU,
@@ -19,16 +22,16 @@ from bnc_deploy.targets.edgetpu import (
     format_report,
     main,
 )
-from exports import export_tflite  # noqa: E402
-from test_export_tflite import random_artifact  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def exports(tmp_path_factory):
     artifact = random_artifact(51, 7, 3, structure="tan", n_features=6)
     folder = tmp_path_factory.mktemp("edgetpu")
-    files = {lowering: str(export_tflite(artifact, folder / f"{lowering}.tflite", lowering=lowering))
-             for lowering in ("gather", "onehot-fc")}
+    files = {
+        lowering: str(export_tflite(artifact, folder / f"{lowering}.tflite", lowering=lowering))
+        for lowering in ("gather", "onehot-fc")
+    }
     files["relu"] = str(export_tflite(artifact, folder / "relu.tflite", lowering="onehot-fc", onehot="relu"))
     return files
 
@@ -53,7 +56,7 @@ def test_gather_lowering_falls_back_to_cpu(exports):
     report = edgetpu_compatibility(exports["gather"])
     ops = by_op(report)
     assert all(e["status"] == STATUS_NOT_IN_TABLE and e["placement"] == "cpu" for e in ops["GATHER"])
-    assert report["fallback_ops"]["GATHER"] == len(ops["GATHER"]) >= 2        # parent values + table lookup
+    assert report["fallback_ops"]["GATHER"] == len(ops["GATHER"]) >= 2  # parent values + table lookup
     # int32 index arithmetic and a dynamic batch: nothing can be mapped
     assert report["n_mapped"] == 0 and report["n_cpu"] == report["n_ops"]
     assert not report["static_shapes"] and "x" in report["dynamic_tensors"]
@@ -84,11 +87,16 @@ def test_onehot_fc_relu_builder_maps_its_integer_part(exports):
     ops = by_op(report)
     first = report["ops"][report["first_cpu_op"]]
     assert first["op"] == "DEQUANTIZE"
-    assert all(e["placement"] == "edgetpu" for e in ops["FULLY_CONNECTED"])      # one-hot, joint rows, groups, guard
+    assert all(e["placement"] == "edgetpu" for e in ops["FULLY_CONNECTED"])  # one-hot, joint rows, groups, guard
     assert all(e["placement"] == "edgetpu" for name in ("MINIMUM", "SUB", "CONCATENATION") for e in ops[name])
     assert report["n_mapped"] == report["first_cpu_op"] >= len(ops["FULLY_CONNECTED"]) + 3
     assert {e["op"] for e in report["ops"] if e["placement"] == "cpu" and e["in_table"] and e["problems"]} <= {
-        "ADD", "MUL", "RESHAPE", "STRIDED_SLICE", "SUM"}                            # float tail only
+        "ADD",
+        "MUL",
+        "RESHAPE",
+        "STRIDED_SLICE",
+        "SUM",
+    }  # float tail only
     assert report["static_shapes"]
 
 
@@ -111,7 +119,7 @@ def test_fully_int8_model_is_mapped(tmp_path):
     converter.inference_output_type = tf.int8
     path = tmp_path / "int8.tflite"
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)   # no calibration statistics: the ranges are explicit
+        warnings.simplefilter("ignore", UserWarning)  # no calibration statistics: the ranges are explicit
         path.write_bytes(converter.convert())
     report = edgetpu_compatibility(str(path))
     assert report["n_ops"] >= 1 and report["n_mapped"] == report["n_ops"], format_report(report)

@@ -20,16 +20,34 @@ def train_json(capsys, tmp_path, shared_datasets, *args):
 
 def test_ml_naive_bayes_on_letter_matches_the_paper_protocol(tmp_path, capsys, shared_datasets, monkeypatch):
     monkeypatch.setenv("BNC_DEPLOY_DATA_DIR", str(shared_datasets))
-    result, art = train_json(capsys, tmp_path, shared_datasets, "--data", "letter", "--model", "nb",
-                             "--init", "ml", "--epochs", "0")
+    result, art = train_json(
+        capsys, tmp_path, shared_datasets, "--data", "letter", "--model", "nb", "--init", "ml", "--epochs", "0"
+    )
     assert round(100 * result["test_error"], 2) == 25.89
     assert result["n_parameters"] == 3822 and result["n_ops"] == 16 * 26
 
 
 def test_short_quantized_hybrid_run_on_letter(tmp_path, capsys, shared_datasets, monkeypatch):
     monkeypatch.setenv("BNC_DEPLOY_DATA_DIR", str(shared_datasets))
-    result, art = train_json(capsys, tmp_path, shared_datasets, "--data", "letter", "--model", "nb", "--bits", "3",
-                             "--int-bits", "2", "--epochs", "5", "--lr", "3e-3", "--seed", "1")
+    result, art = train_json(
+        capsys,
+        tmp_path,
+        shared_datasets,
+        "--data",
+        "letter",
+        "--model",
+        "nb",
+        "--bits",
+        "3",
+        "--int-bits",
+        "2",
+        "--epochs",
+        "5",
+        "--lr",
+        "3e-3",
+        "--seed",
+        "1",
+    )
     history = art.metadata["history"]
     assert len(history["test_error"]) == 5
     assert history["test_error"][-1] < history["test_error"][0]
@@ -42,17 +60,32 @@ def test_short_quantized_hybrid_run_on_letter(tmp_path, capsys, shared_datasets,
 
 def test_chow_liu_tan_on_satimage_fold_3(tmp_path, capsys, shared_datasets, monkeypatch):
     monkeypatch.setenv("BNC_DEPLOY_DATA_DIR", str(shared_datasets))
-    result, art = train_json(capsys, tmp_path, shared_datasets, "--data", "satimage", "--fold", "3",
-                             "--model", "tan", "--init", "ml", "--epochs", "0", "--bits", "4")
+    result, art = train_json(
+        capsys,
+        tmp_path,
+        shared_datasets,
+        "--data",
+        "satimage",
+        "--fold",
+        "3",
+        "--model",
+        "tan",
+        "--init",
+        "ml",
+        "--epochs",
+        "0",
+        "--bits",
+        "4",
+    )
     assert result["fold"] == 3 and art.structure == "tan"
     assert result["test_error"] < 0.25
 
 
-def test_raw_letter_is_discretized_and_the_discretizer_travels_with_the_model(tmp_path, capsys, shared_datasets,
-                                                                              monkeypatch):
+def test_raw_letter_is_discretized_and_the_discretizer_travels_with_the_model(
+    tmp_path, capsys, shared_datasets, monkeypatch
+):
     monkeypatch.setenv("BNC_DEPLOY_DATA_DIR", str(shared_datasets))
-    result, art = train_json(capsys, tmp_path, shared_datasets, "--data", "letter-raw", "--init", "ml",
-                             "--epochs", "0")
+    result, art = train_json(capsys, tmp_path, shared_datasets, "--data", "letter-raw", "--init", "ml", "--epochs", "0")
     assert art.discretizer is not None
     assert 0.2 < result["test_error"] < 0.35
     from bnc_deploy.datasets import loaders

@@ -17,25 +17,32 @@ from bnc_deploy import errors
 from bnc_deploy.artifacts import save_artifact
 from bnc_deploy.artifacts.bnc import BNCArtifact
 from bnc_deploy.cli.common import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, EXIT_USAGE, USER_ERRORS, cli_main, user_errors
-from bnc_deploy.errors import (
-    ArtifactError,
-    BncDeployError,
-    ConfigError,
-    DatasetError,
-    InputError,
-    MetadataError,
-)
+from bnc_deploy.errors import ArtifactError, BncDeployError, ConfigError, DatasetError, InputError, MetadataError
 from bnc_deploy.quantizers import FixedPointLogQuantizer
 
-ERROR_CLASSES = [obj for _, obj in inspect.getmembers(errors, inspect.isclass)
-                 if issubclass(obj, BaseException) and obj.__module__ == errors.__name__]
+ERROR_CLASSES = [
+    obj
+    for _, obj in inspect.getmembers(errors, inspect.isclass)
+    if issubclass(obj, BaseException) and obj.__module__ == errors.__name__
+]
 
 
 # -- the hierarchy --------------------------------------------------------------------------------------------
 def test_errors_module_defines_the_root_and_its_types():
     names = {cls.__name__ for cls in ERROR_CLASSES}
-    assert {"BncDeployError", "InputError", "DatasetError", "ArtifactError", "UnsupportedBitWidth", "ExportError",
-            "RuntimeLoadError", "MetadataError", "ConfigError", "OutputError", "MissingExtraError"} <= names
+    assert {
+        "BncDeployError",
+        "InputError",
+        "DatasetError",
+        "ArtifactError",
+        "UnsupportedBitWidth",
+        "ExportError",
+        "RuntimeLoadError",
+        "MetadataError",
+        "ConfigError",
+        "OutputError",
+        "MissingExtraError",
+    } <= names
 
 
 @pytest.mark.parametrize("cls", ERROR_CLASSES, ids=lambda c: c.__name__)
@@ -71,11 +78,22 @@ def test_user_errors_are_the_root_and_path_errors_only():
         assert isinstance(exc, USER_ERRORS)
 
 
-@pytest.mark.parametrize("exc", [ConfigError("--runs must be >= 1"), DatasetError("d.csv: no data rows"),
-                                 ArtifactError("m.bnc: corrupt"), InputError("x: shape"), MetadataError("f: meta"),
-                                 errors.OutputError("o: is a directory"), FileNotFoundError("m.bnc: no such file"),
-                                 IsADirectoryError("out: is a directory"), PermissionError("m.bnc: denied"),
-                                 NotADirectoryError("a/b: not a directory")], ids=lambda e: type(e).__name__)
+@pytest.mark.parametrize(
+    "exc",
+    [
+        ConfigError("--runs must be >= 1"),
+        DatasetError("d.csv: no data rows"),
+        ArtifactError("m.bnc: corrupt"),
+        InputError("x: shape"),
+        MetadataError("f: meta"),
+        errors.OutputError("o: is a directory"),
+        FileNotFoundError("m.bnc: no such file"),
+        IsADirectoryError("out: is a directory"),
+        PermissionError("m.bnc: denied"),
+        NotADirectoryError("a/b: not a directory"),
+    ],
+    ids=lambda e: type(e).__name__,
+)
 def test_user_errors_exit_2_with_one_line(capsys, exc):
     with pytest.raises(SystemExit) as info:
         with user_errors("prog"):
@@ -85,8 +103,18 @@ def test_user_errors_exit_2_with_one_line(capsys, exc):
     assert err == f"prog: error: {exc}\n"
 
 
-@pytest.mark.parametrize("exc", [ValueError("a bug"), KeyError("k"), TypeError("t"), RuntimeError("r"),
-                                 AssertionError("a"), OSError("disk on fire")], ids=lambda e: type(e).__name__)
+@pytest.mark.parametrize(
+    "exc",
+    [
+        ValueError("a bug"),
+        KeyError("k"),
+        TypeError("t"),
+        RuntimeError("r"),
+        AssertionError("a"),
+        OSError("disk on fire"),
+    ],
+    ids=lambda e: type(e).__name__,
+)
 def test_anything_else_is_a_bug_and_propagates(capsys, exc):
     with pytest.raises(type(exc)) as info:
         with user_errors("prog"):
@@ -123,9 +151,12 @@ def test_cli_main_maps_interrupt_and_broken_pipe_and_passes_system_exit(capsys):
     def fine(argv=None):
         return 0 if argv == ["a"] else 3
 
-    for fn, code, err in ((interrupted, EXIT_INTERRUPTED, "prog: interrupted; nothing written\n"),
-                          (interrupted_custom, 130, "prog: interrupted; partial results kept\n"),
-                          (broken, EXIT_BROKEN_PIPE, ""), (explicit, 1, "")):
+    for fn, code, err in (
+        (interrupted, EXIT_INTERRUPTED, "prog: interrupted; nothing written\n"),
+        (interrupted_custom, 130, "prog: interrupted; partial results kept\n"),
+        (broken, EXIT_BROKEN_PIPE, ""),
+        (explicit, 1, ""),
+    ):
         with pytest.raises(SystemExit) as info:
             fn([])
         assert info.value.code == code
@@ -163,12 +194,18 @@ def tiny_artifact() -> BNCArtifact:
     rng = np.random.default_rng(0)
     q = FixedPointLogQuantizer(3, 2)
     cards = np.array([3, 2, 4])
-    return BNCArtifact(parents=-np.ones(3, dtype=np.int64), cardinalities=cards, class_names=["a", "b"],
-                       feature_names=["f0", "f1", "f2"], quantizer=q,
-                       class_codes=rng.integers(0, 8, 2).astype(np.uint8),
-                       table_codes=rng.integers(0, 8, (int(cards.sum()), 2)).astype(np.uint8),
-                       metadata={"errors": {"test": 0.25}},
-                       check_x=np.array([[0, 1, 3], [2, 0, 0]]), check_y=np.array([0, 1]))
+    return BNCArtifact(
+        parents=-np.ones(3, dtype=np.int64),
+        cardinalities=cards,
+        class_names=["a", "b"],
+        feature_names=["f0", "f1", "f2"],
+        quantizer=q,
+        class_codes=rng.integers(0, 8, 2).astype(np.uint8),
+        table_codes=rng.integers(0, 8, (int(cards.sum()), 2)).astype(np.uint8),
+        metadata={"errors": {"test": 0.25}},
+        check_x=np.array([[0, 1, 3], [2, 0, 0]]),
+        check_y=np.array([0, 1]),
+    )
 
 
 @pytest.fixture
@@ -201,14 +238,17 @@ def test_profile_runs_on_a_good_model(model_file, capsys):
     assert rows[0]["size_bits"] == tiny_artifact().size_bits
 
 
-@pytest.mark.parametrize("name,content,message", [
-    ("missing.onnx", None, "missing.onnx: no such file"),
-    ("garbage.bnc", b"not a zip", "garbage.bnc: not a bnc-deploy model file"),
-    ("garbage.json", b"{not json", "garbage.json: not a JSON result file"),
-    ("list.json", b"[1, 2]", "list.json: expected a JSON object or a list of objects"),
-    ("garbage.onnx", b"\x08\x07garbage bytes", "garbage.onnx: not a readable ONNX model"),
-    ("garbage.tflite", b"garbage bytes, no identifier", "garbage.tflite: not a readable TFLite model"),
-])
+@pytest.mark.parametrize(
+    "name,content,message",
+    [
+        ("missing.onnx", None, "missing.onnx: no such file"),
+        ("garbage.bnc", b"not a zip", "garbage.bnc: not a bnc-deploy model file"),
+        ("garbage.json", b"{not json", "garbage.json: not a JSON result file"),
+        ("list.json", b"[1, 2]", "list.json: expected a JSON object or a list of objects"),
+        ("garbage.onnx", b"\x08\x07garbage bytes", "garbage.onnx: not a readable ONNX model"),
+        ("garbage.tflite", b"garbage bytes, no identifier", "garbage.tflite: not a readable TFLite model"),
+    ],
+)
 def test_profile_bad_files_exit_2_with_one_line(tmp_path, capsys, name, content, message):
     path = tmp_path / name
     if content is not None:
@@ -240,8 +280,11 @@ def test_profile_plot_into_a_directory_is_a_user_error(model_file, tmp_path, cap
     assert err.startswith("bnc-profile: error:") and err.count("\n") == 1
 
 
-@pytest.mark.parametrize("exc", [ValueError("internal: bad shape"), KeyError("internal"), TypeError("internal")],
-                         ids=lambda e: type(e).__name__)
+@pytest.mark.parametrize(
+    "exc",
+    [ValueError("internal: bad shape"), KeyError("internal"), TypeError("internal")],
+    ids=lambda e: type(e).__name__,
+)
 def test_profile_internal_bug_is_not_mapped_to_exit_2(model_file, capsys, monkeypatch, exc):
     import bnc_deploy.costs
 
@@ -280,8 +323,8 @@ def test_profile_interrupt_and_broken_pipe(model_file, capsys, monkeypatch):
 # -- bnc-structure-sweep ---------------------------------------------------------------------------------------------
 def test_sweep_bad_option_exits_2_and_internal_bug_propagates(tmp_path, capsys, monkeypatch):
     pytest.importorskip("torch")
-    from bnc_deploy.cli.sweep import main
     import bnc_deploy.train.structure_sweep as structure_sweep
+    from bnc_deploy.cli.sweep import main
 
     with pytest.raises(SystemExit) as info:
         main(["--data", "digits", "--lambdas", "0,1", "--jobs", "0", "-o", str(tmp_path / "out"), "--quiet"])

@@ -23,13 +23,7 @@ from bnc_deploy.artifacts import BNCArtifact, save_artifact
 from bnc_deploy.errors import ExportError, InputError, MetadataError, RuntimeLoadError
 from bnc_deploy.exporters import c_bnc
 from bnc_deploy.exporters.base import exporter_for
-from bnc_deploy.exporters.c_bnc import (
-    accumulator_type,
-    build_c_source,
-    code_stream,
-    pack_codes,
-    unpack_codes,
-)
+from bnc_deploy.exporters.c_bnc import accumulator_type, build_c_source, code_stream, pack_codes, unpack_codes
 from bnc_deploy.formats.bnc import float32_thresholds
 from bnc_deploy.formats.c import read_c_metadata
 from bnc_deploy.formats.c_template import template_sections
@@ -43,13 +37,27 @@ CC = shutil.which(os.environ.get("CC") or "cc")
 pytestmark = pytest.mark.skipif(CC is None, reason="the C export tests need a C compiler (cc)")
 
 #: Strict C99: the generated header must compile cleanly under all of these.
-STRICT = ["-std=c99", "-pedantic", "-Wall", "-Wextra", "-Werror", "-Wconversion", "-Wshadow", "-Wcast-qual",
-          "-Wstrict-prototypes", "-Wmissing-prototypes", "-Wundef", "-Wdouble-promotion", "-Wfloat-equal",
-          "-Wtrigraphs", "-trigraphs", "-O2"]
+STRICT = [
+    "-std=c99",
+    "-pedantic",
+    "-Wall",
+    "-Wextra",
+    "-Werror",
+    "-Wconversion",
+    "-Wshadow",
+    "-Wcast-qual",
+    "-Wstrict-prototypes",
+    "-Wmissing-prototypes",
+    "-Wundef",
+    "-Wdouble-promotion",
+    "-Wfloat-equal",
+    "-Wtrigraphs",
+    "-trigraphs",
+    "-O2",
+]
 SANITIZE = ["-fsanitize=address,undefined", "-fno-sanitize-recover=all", "-fno-omit-frame-pointer", "-g", "-O1"]
 #: (B, B_I): every B from 1 to 8, B_F negative, zero and positive.
-BIT_CASES = [(1, 1), (1, 3), (2, 1), (2, 2), (3, 2), (4, 1), (4, 6), (5, 3), (6, 2), (6, 6), (7, 3), (8, 1),
-             (8, 5)]
+BIT_CASES = [(1, 1), (1, 3), (2, 1), (2, 2), (3, 2), (4, 1), (4, 6), (5, 3), (6, 2), (6, 6), (7, 3), (8, 1), (8, 5)]
 SENTINEL = 0x5A5A5A5A
 
 DRIVER = r"""
@@ -97,22 +105,28 @@ def native_cache(tmp_path_factory, monkeypatch):
 
 
 # -- helpers -----------------------------------------------------------------------------------------------
-def compile_driver(header: str | Path, folder: Path, *, name: str = "bnc", raw: bool = False,
-                   flags=None) -> Path:
+def compile_driver(header: str | Path, folder: Path, *, name: str = "bnc", raw: bool = False, flags=None) -> Path:
     """Compile the test driver around ``header`` (text or path) with ``flags`` (default: strict C99)."""
     folder.mkdir(parents=True, exist_ok=True)
     text = Path(header).read_text() if isinstance(header, Path) else header
     (folder / "model.h").write_text(text)
     macro = name.upper()
-    defines = {"NF": f"{macro}_N_FEATURES", "NC": f"{macro}_N_CLASSES", "SENTINEL": str(SENTINEL),
-               "IN_T": "float" if raw else "uint8_t",
-               "LOG_JOINT": f"{name}_log_joint{'_raw' if raw else ''}",
-               "PREDICT": f"{name}_predict{'_raw' if raw else ''}"}
+    defines = {
+        "NF": f"{macro}_N_FEATURES",
+        "NC": f"{macro}_N_CLASSES",
+        "SENTINEL": str(SENTINEL),
+        "IN_T": "float" if raw else "uint8_t",
+        "LOG_JOINT": f"{name}_log_joint{'_raw' if raw else ''}",
+        "PREDICT": f"{name}_predict{'_raw' if raw else ''}",
+    }
     source = "".join(f"#define {k} {v}\n" for k, v in defines.items()) + DRIVER
     (folder / "driver.c").write_text(source)
     binary = folder / "driver"
-    done = subprocess.run([CC, *(STRICT if flags is None else flags), "-o", str(binary), str(folder / "driver.c")],
-                          capture_output=True, text=True)
+    done = subprocess.run(
+        [CC, *(STRICT if flags is None else flags), "-o", str(binary), str(folder / "driver.c")],
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, f"the generated C does not compile cleanly:\n{done.stderr}"
     return binary
 
@@ -122,8 +136,9 @@ def run_driver(binary: Path, rows: np.ndarray, n_classes: int, *, raw: bool = Fa
     rows = np.ascontiguousarray(rows, dtype=np.float32 if raw else np.uint8)
     folder = binary.parent
     (folder / "in.bin").write_bytes(rows.tobytes())
-    done = subprocess.run([str(binary), str(folder / "in.bin"), str(folder / "out.bin")], capture_output=True,
-                          text=True)
+    done = subprocess.run(
+        [str(binary), str(folder / "in.bin"), str(folder / "out.bin")], capture_output=True, text=True
+    )
     assert done.returncode == 0, f"driver failed ({done.returncode}):\n{done.stderr}"
     out = np.frombuffer((folder / "out.bin").read_bytes(), dtype=np.int32).reshape(-1, n_classes + 2)
     assert out.shape[0] == rows.shape[0]
@@ -171,8 +186,9 @@ def test_exact_labels_and_integer_scores(tmp_path, bits, int_bits, structure, pa
     assert np.array_equal(scores, ref_scores)
     # log p(c, x) = scores * 2^-B_F, as the metadata and the macros say
     assert re.search(rf"#define BNC_STEP_SHIFT \(?{artifact.quantizer.frac_bits}\)?\n", source)
-    np.testing.assert_array_equal(scores * 2.0 ** -artifact.quantizer.frac_bits,
-                                  ReferencePredictor(artifact).log_joint(rows))
+    np.testing.assert_array_equal(
+        scores * 2.0**-artifact.quantizer.frac_bits, ReferencePredictor(artifact).log_joint(rows)
+    )
 
 
 def test_ties_go_to_the_first_class(tmp_path):
@@ -190,8 +206,9 @@ def test_accumulator_is_the_narrowest_safe_type_at_its_limit(tmp_path, d, expect
     assert accumulator_type(d, 8) == expected
     cards = np.ones(d, dtype=np.int64)
     cards[0] = 256  # a full uint8 range: code 255 is valid
-    artifact = random_bnc_artifact(np.random.default_rng(d), tan=False, bits=8, int_bits=4, n_classes=2,
-                                   cardinalities=cards, n_check=5)
+    artifact = random_bnc_artifact(
+        np.random.default_rng(d), tan=False, bits=8, int_bits=4, n_classes=2, cardinalities=cards, n_check=5
+    )
     artifact.table_codes[:] = 255
     artifact.class_codes[:] = [255, 254]
     source = build_c_source(artifact, pack_bits=True)
@@ -209,7 +226,7 @@ def test_accumulator_is_the_narrowest_safe_type_at_its_limit(tmp_path, d, expect
 def test_pack_codes_round_trip_and_size(bits):
     rng = np.random.default_rng(bits)
     for n in (1, 7, 8, 9, 1001):
-        codes = rng.integers(0, 2 ** bits, size=n).astype(np.uint8)
+        codes = rng.integers(0, 2**bits, size=n).astype(np.uint8)
         packed = pack_codes(codes, bits)
         assert packed.size == math.ceil(n * bits / 8)
         assert np.array_equal(unpack_codes(packed, bits, n), codes)
@@ -238,9 +255,19 @@ def test_only_stdint_and_no_floats_without_raw_inputs():
         assert re.findall(r"^[ \t]*#[ \t]*include.*$", source, flags=re.M) == ["#include <stdint.h>"]
         code = strip_comments(source)
         assert not re.search(r"\b(float|double|malloc|free|static\s+(?!const|inline)\w+\s+\w+\s*=)\b", code)
-        for name in ("BNC_N_FEATURES", "BNC_N_CLASSES", "BNC_BITS", "BNC_INT_BITS", "BNC_FRAC_BITS",
-                     "BNC_N_PARAMETERS", "BNC_SIZE_BITS", "BNC_N_OPS", "BNC_TABLE_BYTES", "BNC_STEP_SHIFT",
-                     "BNC_CARD_0"):
+        for name in (
+            "BNC_N_FEATURES",
+            "BNC_N_CLASSES",
+            "BNC_BITS",
+            "BNC_INT_BITS",
+            "BNC_FRAC_BITS",
+            "BNC_N_PARAMETERS",
+            "BNC_SIZE_BITS",
+            "BNC_N_OPS",
+            "BNC_TABLE_BYTES",
+            "BNC_STEP_SHIFT",
+            "BNC_CARD_0",
+        ):
             assert re.search(rf"^#define {name} ", source, flags=re.M), name
         assert "#ifndef BNC_BNC_DEPLOY_MODEL_H" in source and source.rstrip().endswith("*/")
         # every array is const, every function static inline: a header-only library with no state
@@ -270,15 +297,18 @@ def test_every_section_of_the_c_source_is_written_for_some_options(monkeypatch):
     assert written == set(sections)
 
 
-
 def test_template_sections_split_files_and_refuse_broken_ones(tmp_path, monkeypatch):
     """bnc_deploy.formats.c_template: the preamble is dropped, sections keep file order; a duplicated name, a
     section without a final newline or a file without markers is refused (it would change every output)."""
     package = tmp_path / "bnc_c_template_probe"
     package.mkdir()
     (package / "__init__.py").write_text("")
-    files = {"ok.c": "/* about */\n//@ a\nint ${x};\n//@ b\n\n$$y\n",
-             "dup.c": "//@ a\n1\n//@ a\n2\n", "nonl.c": "//@ a\n1\n//@ b\n2", "none.c": "int x;\n"}
+    files = {
+        "ok.c": "/* about */\n//@ a\nint ${x};\n//@ b\n\n$$y\n",
+        "dup.c": "//@ a\n1\n//@ a\n2\n",
+        "nonl.c": "//@ a\n1\n//@ b\n2",
+        "none.c": "int x;\n",
+    }
     for name, text in files.items():
         (package / name).write_bytes(text.encode("ascii"))
     monkeypatch.syspath_prepend(str(tmp_path))
@@ -289,6 +319,7 @@ def test_template_sections_split_files_and_refuse_broken_ones(tmp_path, monkeypa
         with pytest.raises(ValueError, match=f"{package.name}/{name}"):
             template_sections(package.name, name)
 
+
 def test_metadata_is_embedded_and_read_back(tmp_path):
     artifact = bn_artifact(6, tan=False, bits=5, int_bits=2)
     report = export_file(artifact, tmp_path / "m.h", "c", name="my_model")
@@ -297,7 +328,10 @@ def test_metadata_is_embedded_and_read_back(tmp_path):
     assert meta["format"] == "c" and meta["c_name"] == "my_model" and meta["exact"] is True
     assert meta["input"] == "codes" and meta["input_dtype"] == "uint8"
     assert (meta["size_bits"], meta["n_ops"], meta["n_parameters"]) == (
-        artifact.size_bits, artifact.n_ops, artifact.n_parameters)
+        artifact.size_bits,
+        artifact.n_ops,
+        artifact.n_parameters,
+    )
     assert meta["integrity"].startswith("sha256:")
     assert report["metadata"]["integrity"] == meta["integrity"].strip()
     rt = load_runtime(tmp_path / "m.h")  # by extension: native
@@ -328,9 +362,11 @@ def test_two_models_with_different_prefixes_in_one_program(tmp_path):
     (tmp_path / "main.c").write_text(
         '#include "a.h"\n#include "b.h"\n#include "a.h"\n'
         "int main(void)\n{\n    uint8_t xa[MODEL_A_N_FEATURES] = {0};\n    uint8_t xb[MODEL_B_N_FEATURES] = {0};\n"
-        "    return model_a_predict(xa) + model_b_predict(xb) >= 0 ? 0 : 1;\n}\n")
-    done = subprocess.run([CC, *STRICT, "-o", str(tmp_path / "main"), str(tmp_path / "main.c")],
-                          capture_output=True, text=True)
+        "    return model_a_predict(xa) + model_b_predict(xb) >= 0 ? 0 : 1;\n}\n"
+    )
+    done = subprocess.run(
+        [CC, *STRICT, "-o", str(tmp_path / "main"), str(tmp_path / "main.c")], capture_output=True, text=True
+    )
     assert done.returncode == 0, done.stderr
     assert subprocess.run([str(tmp_path / "main")]).returncode == 0
 
@@ -339,8 +375,7 @@ def test_two_models_with_different_prefixes_in_one_program(tmp_path):
 def _sanitizers_work(folder: Path) -> bool:
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "probe.c").write_text("int main(void) { return 0; }\n")
-    done = subprocess.run([CC, *SANITIZE, "-o", str(folder / "probe"), str(folder / "probe.c")],
-                          capture_output=True)
+    done = subprocess.run([CC, *SANITIZE, "-o", str(folder / "probe"), str(folder / "probe.c")], capture_output=True)
     return done.returncode == 0 and subprocess.run([str(folder / "probe")], capture_output=True).returncode == 0
 
 
@@ -349,10 +384,14 @@ def test_invalid_codes_return_minus_one_without_out_of_bounds_reads(tmp_path, pa
     if not _sanitizers_work(tmp_path / "probe"):
         pytest.skip("this compiler cannot build with -fsanitize=address,undefined")
     cards = [3, 1, 256, 2, 5, 4]
-    artifact = random_bnc_artifact(np.random.default_rng(11), tan=True, bits=7, int_bits=3, n_classes=3,
-                                   cardinalities=cards, n_check=10)
-    binary = compile_driver(build_c_source(artifact, pack_bits=pack), tmp_path / "asan",
-                            flags=["-std=c99", "-Wall", "-Wextra", "-Werror", *SANITIZE])
+    artifact = random_bnc_artifact(
+        np.random.default_rng(11), tan=True, bits=7, int_bits=3, n_classes=3, cardinalities=cards, n_check=10
+    )
+    binary = compile_driver(
+        build_c_source(artifact, pack_bits=pack),
+        tmp_path / "asan",
+        flags=["-std=c99", "-Wall", "-Wextra", "-Werror", *SANITIZE],
+    )
     valid = check_rows(artifact, 40)
     valid[1] = np.asarray(cards) - 1  # the last row of every table
     invalid = []
@@ -369,7 +408,7 @@ def test_invalid_codes_return_minus_one_without_out_of_bounds_reads(tmp_path, pa
     bad = slice(n_valid, n_valid + len(invalid))
     assert np.all(rc[bad] == -1) and np.all(labels[bad] == -1)
     assert np.all(scores[bad] == SENTINEL), "scores of an invalid row must stay untouched"
-    good = np.r_[0:n_valid, n_valid + len(invalid):len(rows)]
+    good = np.r_[0:n_valid, n_valid + len(invalid) : len(rows)]
     ref_scores, ref_labels = reference_integers(artifact, rows[good])
     assert np.all(rc[good] == 0)
     assert np.array_equal(labels[good], ref_labels) and np.array_equal(scores[good], ref_scores)
@@ -397,8 +436,16 @@ RAW_CUTS = [[0.5], [-1.0, 0.1, 2.5], [], [1e-3, 1e-3 + 1e-12, 7.0], [-3.0e38, 1.
 
 def raw_artifact(seed: int, *, tan: bool, bits: int = 4, int_bits: int = 2) -> BNCArtifact:
     cards = [len(c) + 1 for c in RAW_CUTS]
-    return random_bnc_artifact(np.random.default_rng(seed), tan=tan, bits=bits, int_bits=int_bits, n_classes=4,
-                               cardinalities=cards, discretizer=discretizer_dict(RAW_CUTS), n_check=30)
+    return random_bnc_artifact(
+        np.random.default_rng(seed),
+        tan=tan,
+        bits=bits,
+        int_bits=int_bits,
+        n_classes=4,
+        cardinalities=cards,
+        discretizer=discretizer_dict(RAW_CUTS),
+        n_check=30,
+    )
 
 
 def raw_values() -> tuple[np.ndarray, np.ndarray]:
@@ -480,8 +527,9 @@ def test_bad_prefixes_are_refused(tmp_path, name):
 
 
 def test_cardinalities_beyond_uint8_are_refused():
-    artifact = random_bnc_artifact(np.random.default_rng(3), tan=False, bits=3, int_bits=2,
-                                   cardinalities=[2, 257], n_check=3)
+    artifact = random_bnc_artifact(
+        np.random.default_rng(3), tan=False, bits=3, int_bits=2, cardinalities=[2, 257], n_check=3
+    )
     with pytest.raises(ExportError, match="uint8_t"):
         build_c_source(artifact)
 

@@ -19,16 +19,17 @@ from hypothesis import strategies as st
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
-from bnc_deploy.artifacts import BNCArtifact  # noqa: E402
-from bnc_deploy.testing import discretizer_dict, random_parents  # noqa: E402,F401  (imported by other tests)
-from bnc_deploy.testing import random_bnc_artifact as random_artifact  # noqa: E402
-from bnc_deploy.formats.metadata import INVALID_LABEL, METADATA_KEY, parse_metadata
-from bnc_deploy.errors import ExportError
-from bnc_deploy.formats.bnc import float32_thresholds
-from bnc_deploy.exporters.onnx_bnc import build_onnx_model  # noqa: E402
 from exports import export_onnx  # noqa: E402
+
+from bnc_deploy.artifacts import BNCArtifact  # noqa: E402
+from bnc_deploy.errors import ExportError
+from bnc_deploy.exporters.onnx_bnc import build_onnx_model  # noqa: E402
+from bnc_deploy.formats.bnc import float32_thresholds
+from bnc_deploy.formats.metadata import INVALID_LABEL, METADATA_KEY, parse_metadata
 from bnc_deploy.quantizers import MAX_INT_BITS, FixedPointLogQuantizer
 from bnc_deploy.reference.bnc import ReferencePredictor
+from bnc_deploy.testing import discretizer_dict, random_parents  # noqa: E402,F401  (imported by other tests)
+from bnc_deploy.testing import random_bnc_artifact as random_artifact  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -38,7 +39,7 @@ def random_codes(rng: np.random.Generator, artifact: BNCArtifact, n: int) -> np.
     return rng.integers(0, artifact.cardinalities, size=(n, artifact.n_features)).astype(np.int64)
 
 
-def session(path) -> "ort.InferenceSession":
+def session(path) -> ort.InferenceSession:
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     return ort.InferenceSession(str(path), sess_options=options, providers=["CPUExecutionProvider"])
@@ -67,8 +68,12 @@ BIT_CONFIGS = [None] + [(b, bi) for b in range(1, 9) for bi in range(1, MAX_INT_
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(seed=st.integers(0, 2**32 - 1), config=st.sampled_from(BIT_CONFIGS),
-       lowering=st.sampled_from(["gather", "onehot-fc"]), pack_bits=st.booleans())
+@given(
+    seed=st.integers(0, 2**32 - 1),
+    config=st.sampled_from(BIT_CONFIGS),
+    lowering=st.sampled_from(["gather", "onehot-fc"]),
+    pack_bits=st.booleans(),
+)
 def test_random_artifacts_match_reference(tmp_path, seed, config, lowering, pack_bits):
     rng = np.random.default_rng(seed)
     bits, int_bits = config if config else (None, None)
@@ -93,9 +98,15 @@ def test_every_bit_width_exact_on_all_code_combinations(tmp_path, bits):
 def test_ties_go_to_first_class(tmp_path):
     """All classes equal: label 0, as the reference (first maximum)."""
     q = FixedPointLogQuantizer(3, 2)
-    artifact = BNCArtifact(parents=[-1, 0], cardinalities=[2, 3], class_names=["a", "b", "c"],
-                           feature_names=["u", "v"], quantizer=q, class_codes=np.full(3, 2, np.uint8),
-                           table_codes=np.full((2 + 6, 3), 5, np.uint8))
+    artifact = BNCArtifact(
+        parents=[-1, 0],
+        cardinalities=[2, 3],
+        class_names=["a", "b", "c"],
+        feature_names=["u", "v"],
+        quantizer=q,
+        class_codes=np.full(3, 2, np.uint8),
+        table_codes=np.full((2 + 6, 3), 5, np.uint8),
+    )
     x = np.array([[0, 0], [1, 2]], dtype=np.int64)
     lj, label = run_session(export_onnx(artifact, tmp_path / "t.onnx"), x)
     assert label.tolist() == [0, 0]
@@ -143,9 +154,10 @@ def test_bitplanes_are_smaller_and_hold_the_codes(tmp_path):
     packed = export_onnx(artifact, tmp_path / "b3.onnx", pack_bits=True)
     assert packed.stat().st_size < plain.stat().st_size - artifact.table_codes.size // 2
     planes = pack_bitplanes(artifact.table_codes, 3)
-    bits = np.unpackbits(planes, axis=1)[:, :artifact.table_codes.size]
-    np.testing.assert_array_equal((bits * (1 << np.arange(3))[:, None]).sum(0).reshape(artifact.table_codes.shape),
-                                  artifact.table_codes)
+    bits = np.unpackbits(planes, axis=1)[:, : artifact.table_codes.size]
+    np.testing.assert_array_equal(
+        (bits * (1 << np.arange(3))[:, None]).sum(0).reshape(artifact.table_codes.shape), artifact.table_codes
+    )
     meta = json.loads({p.key: p.value for p in onnx.load(str(packed)).metadata_props}[METADATA_KEY])
     assert meta["table_storage"] == "bitplanes3"
 
@@ -153,7 +165,7 @@ def test_bitplanes_are_smaller_and_hold_the_codes(tmp_path):
 @pytest.mark.parametrize("kw", [{}, {"pack_bits": True}, {"lowering": "onehot-fc"}, {"raw_inputs": True}])
 def test_no_unused_initializers(kw):
     """Every stored constant is used (onnxruntime warns about, and strips, unused ones)."""
-    for tan, card in ((False, [2, 1, 3]), (True, [2, 1, 3]), (False, [3])):   # [3]: feature 0 is the whole table
+    for tan, card in ((False, [2, 1, 3]), (True, [2, 1, 3]), (False, [3])):  # [3]: feature 0 is the whole table
         cuts = [[float(k) for k in range(c - 1)] for c in card]
         extra = {"discretizer": discretizer_dict(cuts)} if kw.get("raw_inputs") else {}
         artifact = random_artifact(np.random.default_rng(16), bits=4, tan=tan, cardinalities=card, **extra)
@@ -177,7 +189,10 @@ def test_metadata(tmp_path):
     assert meta["cardinalities"] == artifact.cardinalities.tolist()
     assert meta["parents"] == artifact.parents.tolist()
     assert (meta["n_parameters"], meta["size_bits"], meta["n_ops"]) == (
-        artifact.n_parameters, artifact.size_bits, artifact.n_ops)
+        artifact.n_parameters,
+        artifact.size_bits,
+        artifact.n_ops,
+    )
     assert meta["opset"] == model.opset_import[0].version and meta["format"] == "onnx"
     assert meta["exact"] is True and meta["input"] == "codes"
     assert len(meta["artifact_sha256"]) == 64
@@ -247,11 +262,19 @@ def raw_probe_values(rng: np.random.Generator, cuts: list[list[float]], n: int) 
         edges = np.asarray(c, dtype=np.float64)
         with np.errstate(over="ignore"):  # cuts beyond float32 range: their neighbours are +-inf, dropped
             nearest, down = edges.astype(np.float32), float32_thresholds(edges)
-            special = np.concatenate([nearest, down, np.nextafter(down, np.float32(np.inf)),
-                                      np.nextafter(nearest, np.float32(-np.inf)), np.zeros(1, np.float32)])
+            special = np.concatenate(
+                [
+                    nearest,
+                    down,
+                    np.nextafter(down, np.float32(np.inf)),
+                    np.nextafter(nearest, np.float32(-np.inf)),
+                    np.zeros(1, np.float32),
+                ]
+            )
         special = special[np.isfinite(special)]
-        pool = np.concatenate([special, rng.normal(0, 3, size=n).astype(np.float32),
-                               np.array([0.0, -0.0, 3.4e38, -3.4e38], np.float32)])
+        pool = np.concatenate(
+            [special, rng.normal(0, 3, size=n).astype(np.float32), np.array([0.0, -0.0, 3.4e38, -3.4e38], np.float32)]
+        )
         cols.append(rng.choice(pool, size=n))
     return np.stack(cols, axis=1).astype(np.float32)
 
@@ -260,8 +283,7 @@ def raw_probe_values(rng: np.random.Generator, cuts: list[list[float]], n: int) 
 def test_raw_inputs_equal_discretize_then_codes(tmp_path, bits):
     rng = np.random.default_rng(31)
     disc = discretizer_dict(RAW_CUTS)
-    artifact = random_artifact(rng, bits=bits, tan=True, discretizer=disc,
-                               cardinalities=[len(c) + 1 for c in RAW_CUTS])
+    artifact = random_artifact(rng, bits=bits, tan=True, discretizer=disc, cardinalities=[len(c) + 1 for c in RAW_CUTS])
     path = export_onnx(artifact, tmp_path / "raw.onnx", raw_inputs=True)
     x = raw_probe_values(rng, RAW_CUTS, 2000)
     lj, label = run_session(path, x)
@@ -278,11 +300,14 @@ def test_raw_inputs_equal_discretize_then_codes(tmp_path, bits):
 @pytest.mark.parametrize("tan", [False, True])
 def test_raw_inputs_guard_non_finite(tmp_path, cuts, tan):
     rng = np.random.default_rng(32)
-    artifact = random_artifact(rng, bits=3, tan=tan, discretizer=discretizer_dict(cuts),
-                               cardinalities=[len(c) + 1 for c in cuts])
+    artifact = random_artifact(
+        rng, bits=3, tan=tan, discretizer=discretizer_dict(cuts), cardinalities=[len(c) + 1 for c in cuts]
+    )
     path = export_onnx(artifact, tmp_path / "raw.onnx", raw_inputs=True)
-    x = np.array([[0.0, 1.5], [np.nan, 1.5], [0.0, np.inf], [-np.inf, 0.0], [1.0, 3.0], [np.inf, np.inf],
-                  [0.0, np.nan]], dtype=np.float32)
+    x = np.array(
+        [[0.0, 1.5], [np.nan, 1.5], [0.0, np.inf], [-np.inf, 0.0], [1.0, 3.0], [np.inf, np.inf], [0.0, np.nan]],
+        dtype=np.float32,
+    )
     lj, label = run_session(path, x)
     invalid = [1, 2, 3, 5, 6]
     assert np.all(label[invalid] == INVALID_LABEL) and np.isnan(lj[invalid]).all()
@@ -297,8 +322,14 @@ def test_float32_thresholds_reproduce_searchsorted():
     cuts = np.sort(np.concatenate([rng.normal(0, 10, 50), [0.1, 1 / 3, 1e39, -1e39, 1e-46]]))
     t = float32_thresholds(cuts)
     with np.errstate(over="ignore"):
-        x = np.concatenate([rng.normal(0, 10, 5000).astype(np.float32), t, np.nextafter(t, np.float32(np.inf)),
-                            np.nextafter(t, np.float32(-np.inf))])
+        x = np.concatenate(
+            [
+                rng.normal(0, 10, 5000).astype(np.float32),
+                t,
+                np.nextafter(t, np.float32(np.inf)),
+                np.nextafter(t, np.float32(-np.inf)),
+            ]
+        )
     x = x[np.isfinite(x)]
     expected = np.searchsorted(cuts, x.astype(np.float64), side="left")
     np.testing.assert_array_equal((x[:, None] > t[None, :]).sum(axis=1), expected)
@@ -316,13 +347,19 @@ from bnc_deploy.runtimes.base import load_runtime
 a = BNCArtifact(parents=[-1, 0], cardinalities=[2, 3], class_names=['a', 'b'], feature_names=['u', 'v'],
                 quantizer=FixedPointLogQuantizer(3, 2), class_codes=np.array([1, 2], np.uint8),
                 table_codes=np.arange(16, dtype=np.uint8).reshape(8, 2) % 8)
-p = bnc_deploy.verify.export_path(a, {str(tmp_path / 'nt.onnx')!r}, 'onnx')
+p = bnc_deploy.verify.export_path(a, {str(tmp_path / "nt.onnx")!r}, 'onnx')
 print(load_runtime(p).predict(np.array([[1, 2], [0, 0]])))
 bad = [m for m in sys.modules if m == 'torch' or m.startswith('torch.')]
 assert not bad, bad
 print('no torch')
 """
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
-                         env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert "no torch" in out.stdout

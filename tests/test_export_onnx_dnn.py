@@ -15,28 +15,30 @@ import pytest
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
-from bnc_deploy.testing import random_dnn_artifact
-from bnc_deploy.reference.dnn import DNNReferencePredictor
-from bnc_deploy.exporters import onnx_dnn  # noqa: E402
-from bnc_deploy.formats.metadata import INVALID_LABEL, METADATA_KEY, parse_metadata
-from bnc_deploy.errors import ExportError
-from bnc_deploy.exporters.onnx_dnn import build_onnx_dnn, hidden_output_names  # noqa: E402
-from bnc_deploy.formats.onnx import read_dnn_metadata  # noqa: E402
 from onnx_dnn_probes import export_onnx_dnn, verification_codes, verify_onnx_dnn  # noqa: E402
+
+from bnc_deploy.errors import ExportError
+from bnc_deploy.exporters import onnx_dnn  # noqa: E402
+from bnc_deploy.exporters.onnx_dnn import build_onnx_dnn, hidden_output_names  # noqa: E402
+from bnc_deploy.formats.metadata import INVALID_LABEL, METADATA_KEY, parse_metadata
+from bnc_deploy.formats.onnx import read_dnn_metadata  # noqa: E402
+from bnc_deploy.reference.dnn import DNNReferencePredictor
+from bnc_deploy.testing import random_dnn_artifact
 from bnc_deploy.verify import N_RANDOM_ROWS  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 
 
-def session(source, optimize: bool = True) -> "ort.InferenceSession":
+def session(source, optimize: bool = True) -> ort.InferenceSession:
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     if not optimize:
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     if isinstance(source, onnx.ModelProto):
         source = source.SerializeToString()
-    return ort.InferenceSession(source if isinstance(source, bytes) else str(source), sess_options=options,
-                                providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(
+        source if isinstance(source, bytes) else str(source), sess_options=options, providers=["CPUExecutionProvider"]
+    )
 
 
 def run(source, x, optimize: bool = True):
@@ -55,9 +57,10 @@ def with_hidden_outputs(model, artifact):
 # -- configurations ---------------------------------------------------------------------------------
 def configs():
     out = []
-    for arch, act, enc, bits, bn in itertools.product(("fc", "cnn"), ("sign", "relu"), ("standardized", "onehot"),
-                                                      (1, 2, 7, 8), (True, False)):
-        for order in (("row-major", "column-major") if arch == "cnn" else ("row-major",)):
+    for arch, act, enc, bits, bn in itertools.product(
+        ("fc", "cnn"), ("sign", "relu"), ("standardized", "onehot"), (1, 2, 7, 8), (True, False)
+    ):
+        for order in ("row-major", "column-major") if arch == "cnn" else ("row-major",):
             out.append((arch, act, enc, bits, bn, order))
     return out
 
@@ -66,8 +69,16 @@ CONFIGS = configs()
 
 
 def make(arch, act, enc, bits, bn, order, seed=0, **kw):
-    return random_dnn_artifact(seed + 11 * bits + (enc == "onehot"), architecture=arch, activation=act, encoding=enc,
-                               bits=bits, batch_norm=bn, pixel_order=order, **kw)
+    return random_dnn_artifact(
+        seed + 11 * bits + (enc == "onehot"),
+        architecture=arch,
+        activation=act,
+        encoding=enc,
+        bits=bits,
+        batch_norm=bn,
+        pixel_order=order,
+        **kw,
+    )
 
 
 def config_id(c):
@@ -133,7 +144,7 @@ def test_output_layer_only_and_unpooled_conv(act, enc):
 
     plain = random_dnn_artifact(1, activation=act, encoding=enc, hidden=())
     cnn = random_dnn_artifact(2, architecture="cnn", activation=act, encoding=enc, hidden=(4, 3))
-    cnn.layers[1].pool = False                         # 5x4 -> 2x2 after the first pool, kept by the second
+    cnn.layers[1].pool = False  # 5x4 -> 2x2 after the first pool, kept by the second
     cnn.layers[2].codes = random_codes(np.random.default_rng(0), (cnn.n_classes, 3 * 2 * 2), 2)
     cnn.validate()
     for artifact in (plain, cnn):
@@ -167,7 +178,7 @@ def test_opsets(opset):
         assert model.opset_import[0].version == expected
         meta = parse_metadata({p.key: p.value for p in model.metadata_props}[METADATA_KEY])
         assert meta["opset"] == expected and meta["requested_opset"] == opset
-        verify_onnx_dnn(artifact, model)   # raises for exact exports that disagree
+        verify_onnx_dnn(artifact, model)  # raises for exact exports that disagree
         verify_onnx_dnn(artifact, model, optimize=False)
 
 
@@ -178,8 +189,15 @@ def test_bad_opset_raises(opset):
 
 
 # -- guard -------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("arch,act,enc", [("fc", "sign", "standardized"), ("fc", "relu", "onehot"),
-                                          ("cnn", "sign", "onehot"), ("cnn", "relu", "standardized")])
+@pytest.mark.parametrize(
+    "arch,act,enc",
+    [
+        ("fc", "sign", "standardized"),
+        ("fc", "relu", "onehot"),
+        ("cnn", "sign", "onehot"),
+        ("cnn", "relu", "standardized"),
+    ],
+)
 def test_graph_guard_marks_out_of_range_rows_invalid(tmp_path, arch, act, enc):
     artifact = random_dnn_artifact(21, architecture=arch, activation=act, encoding=enc, pixel_order="column-major")
     path = export_onnx_dnn(artifact, tmp_path / "g.onnx")["path"]
@@ -192,7 +210,7 @@ def test_graph_guard_marks_out_of_range_rows_invalid(tmp_path, arch, act, enc):
             row[j] = value
             bad_rows.append(row)
     bad = np.stack(bad_rows)
-    x = np.concatenate([valid[:1], bad[: len(bad) // 2], valid[1:2], bad[len(bad) // 2:], valid[2:]])
+    x = np.concatenate([valid[:1], bad[: len(bad) // 2], valid[1:2], bad[len(bad) // 2 :], valid[2:]])
     invalid = np.ones(len(x), dtype=bool)
     invalid[[0, 1 + len(bad) // 2, len(x) - 1]] = False
     logits, label = run(path, x)
@@ -246,8 +264,11 @@ def test_graph_is_standard_onnx_without_sign(config):
     assert len(set(names)) == len(names) and all(names)
     assert len(ops) <= 45
     n_layers = len(artifact.layers)
-    assert ops.count("Gemm") + ops.count("Conv") == n_layers == ops.count("DequantizeLinear") - (
-        artifact.input_encoding == "standardized")
+    assert (
+        ops.count("Gemm") + ops.count("Conv")
+        == n_layers
+        == ops.count("DequantizeLinear") - (artifact.input_encoding == "standardized")
+    )
     assert "Relu" in ops if artifact.activation == "relu" else "Relu" not in ops
 
 
@@ -267,25 +288,32 @@ def test_metadata(tmp_path):
     assert meta["n_nodes"] == len(model.graph.node)
     assert 0 < meta["max_accumulator"] < 2**24
     assert (meta["n_parameters"], meta["size_bits"], meta["n_ops"]) == (
-        artifact.n_parameters, artifact.size_bits, artifact.n_ops)
+        artifact.n_parameters,
+        artifact.size_bits,
+        artifact.n_ops,
+    )
     assert meta["class_names"] == artifact.class_names and meta["cardinalities"] == artifact.cardinalities.tolist()
     assert model.producer_name == "bnc-deploy"
-    relu = parse_metadata({p.key: p.value for p in build_onnx_dnn(
-        random_dnn_artifact(12, activation="relu", bits=8)).metadata_props}[METADATA_KEY])
+    relu = parse_metadata(
+        {p.key: p.value for p in build_onnx_dnn(random_dnn_artifact(12, activation="relu", bits=8)).metadata_props}[
+            METADATA_KEY
+        ]
+    )
     assert relu["exact"] is False and relu["lowering"] == "float" and relu["max_accumulator"] is None
     assert relu["weight_storage"] == "int16" and relu["opset"] == 21 and relu["requested_opset"] == 17
 
 
 # -- errors --------------------------------------------------------------------------------------------
 def test_accumulator_bound_violation_names_the_layer(tmp_path):
-    artifact = random_dnn_artifact(9, activation="sign", bits=8, n_features=1100, hidden=(2,), n_check=4,
-                                   max_cardinality=2)
+    artifact = random_dnn_artifact(
+        9, activation="sign", bits=8, n_features=1100, hidden=(2,), n_check=4, max_cardinality=2
+    )
     artifact.layers[0].codes[:] = 255
     artifact.input_codes[0, 0] = 63
     with pytest.raises(ExportError, match=r"layer 0 \(dense.*2\*\*24"):
         export_onnx_dnn(artifact, tmp_path / "big.onnx")
     assert not list(tmp_path.iterdir())
-    artifact.activation = "relu"                       # float lowering: no integer promise, no bound
+    artifact.activation = "relu"  # float lowering: no integer promise, no bound
     for layer in artifact.layers[:-1]:
         layer.activation = "relu"
     build_onnx_dnn(artifact)
@@ -318,14 +346,20 @@ def test_exporter_does_not_import_torch(tmp_path):
 import sys
 from bnc_deploy.testing import random_dnn_artifact
 from bnc_deploy.verify import export_file
-r = export_file(random_dnn_artifact(1, architecture="cnn"), {str(tmp_path / 'nt.onnx')!r}, "onnx")
+r = export_file(random_dnn_artifact(1, architecture="cnn"), {str(tmp_path / "nt.onnx")!r}, "onnx")
 print(r["label_mismatches"])
 bad = [m for m in sys.modules if m == 'torch' or m.startswith('torch.')]
 assert not bad, bad
 print('no torch')
 """
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO,
-                         env={**os.environ, "PYTHONPATH": str(REPO)}, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        timeout=120,
+    )
     assert out.returncode == 0, out.stderr
     assert "no torch" in out.stdout
 
@@ -343,7 +377,7 @@ def test_pack_bits_computes_the_same_graph(tmp_path, config):
     if art.activation == "sign":
         np.testing.assert_array_equal(yk, yp)
         np.testing.assert_array_equal(lk, lp)
-    else:   # same weights, but onnxruntime may pick another Conv kernel for computed weights: float
+    else:  # same weights, but onnxruntime may pick another Conv kernel for computed weights: float
         assert np.mean(yk == yp) >= 0.99
         np.testing.assert_allclose(lk, lp, rtol=1e-4, atol=1e-4)
     # the unpacked weights equal DequantizeLinear's, bit for bit
@@ -371,8 +405,16 @@ def test_pack_bits_computes_the_same_graph(tmp_path, config):
 
 
 def test_pack_bits_shrinks_a_usps_sized_net(tmp_path):
-    art = random_dnn_artifact(0, architecture="fc", activation="relu", bits=2, hidden=(35, 35), n_features=256,
-                              max_cardinality=6, n_classes=10)
+    art = random_dnn_artifact(
+        0,
+        architecture="fc",
+        activation="relu",
+        bits=2,
+        hidden=(35, 35),
+        n_features=256,
+        max_cardinality=6,
+        n_classes=10,
+    )
     plain = export_onnx_dnn(art, tmp_path / "plain.onnx")
     packed = export_onnx_dnn(art, tmp_path / "packed.onnx", pack_bits=True)
     assert packed["verification"]["agreement"] == 1.0

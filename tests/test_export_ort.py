@@ -43,8 +43,16 @@ from bnc_deploy.verify import export_file, verification_rows
 
 
 def _nb(seed=0, bits=3, tan=False, **kw):
-    return random_bnc_artifact(np.random.default_rng(seed), d=8, n_classes=5, tan=tan, bits=bits,
-                               int_bits=None if bits is None else min(bits, 2), n_check=40, **kw)
+    return random_bnc_artifact(
+        np.random.default_rng(seed),
+        d=8,
+        n_classes=5,
+        tan=tan,
+        bits=bits,
+        int_bits=None if bits is None else min(bits, 2),
+        n_check=40,
+        **kw,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -56,8 +64,17 @@ def nb_files(tmp_path_factory):
     return artifact, folder / "m.onnx", folder / "m.ort", report
 
 
-LOOKUP_OPS = ["Clip", "GatherElements", "Cast", "GatherBlockQuantized", "ReduceSum", "ArgMax", "ReduceSum",
-              "IsNaN", "Where"]
+LOOKUP_OPS = [
+    "Clip",
+    "GatherElements",
+    "Cast",
+    "GatherBlockQuantized",
+    "ReduceSum",
+    "ArgMax",
+    "ReduceSum",
+    "IsNaN",
+    "Where",
+]
 
 
 def _stored_table(graph, artifact):
@@ -65,7 +82,7 @@ def _stored_table(graph, artifact):
     stored = {t.name: onnx.numpy_helper.to_array(t) for t in graph.graph.initializer}
     table = stored["T"]
     assert table.dtype == np.uint8
-    if table.shape[1] * 2 == artifact.n_classes:                              # 4 bits, low nibble first
+    if table.shape[1] * 2 == artifact.n_classes:  # 4 bits, low nibble first
         table = np.stack([table & 15, table >> 4], axis=-1).reshape(table.shape[0], -1)
     return table.astype(np.int64), stored
 
@@ -80,14 +97,14 @@ def test_ort_export_is_the_lookup_graph_with_the_codes_stored(nb_files):
     assert meta["ort"]["graph_optimization"] == "disabled" and meta["ort"]["onnxruntime"] == ort.__version__
     assert meta["prior_folded_into_feature"] == 0 and meta["n_nodes"] == len(LOOKUP_OPS)
     graph = ort_to_onnx(ort_path)
-    assert [n.op_type for n in graph.graph.node] == LOOKUP_OPS                 # no load-time nodes
+    assert [n.op_type for n in graph.graph.node] == LOOKUP_OPS  # no load-time nodes
     assert {n.domain for n in graph.graph.node} == {"", "com.microsoft"}
     table, stored = _stored_table(graph, artifact)
     expected = artifact.table_codes.astype(np.int64)
-    expected[:artifact.rows_per_feature[0]] += artifact.class_codes            # the prior, folded at export
+    expected[: artifact.rows_per_feature[0]] += artifact.class_codes  # the prior, folded at export
     assert np.array_equal(table[:-1], expected) and not table[-1].any()
     scales = stored["S"].reshape(-1)
-    assert np.all(scales[:-1] == -artifact.quantizer.step) and np.isnan(scales[-1])   # the NaN row
+    assert np.all(scales[:-1] == -artifact.quantizer.step) and np.isnan(scales[-1])  # the NaN row
     assert not any(a.dtype == np.float32 and a.size >= artifact.table_codes.size for a in stored.values())
 
 
@@ -97,8 +114,16 @@ def test_invalid_codes_give_nan_scores_and_label_minus_one(tmp_path, seed, tan, 
     storage; 8 bits: the prior added per call): any code outside 0 .. |X_i| - 1 (negative, just
     above, far above, int64 extremes) makes that row's scores NaN and its label -1; valid rows are
     untouched and bit-identical to the ``.onnx`` file."""
-    artifact = random_bnc_artifact(np.random.default_rng(seed), d=6, n_classes=4, tan=tan, bits=bits, int_bits=2,
-                                   cardinalities=[3, 1, 5, 2, 4, 5], n_check=10)
+    artifact = random_bnc_artifact(
+        np.random.default_rng(seed),
+        d=6,
+        n_classes=4,
+        tan=tan,
+        bits=bits,
+        int_bits=2,
+        cardinalities=[3, 1, 5, 2, 4, 5],
+        n_check=10,
+    )
     assert tan == bool((artifact.parents >= 0).any())
     export_file(artifact, tmp_path / "m.onnx", "onnx")
     export_file(artifact, tmp_path / "m.ort", "ort")
@@ -107,7 +132,7 @@ def test_invalid_codes_give_nan_scores_and_label_minus_one(tmp_path, seed, tan, 
     x = rng.integers(0, card, size=(400, len(card))).astype(np.int64)
     bad = rng.random(x.shape) < 0.05
     x[bad] = rng.choice([-1, -7, 5, 6, 1000, np.iinfo(np.int64).max, np.iinfo(np.int64).min], size=bad.sum())
-    for i in range(len(card)):                                                   # just above each feature's range
+    for i in range(len(card)):  # just above each feature's range
         x[i, i] = card[i]
     invalid = ((x < 0) | (x >= card[None, :])).any(axis=1)
     outs = {}
@@ -117,7 +142,7 @@ def test_invalid_codes_give_nan_scores_and_label_minus_one(tmp_path, seed, tan, 
     scores, labels = outs["m.ort"]
     graph_ops = [n.op_type for n in ort_to_onnx(tmp_path / "m.ort").graph.node]
     assert "GatherBlockQuantized" in graph_ops and ("Gather" in graph_ops) == tan
-    assert ("Add" in graph_ops) == (tan or bits == 8)            # TAN index arithmetic; 8 bits: the prior per call
+    assert ("Add" in graph_ops) == (tan or bits == 8)  # TAN index arithmetic; 8 bits: the prior per call
     assert invalid.any() and (~invalid).any()
     assert np.isnan(scores[invalid]).all() and (labels[invalid] == -1).all()
     assert np.isfinite(scores[~invalid]).all() and (labels[~invalid] >= 0).all()
@@ -138,8 +163,16 @@ LETTER_CARDINALITIES = [5, 1, 5, 3, 4, 13, 14, 13, 13, 14, 14, 13, 9, 9, 8, 8]
 def test_letter_shaped_nb_ort_is_at_most_1_5x_the_onnx(tmp_path, cardinalities):
     """Issue 16's acceptance, without the datasets: a letter-shaped NB (16 features, 26 classes,
     3 bits; letter's cardinalities, and 10 each) as ``.ort`` is at most 1.5x its ``.onnx``."""
-    artifact = random_bnc_artifact(np.random.default_rng(7), d=16, n_classes=26, tan=False, bits=3, int_bits=2,
-                                   cardinalities=np.array(cardinalities), n_check=8)
+    artifact = random_bnc_artifact(
+        np.random.default_rng(7),
+        d=16,
+        n_classes=26,
+        tan=False,
+        bits=3,
+        int_bits=2,
+        cardinalities=np.array(cardinalities),
+        n_check=8,
+    )
     ratio = _size_ratio(artifact, tmp_path)
     assert ratio <= 1.5, ratio
 
@@ -147,8 +180,16 @@ def test_letter_shaped_nb_ort_is_at_most_1_5x_the_onnx(tmp_path, cardinalities):
 def test_letter_shaped_tan_ort_is_about_the_onnx_size(tmp_path):
     """TAN: the lookup graph's 4-bit table outweighs its [(K + 2)**2, D] index map: the ``.ort`` is
     about the ``.onnx``'s size (the ONNX graph as ORT: 1.4x), and counts D * C operations."""
-    artifact = random_bnc_artifact(np.random.default_rng(8), d=16, n_classes=26, tan=True, bits=3, int_bits=2,
-                                   cardinalities=np.array(LETTER_CARDINALITIES), n_check=8)
+    artifact = random_bnc_artifact(
+        np.random.default_rng(8),
+        d=16,
+        n_classes=26,
+        tan=True,
+        bits=3,
+        int_bits=2,
+        cardinalities=np.array(LETTER_CARDINALITIES),
+        n_check=8,
+    )
     assert (artifact.parents >= 0).any()
     ratio = _size_ratio(artifact, tmp_path)
     assert ratio <= 1.1, ratio
@@ -170,10 +211,33 @@ def test_letter_nb_ort_is_at_most_1_5x_the_onnx(tmp_path):
         pytest.skip(f"no datasets at {data}")
     pytest.importorskip("torch")
     model = tmp_path / "letter-nb3.bnc"
-    subprocess.run([sys.executable, "-c", "from bnc_deploy.cli.train import main; main()", "--data", "letter",
-                    "--model", "nb", "--init", "ml", "--epochs", "0", "--bits", "3", "--int-bits", "2", "--quiet",
-                    "-o", str(model)], check=True, capture_output=True, text=True, timeout=600,
-                   env=dict(os.environ, BNC_DEPLOY_DATA_DIR=str(data)))
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from bnc_deploy.cli.train import main; main()",
+            "--data",
+            "letter",
+            "--model",
+            "nb",
+            "--init",
+            "ml",
+            "--epochs",
+            "0",
+            "--bits",
+            "3",
+            "--int-bits",
+            "2",
+            "--quiet",
+            "-o",
+            str(model),
+        ],
+        check=True,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=dict(os.environ, BNC_DEPLOY_DATA_DIR=str(data)),
+    )
     ratio = _size_ratio(load_artifact(model), tmp_path)
     assert ratio <= 1.5, ratio
     count = count_graph(tmp_path / "m.ort")
@@ -183,8 +247,16 @@ def test_letter_nb_ort_is_at_most_1_5x_the_onnx(tmp_path):
 def test_ort_export_is_smaller_than_the_default_optimized_conversion(tmp_path):
     """A letter-sized NB (16 features, 26 classes, 3 bits): the default conversion's optimizer folds the
     uint8 table into float32 (4 bytes per entry); the unoptimized export keeps one byte per entry."""
-    artifact = random_bnc_artifact(np.random.default_rng(5), d=16, n_classes=26, tan=False, bits=3, int_bits=2,
-                                   cardinalities=np.full(16, 10), n_check=10)
+    artifact = random_bnc_artifact(
+        np.random.default_rng(5),
+        d=16,
+        n_classes=26,
+        tan=False,
+        bits=3,
+        int_bits=2,
+        cardinalities=np.full(16, 10),
+        n_check=10,
+    )
     export_file(artifact, tmp_path / "m.onnx", "onnx")
     export_file(artifact, tmp_path / "m.ort", "ort")
     options = ort.SessionOptions()
@@ -220,7 +292,7 @@ def test_metadata_and_seal_survive_the_conversion(nb_files, tmp_path):
     table_at = data.find(stored["T"].tobytes()[:16])
     assert table_at > 0
     bad = tmp_path / "bad.ort"
-    bad.write_bytes(data[:table_at] + bytes([data[table_at] ^ 1]) + data[table_at + 1:])
+    bad.write_bytes(data[:table_at] + bytes([data[table_at] ^ 1]) + data[table_at + 1 :])
     with pytest.raises(integrity.IntegrityError, match="modified after export") as err:
         load_runtime(bad)
     assert str(bad) in str(err.value)
@@ -255,8 +327,11 @@ def test_bn_options_pass_through_to_the_onnx_graph(tmp_path, options):
     from bnc_deploy.testing import discretizer_dict
 
     card = [3, 4, 2, 5, 3, 2, 4, 3]
-    extra = {"discretizer": discretizer_dict([[float(k) for k in range(c - 1)] for c in card])} \
-        if options.get("raw_inputs") else {}
+    extra = (
+        {"discretizer": discretizer_dict([[float(k) for k in range(c - 1)] for c in card])}
+        if options.get("raw_inputs")
+        else {}
+    )
     artifact = _nb(2, tan=True, cardinalities=card, **extra)
     result = check_export(artifact, "ort", tmp_path, **options)
     meta = result["report"]["metadata"]
@@ -269,9 +344,14 @@ def test_bn_options_pass_through_to_the_onnx_graph(tmp_path, options):
         assert meta["table_storage"].startswith("bitplanes")
 
 
-@pytest.mark.parametrize("kw", [{"activation": "sign"},
-                                {"architecture": "cnn", "activation": "sign", "encoding": "onehot", "hidden": (3,)},
-                                {"activation": "relu", "bits": 4}])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"activation": "sign"},
+        {"architecture": "cnn", "activation": "sign", "encoding": "onehot", "hidden": (3,)},
+        {"activation": "relu", "bits": 4},
+    ],
+)
 def test_dnn_ort_export(tmp_path, kw):
     artifact = random_dnn_artifact(3, **kw)
     result = check_export(artifact, "ort", tmp_path)
@@ -287,7 +367,7 @@ def test_required_operators_config_matches_the_metadata(nb_files):
     _, _, ort_path, _ = nb_files
     meta = read_ort_export_metadata(ort_path)
     operators = ort_operators(ort_path)
-    assert "operators" not in meta["ort"]                       # the file's graph says it (bnc-ort-config)
+    assert "operators" not in meta["ort"]  # the file's graph says it (bnc-ort-config)
     assert operators["com.microsoft"] == {"1": ["GatherBlockQuantized"]}
     text = required_operators_config([ort_path])
     assert text.startswith("# Generated from model/s:") and "ai.onnx;" in text and "com.microsoft;1;" in text
@@ -361,7 +441,7 @@ def test_basic_optimization_folds_the_table_and_stays_exact(tmp_path):
     assert meta["ort"]["graph_optimization"] == "basic" and result["runtimes"]["onnxruntime"]["exact"]
     graph = ort_to_onnx(tmp_path / "model.ort")
     folded = [onnx.numpy_helper.to_array(t) for t in graph.graph.initializer]
-    assert not any(a.dtype == np.uint8 for a in folded)                  # the uint8 table was folded away
+    assert not any(a.dtype == np.uint8 for a in folded)  # the uint8 table was folded away
     assert any(a.dtype == np.float32 and a.size >= artifact.table_codes.size for a in folded)
     # The operators are the converted graph's (fewer than the ONNX graph's), as onnxruntime's tool reads them.
     operators = ort_operators(tmp_path / "model.ort")

@@ -15,16 +15,12 @@ from hypothesis import strategies as st
 pytest.importorskip("tensorflow")
 pytest.importorskip("ai_edge_litert")
 
-from bnc_deploy.artifacts.bnc import BNCArtifact  # noqa: E402
-from bnc_deploy.formats.metadata import INVALID_LABEL
-from bnc_deploy.errors import ExportError
-from bnc_deploy.exporters.tflite_bnc import (
-    INT8_OUTPUT_LEVELS,
-    _pack_groups,
-    build_tflite_model,
-    onehot_fc_plan,
-)
 from exports import export_tflite  # noqa: E402
+
+from bnc_deploy.artifacts.bnc import BNCArtifact  # noqa: E402
+from bnc_deploy.errors import ExportError
+from bnc_deploy.exporters.tflite_bnc import INT8_OUTPUT_LEVELS, _pack_groups, build_tflite_model, onehot_fc_plan
+from bnc_deploy.formats.metadata import INVALID_LABEL
 from bnc_deploy.formats.tflite import inspect_tflite, read_tflite_metadata
 from bnc_deploy.quantizers import FixedPointLogQuantizer
 from bnc_deploy.reference.bnc import ReferencePredictor
@@ -37,9 +33,17 @@ BIT_WIDTHS = [(1, 1), (2, 2), (3, 1), (4, 3), (5, 6), (6, 2), (7, 3), (8, 3)]
 
 
 # -- random artifacts -------------------------------------------------------------------------------
-def random_artifact(seed: int, bits: int | None = None, int_bits: int = 3, *, structure: str = "random",
-                    max_card: int = 6, n_features: int | None = None, n_classes: int | None = None,
-                    discretizer: dict | None = None) -> BNCArtifact:
+def random_artifact(
+    seed: int,
+    bits: int | None = None,
+    int_bits: int = 3,
+    *,
+    structure: str = "random",
+    max_card: int = 6,
+    n_features: int | None = None,
+    n_classes: int | None = None,
+    discretizer: dict | None = None,
+) -> BNCArtifact:
     """A random NB/TAN artifact: cardinalities 1..max_card (1 always present), acyclic parents.
 
     ``structure``: "nb", "tan" (every feature but one root has a parent) or "random" (each feature
@@ -55,19 +59,31 @@ def random_artifact(seed: int, bits: int | None = None, int_bits: int = 3, *, st
         d = len(cards)
     order = rng.permutation(d)
     parents = -np.ones(d, dtype=np.int64)
-    for k in range(1, d):                     # a parent always comes earlier in `order`: acyclic
+    for k in range(1, d):  # a parent always comes earlier in `order`: acyclic
         if structure == "tan" or (structure == "random" and rng.random() < 0.6):
             parents[order[k]] = order[rng.integers(0, k)]
     p_card = np.where(parents >= 0, cards[np.maximum(parents, 0)], 1)
     n_rows = int((cards * p_card).sum())
-    common = dict(parents=parents, cardinalities=cards, class_names=[f"class{k}" for k in range(c)],
-                  feature_names=[f"feat{i}" for i in range(d)], discretizer=discretizer)
+    common = dict(
+        parents=parents,
+        cardinalities=cards,
+        class_names=[f"class{k}" for k in range(c)],
+        feature_names=[f"feat{i}" for i in range(d)],
+        discretizer=discretizer,
+    )
     if bits is None:
-        return BNCArtifact(class_logp=-(rng.random(c) * 4).astype(np.float32),
-                           table_logp=-(rng.random((n_rows, c)) * 10).astype(np.float32), **common)
+        return BNCArtifact(
+            class_logp=-(rng.random(c) * 4).astype(np.float32),
+            table_logp=-(rng.random((n_rows, c)) * 10).astype(np.float32),
+            **common,
+        )
     q = FixedPointLogQuantizer(bits, int_bits)
-    return BNCArtifact(quantizer=q, class_codes=rng.integers(0, q.max_code + 1, c).astype(np.uint8),
-                       table_codes=rng.integers(0, q.max_code + 1, (n_rows, c)).astype(np.uint8), **common)
+    return BNCArtifact(
+        quantizer=q,
+        class_codes=rng.integers(0, q.max_code + 1, c).astype(np.uint8),
+        table_codes=rng.integers(0, q.max_code + 1, (n_rows, c)).astype(np.uint8),
+        **common,
+    )
 
 
 def sample_rows(artifact: BNCArtifact, n: int = 400, seed: int = 1) -> np.ndarray:
@@ -76,7 +92,6 @@ def sample_rows(artifact: BNCArtifact, n: int = 400, seed: int = 1) -> np.ndarra
     x = (rng.random((n, artifact.n_features)) * artifact.cardinalities).astype(np.int64)
     x[0], x[1] = 0, artifact.cardinalities - 1
     return x
-
 
 
 def export(artifact, tmp_path, lowering="gather", raw_inputs=False, name=None, onehot="equal-cast") -> str:
@@ -91,7 +106,7 @@ def assert_matches_reference(path: str, artifact: BNCArtifact, x: np.ndarray, *,
     ref_lj = ref.log_joint(x)
     np.testing.assert_array_equal(label, np.argmax(ref_lj, axis=1))
     if exact:
-        np.testing.assert_array_equal(lj, ref_lj)   # float32 output widened: bit for bit
+        np.testing.assert_array_equal(lj, ref_lj)  # float32 output widened: bit for bit
 
 
 # -- gather lowering: exact at every bit width -----------------------------------------------------------
@@ -115,7 +130,7 @@ def test_gather_float_artifact_labels_match(tmp_path):
     ref_lj = ReferencePredictor(artifact).log_joint(x)
     np.testing.assert_allclose(lj, ref_lj, rtol=0, atol=1e-4)
     top2 = np.sort(ref_lj, axis=1)[:, -2:]
-    clear = (top2[:, 1] - top2[:, 0]) > 1e-4                  # rows that are not near-ties
+    clear = (top2[:, 1] - top2[:, 0]) > 1e-4  # rows that are not near-ties
     np.testing.assert_array_equal(label[clear], np.argmax(ref_lj, axis=1)[clear])
     assert clear.mean() > 0.99
     assert read_tflite_metadata(path)["exact"] is False
@@ -160,7 +175,7 @@ def test_onehot_fc_is_bit_exact_up_to_7_bits(tmp_path, bits, int_bits):
 def test_onehot_fc_uses_explicit_int8_quantization(tmp_path):
     artifact = random_artifact(11, 7, 3, structure="tan", n_features=8)
     plan = onehot_fc_plan(artifact)
-    assert len(plan.groups) > 1                                   # several FCs: grouping is exercised
+    assert len(plan.groups) > 1  # several FCs: grouping is exercised
     summary = inspect_tflite(build_tflite_model(artifact, lowering="onehot-fc"))
     fcs = [op for op in summary.ops if op.name == "FULLY_CONNECTED"]
     assert len(fcs) == len(plan.groups)
@@ -170,7 +185,7 @@ def test_onehot_fc_uses_explicit_int8_quantization(tmp_path):
         assert (w.dtype, w.scale, w.zero_point) == ("INT8", [1.0], [0])
         assert (out.dtype, out.scale, out.zero_point) == ("INT8", [1.0], [-128])
     x = summary.tensors[summary.inputs[0]]
-    assert x.shape_signature == [1, artifact.n_features]            # static batch for the Edge TPU
+    assert x.shape_signature == [1, artifact.n_features]  # static batch for the Edge TPU
 
 
 def test_onehot_fc_8_bits_is_rescaled_and_reported(tmp_path):
@@ -186,7 +201,7 @@ def test_onehot_fc_8_bits_is_rescaled_and_reported(tmp_path):
     bound = artifact.n_features * artifact.quantizer.step
     assert np.max(np.abs(lj - ref_lj)) <= bound
     agreement = np.mean(label == np.argmax(ref_lj, axis=1))
-    assert agreement > 0.5   # random uniform codes: many near-ties; real data is reported by the benchmark
+    assert agreement > 0.5  # random uniform codes: many near-ties; real data is reported by the benchmark
 
 
 def test_onehot_fc_float_is_approximate_and_bounded(tmp_path):
@@ -208,7 +223,7 @@ def test_onehot_fc_relu_builder_is_bit_exact(tmp_path, bits, int_bits, structure
     path = export(artifact, tmp_path, "onehot-fc", onehot="relu")
     x = sample_rows(artifact)
     assert_matches_reference(path, artifact, x, exact=True)
-    lj, _ = LiteRTAdapter(path, resolver="reference").run(x)           # reference kernels agree too
+    lj, _ = LiteRTAdapter(path, resolver="reference").run(x)  # reference kernels agree too
     np.testing.assert_array_equal(lj, ReferencePredictor(artifact).log_joint(x))
     assert_builtins_only(path)
     summary = inspect_tflite(path)
@@ -221,15 +236,26 @@ def test_onehot_fc_relu_builder_is_bit_exact(tmp_path, bits, int_bits, structure
 
 def test_onehot_fc_relu_builder_limits(tmp_path):
     wide = random_artifact(1, 3, 1, n_features=3)
-    wide = BNCArtifact(parents=-np.ones(3, dtype=np.int64), cardinalities=[2, 129, 3],
-                       class_names=wide.class_names, feature_names=["a", "b", "c"], quantizer=wide.quantizer,
-                       class_codes=wide.class_codes, table_codes=np.zeros((134, wide.n_classes), np.uint8))
+    wide = BNCArtifact(
+        parents=-np.ones(3, dtype=np.int64),
+        cardinalities=[2, 129, 3],
+        class_names=wide.class_names,
+        feature_names=["a", "b", "c"],
+        quantizer=wide.quantizer,
+        class_codes=wide.class_codes,
+        table_codes=np.zeros((134, wide.n_classes), np.uint8),
+    )
     with pytest.raises(ExportError, match=r"cardinalities <= 128.*feature 1 \('b'\) has 129"):
         export_tflite(wide, tmp_path / "w.tflite", lowering="onehot-fc", onehot="relu")
     cuts = {"method": "fayyad-irani-mdl", "n_features_in": 2, "cut_points": [[0.5], [1.5, 2.5]]}
     with pytest.raises(ExportError, match="takes int8 codes"):
-        export_tflite(random_artifact(2, 3, 1, discretizer=cuts), tmp_path / "r.tflite", lowering="onehot-fc",
-                      onehot="relu", raw_inputs=True)
+        export_tflite(
+            random_artifact(2, 3, 1, discretizer=cuts),
+            tmp_path / "r.tflite",
+            lowering="onehot-fc",
+            onehot="relu",
+            raw_inputs=True,
+        )
     with pytest.raises(ExportError, match="unknown one-hot builder 'one_hot'"):
         export_tflite(random_artifact(2, 3, 1), tmp_path / "o.tflite", lowering="onehot-fc", onehot="one_hot")
 
@@ -242,27 +268,38 @@ LOWERINGS = [("gather", "equal-cast"), ("onehot-fc", "equal-cast"), ("onehot-fc"
 def test_ties_go_to_the_first_class(tmp_path, lowering, onehot):
     artifact = random_artifact(5, 3, 2, structure="tan", n_classes=5)
     codes = artifact.table_codes.copy()
-    codes[:, 3] = codes[:, 1]                       # classes 1 and 3 always tie in the table ...
-    codes[: codes.shape[0] // 2, 0] = 0             # ... and class 0 often wins outright
+    codes[:, 3] = codes[:, 1]  # classes 1 and 3 always tie in the table ...
+    codes[: codes.shape[0] // 2, 0] = 0  # ... and class 0 often wins outright
     class_codes = artifact.class_codes.copy()
     class_codes[3] = class_codes[1]
-    tied = BNCArtifact(parents=artifact.parents, cardinalities=artifact.cardinalities,
-                       class_names=artifact.class_names, feature_names=artifact.feature_names,
-                       quantizer=artifact.quantizer, class_codes=class_codes, table_codes=codes)
-    flat = BNCArtifact(parents=artifact.parents, cardinalities=artifact.cardinalities,
-                       class_names=artifact.class_names, feature_names=artifact.feature_names,
-                       quantizer=artifact.quantizer, class_codes=np.zeros(5, np.uint8),
-                       table_codes=np.zeros_like(codes))            # every class ties on every row
+    tied = BNCArtifact(
+        parents=artifact.parents,
+        cardinalities=artifact.cardinalities,
+        class_names=artifact.class_names,
+        feature_names=artifact.feature_names,
+        quantizer=artifact.quantizer,
+        class_codes=class_codes,
+        table_codes=codes,
+    )
+    flat = BNCArtifact(
+        parents=artifact.parents,
+        cardinalities=artifact.cardinalities,
+        class_names=artifact.class_names,
+        feature_names=artifact.feature_names,
+        quantizer=artifact.quantizer,
+        class_codes=np.zeros(5, np.uint8),
+        table_codes=np.zeros_like(codes),
+    )  # every class ties on every row
     x = sample_rows(artifact)
     ref_lj = ReferencePredictor(tied).log_joint(x)
-    assert np.any(np.sum(ref_lj == ref_lj.max(axis=1, keepdims=True), axis=1) > 1)   # real ties occur
+    assert np.any(np.sum(ref_lj == ref_lj.max(axis=1, keepdims=True), axis=1) > 1)  # real ties occur
     for name, a in (("tied", tied), ("flat", flat)):
         path = export(a, tmp_path, lowering, name=f"{name}.tflite", onehot=onehot)
         lj, label = LiteRTAdapter(path).run(x)
         ref_lj = ReferencePredictor(a).log_joint(x)
         np.testing.assert_array_equal(lj, ref_lj)
         np.testing.assert_array_equal(label, np.argmax(ref_lj, axis=1))
-    assert np.all(label == 0)                      # "flat": every class ties, the first one wins
+    assert np.all(label == 0)  # "flat": every class ties, the first one wins
 
 
 # -- the graph's own guard (no adapter) ---------------------------------------------------------------------
@@ -274,7 +311,7 @@ def run_bare(path: str, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     inp = it.get_input_details()[0]
     outs = {d["name"]: d["index"] for d in it.get_output_details()}
     static = inp["shape_signature"][0] != -1
-    chunks = [x[i:i + 1] for i in range(len(x))] if static else [x]
+    chunks = [x[i : i + 1] for i in range(len(x))] if static else [x]
     lj, label = [], []
     for chunk in chunks:
         if not static:
@@ -294,16 +331,16 @@ def test_graph_guard_marks_out_of_range_rows_invalid(tmp_path, lowering, onehot)
     good = sample_rows(artifact, n=4)
     bad_high, bad_negative, bad_huge = good[2].copy(), good[3].copy(), good[2].copy()
     i = int(np.argmax(artifact.cardinalities))
-    bad_high[i] = artifact.cardinalities[i]         # one past the range: would read the next feature's rows
+    bad_high[i] = artifact.cardinalities[i]  # one past the range: would read the next feature's rows
     bad_negative[-1] = -1
-    bad_huge[0] = 127 if onehot == "relu" else 2**31 - 1     # the largest value the input type holds
+    bad_huge[0] = 127 if onehot == "relu" else 2**31 - 1  # the largest value the input type holds
     x = np.stack([good[0], bad_high, good[1], bad_negative, bad_huge])
     lj, label = run_bare(path, x)
     invalid = np.array([False, True, False, True, True])
     np.testing.assert_array_equal(label[invalid], INVALID_LABEL)
     assert np.all(np.isnan(lj[invalid]))
     ref_lj = ReferencePredictor(artifact).log_joint(good[:2])
-    np.testing.assert_array_equal(lj[~invalid], ref_lj)           # valid rows in the same batch unaffected
+    np.testing.assert_array_equal(lj[~invalid], ref_lj)  # valid rows in the same batch unaffected
     np.testing.assert_array_equal(label[~invalid], np.argmax(ref_lj, axis=1))
 
 
@@ -317,7 +354,7 @@ def gather_file(tmp_path_factory):
 
 def test_adapter_reads_everything_from_the_file(gather_file):
     artifact, path = gather_file
-    rt = load_runtime(path)                                        # by extension
+    rt = load_runtime(path)  # by extension
     assert isinstance(rt, LiteRTAdapter) and rt.threads == 1
     assert rt.feature_names == artifact.feature_names and rt.class_names == artifact.class_names
     np.testing.assert_array_equal(rt.cardinalities, artifact.cardinalities)
@@ -325,8 +362,8 @@ def test_adapter_reads_everything_from_the_file(gather_file):
     assert (meta["format"], meta["lowering"], meta["input_dtype"], meta["bits"]) == ("tflite", "gather", "int32", 4)
     x = sample_rows(artifact, n=50)
     np.testing.assert_array_equal(rt.predict(x), ReferencePredictor(artifact).predict(x))
-    np.testing.assert_array_equal(rt.predict(x[:7]), rt.predict(x)[:7])        # re-sized batch
-    np.testing.assert_array_equal(rt.predict(x[3]), rt.predict(x)[3:4])        # one row of shape (D,)
+    np.testing.assert_array_equal(rt.predict(x[:7]), rt.predict(x)[:7])  # re-sized batch
+    np.testing.assert_array_equal(rt.predict(x[3]), rt.predict(x)[3:4])  # one row of shape (D,)
 
 
 @pytest.mark.parametrize("resolver,threads", [("reference", 1), ("builtin", 2)])
@@ -343,9 +380,9 @@ def test_adapter_falls_back_to_tensorflow_lite(gather_file, monkeypatch):
     import warnings
 
     artifact, path = gather_file
-    monkeypatch.setitem(sys.modules, "ai_edge_litert", None)          # "import ai_edge_litert" fails
+    monkeypatch.setitem(sys.modules, "ai_edge_litert", None)  # "import ai_edge_litert" fails
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")                               # tf.lite.Interpreter's deprecation notice
+        warnings.simplefilter("ignore")  # tf.lite.Interpreter's deprecation notice
         rt = LiteRTAdapter(path)
         x = sample_rows(artifact, n=32)
         lj = rt.log_joint(x)
@@ -397,8 +434,14 @@ def test_raw_inputs_equal_discretize_then_codes(tmp_path):
     fitted = FayyadIraniDiscretizer.from_dict(disc)
     rng = np.random.default_rng(0)
     edges = np.concatenate([np.asarray(c, dtype=np.float32) for c in cuts if c])
-    specials = np.concatenate([edges, np.nextafter(edges, np.float32(np.inf)),
-                               np.nextafter(edges, np.float32(-np.inf)), [0.0, -0.0, 3.4e38, -3.4e38]])
+    specials = np.concatenate(
+        [
+            edges,
+            np.nextafter(edges, np.float32(np.inf)),
+            np.nextafter(edges, np.float32(-np.inf)),
+            [0.0, -0.0, 3.4e38, -3.4e38],
+        ]
+    )
     x = rng.choice(specials, size=(300, len(cuts))).astype(np.float32)
     x[:100] = (rng.normal(0, 4, size=(100, len(cuts)))).astype(np.float32)
     expected_codes = fitted.transform(x.astype(np.float64))
@@ -441,7 +484,7 @@ def test_pack_groups_respects_int8_capacity(bounds):
     assert all(a < b for a, b in groups) and all(groups[k][1] == groups[k + 1][0] for k in range(len(groups) - 1))
     assert all(sum(bounds[a:b]) <= INT8_OUTPUT_LEVELS for a, b in groups)
     # greedy: no two neighbouring groups could have been merged
-    assert all(sum(bounds[groups[k][0]:groups[k + 1][1]]) > INT8_OUTPUT_LEVELS for k in range(len(groups) - 1))
+    assert all(sum(bounds[groups[k][0] : groups[k + 1][1]]) > INT8_OUTPUT_LEVELS for k in range(len(groups) - 1))
 
 
 @settings(max_examples=40, deadline=None)
@@ -451,8 +494,8 @@ def test_onehot_fc_plan_weights_are_the_codes(seed, width):
     plan = onehot_fc_plan(artifact)
     r = plan.r_max
     for i, (start, rows) in enumerate(zip(artifact.row_offsets, artifact.rows_per_feature)):
-        block = plan.weights[i * r:(i + 1) * r]
-        np.testing.assert_array_equal(block[:rows], artifact.table_codes[start:start + rows])
+        block = plan.weights[i * r : (i + 1) * r]
+        np.testing.assert_array_equal(block[:rows], artifact.table_codes[start : start + rows])
         assert not block[rows:].any()
         np.testing.assert_array_equal(plan.pattern[i], np.where(np.arange(r) < rows, np.arange(r) + 1, 0))
 
@@ -471,9 +514,15 @@ def test_real_data_letter_is_exact(shared_datasets, tmp_path):
         counts = np.zeros((k, c))
         np.add.at(counts, (ds.x_train[:, i], ds.y_train), 1.0)
         blocks.append(np.log((counts + 1.0) / (counts + 1.0).sum(axis=0, keepdims=True)))
-    artifact = BNCArtifact(parents=-np.ones(ds.n_features, dtype=np.int64), cardinalities=ds.cardinalities,
-                           class_names=ds.class_names, feature_names=ds.feature_names, quantizer=q,
-                           class_codes=q.to_codes(prior), table_codes=q.to_codes(np.concatenate(blocks)))
+    artifact = BNCArtifact(
+        parents=-np.ones(ds.n_features, dtype=np.int64),
+        cardinalities=ds.cardinalities,
+        class_names=ds.class_names,
+        feature_names=ds.feature_names,
+        quantizer=q,
+        class_codes=q.to_codes(prior),
+        table_codes=q.to_codes(np.concatenate(blocks)),
+    )
     for lowering, onehot in LOWERINGS:
         path = export(artifact, tmp_path, lowering, onehot=onehot)
         assert_matches_reference(path, artifact, ds.x_test, exact=True)

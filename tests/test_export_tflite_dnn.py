@@ -16,11 +16,11 @@ import pytest
 pytest.importorskip("tensorflow")
 pytest.importorskip("ai_edge_litert")
 
+from tflite_dnn_probes import export_tflite_dnn, run_tflite_dnn, tflite_hidden_activations, verify_tflite_dnn  # noqa: E402
+
 from bnc_deploy.artifacts.dnn import sign_thresholds  # noqa: E402
-from bnc_deploy.testing import random_dnn_artifact
-from bnc_deploy.reference.dnn import DNNReferencePredictor
-from bnc_deploy.formats.metadata import METADATA_KEY, parse_metadata
 from bnc_deploy.errors import ExportError
+from bnc_deploy.exporters._tflite_dnn_contract import MAC_OPS, check_dnn_contract, fused_activations  # noqa: E402
 from bnc_deploy.exporters.tflite_dnn import (  # noqa: E402
     LOWERING_PTQ,
     LOWERING_SIGN,
@@ -29,25 +29,44 @@ from bnc_deploy.exporters.tflite_dnn import (  # noqa: E402
     plan_tflite_dnn,
     split_codes,
 )
-from bnc_deploy.exporters._tflite_dnn_contract import MAC_OPS, check_dnn_contract, fused_activations  # noqa: E402
-from tflite_dnn_probes import (  # noqa: E402
-    export_tflite_dnn,
-    run_tflite_dnn,
-    tflite_hidden_activations,
-    verify_tflite_dnn,
-)
+from bnc_deploy.formats.metadata import METADATA_KEY, parse_metadata
+from bnc_deploy.reference.dnn import DNNReferencePredictor
+from bnc_deploy.testing import random_dnn_artifact
 
 #: Ops a DNN export may contain (builtins; anything else means the graph changed shape).
-ALLOWED_OPS = {"MINIMUM", "MAXIMUM", "ADD", "GATHER", "RESHAPE", "CONCATENATION", "FULLY_CONNECTED", "CONV_2D",
-               "MAX_POOL_2D", "DEQUANTIZE", "MUL", "NOT_EQUAL", "REDUCE_ANY", "SELECT_V2", "EXPAND_DIMS",
-               "ARG_MAX"}
+ALLOWED_OPS = {
+    "MINIMUM",
+    "MAXIMUM",
+    "ADD",
+    "GATHER",
+    "RESHAPE",
+    "CONCATENATION",
+    "FULLY_CONNECTED",
+    "CONV_2D",
+    "MAX_POOL_2D",
+    "DEQUANTIZE",
+    "MUL",
+    "NOT_EQUAL",
+    "REDUCE_ANY",
+    "SELECT_V2",
+    "EXPAND_DIMS",
+    "ARG_MAX",
+}
 
 
 def sign_artifact(arch, encoding, bits, batch_norm, seed=0, **kw):
     shape = dict(hidden=(5, 4), image_shape=(7, 6)) if arch == "cnn" else dict(hidden=(9, 6))
     shape.update(kw)
-    return random_dnn_artifact(seed, architecture=arch, activation="sign", bits=bits, encoding=encoding,
-                               batch_norm=batch_norm, n_check=128, **shape)
+    return random_dnn_artifact(
+        seed,
+        architecture=arch,
+        activation="sign",
+        bits=bits,
+        encoding=encoding,
+        batch_norm=batch_norm,
+        n_check=128,
+        **shape,
+    )
 
 
 def random_rows(artifact, n=200, seed=1):
@@ -75,18 +94,20 @@ def int8_layer_codes(model, artifact) -> list[np.ndarray]:
         direction, _ = sign_thresholds(artifact, k)
         codes = codes * direction.reshape((-1,) + (1,) * (codes.ndim - 1))
         if layer.type == "conv2d":
-            codes = np.transpose(codes, (0, 3, 1, 2))                       # OHWI -> OIHW
+            codes = np.transpose(codes, (0, 3, 1, 2))  # OHWI -> OIHW
             channels = layer.n_out
         elif artifact.architecture == "cnn" and k == len([lay for lay in artifact.layers if lay.type == "conv2d"]):
-            h, w_ = shapes[k]                                               # NHWC flatten -> (C, H, W)
+            h, w_ = shapes[k]  # NHWC flatten -> (C, H, W)
             codes = codes.reshape(layer.n_out, h, w_, channels).transpose(0, 3, 1, 2).reshape(layer.n_out, -1)
         out.append(codes)
     return out
 
 
 # -- sign networks: exact ---------------------------------------------------------------------------
-SIGN_MATRIX = [(arch, enc, bits, bn) for arch, enc, bits, bn in
-               itertools.product(("fc", "cnn"), ("standardized", "onehot"), (1, 2, 7), (True, False))]
+SIGN_MATRIX = [
+    (arch, enc, bits, bn)
+    for arch, enc, bits, bn in itertools.product(("fc", "cnn"), ("standardized", "onehot"), (1, 2, 7), (True, False))
+]
 
 
 @pytest.mark.parametrize("arch,encoding,bits,batch_norm", SIGN_MATRIX)
@@ -96,7 +117,7 @@ def test_sign_network_is_exact(tmp_path, arch, encoding, bits, batch_norm):
     seed = bits * 10 + (arch == "cnn") * 3 + (encoding == "onehot") + batch_norm * 5
     artifact = sign_artifact(arch, encoding, bits, batch_norm, seed=seed)
     path = tmp_path / "m.tflite"
-    facts = export_tflite_dnn(artifact, path)                # verified on the check set (raises if not exact)
+    facts = export_tflite_dnn(artifact, path)  # verified on the check set (raises if not exact)
     assert facts["exact"] is True and facts["lowering"] == LOWERING_SIGN
     assert facts["label_mismatches"] == 0 and facts["logits_identical"] and facts["hidden_identical"]
     assert facts["guard_ok"] and facts["accuracy_change"] == 0.0
@@ -108,7 +129,7 @@ def test_sign_network_is_exact(tmp_path, arch, encoding, bits, batch_norm):
     ref = DNNReferencePredictor(artifact)
     logits, label = run_tflite_dnn(model, x)
     np.testing.assert_array_equal(label, ref.predict(x))
-    np.testing.assert_array_equal(logits, ref.logits(x).astype(np.float32))   # bit for bit
+    np.testing.assert_array_equal(logits, ref.logits(x).astype(np.float32))  # bit for bit
     assert logits.dtype == np.float32 and label.dtype == np.int64
     for got, want in zip(tflite_hidden_activations(model, plan_tflite_dnn(artifact), x), ref.hidden_activations(x)):
         np.testing.assert_array_equal(got, want)
@@ -125,10 +146,10 @@ def test_sign_boundary_rows_are_exact():
     x = random_rows(artifact, n=300)
     layer = artifact.layers[0]
     unit = artifact.weight_scale * artifact.input_scale
-    acc = artifact.encode_integer(x) @ layer.codes.astype(np.int64).T                     # (n, units)
-    layer.scale[:] = np.where(layer.scale < 0, -0.5, 2.0)               # powers of two, both signs: y exact
+    acc = artifact.encode_integer(x) @ layer.codes.astype(np.int64).T  # (n, units)
+    layer.scale[:] = np.where(layer.scale < 0, -0.5, 2.0)  # powers of two, both signs: y exact
     layer.shift[:] = (-layer.scale.astype(np.float64) * unit * acc[0]).astype(np.float32)
-    assert np.all(layer.scale.astype(np.float64) * unit * acc[0] + layer.shift == 0.0)   # y == 0 exactly
+    assert np.all(layer.scale.astype(np.float64) * unit * acc[0] + layer.shift == 0.0)  # y == 0 exactly
     direction, threshold = sign_thresholds(artifact, 0)
     on_boundary = direction * acc == threshold
     assert on_boundary[0].all() and on_boundary.sum() > layer.n_out
@@ -142,8 +163,10 @@ def test_sign_boundary_rows_are_exact():
 @pytest.mark.parametrize("resolver", ["reference", "builtin"])
 def test_sign_exact_with_every_kernel_set(resolver):
     """Reference kernels, optimized builtins and XNNPACK (auto, above) agree bit for bit."""
-    for artifact in (sign_artifact("cnn", "standardized", 7, True, seed=3),
-                     sign_artifact("fc", "onehot", 8, True, seed=4)):
+    for artifact in (
+        sign_artifact("cnn", "standardized", 7, True, seed=3),
+        sign_artifact("fc", "onehot", 8, True, seed=4),
+    ):
         x = random_rows(artifact, n=100)
         logits, label = run_tflite_dnn(build_tflite_dnn(artifact), x, resolver=resolver)
         np.testing.assert_array_equal(logits, DNNReferencePredictor(artifact).logits(x).astype(np.float32))
@@ -165,16 +188,22 @@ def test_sign_b8_splits_codes_into_int8_parts_and_stays_exact(tmp_path, arch, en
     assert [entry["input_copies"] for entry in meta["tflite_layers"][:-1]] == [layer.copies for layer in plan.hidden]
 
 
-@pytest.mark.parametrize("kw", [dict(architecture="fc", hidden=()), dict(architecture="cnn", hidden=()),
-                                dict(architecture="cnn", pixel_order="column-major", image_shape=(5, 7), hidden=(3,)),
-                                dict(architecture="cnn", encoding="onehot", hidden=(4, 3), image_shape=(9, 5),
-                                     max_cardinality=3)])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        dict(architecture="fc", hidden=()),
+        dict(architecture="cnn", hidden=()),
+        dict(architecture="cnn", pixel_order="column-major", image_shape=(5, 7), hidden=(3,)),
+        dict(architecture="cnn", encoding="onehot", hidden=(4, 3), image_shape=(9, 5), max_cardinality=3),
+    ],
+)
 def test_sign_edge_shapes_are_exact(tmp_path, kw):
     """No hidden layer (output layer on the float integer encoding), column-major pixels, odd
     image sizes (floor pooling)."""
     kw = dict(kw)
-    artifact = random_dnn_artifact(11, activation="sign", bits=kw.pop("bits", 3),
-                                   encoding=kw.pop("encoding", "standardized"), **kw)
+    artifact = random_dnn_artifact(
+        11, activation="sign", bits=kw.pop("bits", 3), encoding=kw.pop("encoding", "standardized"), **kw
+    )
     facts = export_tflite_dnn(artifact, tmp_path / "e.tflite", x=random_rows(artifact))
     assert facts["label_mismatches"] == 0 and facts["logits_identical"] and facts.get("hidden_identical", True)
 
@@ -184,18 +213,34 @@ def cnn_with_dense_hidden(activation, seed=17):
     from bnc_deploy.artifacts.dnn import DNNArtifact, DNNLayer
     from bnc_deploy.testing import _calibrate, random_codes
 
-    base = random_dnn_artifact(seed, architecture="cnn", activation=activation, bits=3, hidden=(4,),
-                               image_shape=(6, 7), n_check=200)
+    base = random_dnn_artifact(
+        seed, architecture="cnn", activation=activation, bits=3, hidden=(4,), image_shape=(6, 7), n_check=200
+    )
     rng = np.random.default_rng(seed)
     width = base.layers[-1].n_in
-    dense = DNNLayer("dense", random_codes(rng, (7, width), 3), scale=rng.uniform(0.5, 2, 7).astype(np.float32),
-                     shift=np.zeros(7, np.float32), activation=activation)
+    dense = DNNLayer(
+        "dense",
+        random_codes(rng, (7, width), 3),
+        scale=rng.uniform(0.5, 2, 7).astype(np.float32),
+        shift=np.zeros(7, np.float32),
+        activation=activation,
+    )
     out = DNNLayer("dense", random_codes(rng, (base.n_classes, 7), 3), bias=np.zeros(base.n_classes, np.float32))
-    art = DNNArtifact(architecture="cnn", cardinalities=base.cardinalities, class_names=base.class_names,
-                      feature_names=base.feature_names, weight_bits=3, activation=activation,
-                      input_encoding=base.input_encoding, layers=[base.layers[0], dense, out],
-                      input_codes=base.input_codes, input_scale=base.input_scale, image_shape=base.image_shape,
-                      check_x=base.check_x, check_y=base.check_y)
+    art = DNNArtifact(
+        architecture="cnn",
+        cardinalities=base.cardinalities,
+        class_names=base.class_names,
+        feature_names=base.feature_names,
+        weight_bits=3,
+        activation=activation,
+        input_encoding=base.input_encoding,
+        layers=[base.layers[0], dense, out],
+        input_codes=base.input_codes,
+        input_scale=base.input_scale,
+        image_shape=base.image_shape,
+        check_x=base.check_x,
+        check_y=base.check_y,
+    )
     _calibrate(art, rng)
     return art
 
@@ -209,7 +254,7 @@ def test_dense_after_convolution_keeps_the_chw_flatten(tmp_path, activation):
         model = (tmp_path / "d.tflite").read_bytes()
         for got, layer in zip(int8_layer_codes(model, artifact), artifact.layers[:-1]):
             np.testing.assert_array_equal(got, layer.codes.astype(np.int64))
-    else:   # int8 noise only (measured 97.5 %, max logit error 1.8 on a range of 200); a wrong
+    else:  # int8 noise only (measured 97.5 %, max logit error 1.8 on a range of 200); a wrong
         # flatten order would be a different network (about chance agreement)
         ref = DNNReferencePredictor(artifact).logits(artifact.check_x)
         assert facts["label_agreement"] >= 0.95 and facts["max_abs_logit_error"] <= 0.02 * np.ptp(ref), facts
@@ -278,8 +323,13 @@ def test_split_codes_exhaustive():
 
 
 # -- ReLU networks: int8 PTQ ------------------------------------------------------------------------
-RELU_MATRIX = [("fc", "standardized", 2, True), ("fc", "onehot", 4, False), ("cnn", "standardized", 3, True),
-               ("cnn", "onehot", 2, False), ("fc", "standardized", 8, True)]
+RELU_MATRIX = [
+    ("fc", "standardized", 2, True),
+    ("fc", "onehot", 4, False),
+    ("cnn", "standardized", 3, True),
+    ("cnn", "onehot", 2, False),
+    ("fc", "standardized", 8, True),
+]
 
 
 @pytest.fixture(scope="module")
@@ -288,8 +338,16 @@ def relu_exports(tmp_path_factory):
     root = tmp_path_factory.mktemp("relu")
     for arch, enc, bits, bn in RELU_MATRIX:
         shape = dict(hidden=(6, 5), image_shape=(8, 7)) if arch == "cnn" else dict(hidden=(24, 16))
-        artifact = random_dnn_artifact(bits + 31 * (arch == "cnn"), architecture=arch, activation="relu",
-                                       bits=bits, encoding=enc, batch_norm=bn, n_check=400, **shape)
+        artifact = random_dnn_artifact(
+            bits + 31 * (arch == "cnn"),
+            architecture=arch,
+            activation="relu",
+            bits=bits,
+            encoding=enc,
+            batch_norm=bn,
+            n_check=400,
+            **shape,
+        )
         path = root / f"{arch}_{enc}_{bits}.tflite"
         out[(arch, enc, bits, bn)] = (artifact, path, export_tflite_dnn(artifact, path))
     return out
@@ -326,8 +384,9 @@ def test_relu_network_is_full_integer(relu_exports, key):
     fused = fused_activations(path)
     assert [fused[op.index] for op in macs] == ["RELU"] * (len(macs) - 1) + ["NONE"]
     w = t[macs[-1].inputs[1]]
-    np.testing.assert_array_equal(np.frombuffer(w.data, np.int8).reshape(w.shape)[:, :4],
-                                  plan_tflite_dnn(artifact).output_codes[:, :4])
+    np.testing.assert_array_equal(
+        np.frombuffer(w.data, np.int8).reshape(w.shape)[:, :4], plan_tflite_dnn(artifact).output_codes[:, :4]
+    )
     assert summary.op_names.count("DEQUANTIZE") == 1
 
 
@@ -356,15 +415,16 @@ def test_min_agreement_failure_writes_nothing(tmp_path, relu_exports):
 # -- guard, metadata, errors ----------------------------------------------------------------------------
 @pytest.mark.parametrize("activation", ["sign", "relu"])
 def test_guard_marks_invalid_rows(activation):
-    artifact = random_dnn_artifact(12, architecture="cnn", activation=activation, encoding="onehot", hidden=(3,),
-                                   image_shape=(4, 4))
+    artifact = random_dnn_artifact(
+        12, architecture="cnn", activation=activation, encoding="onehot", hidden=(3,), image_shape=(4, 4)
+    )
     model = build_tflite_dnn(artifact)
     valid = random_rows(artifact, n=6)
     bad = np.repeat(valid[:1], 5, axis=0)
     bad[0, 0] = -1
     bad[1, 3] = artifact.cardinalities[3]
-    bad[2, 5] = 2 ** 31 - 1
-    bad[3, 7] = -(2 ** 31)
+    bad[2, 5] = 2**31 - 1
+    bad[3, 7] = -(2**31)
     bad[4, :] = 1000
     x = np.concatenate([valid[:3], bad, valid[3:]])
     logits, label = run_tflite_dnn(model, x)
@@ -390,8 +450,13 @@ def test_metadata_parses_and_describes_the_graph():
 def test_rejects_non_dnn_artifacts():
     from bnc_deploy.artifacts.bnc import BNCArtifact
 
-    bnc = BNCArtifact(parents=np.array([-1]), cardinalities=np.array([2]), class_names=["a", "b"],
-                      feature_names=["f"], class_logp=np.log(np.full(2, 0.5, np.float32)),
-                      table_logp=np.log(np.full((2, 2), 0.5, np.float32)))
+    bnc = BNCArtifact(
+        parents=np.array([-1]),
+        cardinalities=np.array([2]),
+        class_names=["a", "b"],
+        feature_names=["f"],
+        class_logp=np.log(np.full(2, 0.5, np.float32)),
+        table_logp=np.log(np.full((2, 2), 0.5, np.float32)),
+    )
     with pytest.raises(ExportError, match="DNN artifact"):
         build_tflite_dnn(bnc)

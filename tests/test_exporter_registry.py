@@ -13,16 +13,23 @@ import json
 
 import numpy as np
 import pytest
+from test_conformance import conformance_cases, run_case
 
 from bnc_deploy.artifacts import save_artifact
 from bnc_deploy.cli.export import build_parser, main
 from bnc_deploy.errors import ConfigError, ExportError
-from bnc_deploy.exporters.base import (Option, Refusal, exporter_for, exporters, float_model, register_exporter,
-                                       unregister_exporter)
+from bnc_deploy.exporters.base import (
+    Option,
+    Refusal,
+    exporter_for,
+    exporters,
+    float_model,
+    register_exporter,
+    unregister_exporter,
+)
 from bnc_deploy.exporters.onnx_bnc import build_onnx_bytes
 from bnc_deploy.testing import random_bnc_artifact
 from bnc_deploy.verify import build
-from test_conformance import conformance_cases, run_case
 
 
 def build_toy(artifact, *, squeeze: bool = False) -> bytes:
@@ -30,14 +37,25 @@ def build_toy(artifact, *, squeeze: bool = False) -> bytes:
 
 
 #: The toy packs bit-planes, so it refuses ``--squeeze`` on float models as the ONNX exporter does.
-SQUEEZE_NEEDS_CODES = Refusal("bit-planes store integer codes; float tables have none",
-                              "pack_bits needs a quantized model", options={"squeeze": True}, models=float_model)
+SQUEEZE_NEEDS_CODES = Refusal(
+    "bit-planes store integer codes; float tables have none",
+    "pack_bits needs a quantized model",
+    options={"squeeze": True},
+    models=float_model,
+)
 
 
 def register_toy(build=build_toy, **kw):
-    return register_exporter("bnc", "toy", build, extension=".onnx", runtime="onnxruntime",
-                             options=[Option("squeeze", "bool", False, help="store bit-planes")],
-                             refusals=[SQUEEZE_NEEDS_CODES], **kw)
+    return register_exporter(
+        "bnc",
+        "toy",
+        build,
+        extension=".onnx",
+        runtime="onnxruntime",
+        options=[Option("squeeze", "bool", False, help="store bit-planes")],
+        refusals=[SQUEEZE_NEEDS_CODES],
+        **kw,
+    )
 
 
 @pytest.fixture
@@ -54,8 +72,9 @@ def test_toy_exporter_is_a_cli_format_with_its_flag(toy_exporter, tmp_path, caps
     assert "--squeeze" in parser.format_help()
     artifact = random_bnc_artifact(np.random.default_rng(3), bits=3, n_check=30)
     save_artifact(artifact, tmp_path / "m.bnc")
-    assert main([str(tmp_path / "m.bnc"), "--format", "toy", "--squeeze", "-o", str(tmp_path / "m.onnx"),
-                 "--json"]) == 0
+    assert (
+        main([str(tmp_path / "m.bnc"), "--format", "toy", "--squeeze", "-o", str(tmp_path / "m.onnx"), "--json"]) == 0
+    )
     report = json.loads(capsys.readouterr().out)
     assert report["format"] == "toy" and report["exact"] is True and report["n_rows"] == 30
     assert report["file_bytes"] == len(build(artifact, "onnx", pack_bits=True)[0])
@@ -81,8 +100,11 @@ def test_registering_a_format_again_is_refused_unless_overwrite(toy_exporter):
     def build_other(artifact, *, squeeze: bool = False) -> bytes:
         return build_toy(artifact, squeeze=squeeze)
 
-    with pytest.raises(ConfigError, match=r"exporter of bnc models to --format toy is already registered \(by "
-                                          r"[\w.]*test_exporter_registry\).*overwrite=True"):
+    with pytest.raises(
+        ConfigError,
+        match=r"exporter of bnc models to --format toy is already registered \(by "
+        r"[\w.]*test_exporter_registry\).*overwrite=True",
+    ):
         register_toy(build_other)
     assert exporter_for("bnc", "toy") is first
     with pytest.raises(ConfigError, match="--format onnx is already registered"):
@@ -93,23 +115,41 @@ def test_registering_a_format_again_is_refused_unless_overwrite(toy_exporter):
 
 
 def test_a_value_outside_the_declared_choices_is_refused_naming_them():
-    with pytest.raises(ExportError, match=r"tflite export of a bnc model: unknown lowering 'gather-grouped' "
-                                          r"\(option --lowering\); choose one of gather, onehot-fc"):
+    with pytest.raises(
+        ExportError,
+        match=r"tflite export of a bnc model: unknown lowering 'gather-grouped' "
+        r"\(option --lowering\); choose one of gather, onehot-fc",
+    ):
         exporter_for("bnc", "tflite").resolve_options({"lowering": "gather-grouped"})
-    with pytest.raises(ExportError, match=r"unknown ORT optimization 'all' \(option --ort-optimization\); "
-                                          "choose one of disabled, basic"):
+    with pytest.raises(
+        ExportError,
+        match=r"unknown ORT optimization 'all' \(option --ort-optimization\); "
+        "choose one of disabled, basic",
+    ):
         exporter_for("dnn", "ort").resolve_options({"ort_optimization": "all"})
     assert exporter_for("bnc", "tflite").resolve_options({"lowering": "onehot-fc"})["lowering"] == "onehot-fc"
 
 
 def test_a_declared_refusal_names_declared_options_and_choices():
     with pytest.raises(ValueError, match="names option 'pack_bits', which it does not declare"):
-        register_exporter("bnc", "toy", build_toy, extension=".onnx", runtime="onnxruntime",
-                          refusals=[Refusal("no codes", "quantized", options={"pack_bits": True})])
+        register_exporter(
+            "bnc",
+            "toy",
+            build_toy,
+            extension=".onnx",
+            runtime="onnxruntime",
+            refusals=[Refusal("no codes", "quantized", options={"pack_bits": True})],
+        )
     with pytest.raises(ValueError, match="names --lowering 'gather-grouped', not one of its choices"):
-        register_exporter("bnc", "toy", build_toy, extension=".onnx", runtime="onnxruntime",
-                          options=exporter_for("bnc", "tflite").options,
-                          refusals=[Refusal("grouped", "grouped", options={"lowering": "gather-grouped"})])
+        register_exporter(
+            "bnc",
+            "toy",
+            build_toy,
+            extension=".onnx",
+            runtime="onnxruntime",
+            options=exporter_for("bnc", "tflite").options,
+            refusals=[Refusal("grouped", "grouped", options={"lowering": "gather-grouped"})],
+        )
     assert ("bnc", "toy") not in exporters()
 
 

@@ -11,8 +11,8 @@ onnx = pytest.importorskip("onnx")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from bnc_deploy.artifacts.bnc import BNCArtifact  # noqa: E402
-from bnc_deploy.exporters.onnx_bnc import build_onnx_model  # noqa: E402
 from bnc_deploy.costs import Dense, analytic_costs, dnn_costs
+from bnc_deploy.exporters.onnx_bnc import build_onnx_model  # noqa: E402
 from bnc_deploy.profiling.graph_count import count_graph, load_graph  # noqa: E402
 from bnc_deploy.quantizers import FixedPointLogQuantizer
 
@@ -35,14 +35,25 @@ def artifact(cards, parents, n_classes, bits=None, seed=0, names=None) -> BNCArt
     cards, parents = np.asarray(cards), np.asarray(parents)
     rows = int((cards * np.where(parents >= 0, cards[np.maximum(parents, 0)], 1)).sum())
     rng = np.random.default_rng(seed)
-    common = dict(parents=parents, cardinalities=cards, class_names=names or [f"c{k}" for k in range(n_classes)],
-                  feature_names=[f"f{i}" for i in range(len(cards))])
+    common = dict(
+        parents=parents,
+        cardinalities=cards,
+        class_names=names or [f"c{k}" for k in range(n_classes)],
+        feature_names=[f"f{i}" for i in range(len(cards))],
+    )
     if bits is None:
-        return BNCArtifact(class_logp=-rng.random(n_classes).astype(np.float32) - 0.1,
-                           table_logp=-rng.random((rows, n_classes)).astype(np.float32) - 0.1, **common)
+        return BNCArtifact(
+            class_logp=-rng.random(n_classes).astype(np.float32) - 0.1,
+            table_logp=-rng.random((rows, n_classes)).astype(np.float32) - 0.1,
+            **common,
+        )
     q = FixedPointLogQuantizer(bits, min(bits, 3))
-    return BNCArtifact(quantizer=q, class_codes=rng.integers(0, q.max_code + 1, n_classes).astype(np.uint8),
-                       table_codes=rng.integers(0, q.max_code + 1, (rows, n_classes)).astype(np.uint8), **common)
+    return BNCArtifact(
+        quantizer=q,
+        class_codes=rng.integers(0, q.max_code + 1, n_classes).astype(np.uint8),
+        table_codes=rng.integers(0, q.max_code + 1, (rows, n_classes)).astype(np.uint8),
+        **common,
+    )
 
 
 def assert_graph_equals_analytic(count, a):
@@ -59,9 +70,16 @@ def gather_sum_model(extra_nodes=(), outputs=("log_joint", "label")):
     """NB-like: 3 features (2, 3, 2 values), 4 classes, uint8 codes dequantized at load, prior folded
     into feature 0's rows, offsets added per row, gather + ReduceSum, ArgMax."""
     d, c = 3, 4
-    inits = {"table": np.arange(28, dtype=np.uint8).reshape(7, 4) % 8, "prior": np.array([1, 2, 3, 4], np.uint8),
-             "step": np.array(-0.5, np.float32), "r0": np.array([0]), "r2": np.array([2]), "r7": np.array([7]),
-             "offsets": np.array([0, 2, 5]), "axis1": np.array([1])}
+    inits = {
+        "table": np.arange(28, dtype=np.uint8).reshape(7, 4) % 8,
+        "prior": np.array([1, 2, 3, 4], np.uint8),
+        "step": np.array(-0.5, np.float32),
+        "r0": np.array([0]),
+        "r2": np.array([2]),
+        "r7": np.array([7]),
+        "offsets": np.array([0, 2, 5]),
+        "axis1": np.array([1]),
+    }
     nodes = [
         helper.make_node("Cast", ["table"], ["tf"], to=TensorProto.FLOAT),
         helper.make_node("Mul", ["tf", "step"], ["T"]),
@@ -77,11 +95,18 @@ def gather_sum_model(extra_nodes=(), outputs=("log_joint", "label")):
         helper.make_node("ArgMax", ["log_joint"], ["label"], axis=1, keepdims=0),
         *extra_nodes,
     ]
-    outs = {"log_joint": helper.make_tensor_value_info("log_joint", TensorProto.FLOAT, ["N", c]),
-            "label": helper.make_tensor_value_info("label", TensorProto.INT64, ["N"]),
-            "odd": helper.make_tensor_value_info("odd", TensorProto.FLOAT, ["N", c])}
-    return onnx_model(nodes, [helper.make_tensor_value_info("x", TensorProto.INT64, ["N", d])],
-                      [outs[o] for o in outputs], inits, meta={"bits": 3, "n_ops": d * c, "size_bits": 3 * 4 * 8})
+    outs = {
+        "log_joint": helper.make_tensor_value_info("log_joint", TensorProto.FLOAT, ["N", c]),
+        "label": helper.make_tensor_value_info("label", TensorProto.INT64, ["N"]),
+        "odd": helper.make_tensor_value_info("odd", TensorProto.FLOAT, ["N", c]),
+    }
+    return onnx_model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.INT64, ["N", d])],
+        [outs[o] for o in outputs],
+        inits,
+        meta={"bits": 3, "n_ops": d * c, "size_bits": 3 * 4 * 8},
+    )
 
 
 def test_gather_reducesum_rules_and_folded_prior():
@@ -89,23 +114,24 @@ def test_gather_reducesum_rules_and_folded_prior():
     n = by_output(count)
     for name in ("tf", "T", "pf", "P", "first", "first_p", "rest", "T2"):
         assert n[name].category == "load-time", name
-    assert n["first_p"].folded == 4                      # prior [4] folded into feature 0's rows
+    assert n["first_p"].folded == 4  # prior [4] folded into feature 0's rows
     assert (n["rows"].category, n["rows"].ops) == ("addressing", 3)
     assert (n["picked"].category, n["picked"].ops, n["picked"].lookups) == ("free", 0, 12)
     assert (n["log_joint"].category, n["log_joint"].ops) == ("arithmetic", (3 - 1) * 4)
     assert (n["label"].category, n["label"].ops) == ("argmax", 3)
     assert count.per_row_additions == 8 and count.folded_additions == 4
-    assert count.paper_ops == 3 * 4                      # per-row + folded = D * C
-    assert count.param_elements == 7 * 4 + 4             # table + prior; the step is not a parameter
-    assert count.param_bits == 3 * 32                    # metadata bits x elements
-    assert count.storage_bits == 8 * 32                  # stored uint8
+    assert count.paper_ops == 3 * 4  # per-row + folded = D * C
+    assert count.param_elements == 7 * 4 + 4  # table + prior; the step is not a parameter
+    assert count.param_bits == 3 * 32  # metadata bits x elements
+    assert count.storage_bits == 8 * 32  # stored uint8
     assert count.compare()["n_ops"]["equal"] and count.compare()["size_bits"]["equal"]
     assert "paper operations = arithmetic 8 + folded at load 4 = 12" in count.table()
 
 
 def test_unknown_op_is_reported_never_zero():
-    model = gather_sum_model([helper.make_node("Hardmax", ["log_joint"], ["odd"], axis=1)],
-                             outputs=("log_joint", "label", "odd"))
+    model = gather_sum_model(
+        [helper.make_node("Hardmax", ["log_joint"], ["odd"], axis=1)], outputs=("log_joint", "label", "odd")
+    )
     count = count_graph(model)
     odd = by_output(count)["odd"]
     assert odd.category == "unknown" and odd.ops is None and "Hardmax" in odd.note
@@ -118,10 +144,15 @@ def test_unknown_op_is_reported_never_zero():
 
 def test_custom_domain_op_is_unknown():
     node = helper.make_node("Foo", ["x"], ["y"], domain="com.example")
-    model = helper.make_model(helper.make_graph(
-        [node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 2])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 2])]),
-        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)])
+    model = helper.make_model(
+        helper.make_graph(
+            [node],
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 2])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 2])],
+        ),
+        opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)],
+    )
     count = count_graph(model)
     assert count.unknown_ops == ["Foo"] and count.nodes[0].category == "unknown"
 
@@ -129,9 +160,16 @@ def test_custom_domain_op_is_unknown():
 def test_guard_nodes_and_validation_path():
     """Range checks, Where routing and the label's NaN test are guard; their gathers are free."""
     c = 3
-    inits = {"zero": np.array(0), "cards": np.array([2, 2]), "offsets": np.array([0, 2]), "bad": np.array(4),
-             "table": -np.ones((5, c), np.float32), "axis1": np.array([1]), "c0": np.array(0),
-             "minus1": np.array(-1)}
+    inits = {
+        "zero": np.array(0),
+        "cards": np.array([2, 2]),
+        "offsets": np.array([0, 2]),
+        "bad": np.array(4),
+        "table": -np.ones((5, c), np.float32),
+        "axis1": np.array([1]),
+        "c0": np.array(0),
+        "minus1": np.array(-1),
+    }
     nodes = [
         helper.make_node("GreaterOrEqual", ["x", "zero"], ["ge"]),
         helper.make_node("Less", ["x", "cards"], ["lt"]),
@@ -145,25 +183,41 @@ def test_guard_nodes_and_validation_path():
         helper.make_node("IsNaN", ["first"], ["nan"]),
         helper.make_node("Where", ["nan", "minus1", "best"], ["label"]),
     ]
-    model = onnx_model(nodes, [helper.make_tensor_value_info("x", TensorProto.INT64, ["N", 2])],
-                       [helper.make_tensor_value_info("log_joint", TensorProto.FLOAT, ["N", c]),
-                        helper.make_tensor_value_info("label", TensorProto.INT64, ["N"])], inits)
+    model = onnx_model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.INT64, ["N", 2])],
+        [
+            helper.make_tensor_value_info("log_joint", TensorProto.FLOAT, ["N", c]),
+            helper.make_tensor_value_info("label", TensorProto.INT64, ["N"]),
+        ],
+        inits,
+    )
     count = count_graph(model)
     n = by_output(count)
     assert [n[k].category for k in ("ge", "lt", "ok", "safe", "nan", "label")] == ["guard"] * 6
     assert n["first"].category == "free" and "validation path" in n["first"].note
     assert count.total("guard") == 2 + 2 + 2 + 2 + 1 + 1
     assert (n["log_joint"].ops, n["best"].ops, count.total("addressing")) == (3, 2, 2)
-    assert count.paper_ops == 3 and count.param_bits == 5 * c * 32   # no metadata: float32 width
+    assert count.paper_ops == 3 and count.param_bits == 5 * c * 32  # no metadata: float32 width
 
 
 def test_onehot_product_effective_additions_and_guard_column():
     """OneHot + ReduceSum + MatMul with a counting column (the ONNX onehot-fc shape of things)."""
     c = 3
-    inits = {"offsets": np.array([0, 3]), "depth": np.array(5), "values": np.array([0.0, 1.0], np.float32),
-             "table": -np.arange(15, dtype=np.float32).reshape(5, c), "ones": np.ones((5, 1), np.float32),
-             "axis1": np.array([1]), "b0": np.array([0]), "bc": np.array([c]), "bc1": np.array([c + 1]),
-             "two": np.array(2.0, np.float32), "zero": np.array(0.0, np.float32), "nan": np.array(np.nan, np.float32)}
+    inits = {
+        "offsets": np.array([0, 3]),
+        "depth": np.array(5),
+        "values": np.array([0.0, 1.0], np.float32),
+        "table": -np.arange(15, dtype=np.float32).reshape(5, c),
+        "ones": np.ones((5, 1), np.float32),
+        "axis1": np.array([1]),
+        "b0": np.array([0]),
+        "bc": np.array([c]),
+        "bc1": np.array([c + 1]),
+        "two": np.array(2.0, np.float32),
+        "zero": np.array(0.0, np.float32),
+        "nan": np.array(np.nan, np.float32),
+    }
     nodes = [
         helper.make_node("Add", ["x", "offsets"], ["rows"]),
         helper.make_node("Concat", ["table", "ones"], ["W"], axis=1),
@@ -176,9 +230,13 @@ def test_onehot_product_effective_additions_and_guard_column():
         helper.make_node("Where", ["all_valid", "zero", "nan"], ["penalty"]),
         helper.make_node("Add", ["scores", "penalty"], ["log_joint"]),
     ]
-    model = onnx_model(nodes, [helper.make_tensor_value_info("x", TensorProto.INT64, ["N", 2])],
-                       [helper.make_tensor_value_info("log_joint", TensorProto.FLOAT, ["N", c])], inits,
-                       meta={"bits": 32})
+    model = onnx_model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.INT64, ["N", 2])],
+        [helper.make_tensor_value_info("log_joint", TensorProto.FLOAT, ["N", c])],
+        inits,
+        meta={"bits": 32},
+    )
     count = count_graph(model)
     n = by_output(count)
     assert n["W"].category == "load-time"
@@ -188,22 +246,34 @@ def test_onehot_product_effective_additions_and_guard_column():
     assert mm.category == "arithmetic" and mm.macs == 5 * (c + 1)
     # two hot entries per row: (2 - 1) additions per column; the counting column's share is guard
     assert (mm.effective_additions, mm.ops, mm.guard_share) == ((2 - 1) * c, (2 - 1) * c, 1)
-    assert n["log_joint"].category == "guard"             # adds 0 or NaN
-    assert count.paper_ops == c                           # D * C - C: no prior in this graph
-    assert count.param_elements == 5 * c                  # the ones column is not a parameter
+    assert n["log_joint"].category == "guard"  # adds 0 or NaN
+    assert count.paper_ops == c  # D * C - C: no prior in this graph
+    assert count.param_elements == 5 * c  # the ones column is not a parameter
     assert count.macs == 5 * (c + 1)
 
 
 def test_dnn_graph_matches_the_dnn_formula():
     """Float MLP 4 -> 3 (bias, ReLU) -> 2 (bias): one op per MAC and per bias; ReLU free."""
     rng = np.random.default_rng(0)
-    inits = {"W1": rng.random((4, 3), dtype=np.float32), "b1": rng.random(3, dtype=np.float32),
-             "W2": rng.random((3, 2), dtype=np.float32), "b2": rng.random(2, dtype=np.float32)}
-    nodes = [helper.make_node("MatMul", ["x", "W1"], ["h"]), helper.make_node("Add", ["h", "b1"], ["hb"]),
-             helper.make_node("Relu", ["hb"], ["a"]), helper.make_node("MatMul", ["a", "W2"], ["o"]),
-             helper.make_node("Add", ["o", "b2"], ["y"])]
-    model = onnx_model(nodes, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
-                       [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 2])], inits)
+    inits = {
+        "W1": rng.random((4, 3), dtype=np.float32),
+        "b1": rng.random(3, dtype=np.float32),
+        "W2": rng.random((3, 2), dtype=np.float32),
+        "b2": rng.random(2, dtype=np.float32),
+    }
+    nodes = [
+        helper.make_node("MatMul", ["x", "W1"], ["h"]),
+        helper.make_node("Add", ["h", "b1"], ["hb"]),
+        helper.make_node("Relu", ["hb"], ["a"]),
+        helper.make_node("MatMul", ["a", "W2"], ["o"]),
+        helper.make_node("Add", ["o", "b2"], ["y"]),
+    ]
+    model = onnx_model(
+        nodes,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 2])],
+        inits,
+    )
     count = count_graph(model)
     n = by_output(count)
     assert (n["h"].ops, n["hb"].ops, n["a"].ops, n["o"].ops, n["y"].ops) == (12, 3, 0, 6, 2)
@@ -290,24 +360,42 @@ def tflite_gather_sum(extra_ops=(), extra_tensors=(), outputs=("log_joint", "lab
     arg = s.ArgMinOptionsT()
     arg.outputType = s.TensorType.INT64
     tensors = [
-        ("x", "INT32", [-1, 2], None), ("max_code", "INT32", [2], np.array([1, 2], np.int32)),
-        ("zero", "INT32", [], np.array(0, np.int32)), ("offsets", "INT32", [2], np.array([0, 2], np.int32)),
+        ("x", "INT32", [-1, 2], None),
+        ("max_code", "INT32", [2], np.array([1, 2], np.int32)),
+        ("zero", "INT32", [], np.array(0, np.int32)),
+        ("offsets", "INT32", [2], np.array([0, 2], np.int32)),
         ("table", "UINT8", [5, 3], (np.arange(15) % 4).astype(np.uint8).reshape(5, 3)),
-        ("prior", "INT32", [3], np.array([1, 0, 2], np.int32)), ("axis1", "INT32", [], np.array(1, np.int32)),
+        ("prior", "INT32", [3], np.array([1, 0, 2], np.int32)),
+        ("axis1", "INT32", [], np.array(1, np.int32)),
         ("step", "FLOAT32", [], np.array(-0.25, np.float32)),
-        ("clip_hi", "INT32", [-1, 2], None), ("clipped", "INT32", [-1, 2], None), ("rows", "INT32", [-1, 2], None),
-        ("codes", "UINT8", [-1, 2, 3], None), ("codes32", "INT32", [-1, 2, 3], None), ("sums", "INT32", [-1, 3], None),
-        ("total", "INT32", [-1, 3], None), ("label", "INT64", [-1], None), ("totalf", "FLOAT32", [-1, 3], None),
-        ("log_joint", "FLOAT32", [-1, 3], None), *extra_tensors]
-    ops = [("MINIMUM", ["x", "max_code"], ["clip_hi"], None), ("MAXIMUM", ["clip_hi", "zero"], ["clipped"], None),
-           ("ADD", ["clipped", "offsets"], ["rows"], None), ("GATHER", ["table", "rows"], ["codes"], None),
-           ("CAST", ["codes"], ["codes32"], None),
-           ("SUM", ["codes32", "axis1"], ["sums"], (s.BuiltinOptions.ReducerOptions, reducer)),
-           ("ADD", ["sums", "prior"], ["total"], None),
-           ("ARG_MIN", ["total", "axis1"], ["label"], (s.BuiltinOptions.ArgMinOptions, arg)),
-           ("CAST", ["total"], ["totalf"], None), ("MUL", ["totalf", "step"], ["log_joint"], None), *extra_ops]
-    return tflite_model(tensors, ops, ["x"], list(outputs), meta={"bits": 2, "n_ops": 6, "size_bits": 2 * 18,
-                                                                 "input": "codes"})
+        ("clip_hi", "INT32", [-1, 2], None),
+        ("clipped", "INT32", [-1, 2], None),
+        ("rows", "INT32", [-1, 2], None),
+        ("codes", "UINT8", [-1, 2, 3], None),
+        ("codes32", "INT32", [-1, 2, 3], None),
+        ("sums", "INT32", [-1, 3], None),
+        ("total", "INT32", [-1, 3], None),
+        ("label", "INT64", [-1], None),
+        ("totalf", "FLOAT32", [-1, 3], None),
+        ("log_joint", "FLOAT32", [-1, 3], None),
+        *extra_tensors,
+    ]
+    ops = [
+        ("MINIMUM", ["x", "max_code"], ["clip_hi"], None),
+        ("MAXIMUM", ["clip_hi", "zero"], ["clipped"], None),
+        ("ADD", ["clipped", "offsets"], ["rows"], None),
+        ("GATHER", ["table", "rows"], ["codes"], None),
+        ("CAST", ["codes"], ["codes32"], None),
+        ("SUM", ["codes32", "axis1"], ["sums"], (s.BuiltinOptions.ReducerOptions, reducer)),
+        ("ADD", ["sums", "prior"], ["total"], None),
+        ("ARG_MIN", ["total", "axis1"], ["label"], (s.BuiltinOptions.ArgMinOptions, arg)),
+        ("CAST", ["total"], ["totalf"], None),
+        ("MUL", ["totalf", "step"], ["log_joint"], None),
+        *extra_ops,
+    ]
+    return tflite_model(
+        tensors, ops, ["x"], list(outputs), meta={"bits": 2, "n_ops": 6, "size_bits": 2 * 18, "input": "codes"}
+    )
 
 
 def test_tflite_rules_from_the_flatbuffer():
@@ -317,8 +405,8 @@ def test_tflite_rules_from_the_flatbuffer():
     assert [n[k].category for k in ("clip_hi", "clipped")] == ["guard", "guard"]
     assert (n["rows"].category, n["rows"].ops) == ("addressing", 2)
     assert (n["codes"].lookups, n["codes32"].category) == (6, "free")
-    assert (n["sums"].category, n["sums"].ops) == ("arithmetic", 3)      # keepDims read from the options
-    assert (n["total"].category, n["total"].ops) == ("arithmetic", 3)    # the prior, per row
+    assert (n["sums"].category, n["sums"].ops) == ("arithmetic", 3)  # keepDims read from the options
+    assert (n["total"].category, n["total"].ops) == ("arithmetic", 3)  # the prior, per row
     assert (n["label"].category, n["label"].ops) == ("argmax", 2)
     assert (n["log_joint"].category, n["log_joint"].ops) == ("rescale", 3)
     assert count.paper_ops == 2 * 3 and count.folded_additions == 0
@@ -327,8 +415,11 @@ def test_tflite_rules_from_the_flatbuffer():
 
 
 def test_tflite_unknown_builtin_is_reported():
-    model = tflite_gather_sum(extra_ops=[("HARD_SWISH", ["log_joint"], ["odd"], None)],
-                              extra_tensors=[("odd", "FLOAT32", [-1, 3], None)], outputs=("log_joint", "label", "odd"))
+    model = tflite_gather_sum(
+        extra_ops=[("HARD_SWISH", ["log_joint"], ["odd"], None)],
+        extra_tensors=[("odd", "FLOAT32", [-1, 3], None)],
+        outputs=("log_joint", "label", "odd"),
+    )
     count = count_graph(model)
     assert count.unknown_ops == ["HARD_SWISH"] and count.paper_ops is None
     assert by_output(count)["odd"].ops is None
@@ -355,7 +446,8 @@ def test_onnx_raw_input_export_counts_binning():
     cuts = [[0.5], [0.5, 1.5, 2.5], [1.0]]
     a = artifact([2, 4, 2], [-1, 0, 1], 3, bits=4)
     a.discretizer = FayyadIraniDiscretizer.from_dict(
-        {"method": "fayyad-irani-mdl", "n_features_in": 3, "cut_points": cuts}).to_dict()
+        {"method": "fayyad-irani-mdl", "n_features_in": 3, "cut_points": cuts}
+    ).to_dict()
     count = count_graph(build_onnx_model(a, raw_inputs=True))
     assert_graph_equals_analytic(count, a)
     # comparisons with the padded cut points (3 per feature) and their counts, per row
@@ -370,9 +462,17 @@ def tflite():
     return build_tflite_model
 
 
-@pytest.mark.parametrize("kind,bits,lowering,onehot", [
-    ("nb", 3, "gather", "equal-cast"), ("tan", 3, "gather", "equal-cast"), ("tan", None, "gather", "equal-cast"),
-    ("tan", 8, "onehot-fc", "equal-cast"), ("nb", None, "onehot-fc", "equal-cast"), ("tan", 3, "onehot-fc", "relu")])
+@pytest.mark.parametrize(
+    "kind,bits,lowering,onehot",
+    [
+        ("nb", 3, "gather", "equal-cast"),
+        ("tan", 3, "gather", "equal-cast"),
+        ("tan", None, "gather", "equal-cast"),
+        ("tan", 8, "onehot-fc", "equal-cast"),
+        ("nb", None, "onehot-fc", "equal-cast"),
+        ("tan", 3, "onehot-fc", "relu"),
+    ],
+)
 def test_tflite_exports_equal_analytic(tflite, kind, bits, lowering, onehot):
     a = artifact([3, 4, 2, 5, 1, 3], structure(kind, 6), 4, bits, seed=3)
     count = count_graph(tflite(a, lowering=lowering, onehot=onehot))

@@ -18,20 +18,32 @@ onnx = pytest.importorskip("onnx")
 from onnx import helper  # noqa: E402
 
 from bnc_deploy.artifacts.dnn import DNNArtifact, DNNLayer  # noqa: E402
-from bnc_deploy.testing import random_codes, random_dnn_artifact
-from bnc_deploy.exporters.onnx_dnn import build_onnx_dnn  # noqa: E402
 from bnc_deploy.costs import analytic_costs, costs_from_metadata
+from bnc_deploy.exporters.onnx_dnn import build_onnx_dnn  # noqa: E402
 from bnc_deploy.profiling.graph_count import count_graph, load_graph  # noqa: E402
+from bnc_deploy.testing import random_codes, random_dnn_artifact
 
-ARCHS, ACTS, ENCODINGS, BITS, BATCH_NORM = ("fc", "cnn"), ("sign", "relu"), ("standardized", "onehot"), \
-    (1, 2, 7, 8), (True, False)
+ARCHS, ACTS, ENCODINGS, BITS, BATCH_NORM = (
+    ("fc", "cnn"),
+    ("sign", "relu"),
+    ("standardized", "onehot"),
+    (1, 2, 7, 8),
+    (True, False),
+)
 MATRIX = list(itertools.product(ARCHS, ACTS, ENCODINGS, BITS, BATCH_NORM))
 
 
 def matrix_artifact(arch, act, enc, bits, bn) -> DNNArtifact:
     seed = 100 * bits + 10 * bn + (arch == "cnn") * 3 + (act == "sign") + (enc == "onehot") * 5
-    return random_dnn_artifact(seed, architecture=arch, activation=act, encoding=enc, bits=bits, batch_norm=bn,
-                               hidden=(8, 6) if arch == "fc" else (3, 4))
+    return random_dnn_artifact(
+        seed,
+        architecture=arch,
+        activation=act,
+        encoding=enc,
+        bits=bits,
+        batch_norm=bn,
+        hidden=(8, 6) if arch == "fc" else (3, 4),
+    )
 
 
 def tflite_bytes(art, **options) -> bytes:
@@ -63,7 +75,7 @@ def assert_equals_analytic(count, art):
     assert count.complete, (count.unknown_ops, count.breakdown["problems"])
     assert count.paper_ops == costs.n_ops == art.n_ops
     assert count.param_bits == costs.size_bits == art.size_bits
-    check = count.compare()                       # against the file's own metadata
+    check = count.compare()  # against the file's own metadata
     assert check["n_ops"]["equal"] and check["size_bits"]["equal"]
     meta_costs = costs_from_metadata(count.metadata)
     assert (meta_costs.n_ops, meta_costs.size_bits) == (costs.n_ops, costs.size_bits)
@@ -91,14 +103,18 @@ def test_tflite_matrix(arch, act, enc, bits, bn):
     for output_layer in ("int8", "float32") if act == "relu" else ("int8",):
         count = count_graph(tflite_bytes(art, output_layer=output_layer))
         assert count.format == "tflite" and count.metadata["output_layer"] == (
-            output_layer if act == "relu" else "float32")
+            output_layer if act == "relu" else "float32"
+        )
         assert_equals_analytic(count, art)
         if bits == 8 and act == "sign":
             # B = 8: hidden layers run on 2-3 input copies; the graph does that many times the MACs
             copies = [layer.get("input_copies", 1) for layer in count.metadata["tflite_layers"]]
             assert max(copies) > 1
-            assert count.breakdown["graph_macs"] > count.breakdown["macs"] == count.macs - (
-                count.breakdown["graph_macs"] - count.breakdown["macs"])
+            assert (
+                count.breakdown["graph_macs"]
+                > count.breakdown["macs"]
+                == count.macs - (count.breakdown["graph_macs"] - count.breakdown["macs"])
+            )
             for fact in count.breakdown["layers"]:
                 assert fact["input_copies"] == copies[fact["layer"]]
                 assert fact["graph_macs"] == fact["macs"] * fact["input_copies"]
@@ -109,8 +125,17 @@ def test_tflite_matrix(arch, act, enc, bits, bn):
 # -- other shapes: conv + dense hidden layers, no hidden layer, three hidden layers, opsets ---------------------
 def conv_dense_artifact(seed, act, bits, bn, enc) -> DNNArtifact:
     """A CNN with a dense hidden layer after the convolution (5x5 column-major image, pooled to 2x2)."""
-    art = random_dnn_artifact(seed, architecture="cnn", activation=act, bits=bits, batch_norm=bn, encoding=enc,
-                              hidden=(3,), image_shape=(5, 5), pixel_order="column-major")
+    art = random_dnn_artifact(
+        seed,
+        architecture="cnn",
+        activation=act,
+        bits=bits,
+        batch_norm=bn,
+        encoding=enc,
+        hidden=(3,),
+        image_shape=(5, 5),
+        pixel_order="column-major",
+    )
     rng = np.random.default_rng(seed)
     scale = shift = None
     if bn:
@@ -118,23 +143,48 @@ def conv_dense_artifact(seed, act, bits, bn, enc) -> DNNArtifact:
         shift = rng.normal(0, 1, 5).astype(np.float32)
     dense = DNNLayer("dense", random_codes(rng, (5, 3 * 2 * 2), bits), scale=scale, shift=shift, activation=act)
     out = DNNLayer("dense", random_codes(rng, (3, 5), bits), bias=art.layers[-1].bias)
-    return DNNArtifact(architecture="cnn", cardinalities=art.cardinalities, class_names=art.class_names,
-                       feature_names=art.feature_names, weight_bits=bits, activation=act, input_encoding=enc,
-                       layers=[art.layers[0], dense, out], input_codes=art.input_codes, input_scale=art.input_scale,
-                       image_shape=art.image_shape, pixel_order=art.pixel_order)
+    return DNNArtifact(
+        architecture="cnn",
+        cardinalities=art.cardinalities,
+        class_names=art.class_names,
+        feature_names=art.feature_names,
+        weight_bits=bits,
+        activation=act,
+        input_encoding=enc,
+        layers=[art.layers[0], dense, out],
+        input_codes=art.input_codes,
+        input_scale=art.input_scale,
+        image_shape=art.image_shape,
+        pixel_order=art.pixel_order,
+    )
 
 
 def other_shapes():
     out = []
     for act, bits, bn in itertools.product(ACTS, (2, 8), BATCH_NORM):
         enc = "standardized" if bn else "onehot"
-        out.append(pytest.param(conv_dense_artifact(bits + bn, act, bits, bn, enc),
-                                id=f"conv-dense-{act}-B{bits}-bn{bn:d}"))
-        out.append(pytest.param(random_dnn_artifact(bits, activation=act, bits=bits, batch_norm=bn, hidden=(),
-                                                    encoding="onehot" if bn else "standardized"),
-                                id=f"no-hidden-{act}-B{bits}-{'onehot' if bn else 'std'}"))
-        out.append(pytest.param(random_dnn_artifact(bits, activation=act, bits=bits, batch_norm=bn, hidden=(5, 4, 3)),
-                                id=f"fc3-{act}-B{bits}-bn{bn:d}"))
+        out.append(
+            pytest.param(conv_dense_artifact(bits + bn, act, bits, bn, enc), id=f"conv-dense-{act}-B{bits}-bn{bn:d}")
+        )
+        out.append(
+            pytest.param(
+                random_dnn_artifact(
+                    bits,
+                    activation=act,
+                    bits=bits,
+                    batch_norm=bn,
+                    hidden=(),
+                    encoding="onehot" if bn else "standardized",
+                ),
+                id=f"no-hidden-{act}-B{bits}-{'onehot' if bn else 'std'}",
+            )
+        )
+        out.append(
+            pytest.param(
+                random_dnn_artifact(bits, activation=act, bits=bits, batch_norm=bn, hidden=(5, 4, 3)),
+                id=f"fc3-{act}-B{bits}-bn{bn:d}",
+            )
+        )
     return out
 
 
@@ -176,13 +226,16 @@ def test_onnx_relu_batch_norm_pair_and_output_bias():
     art = random_dnn_artifact(1, activation="relu", bits=2, hidden=(8, 6))
     count = count_graph(build_onnx_dnn(art))
     nodes = by_output(count)
-    assert (nodes["layer0/gemm"].category, nodes["layer0/gemm"].ops, nodes["layer0/gemm"].macs) == \
-        ("arithmetic", art.n_features * 8, art.n_features * 8)
-    assert (nodes["layer0/bn_scale"].category, nodes["layer0/bn_scale"].ops) == ("arithmetic", 0)   # half the pair
+    assert (nodes["layer0/gemm"].category, nodes["layer0/gemm"].ops, nodes["layer0/gemm"].macs) == (
+        "arithmetic",
+        art.n_features * 8,
+        art.n_features * 8,
+    )
+    assert (nodes["layer0/bn_scale"].category, nodes["layer0/bn_scale"].ops) == ("arithmetic", 0)  # half the pair
     assert (nodes["layer0/bn_shift"].category, nodes["layer0/bn_shift"].ops) == ("arithmetic", 8)
     assert (nodes["layer0/relu"].category, nodes["layer0/relu"].ops) == ("free", 0)
     assert (nodes["layer2/bias"].category, nodes["layer2/bias"].ops) == ("arithmetic", 3)
-    assert nodes["logits"].category == "guard"                 # NaN penalty, not a paper op
+    assert nodes["logits"].category == "guard"  # NaN penalty, not a paper op
     assert nodes["label/argmax"].category == "argmax" and nodes["input/encoded"].lookups
     params = {p.name: p for p in count.params}
     assert params["layer0.bn_shift"].bits_per_element == 64 and params["layer0.bn_shift"].elements == 8
@@ -243,7 +296,7 @@ def test_table_shows_the_dnn_terms():
 def test_metadata_flags_decide_batch_norm():
     art = random_dnn_artifact(2, activation="sign", bits=2, batch_norm=True, hidden=(8, 6))
     graph = load_graph(build_onnx_dnn(art))
-    graph.metadata["layers"][0]["batch_norm"] = False     # the same threshold node is then the activation
+    graph.metadata["layers"][0]["batch_norm"] = False  # the same threshold node is then the activation
     count = count_graph(graph)
     assert count.complete
     assert count.paper_ops == art.n_ops - 8 and count.param_bits == art.size_bits - 8 * 64
@@ -301,8 +354,13 @@ def test_bn_exports_have_no_dnn_breakdown():
     from bnc_deploy.exporters.onnx_bnc import build_onnx_model
 
     rng = np.random.default_rng(0)
-    a = BNCArtifact(parents=np.array([-1, -1]), cardinalities=np.array([2, 3]), class_names=["a", "b"],
-                    feature_names=["f0", "f1"], class_logp=-rng.random(2).astype(np.float32) - 0.1,
-                    table_logp=-rng.random((5, 2)).astype(np.float32) - 0.1)
+    a = BNCArtifact(
+        parents=np.array([-1, -1]),
+        cardinalities=np.array([2, 3]),
+        class_names=["a", "b"],
+        feature_names=["f0", "f1"],
+        class_logp=-rng.random(2).astype(np.float32) - 0.1,
+        table_logp=-rng.random((5, 2)).astype(np.float32) - 0.1,
+    )
     count = count_graph(build_onnx_model(a))
     assert count.breakdown is None and "breakdown" not in count.to_dict() and count.paper_ops == a.n_ops

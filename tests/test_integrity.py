@@ -36,9 +36,16 @@ def _available(kind: str, format: str) -> bool:
     return bool(runtimes_for(exporter_for(kind, format).extension))
 
 
-CASES = [pytest.param(kind, fmt, id=f"{kind}-{fmt}",
-                      marks=pytest.mark.skipif(not _available(kind, fmt), reason=f"no {kind} {fmt} exporter/runtime"))
-         for kind in ("bnc", "dnn") for fmt in ("onnx", "tflite")]
+CASES = [
+    pytest.param(
+        kind,
+        fmt,
+        id=f"{kind}-{fmt}",
+        marks=pytest.mark.skipif(not _available(kind, fmt), reason=f"no {kind} {fmt} exporter/runtime"),
+    )
+    for kind in ("bnc", "dnn")
+    for fmt in ("onnx", "tflite")
+]
 
 
 def artifact_of(kind: str):
@@ -119,11 +126,27 @@ def test_a_changed_byte_anywhere_is_detected(exported, kind, format, tmp_path):
     data = path.read_bytes()
     begin, hex_start = seal_offsets(data)
     marker = data.find(integrity.MARKER)
-    positions = sorted({0, 5, 8, len(data) // 3, len(data) // 2, len(data) - 1,
-                        marker, marker + 1, marker + 5, marker + len(integrity.MARKER) - 1,  # key and quotes
-                        begin, begin + 3,  # scheme name
-                        hex_start, hex_start + 31, hex_start + 63,  # digest
-                        begin + integrity.VALUE_WIDTH - 1, begin + integrity.VALUE_WIDTH})  # padding, closing quote
+    positions = sorted(
+        {
+            0,
+            5,
+            8,
+            len(data) // 3,
+            len(data) // 2,
+            len(data) - 1,
+            marker,
+            marker + 1,
+            marker + 5,
+            marker + len(integrity.MARKER) - 1,  # key and quotes
+            begin,
+            begin + 3,  # scheme name
+            hex_start,
+            hex_start + 31,
+            hex_start + 63,  # digest
+            begin + integrity.VALUE_WIDTH - 1,
+            begin + integrity.VALUE_WIDTH,
+        }
+    )  # padding, closing quote
     runtime = runtimes_for(path.suffix)[0]
     for pos in positions:
         for new in {data[pos] ^ 0x01, data[pos] ^ 0x80, ord("0") if data[pos] != ord("0") else ord("1")}:
@@ -166,7 +189,7 @@ def test_skip_flag_loads_an_edited_file(exported, tmp_path):
     with pytest.raises(RuntimeLoadError, match=MODIFIED):
         load_runtime(target)
     rt = load_runtime(target, verify_integrity=False)
-    assert rt.metadata["integrity"] == "sha256:" + bytes(data[hex_start:hex_start + 64]).decode()
+    assert rt.metadata["integrity"] == "sha256:" + bytes(data[hex_start : hex_start + 64]).decode()
     assert rt.predict(np.zeros((1, rt.n_features), dtype=np.int64)).shape == (1,)
 
 
@@ -314,8 +337,7 @@ def test_bnc_profile_and_export_with_a_key(exported, tmp_path, capsys):
     _one_line_exit_2(capsys, profile_main, [str(out), *quick], "pass its key", "bnc-profile")
     wrong = tmp_path / "wrong.key"
     wrong.write_bytes(OTHER_KEY)
-    _one_line_exit_2(capsys, profile_main, [str(out), *quick, "--key", str(wrong)], "signature mismatch",
-                     "bnc-profile")
+    _one_line_exit_2(capsys, profile_main, [str(out), *quick, "--key", str(wrong)], "signature mismatch", "bnc-profile")
     assert profile_main([str(out), *quick, "--no-integrity-check"]) == 0
     capsys.readouterr()
     plain = tmp_path / "plain.onnx"
@@ -323,8 +345,13 @@ def test_bnc_profile_and_export_with_a_key(exported, tmp_path, capsys):
     assert json.loads(capsys.readouterr().out)["integrity"] == "sha256"
     short = tmp_path / "short.key"
     short.write_bytes(b"123")
-    _one_line_exit_2(capsys, export_main, [str(model), "--format", "onnx", "-o", str(tmp_path / "x.onnx"),
-                                           "--sign-key", str(short)], "at least 32 bytes", "bnc-export")
+    _one_line_exit_2(
+        capsys,
+        export_main,
+        [str(model), "--format", "onnx", "-o", str(tmp_path / "x.onnx"), "--sign-key", str(short)],
+        "at least 32 bytes",
+        "bnc-export",
+    )
     assert not (tmp_path / "x.onnx").exists()
 
 

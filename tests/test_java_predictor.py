@@ -28,19 +28,14 @@ from support import REPO_ROOT
 from bnc_deploy.artifacts import load_artifact, save_artifact
 from bnc_deploy.errors import ArtifactError
 from bnc_deploy.reference.bnc import ReferencePredictor
-from bnc_deploy.testing import (
-    discretizer_dict,
-    random_bnc_artifact,
-    random_dnn_artifact,
-)
+from bnc_deploy.testing import discretizer_dict, random_bnc_artifact, random_dnn_artifact
 from bnc_deploy.validation import random_valid_codes
 
 JAVA_SOURCES = REPO_ROOT / "clients" / "java" / "src" / "main" / "java"
 MAIN = "bncdeploy.Main"
 #: (bits, int_bits) per quantized case: fractional bits B_F = bits - int_bits from -2 to 5.
 QUANTIZED = [(1, 1), (2, 4), (3, 2), (4, 1), (5, 6), (6, 3), (7, 2), (8, 4)]
-CASES = [(structure, bits, int_bits) for structure in ("nb", "tan")
-         for bits, int_bits in QUANTIZED + [(None, None)]]
+CASES = [(structure, bits, int_bits) for structure in ("nb", "tan") for bits, int_bits in QUANTIZED + [(None, None)]]
 N_RANDOM_ROWS = 256
 
 # Exercises the library API the command line does not: loading from a stream, single-row calls,
@@ -92,8 +87,10 @@ def java_classes(tmp_path_factory) -> Path:
     """The predictor (and the API harness) compiled with ``javac --release 8`` into a temporary folder."""
     javac, java = java_tools()
     if javac is None or java is None:
-        reason = ("no JDK: javac/java not in $JAVA_HOME/bin nor on PATH (Debian: apt-get install -y "
-                  "--no-install-recommends default-jdk-headless; CI installs it)")
+        reason = (
+            "no JDK: javac/java not in $JAVA_HOME/bin nor on PATH (Debian: apt-get install -y "
+            "--no-install-recommends default-jdk-headless; CI installs it)"
+        )
         if os.environ.get("BNC_DEPLOY_REQUIRE_JDK") == "1":  # CI installed one: these tests must run
             pytest.fail(reason + " - required by BNC_DEPLOY_REQUIRE_JDK=1")
         pytest.skip(reason)
@@ -105,9 +102,24 @@ def java_classes(tmp_path_factory) -> Path:
     assert sources, f"no Java sources under {JAVA_SOURCES}"
     # Warnings are errors: the library must compile cleanly at Java 8 (--release 8 also checks that only
     # the Java 8 API is used). -options: JDK 21+ warn that release 8 is obsolete, which is not our code.
-    done = subprocess.run([javac, "--release", "8", "-encoding", "UTF-8", "-Xlint:all,-options", "-Werror", "-d",
-                           str(out / "classes"), *sources, str(harness)], check=False, capture_output=True,
-                          text=True)
+    done = subprocess.run(
+        [
+            javac,
+            "--release",
+            "8",
+            "-encoding",
+            "UTF-8",
+            "-Xlint:all,-options",
+            "-Werror",
+            "-d",
+            str(out / "classes"),
+            *sources,
+            str(harness),
+        ],
+        check=False,
+        capture_output=True,
+        text=True,
+    )
     assert done.returncode == 0, f"javac failed:\n{done.stdout}{done.stderr}"
     return out / "classes"
 
@@ -126,8 +138,15 @@ def java_tools() -> tuple[str | None, str | None]:
 
 
 def run_java(classes: Path, *args, main: str = MAIN, stdin: str | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([java_tools()[1], "-cp", str(classes), main, *map(str, args)], input=stdin, check=False,
-                          capture_output=True, text=True, encoding="utf-8", timeout=120)
+    return subprocess.run(
+        [java_tools()[1], "-cp", str(classes), main, *map(str, args)],
+        input=stdin,
+        check=False,
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=120,
+    )
 
 
 def predict_java(classes: Path, *args, stdin: str | None = None) -> tuple[np.ndarray, list, np.ndarray]:
@@ -150,8 +169,16 @@ def write_rows(path: Path, rows) -> Path:
 
 def case_artifact(structure: str, bits: int | None, int_bits: int | None):
     seed = 1000 + 10 * (bits or 0) + (structure == "tan")
-    return random_bnc_artifact(np.random.default_rng(seed), d=9, n_classes=5, max_card=6, tan=structure == "tan",
-                               bits=bits, int_bits=int_bits, n_check=40)
+    return random_bnc_artifact(
+        np.random.default_rng(seed),
+        d=9,
+        n_classes=5,
+        max_card=6,
+        tan=structure == "tan",
+        bits=bits,
+        int_bits=int_bits,
+        n_check=40,
+    )
 
 
 def assert_identical(classes: Path, art, model: Path, rows: np.ndarray, tmp_path: Path) -> None:
@@ -163,12 +190,14 @@ def assert_identical(classes: Path, art, model: Path, rows: np.ndarray, tmp_path
     assert np.array_equal(labels, reference.predict(rows)), "labels differ"
     assert names == [art.class_names[k] for k in labels]
     # Identical, not close: quantized scores are exact, float ones use the reference's summation order.
-    assert scores.shape == expected.shape and np.array_equal(scores, expected), \
+    assert scores.shape == expected.shape and np.array_equal(scores, expected), (
         f"scores differ by up to {np.max(np.abs(scores - expected))}"
+    )
 
 
-@pytest.mark.parametrize("structure,bits,int_bits", CASES,
-                         ids=[f"{s}-{'float' if b is None else f'{b}bit-BI{i}'}" for s, b, i in CASES])
+@pytest.mark.parametrize(
+    "structure,bits,int_bits", CASES, ids=[f"{s}-{'float' if b is None else f'{b}bit-BI{i}'}" for s, b, i in CASES]
+)
 def test_java_predictor_is_identical_to_the_reference(java_classes, tmp_path, structure, bits, int_bits):
     art = case_artifact(structure, bits, int_bits)
     assert art.structure == structure
@@ -196,8 +225,9 @@ def test_float_scores_follow_the_reference_summation_order(java_classes, tmp_pat
     """Float32 log-probabilities of similar size sum exactly in a double, so the order rarely shows; tables
     spanning 40 binades make it show: another order (class prior first, or NumPy's pairwise sum over
     a contiguous axis) differs from the reference in many rows here, the Java predictor in none."""
-    art = random_bnc_artifact(np.random.default_rng(42), d=20, n_classes=4, tan=structure == "tan", bits=None,
-                              n_check=40)
+    art = random_bnc_artifact(
+        np.random.default_rng(42), d=20, n_classes=4, tan=structure == "tan", bits=None, n_check=40
+    )
     rng = np.random.default_rng(0)
     art.table_logp = (-np.exp(rng.uniform(np.log(1e-12), np.log(50), size=art.table_logp.shape))).astype(np.float32)
     art.class_logp = (-np.exp(rng.uniform(np.log(1e-12), np.log(5), size=art.class_logp.shape))).astype(np.float32)
@@ -239,15 +269,21 @@ def test_java_library_api_matches_the_reference(java_classes, tmp_path, bits):
 def test_raw_values_go_through_the_stored_discretizer(java_classes, tmp_path, bits):
     cuts = [[-1.0, 2.5], [], [0.0, 0.1, 7.0], [1e-3], [-3.75, -2.0, 0.5, 1e6]]
     cards = [len(c) + 1 for c in cuts]
-    art = random_bnc_artifact(np.random.default_rng(5), cardinalities=cards, n_classes=4, tan=True, bits=bits,
-                              discretizer=discretizer_dict(cuts))
+    art = random_bnc_artifact(
+        np.random.default_rng(5),
+        cardinalities=cards,
+        n_classes=4,
+        tan=True,
+        bits=bits,
+        discretizer=discretizer_dict(cuts),
+    )
     model = tmp_path / "raw.bnc"
     save_artifact(art, model)
     rng = np.random.default_rng(11)
     raw = rng.normal(0.0, 3.0, size=(200, len(cuts)))
     for j, feature_cuts in enumerate(cuts):  # values exactly at a cut fall in the lower bin: check that edge
         if feature_cuts:
-            raw[:len(feature_cuts), j] = feature_cuts
+            raw[: len(feature_cuts), j] = feature_cuts
     raw[-1] = -0.0
     csv_path = tmp_path / "raw.csv"
     csv_path.write_text("".join(",".join(repr(float(v)) for v in row) + "\n" for row in raw), encoding="utf-8")
@@ -267,11 +303,20 @@ def test_header_hash_covers_unicode_names_and_float_metadata(java_classes, tmp_p
     """The content hash needs Python's canonical JSON: escapes of non-ASCII, quotes, control characters,
     and float tokens as Python prints them."""
     art = random_bnc_artifact(np.random.default_rng(3), d=3, n_classes=5, bits=4)
-    art.class_names = ["größe", 'naïve, "quoted"', "emoji \U0001F600", "tab\tand\\back", "ctrl\x01\x7f\u20ac"]
+    art.class_names = ["größe", 'naïve, "quoted"', "emoji \U0001f600", "tab\tand\\back", "ctrl\x01\x7f\u20ac"]
     art.feature_names = ["α", "b/c", "\ue000 private"]
-    art.metadata = {"lr": 3e-3, "tiny": 1e-05, "big": 1e16, "neg": -0.0, "max": 1.7976931348623157e308,
-                    "min": 5e-324, "int": 2 ** 70, "nested": [1.5, {"b": None, "a": True, "\U0001F600": "x"}],
-                    "\uffff": 1, "\U00010000": 2}
+    art.metadata = {
+        "lr": 3e-3,
+        "tiny": 1e-05,
+        "big": 1e16,
+        "neg": -0.0,
+        "max": 1.7976931348623157e308,
+        "min": 5e-324,
+        "int": 2**70,
+        "nested": [1.5, {"b": None, "a": True, "\U0001f600": "x"}],
+        "\uffff": 1,
+        "\U00010000": 2,
+    }
     model = tmp_path / "unicode.bnc"
     save_artifact(art, model)
     labels, names, _ = predict_java(java_classes, "--check-set", model)
@@ -284,8 +329,7 @@ def test_header_hash_covers_unicode_names_and_float_metadata(java_classes, tmp_p
 
 @pytest.fixture
 def small_model(tmp_path):
-    art = random_bnc_artifact(np.random.default_rng(9), d=4, n_classes=3, bits=3, tan=True,
-                              cardinalities=[3, 5, 2, 4])
+    art = random_bnc_artifact(np.random.default_rng(9), d=4, n_classes=3, bits=3, tan=True, cardinalities=[3, 5, 2, 4])
     model = tmp_path / "small.bnc"
     save_artifact(art, model)
     return art, model
@@ -299,14 +343,18 @@ def refused(classes: Path, *args, stdin: str | None = None) -> str:
     return done.stderr.strip()
 
 
-@pytest.mark.parametrize("rows,message", [
-    ("0,0,0,0\n1,2,1\n", "line 2: row 1 has 3 values, expected 4 features"),
-    ("0,0,0,0\n0,0,0,0,0\n", "line 2: row 1 has 5 values, expected 4 features"),
-    ("0,0,0,0\n\n# comment\n2,5,1,3\n", "line 4: feature 1 ('feat1') has value 5 in row 1, outside its range 0..4"),
-    ("0,0,-1,0\n", "line 1: feature 2 ('feat2') has value -1 in row 0, outside its range 0..1"),
-    ("0,0,0,x\n", "line 1: feature 3 ('feat3') has value 'x' in row 0, not an integer code"),
-    ("0,1.0,0,0\n", "line 1: feature 1 ('feat1') has value '1.0' in row 0, not an integer code"),
-], ids=["short-row", "long-row", "out-of-range", "negative", "text", "float"])
+@pytest.mark.parametrize(
+    "rows,message",
+    [
+        ("0,0,0,0\n1,2,1\n", "line 2: row 1 has 3 values, expected 4 features"),
+        ("0,0,0,0\n0,0,0,0,0\n", "line 2: row 1 has 5 values, expected 4 features"),
+        ("0,0,0,0\n\n# comment\n2,5,1,3\n", "line 4: feature 1 ('feat1') has value 5 in row 1, outside its range 0..4"),
+        ("0,0,-1,0\n", "line 1: feature 2 ('feat2') has value -1 in row 0, outside its range 0..1"),
+        ("0,0,0,x\n", "line 1: feature 3 ('feat3') has value 'x' in row 0, not an integer code"),
+        ("0,1.0,0,0\n", "line 1: feature 1 ('feat1') has value '1.0' in row 0, not an integer code"),
+    ],
+    ids=["short-row", "long-row", "out-of-range", "negative", "text", "float"],
+)
 def test_bad_rows_are_refused_naming_row_feature_and_value(java_classes, small_model, tmp_path, rows, message):
     _, model = small_model
     error = refused(java_classes, model, _text(tmp_path, rows))
@@ -344,8 +392,9 @@ def _damage(kind: str, model: Path, tmp_path: Path) -> tuple[Path, str]:
     if kind == "table-byte":
         return rewrite(model, target, arrays={"arrays/table_codes.npy": _flip_last_byte}), "content hash mismatch"
     if kind == "class-name":
-        return rewrite(model, target, header=lambda h: dict(h, class_names=["x"] + h["class_names"][1:])), \
-            "content hash mismatch"
+        return rewrite(
+            model, target, header=lambda h: dict(h, class_names=["x"] + h["class_names"][1:])
+        ), "content hash mismatch"
     if kind == "metadata":
         return rewrite(model, target, header=lambda h: dict(h, metadata={"note": "edited"})), "content hash mismatch"
     if kind == "dropped-array":
@@ -355,11 +404,13 @@ def _damage(kind: str, model: Path, tmp_path: Path) -> tuple[Path, str]:
                     zout.writestr(name, zin.read(name))
         return target, "content hash mismatch"
     if kind == "newer-version":
-        return rewrite(model, target, header=lambda h: dict(h, format_version=2)), \
-            "written by a newer bnc-deploy (model format version 2)"
+        return rewrite(
+            model, target, header=lambda h: dict(h, format_version=2)
+        ), "written by a newer bnc-deploy (model format version 2)"
     if kind == "not-a-model":
-        return rewrite(model, target, header=lambda h: dict(h, format="something-else")), \
-            "not a bnc-deploy model file (format is 'something-else')"
+        return rewrite(
+            model, target, header=lambda h: dict(h, format="something-else")
+        ), "not a bnc-deploy model file (format is 'something-else')"
     if kind == "truncated":
         target.write_bytes(model.read_bytes()[: model.stat().st_size // 2])
         return target, str(target)
@@ -383,8 +434,21 @@ def _damage(kind: str, model: Path, tmp_path: Path) -> tuple[Path, str]:
     raise AssertionError(kind)
 
 
-@pytest.mark.parametrize("kind", ["table-byte", "class-name", "metadata", "dropped-array", "newer-version",
-                                  "not-a-model", "truncated", "not-a-zip", "bad-crc", "extra-entry"])
+@pytest.mark.parametrize(
+    "kind",
+    [
+        "table-byte",
+        "class-name",
+        "metadata",
+        "dropped-array",
+        "newer-version",
+        "not-a-model",
+        "truncated",
+        "not-a-zip",
+        "bad-crc",
+        "extra-entry",
+    ],
+)
 def test_damaged_or_tampered_model_files_are_refused(java_classes, small_model, tmp_path, kind):
     _, model = small_model
     damaged, message = _damage(kind, model, tmp_path)
@@ -401,8 +465,9 @@ def test_other_refusals(java_classes, small_model, tmp_path):
     assert f"{tmp_path / 'missing.csv'} (No such file" in refused(java_classes, model, tmp_path / "missing.csv")
     dnn = tmp_path / "dnn.bnc"
     save_artifact(random_dnn_artifact(0), dnn)
-    assert "reads Bayesian network classifiers (kind 'bnc'); the file holds kind 'dnn'" in \
-        refused(java_classes, "--check-set", dnn)
+    assert "reads Bayesian network classifiers (kind 'bnc'); the file holds kind 'dnn'" in refused(
+        java_classes, "--check-set", dnn
+    )
     assert "stores no discretizer" in refused(java_classes, "--raw", model, _text(tmp_path, "0,0,0,0\n"))
     float_model = tmp_path / "float.bnc"
     save_artifact(random_bnc_artifact(np.random.default_rng(1), d=2, bits=None), float_model)
@@ -418,11 +483,15 @@ def test_other_refusals(java_classes, small_model, tmp_path):
 
 @pytest.mark.shared_data
 @pytest.mark.slow
-@pytest.mark.parametrize("args", [
-    ("--data", "letter", "--model", "nb", "--bits", "3", "--int-bits", "2"),
-    ("--data", "letter", "--model", "tan", "--bits", "3", "--int-bits", "2"),
-    ("--data", "letter-raw", "--model", "nb"),
-], ids=["letter-nb-3bit", "letter-tan-3bit", "letter-raw-nb-float"])
+@pytest.mark.parametrize(
+    "args",
+    [
+        ("--data", "letter", "--model", "nb", "--bits", "3", "--int-bits", "2"),
+        ("--data", "letter", "--model", "tan", "--bits", "3", "--int-bits", "2"),
+        ("--data", "letter-raw", "--model", "nb"),
+    ],
+    ids=["letter-nb-3bit", "letter-tan-3bit", "letter-raw-nb-float"],
+)
 def test_java_predictor_on_letter(java_classes, tmp_path, shared_datasets, monkeypatch, args):
     from bnc_deploy.cli.train import main as train
 
@@ -430,8 +499,7 @@ def test_java_predictor_on_letter(java_classes, tmp_path, shared_datasets, monke
     model = tmp_path / "letter.bnc"
     assert train(["--quiet", "--init", "ml", "--epochs", "0", "-o", str(model), *args]) == 0
     art = load_artifact(model)
-    rows = np.concatenate([art.check_x.astype(np.int64),
-                           random_valid_codes(art.cardinalities, N_RANDOM_ROWS, seed=7)])
+    rows = np.concatenate([art.check_x.astype(np.int64), random_valid_codes(art.cardinalities, N_RANDOM_ROWS, seed=7)])
     assert_identical(java_classes, art, model, rows, tmp_path)
     if art.discretizer is not None:  # every raw row of the data set through the stored cut points
         from bnc_deploy.datasets import loaders

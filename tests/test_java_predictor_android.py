@@ -32,16 +32,16 @@ def tflite_like_android(path) -> tuple[list[str], int, object]:
     from ai_edge_litert.interpreter import Interpreter
 
     from bnc_deploy.formats.tflite import inspect_tflite
-    from bnc_deploy.formats.tflite_metadata import (
-        TFLITE_METADATA,
-        read_associated_files,
-        read_model_metadata,
-    )
+    from bnc_deploy.formats.tflite_metadata import TFLITE_METADATA, read_associated_files, read_model_metadata
 
     data = path.read_bytes()
     standard = read_model_metadata(inspect_tflite(data).metadata[TFLITE_METADATA])
-    label_files = [f["name"] for tensor in standard["outputs"] for f in tensor.get("associated_files", [])
-                   if f["type"] == "TENSOR_AXIS_LABELS"]
+    label_files = [
+        f["name"]
+        for tensor in standard["outputs"]
+        for f in tensor.get("associated_files", [])
+        if f["type"] == "TENSOR_AXIS_LABELS"
+    ]
     assert len(label_files) == 1, standard["outputs"]
     names = [line for line in read_associated_files(data)[label_files[0]].decode("utf-8").splitlines() if line]
 
@@ -74,8 +74,9 @@ def run_rows_ort(path, rows: np.ndarray) -> tuple[list[str], np.ndarray, np.ndar
     assert x.name == "x" and x.type == "tensor(int64)"
     labels, scores = [], []
     for row in rows:
-        out = dict(zip([o.name for o in session.get_outputs()],
-                       session.run(None, {"x": row[None, :].astype(np.int64)})))
+        out = dict(
+            zip([o.name for o in session.get_outputs()], session.run(None, {"x": row[None, :].astype(np.int64)}))
+        )
         labels.append(int(out["label"][0]))
         scores.append(out["log_joint"][0].astype(np.float64))
     return names, np.array(labels), np.array(scores)
@@ -85,8 +86,7 @@ def run_rows_ort(path, rows: np.ndarray) -> tuple[list[str], np.ndarray, np.ndar
 def test_the_android_sample_paths_agree_with_the_java_predictor(java_classes, tmp_path, profile):  # noqa: F811
     from bnc_deploy.verify import export_file
 
-    art = random_bnc_artifact(np.random.default_rng(21), d=6, n_classes=4, bits=3, int_bits=2, tan=True,
-                              n_check=32)
+    art = random_bnc_artifact(np.random.default_rng(21), d=6, n_classes=4, bits=3, int_bits=2, tan=True, n_check=32)
     art.class_names = ["walk", "run", "idle", "cycle"]
     model = tmp_path / "model.bnc"
     save_artifact(art, model)
@@ -95,8 +95,9 @@ def test_the_android_sample_paths_agree_with_the_java_predictor(java_classes, tm
     export_file(art, ort_file, "ort")
     rows = np.concatenate([art.check_x.astype(np.int64), random_valid_codes(art.cardinalities, 64, seed=3)])
 
-    java_labels, java_names, java_scores = predict_java(java_classes, "--scores", "hex", model,
-                                                        write_rows(tmp_path / "rows.csv", rows))
+    java_labels, java_names, java_scores = predict_java(
+        java_classes, "--scores", "hex", model, write_rows(tmp_path / "rows.csv", rows)
+    )
     names, batch, runner = tflite_like_android(tflite)
     assert names == art.class_names
     tfl_labels, tfl_scores = run_rows_tflite(runner, batch, rows)

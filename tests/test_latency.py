@@ -83,7 +83,7 @@ def codes(artifact, n, seed=0):
 
 def test_toy_adapter_is_timed_through_prepare_and_invoke(toy_file):
     path, artifact = toy_file
-    adapter = load_runtime(path)                                 # by its registered extension
+    adapter = load_runtime(path)  # by its registered extension
     assert type(adapter) is ToyAdapter
     for handle in ("session", "interpreter", "predictor"):
         assert not hasattr(adapter, handle)
@@ -112,17 +112,17 @@ def test_adapter_mode_times_run(toy_file, monkeypatch):
     t = measure_latency(adapter, codes(artifact, 12), runs=5, warmup=2, repeats=3, throughput_repeats=2, mode="adapter")
     assert t.mode == "adapter" and t.throughput_batch == "one call of 12 rows"
     assert runs == {1: 2 + 5 * 3, 12: 1 + 2}
-    assert adapter.calls["invoke"] == sum(runs.values())         # run = prepare + invoke underneath
+    assert adapter.calls["invoke"] == sum(runs.values())  # run = prepare + invoke underneath
 
 
 def test_static_batch_throughput_is_one_call_per_chunk(toy_file):
     path, artifact = toy_file
     adapter = load_runtime(path, "toy-static")
     t = measure_latency(adapter, codes(artifact, 9), runs=4, warmup=1, repeats=1, throughput_repeats=3)
-    assert t.throughput_batch == "static batch 2: 4 calls"      # the partial last chunk is left out
+    assert t.throughput_batch == "static batch 2: 4 calls"  # the partial last chunk is left out
     assert adapter.calls["invoke_rows_2"] == 4 * (1 + 3)
     t = measure_latency(adapter, codes(artifact, 9), runs=4, warmup=1, repeats=1, throughput_repeats=3, mode="adapter")
-    assert t.throughput_batch == "one call of 9 rows"           # run() takes any number of rows
+    assert t.throughput_batch == "one call of 9 rows"  # run() takes any number of rows
 
 
 def test_bad_arguments(toy_file):
@@ -171,8 +171,10 @@ def _real_files(tmp_path):
         return artifact, files
     from exports import export_tflite
 
-    files += [export_tflite(artifact, tmp_path / "g.tflite"),
-              export_tflite(artifact, tmp_path / "s.tflite", lowering="onehot-fc")]
+    files += [
+        export_tflite(artifact, tmp_path / "g.tflite"),
+        export_tflite(artifact, tmp_path / "s.tflite", lowering="onehot-fc"),
+    ]
     return artifact, files
 
 

@@ -18,7 +18,9 @@ def hybrid_direct(log_joint, labels, lam, gamma, eta):
     return total / len(labels)
 
 
-@pytest.mark.parametrize("lam,gamma,eta", [(18.70, 0.1277, 10.0), (1.0, 5.0, 1.0), (100.0, 0.1, 30.0), (0.0, 1.0, 10.0)])
+@pytest.mark.parametrize(
+    "lam,gamma,eta", [(18.70, 0.1277, 10.0), (1.0, 5.0, 1.0), (100.0, 0.1, 30.0), (0.0, 1.0, 10.0)]
+)
 def test_hybrid_matches_direct_formula(lam, gamma, eta):
     rng = np.random.default_rng(1)
     log_joint = -rng.random((40, 7)) * 30
@@ -44,8 +46,9 @@ def test_hybrid_gradient_matches_autograd_of_direct_formula():
         plus, minus = base.copy(), base.copy()
         plus[idx] += 1e-6
         minus[idx] -= 1e-6
-        numeric[idx] = (hybrid_direct(plus, labels.numpy(), 3.0, 0.5, 10.0)
-                        - hybrid_direct(minus, labels.numpy(), 3.0, 0.5, 10.0)) / 2e-6
+        numeric[idx] = (
+            hybrid_direct(plus, labels.numpy(), 3.0, 0.5, 10.0) - hybrid_direct(minus, labels.numpy(), 3.0, 0.5, 10.0)
+        ) / 2e-6
     assert np.allclose(lj.grad.numpy(), numeric, atol=1e-6)
 
 

@@ -21,9 +21,9 @@ def _keys_cubic(t: float) -> float:
     """Keys' cubic kernel, a = -0.5, written out piece by piece."""
     t = abs(t)
     if t <= 1:
-        return 1.5 * t ** 3 - 2.5 * t ** 2 + 1
+        return 1.5 * t**3 - 2.5 * t**2 + 1
     if t <= 2:
-        return -0.5 * t ** 3 + 2.5 * t ** 2 - 4 * t + 2
+        return -0.5 * t**3 + 2.5 * t**2 - 4 * t + 2
     return 0.0
 
 
@@ -59,7 +59,7 @@ def test_interior_weights_are_the_halved_kernel_at_quarter_steps():
     # Output pixel 7 (0-based) of 28 -> 14 is centred between inputs 14 and 15: distances 0.5, 1.5,
     # 2.5, 3.5 in input pixels, 0.25, 0.75, 1.25, 1.75 in the stretched kernel's units.
     half = [_keys_cubic(t) / 2 for t in (1.75, 1.25, 0.75, 0.25)]
-    assert half == [-0.01171875, -0.03515625, 0.11328125, 0.43359375]            # exact binary fractions
+    assert half == [-0.01171875, -0.03515625, 0.11328125, 0.43359375]  # exact binary fractions
     expected = np.zeros(28)
     expected[11:19] = half + half[::-1]
     np.testing.assert_array_equal(resize.resize_matrix(28, 0.5)[7], expected)
@@ -79,8 +79,8 @@ def test_resize_properties():
     w = resize.resize_matrix(28, 0.5)
     assert w.shape == (14, 28)
     np.testing.assert_allclose(w.sum(axis=1), 1.0, rtol=0, atol=1e-15)
-    np.testing.assert_allclose(w, w[::-1, ::-1], rtol=0, atol=1e-15)        # left-right symmetric
-    assert (w < 0).any()                                                     # a cubic, not an average
+    np.testing.assert_allclose(w, w[::-1, ::-1], rtol=0, atol=1e-15)  # left-right symmetric
+    assert (w < 0).any()  # a cubic, not an average
     flat = resize.imresize(np.full((3, 28, 28), 77, dtype=np.uint8), 0.5)
     assert flat.shape == (3, 14, 14) and flat.dtype == np.float64
     np.testing.assert_allclose(flat, 77.0, rtol=0, atol=1e-12)
@@ -89,7 +89,7 @@ def test_resize_properties():
     np.testing.assert_allclose(small, w @ img @ w.T, rtol=0, atol=1e-12)
     np.testing.assert_allclose(resize.imresize(img.T, 0.5), small.T, rtol=0, atol=1e-12)
     np.testing.assert_allclose(resize.imresize(img[::-1], 0.5), small[::-1], rtol=0, atol=1e-12)
-    assert not np.array_equal(small, np.round(small))                       # float output, not rounded
+    assert not np.array_equal(small, np.round(small))  # float output, not rounded
     # Chunking (10,000 images per product) must not change anything.
     stack = np.random.default_rng(1).integers(0, 256, (resize._CHUNK + 3, 28, 28)).astype(np.uint8)
     out = resize.imresize(stack, 0.5)

@@ -1,16 +1,12 @@
 import numpy as np
 import pytest
 import torch
+from support import make_synthetic_dataset
 
 from bnc_deploy.models.bnc import BayesNetClassifier
-from bnc_deploy.train.chow_liu import (
-    chow_liu_parents,
-    conditional_mutual_information,
-    maximum_spanning_tree_parents,
-)
 from bnc_deploy.quantizers import FixedPointLogQuantizer
 from bnc_deploy.reference.bnc import ReferencePredictor
-from support import make_synthetic_dataset
+from bnc_deploy.train.chow_liu import chow_liu_parents, conditional_mutual_information, maximum_spanning_tree_parents
 
 
 def loop_log_joint(model, x):
@@ -28,8 +24,9 @@ def loop_log_joint(model, x):
 @pytest.mark.parametrize("parents", [None, [-1, 0, 1, 1, 3, 0]])
 def test_vectorized_forward_equals_loop_and_tables_are_normalized(quantizer, parents):
     ds = make_synthetic_dataset()
-    model = BayesNetClassifier(ds.cardinalities, ds.n_classes, parents, quantizer=quantizer,
-                               generator=torch.Generator().manual_seed(0))
+    model = BayesNetClassifier(
+        ds.cardinalities, ds.n_classes, parents, quantizer=quantizer, generator=torch.Generator().manual_seed(0)
+    )
     with torch.no_grad():
         got = model(model.flat_indices(ds.x_test)).double().numpy()
     assert np.allclose(got, loop_log_joint(model, ds.x_test), atol=1e-5)
@@ -44,8 +41,9 @@ def test_vectorized_forward_equals_loop_and_tables_are_normalized(quantizer, par
 @pytest.mark.parametrize("parents", [None, [-1, 0, 0, 2, 3, 4]])
 def test_artifact_reference_predicts_exactly_like_torch(quantizer, parents):
     ds = make_synthetic_dataset(seed=3)
-    model = BayesNetClassifier(ds.cardinalities, ds.n_classes, parents, quantizer=quantizer, init="ml",
-                               data=(ds.x_train, ds.y_train))
+    model = BayesNetClassifier(
+        ds.cardinalities, ds.n_classes, parents, quantizer=quantizer, init="ml", data=(ds.x_train, ds.y_train)
+    )
     artifact = model.to_artifact(ds.class_names, ds.feature_names)
     reference = ReferencePredictor(artifact)
     with torch.no_grad():
@@ -96,7 +94,11 @@ def test_conditional_mutual_information_against_direct_sum():
                 for b in range(card[j]):
                     n_abc = np.sum(m & (x[:, i] == a) & (x[:, j] == b))
                     if n_abc:
-                        direct += n_abc / n * np.log(n_abc * m.sum() / (np.sum(m & (x[:, i] == a)) * np.sum(m & (x[:, j] == b))))
+                        direct += (
+                            n_abc
+                            / n
+                            * np.log(n_abc * m.sum() / (np.sum(m & (x[:, i] == a)) * np.sum(m & (x[:, j] == b))))
+                        )
         assert cmi[i, j] == pytest.approx(direct, abs=1e-9)
         assert cmi[j, i] == pytest.approx(direct, abs=1e-9)
 
@@ -123,8 +125,9 @@ def test_chow_liu_recovers_a_chain():
 @pytest.mark.parametrize("parents", [None, [-1, 0, 1, 0, 3, 4]])
 def test_hand_written_backward_equals_autograd(quantizer, parents):
     ds = make_synthetic_dataset(seed=5)
-    model = BayesNetClassifier(ds.cardinalities, ds.n_classes, parents, quantizer=quantizer,
-                               generator=torch.Generator().manual_seed(1))
+    model = BayesNetClassifier(
+        ds.cardinalities, ds.n_classes, parents, quantizer=quantizer, generator=torch.Generator().manual_seed(1)
+    )
     indices = model.flat_indices(ds.x_train[:64])
     upstream = torch.randn(64, ds.n_classes, generator=torch.Generator().manual_seed(2))
 

@@ -65,12 +65,13 @@ def assert_like_reference(rt, artifact, x) -> None:
 
 
 # -- lane types and layouts ------------------------------------------------------------------------------
-@pytest.mark.parametrize("d,bits,expected", [(16, 3, "uint8_t"), (84, 2, "uint8_t"), (85, 2, "uint16_t"),
-                                             (256, 8, "uint16_t"), (257, 8, "uint32_t")])
+@pytest.mark.parametrize(
+    "d,bits,expected",
+    [(16, 3, "uint8_t"), (84, 2, "uint8_t"), (85, 2, "uint16_t"), (256, 8, "uint16_t"), (257, 8, "uint32_t")],
+)
 def test_lane_type_is_the_narrowest_that_cannot_wrap(d, bits, expected):
     """(D + 1) * (2^B - 1) is the largest sum: 85 * 3 = 255 fits uint8, 86 * 3 does not."""
     assert native_kernel.lanes_type(d, bits)[0] == expected
-
 
 
 def test_every_section_of_the_kernel_source_is_written_and_filled(monkeypatch):
@@ -87,44 +88,53 @@ def test_every_section_of_the_kernel_source_is_written_and_filled(monkeypatch):
     monkeypatch.setattr(native_kernel, "template_sections", lambda package, name: Recording(sections))
     for tan in (False, True):
         for raw in (False, True):
-            text = native_kernel.wrapper_source("my_model", n_features=5, n_classes=3, bits=4, frac_bits=-2,
-                                                tan=tan, raw=raw)
+            text = native_kernel.wrapper_source(
+                "my_model", n_features=5, n_classes=3, bits=4, frac_bits=-2, tan=tan, raw=raw
+            )
             assert text.startswith("/* Host-only batch kernels") and text.endswith("}\n")
             assert "$" not in text and "//@" not in text and "my_model_predict(row)" in text
             assert ("my_model_stride[i]" in text) == tan and ("bncn_batch_f64" in text) == raw
     assert written == set(sections)
 
+
 CASES = [  # (seed, d, classes, tan, bits, int_bits, pack): lanes u8/u16/u32, classes around 16/32 lanes
-    (1, 7, 5, False, 3, 2, False), (2, 9, 31, True, 4, 2, True), (3, 6, 32, False, 2, 1, False),
-    (4, 6, 33, True, 5, 3, False), (5, 40, 3, True, 7, 3, True), (6, 5, 17, False, 8, 5, False),
-    (7, 3, 2, False, 3, 2, False), (8, 4, 300, True, 2, 1, False),
+    (1, 7, 5, False, 3, 2, False),
+    (2, 9, 31, True, 4, 2, True),
+    (3, 6, 32, False, 2, 1, False),
+    (4, 6, 33, True, 5, 3, False),
+    (5, 40, 3, True, 7, 3, True),
+    (6, 5, 17, False, 8, 5, False),
+    (7, 3, 2, False, 3, 2, False),
+    (8, 4, 300, True, 2, 1, False),
 ]
 
 
 @pytest.mark.parametrize("case", CASES, ids=[f"d{c[1]}-c{c[2]}-{'tan' if c[3] else 'nb'}-b{c[4]}" for c in CASES])
 def test_batches_of_every_input_dtype_match_the_reference(folder, case):
     seed, d, c, tan, bits, int_bits, pack = case
-    artifact = random_bnc_artifact(np.random.default_rng(seed), d=d, n_classes=c, tan=tan, bits=bits,
-                                   int_bits=int_bits, n_check=40)
+    artifact = random_bnc_artifact(
+        np.random.default_rng(seed), d=d, n_classes=c, tan=tan, bits=bits, int_bits=int_bits, n_check=40
+    )
     rt = load_runtime(export(artifact, folder, f"case{seed}", pack_bits=pack), threads=1)
     x = rows_of(artifact, 500, seed)
     for dtype in (np.int64, np.int32, np.uint8, np.uint16, np.int8):  # the last two: generic path
         assert_like_reference(rt, artifact, x.astype(dtype))
-    assert_like_reference(rt, artifact, np.asfortranarray(x))      # not C-contiguous
-    assert_like_reference(rt, artifact, x[::2])                     # a strided view
-    for i in range(0, len(x), 37):                                  # one row, both shapes
+    assert_like_reference(rt, artifact, np.asfortranarray(x))  # not C-contiguous
+    assert_like_reference(rt, artifact, x[::2])  # a strided view
+    for i in range(0, len(x), 37):  # one row, both shapes
         ref = ReferencePredictor(artifact)
-        for row in (x[i], x[i:i + 1], x[i].astype(np.uint8), x[i:i + 1].astype(np.int32)):
+        for row in (x[i], x[i : i + 1], x[i].astype(np.uint8), x[i : i + 1].astype(np.int32)):
             scores, label = rt.run(row)
             assert scores.shape == (1, c) and label.shape == (1,)
-            np.testing.assert_array_equal(scores, ref.log_joint(x[i:i + 1]))
-            np.testing.assert_array_equal(label, ref.predict(x[i:i + 1]))
+            np.testing.assert_array_equal(scores, ref.log_joint(x[i : i + 1]))
+            np.testing.assert_array_equal(label, ref.predict(x[i : i + 1]))
             np.testing.assert_array_equal(rt.predict(row), label)
 
 
 def test_results_do_not_alias_between_calls(folder):
-    artifact = random_bnc_artifact(np.random.default_rng(1), d=7, n_classes=5, tan=False, bits=3, int_bits=2,
-                                   n_check=40)
+    artifact = random_bnc_artifact(
+        np.random.default_rng(1), d=7, n_classes=5, tan=False, bits=3, int_bits=2, n_check=40
+    )
     rt = load_runtime(export(artifact, folder, "case1"))
     x = rows_of(artifact, 20, 9)
     first_scores, first_label = rt.run(x[0])
@@ -139,8 +149,16 @@ def test_results_do_not_alias_between_calls(folder):
 # -- refusals keep their precise messages ----------------------------------------------------------------
 @pytest.fixture(scope="module")
 def nb(folder):
-    artifact = random_bnc_artifact(np.random.default_rng(21), d=6, n_classes=4, tan=True, bits=4, int_bits=2,
-                                   n_check=30, cardinalities=[3, 1, 5, 2, 6, 4])
+    artifact = random_bnc_artifact(
+        np.random.default_rng(21),
+        d=6,
+        n_classes=4,
+        tan=True,
+        bits=4,
+        int_bits=2,
+        n_check=30,
+        cardinalities=[3, 1, 5, 2, 6, 4],
+    )
     return artifact, load_runtime(export(artifact, folder, "nb21"), threads=1)
 
 
@@ -166,11 +184,17 @@ def test_invalid_values_raise_the_generic_input_error(nb, dtype, n):
             rt.run(y)
 
 
-@pytest.mark.parametrize("bad, pattern", [
-    (np.zeros((6, 1), dtype=np.int64), "shape"), (np.zeros((1, 1, 6), dtype=np.int64), "shape"),
-    (np.zeros((2, 5), dtype=np.int64), "shape"), (np.zeros((1, 6)), "integer dtype"),
-    (np.zeros(6, dtype=bool), "integer dtype"), (np.zeros(6, dtype=np.float32), "integer dtype"),
-])
+@pytest.mark.parametrize(
+    "bad, pattern",
+    [
+        (np.zeros((6, 1), dtype=np.int64), "shape"),
+        (np.zeros((1, 1, 6), dtype=np.int64), "shape"),
+        (np.zeros((2, 5), dtype=np.int64), "shape"),
+        (np.zeros((1, 6)), "integer dtype"),
+        (np.zeros(6, dtype=bool), "integer dtype"),
+        (np.zeros(6, dtype=np.float32), "integer dtype"),
+    ],
+)
 def test_bad_shapes_and_dtypes_are_refused_like_everywhere(nb, bad, pattern):
     _, rt = nb
     with pytest.raises(InputError, match=pattern):
@@ -188,8 +212,9 @@ def test_empty_input_and_lists(nb):
 
 
 def test_one_feature_models_have_no_zero_dimensional_fast_path(folder):
-    artifact = random_bnc_artifact(np.random.default_rng(22), d=1, n_classes=3, tan=False, bits=3, int_bits=2,
-                                   cardinalities=[4], n_check=4)
+    artifact = random_bnc_artifact(
+        np.random.default_rng(22), d=1, n_classes=3, tan=False, bits=3, int_bits=2, cardinalities=[4], n_check=4
+    )
     rt = load_runtime(export(artifact, folder, "d1"))
     with pytest.raises(InputError, match="shape"):
         rt.run(np.array(2))
@@ -202,7 +227,7 @@ def test_the_c_guard_fires_when_the_metadata_lies(nb):
     artifact, rt = nb
     x = rows_of(artifact, 3, 5)
     rt.cardinalities = rt.cardinalities.copy()
-    rt.cardinalities[2] += 1                     # the adapter now believes value 5 of feature 2 is valid
+    rt.cardinalities[2] += 1  # the adapter now believes value 5 of feature 2 is valid
     x[1, 2] = 5
     try:
         with pytest.raises(RuntimeError, match="input guard rejected row 1"):
@@ -220,15 +245,23 @@ RAW_CUTS = [[0.5], [-1.0, 0.1, 2.5], [], [1e-3, 7.0], [-3.0e38, 3.0e38]]
 @pytest.mark.parametrize("tan", [False, True], ids=["nb", "tan"])
 def test_raw_inputs_float32_and_float64(folder, tan):
     cards = [len(c) + 1 for c in RAW_CUTS]
-    artifact = random_bnc_artifact(np.random.default_rng(30 + tan), tan=tan, bits=4, int_bits=2, n_classes=6,
-                                   cardinalities=cards, discretizer=discretizer_dict(RAW_CUTS), n_check=10)
+    artifact = random_bnc_artifact(
+        np.random.default_rng(30 + tan),
+        tan=tan,
+        bits=4,
+        int_bits=2,
+        n_classes=6,
+        cardinalities=cards,
+        discretizer=discretizer_dict(RAW_CUTS),
+        n_check=10,
+    )
     rt = load_runtime(export(artifact, folder, f"raw{tan}", raw_inputs=True), threads=1)
     ref = ReferencePredictor(artifact)
     rng = np.random.default_rng(0)
     x = rng.normal(0.5, 2.0, size=(400, len(cards)))
     x[:5, 4] = [3.4028235e38, -3.4028235e38, 3.0e38, 1e-45, -0.0]
     # above FLT_MAX, rounds down to it: refused in C, the generic path runs it
-    x[5, 4] = float(np.finfo(np.float32).max) + 2.0 ** 102
+    x[5, 4] = float(np.finfo(np.float32).max) + 2.0**102
     for dtype in (np.float64, np.float32):
         xd = x.astype(dtype)
         codes = ref.discretize(xd.astype(np.float32).astype(np.float64))
@@ -237,8 +270,8 @@ def test_raw_inputs_float32_and_float64(folder, tan):
         np.testing.assert_array_equal(scores, ref.log_joint(codes))
         np.testing.assert_array_equal(rt.predict(xd), labels)
         for i in (0, 1, 5, 17):
-            np.testing.assert_array_equal(rt.run(xd[i])[0], scores[i:i + 1])
-            np.testing.assert_array_equal(rt.predict(xd[i:i + 1]), labels[i:i + 1])
+            np.testing.assert_array_equal(rt.run(xd[i])[0], scores[i : i + 1])
+            np.testing.assert_array_equal(rt.predict(xd[i : i + 1]), labels[i : i + 1])
     for value in (np.nan, np.inf, -np.inf, 1e39):
         y = x.copy()
         y[7, 3] = value
@@ -253,8 +286,9 @@ def test_raw_inputs_float32_and_float64(folder, tan):
 # -- threads, the GIL, chunks ----------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def big(folder):
-    artifact = random_bnc_artifact(np.random.default_rng(40), d=12, n_classes=10, tan=True, bits=3, int_bits=2,
-                                   n_check=10, max_card=8)
+    artifact = random_bnc_artifact(
+        np.random.default_rng(40), d=12, n_classes=10, tan=True, bits=3, int_bits=2, n_check=10, max_card=8
+    )
     return artifact, export(artifact, folder, "big")
 
 
@@ -404,8 +438,10 @@ def test_a_kernel_that_disagrees_with_the_header_is_refused(folder, monkeypatch,
     original = native_adapter.wrapper_source
 
     def broken(*args, **kwargs):  # the last feature's table row is never added
-        return original(*args, **kwargs).replace("for (i = 0; i < NF; ++i) {\n        const bncn_vec",
-                                                 "for (i = 0; i < NF - 1; ++i) {\n        const bncn_vec")
+        return original(*args, **kwargs).replace(
+            "for (i = 0; i < NF; ++i) {\n        const bncn_vec",
+            "for (i = 0; i < NF - 1; ++i) {\n        const bncn_vec",
+        )
 
     monkeypatch.setattr(native_adapter, "wrapper_source", broken)
     monkeypatch.setenv("BNC_DEPLOY_NATIVE_CACHE", str(tmp_path))
@@ -510,10 +546,13 @@ int main(int argc, char **argv)
 
 def _sanitizers_work(folder) -> bool:
     (folder / "probe.c").write_text("int main(void) { return 0; }\n")
-    done = subprocess.run([CC, *SANITIZE, "-o", str(folder / "probe"), str(folder / "probe.c")], capture_output=True,
-                          check=False)
-    return done.returncode == 0 and subprocess.run([str(folder / "probe")], capture_output=True,
-                                                   check=False).returncode == 0
+    done = subprocess.run(
+        [CC, *SANITIZE, "-o", str(folder / "probe"), str(folder / "probe.c")], capture_output=True, check=False
+    )
+    return (
+        done.returncode == 0
+        and subprocess.run([str(folder / "probe")], capture_output=True, check=False).returncode == 0
+    )
 
 
 @pytest.mark.slow
@@ -530,8 +569,9 @@ def test_the_wrapper_is_clean_under_sanitizers(tmp_path, kind):
     raw = kind.startswith("raw")
     if raw:
         cards = [len(c) + 1 for c in RAW_CUTS]
-        artifact = random_bnc_artifact(rng, tan=True, bits=4, int_bits=2, n_classes=6, cardinalities=cards,
-                                       discretizer=discretizer_dict(RAW_CUTS))
+        artifact = random_bnc_artifact(
+            rng, tan=True, bits=4, int_bits=2, n_classes=6, cardinalities=cards, discretizer=discretizer_dict(RAW_CUTS)
+        )
     elif kind.startswith("tan"):
         artifact = random_bnc_artifact(rng, d=9, n_classes=31, tan=True, bits=4, int_bits=2)
     else:
@@ -539,14 +579,38 @@ def test_the_wrapper_is_clean_under_sanitizers(tmp_path, kind):
     data, _ = build(artifact, "c", pack_bits=kind.startswith("tan"), raw_inputs=raw)
     meta = read_c_metadata(data)
     (tmp_path / "model.h").write_bytes(data)
-    (tmp_path / "wrapper.c").write_text(native_kernel.wrapper_source(
-        "bnc", n_features=artifact.n_features, n_classes=artifact.n_classes, bits=meta["bits"],
-        frac_bits=meta["frac_bits"], tan=meta["structure"] == "tan", raw=raw))
+    (tmp_path / "wrapper.c").write_text(
+        native_kernel.wrapper_source(
+            "bnc",
+            n_features=artifact.n_features,
+            n_classes=artifact.n_classes,
+            bits=meta["bits"],
+            frac_bits=meta["frac_bits"],
+            tan=meta["structure"] == "tan",
+            raw=raw,
+        )
+    )
     (tmp_path / "driver.c").write_text(DRIVER)
     binary = tmp_path / "driver"
-    done = subprocess.run([CC, "-std=c99", "-Wall", "-Wextra", *SANITIZE, "-pthread", "-DBNCN_THREADS=1",
-                           f"-DRAW={int(raw)}", "-o", str(binary), str(tmp_path / "driver.c"), "-lm"],
-                          capture_output=True, text=True, check=False)
+    done = subprocess.run(
+        [
+            CC,
+            "-std=c99",
+            "-Wall",
+            "-Wextra",
+            *SANITIZE,
+            "-pthread",
+            "-DBNCN_THREADS=1",
+            f"-DRAW={int(raw)}",
+            "-o",
+            str(binary),
+            str(tmp_path / "driver.c"),
+            "-lm",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     n = 2 * native_kernel.MIN_ROWS_PER_THREAD + 7  # threads split it
     if raw:
@@ -554,12 +618,12 @@ def test_the_wrapper_is_clean_under_sanitizers(tmp_path, kind):
         x[5, 1], x[7, 0], x[9, 2] = np.nan, 1e300, -np.inf
     else:
         x = rng.integers(0, artifact.cardinalities, size=(n, artifact.n_features)).astype(np.int64)
-        x[3, 0], x[4, 1], x[n - 1, -1] = -1, 300, 2 ** 62
+        x[3, 0], x[4, 1], x[n - 1, -1] = -1, 300, 2**62
     (tmp_path / "in.bin").write_bytes(np.ascontiguousarray(x).tobytes())
     out = subprocess.run([str(binary), str(n), str(tmp_path / "in.bin")], capture_output=True, check=False)
     assert out.returncode == 0, out.stderr.decode(errors="replace")[-3000:]
-    labels = np.frombuffer(out.stdout[:8 * n], dtype=np.int64)
-    scores = np.frombuffer(out.stdout[8 * n:], dtype=np.float64).reshape(n, artifact.n_classes)
+    labels = np.frombuffer(out.stdout[: 8 * n], dtype=np.int64)
+    scores = np.frombuffer(out.stdout[8 * n :], dtype=np.float64).reshape(n, artifact.n_classes)
     ref = ReferencePredictor(artifact)
     if raw:
         good = np.isfinite(x).all(axis=1) & (np.abs(x) <= np.finfo(np.float32).max).all(axis=1)

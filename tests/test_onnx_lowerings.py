@@ -18,10 +18,9 @@ from hypothesis import strategies as st
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
 
+from bnc_deploy.errors import ExportError
 from bnc_deploy.exporters import _onnx_bnc_grouped, onnx_bnc
 from bnc_deploy.exporters.onnx_bnc import build_onnx_model
-
-from bnc_deploy.errors import ExportError
 from bnc_deploy.formats.metadata import INVALID_LABEL, METADATA_KEY, parse_metadata
 from bnc_deploy.profiling.graph_count import count_graph
 from bnc_deploy.reference.bnc import ReferencePredictor
@@ -60,8 +59,14 @@ def assert_exact(artifact, model, x):
 
 # -- exactness ------------------------------------------------------------------------------------------------
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(seed=st.integers(0, 2**31 - 1), bits=st.sampled_from([None, 1, 2, 3, 5, 8]), d=st.integers(1, 8),
-       lowering=st.sampled_from(LOWERINGS), tan=st.booleans(), pack_bits=st.booleans())
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    bits=st.sampled_from([None, 1, 2, 3, 5, 8]),
+    d=st.integers(1, 8),
+    lowering=st.sampled_from(LOWERINGS),
+    tan=st.booleans(),
+    pack_bits=st.booleans(),
+)
 def test_random_models_are_exact(seed, bits, d, lowering, tan, pack_bits):
     rng = np.random.default_rng(seed)
     tan = tan and d > 1
@@ -83,13 +88,23 @@ def test_every_code_combination_and_opsets(lowering, opset):
 @pytest.mark.parametrize("lowering", LOWERINGS)
 def test_raw_inputs(lowering):
     cuts = [[0.5, 1.5], [], [-1.0, 0.0, 1.0], [2.0]]
-    artifact = random_bnc_artifact(np.random.default_rng(4), tan=False, bits=3, d=4, cardinalities=[3, 1, 4, 2],
-                                   discretizer=discretizer_dict(cuts))
+    artifact = random_bnc_artifact(
+        np.random.default_rng(4), tan=False, bits=3, d=4, cardinalities=[3, 1, 4, 2], discretizer=discretizer_dict(cuts)
+    )
     model = build_onnx_model(artifact, lowering=lowering, raw_inputs=True)
-    x = np.array([[0.0, 7.0, -2.0, 3.0], [1.0, 0.0, 0.5, 1.0], [2.0, -5.0, 1.5, 2.0],
-                  [np.nan, 0.0, 0.0, 0.0], [0.0, np.inf, 0.0, 0.0], [0.0, 0.0, -np.inf, 0.0]], dtype=np.float32)
+    x = np.array(
+        [
+            [0.0, 7.0, -2.0, 3.0],
+            [1.0, 0.0, 0.5, 1.0],
+            [2.0, -5.0, 1.5, 2.0],
+            [np.nan, 0.0, 0.0, 0.0],
+            [0.0, np.inf, 0.0, 0.0],
+            [0.0, 0.0, -np.inf, 0.0],
+        ],
+        dtype=np.float32,
+    )
     lj, label = run(model, x)
-    expected_codes = np.array([[0, 0, 0, 1], [1, 0, 2, 0], [2, 0, 3, 0]])   # searchsorted(cuts, x, "left")
+    expected_codes = np.array([[0, 0, 0, 1], [1, 0, 2, 0], [2, 0, 3, 0]])  # searchsorted(cuts, x, "left")
     ref = ReferencePredictor(artifact)
     np.testing.assert_array_equal(label[:3], ref.predict(expected_codes))
     assert np.array_equal(lj[:3], ref.log_joint(expected_codes))
@@ -97,9 +112,17 @@ def test_raw_inputs(lowering):
 
 
 # -- the guard ---------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("lowering,tan,bits", [("gather", False, 3), ("gather", True, 3), ("gather", True, None),
-                                               ("gather-grouped", False, 3), ("gather-grouped", False, None),
-                                               ("gather-grouped", True, 3)])
+@pytest.mark.parametrize(
+    "lowering,tan,bits",
+    [
+        ("gather", False, 3),
+        ("gather", True, 3),
+        ("gather", True, None),
+        ("gather-grouped", False, 3),
+        ("gather-grouped", False, None),
+        ("gather-grouped", True, 3),
+    ],
+)
 def test_every_invalid_value_marks_only_its_row(lowering, tan, bits):
     """Values just outside the range, at and beyond the clip bound K, and far outside: -1 / NaN."""
     rng = np.random.default_rng(21)
@@ -133,10 +156,15 @@ def chain_tan(seed: int = 5):
     rng = np.random.default_rng(seed)
     cards, parents = np.array([2, 4, 3, 2, 3]), np.array([-1, 0, 1, 2, -1])
     n_rows = int((cards * np.where(parents >= 0, cards[np.maximum(parents, 0)], 1)).sum())
-    return BNCArtifact(parents=parents, cardinalities=cards, class_names=["a", "b", "c"],
-                       feature_names=[f"f{i}" for i in range(5)], quantizer=FixedPointLogQuantizer(3, 2),
-                       class_codes=rng.integers(0, 8, size=3).astype(np.uint8),
-                       table_codes=rng.integers(0, 8, size=(n_rows, 3)).astype(np.uint8))
+    return BNCArtifact(
+        parents=parents,
+        cardinalities=cards,
+        class_names=["a", "b", "c"],
+        feature_names=[f"f{i}" for i in range(5)],
+        quantizer=FixedPointLogQuantizer(3, 2),
+        class_codes=rng.integers(0, 8, size=3).astype(np.uint8),
+        table_codes=rng.integers(0, 8, size=(n_rows, 3)).astype(np.uint8),
+    )
 
 
 @pytest.mark.parametrize("lowering", LOWERINGS)
@@ -144,8 +172,7 @@ def test_invalid_parent_value_marks_the_row(lowering):
     """TAN: a child's lookup with an out-of-range parent value is NaN (the parent axis is padded too)."""
     artifact = chain_tan()
     model = build_onnx_model(artifact, lowering=lowering)
-    x = np.array([[0, 0, 0, 0, 0], [2, 0, 0, 0, 0], [0, 4, 0, 0, 0], [0, 3, 2, 1, 2], [0, 0, 3, 0, 0]],
-                 dtype=np.int64)
+    x = np.array([[0, 0, 0, 0, 0], [2, 0, 0, 0, 0], [0, 4, 0, 0, 0], [0, 3, 2, 1, 2], [0, 0, 3, 0, 0]], dtype=np.int64)
     lj, label = run(model, x)
     assert label[[1, 2, 4]].tolist() == [INVALID_LABEL] * 3 and np.isnan(lj[[1, 2, 4]]).all()
     assert_exact(artifact, model, x[[0, 3]])
@@ -153,8 +180,8 @@ def test_invalid_parent_value_marks_the_row(lowering):
 
 def test_tan_groups_follow_the_tree(monkeypatch):
     """A child joins its parent's group; a group's axes are its members and their parents."""
-    artifact = chain_tan()                                      # axis sizes |X_i| + 2: 4, 6, 5, 4, 5
-    monkeypatch.setattr(_onnx_bnc_grouped, "MAX_GROUP_ROWS", 150)        # 4 * 6 * 5 = 120 fits, * 4 does not
+    artifact = chain_tan()  # axis sizes |X_i| + 2: 4, 6, 5, 4, 5
+    monkeypatch.setattr(_onnx_bnc_grouped, "MAX_GROUP_ROWS", 150)  # 4 * 6 * 5 = 120 fits, * 4 does not
     meta = metadata(build_onnx_model(artifact, lowering="gather-grouped"))
     assert meta["feature_groups"] == [[0, 1, 2], [3, 4]]
     assert meta["group_axes"] == [[0, 1, 2], [3, 2, 4]]
@@ -172,7 +199,7 @@ def test_large_cardinalities_fall_back_to_the_where_guard(monkeypatch):
     x = np.concatenate([codes(np.random.default_rng(7), artifact, 50), np.full((1, 4), -3, dtype=np.int64)])
     (lj_p, lab_p), (lj_c, lab_c) = run(padded, x), run(compact, x)
     np.testing.assert_array_equal(lab_p, lab_c)
-    np.testing.assert_array_equal(lj_p, lj_c)      # NaN rows compare equal in assert_array_equal
+    np.testing.assert_array_equal(lj_p, lj_c)  # NaN rows compare equal in assert_array_equal
     with pytest.raises(ExportError, match="too large"):
         build_onnx_model(artifact, lowering="gather-grouped")
 
@@ -185,7 +212,7 @@ def runtime_ops(model) -> list[str]:
 
     with tempfile.TemporaryDirectory() as tmp:
         options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC   # folding, no fusions
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC  # folding, no fusions
         options.optimized_model_filepath = str(Path(tmp) / "opt.onnx")
         ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
         return [n.op_type for n in onnx.load(options.optimized_model_filepath).graph.node]
@@ -197,14 +224,20 @@ def test_naive_bayes_runs_eight_nodes_per_call():
     ops = runtime_ops(build_onnx_model(artifact))
     assert sorted(ops) == sorted(["Clip", "Add", "Gather", "ReduceSum", "ArgMax", "Gather", "IsNaN", "Where"])
     grouped = runtime_ops(build_onnx_model(artifact, lowering="gather-grouped"))
-    assert grouped.count("Gather") == 2 + 1 and "Sum" in grouped      # 6 ** 4 rows fit: groups of 4 and 2, + label guard
-    many = runtime_ops(build_onnx_model(random_bnc_artifact(np.random.default_rng(8), tan=False, bits=3, d=40,
-                                                            cardinalities=[6] * 40), lowering="gather-grouped"))
-    assert many.count("Gather") == 1 + 1 and "ReduceSum" in many       # 10 groups of 4: one lookup, one reduction
+    assert grouped.count("Gather") == 2 + 1 and "Sum" in grouped  # 6 ** 4 rows fit: groups of 4 and 2, + label guard
+    many = runtime_ops(
+        build_onnx_model(
+            random_bnc_artifact(np.random.default_rng(8), tan=False, bits=3, d=40, cardinalities=[6] * 40),
+            lowering="gather-grouped",
+        )
+    )
+    assert many.count("Gather") == 1 + 1 and "ReduceSum" in many  # 10 groups of 4: one lookup, one reduction
 
 
-@pytest.mark.parametrize("d,expected", [(6, [[0, 1, 2, 3, 4], [5]]), (12, [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9], [10, 11]]),
-                                        (1, [[0]]), (2, [[0, 1]])])
+@pytest.mark.parametrize(
+    "d,expected",
+    [(6, [[0, 1, 2, 3, 4], [5]]), (12, [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9], [10, 11]]), (1, [[0]]), (2, [[0, 1]])],
+)
 def test_groups_and_metadata(d, expected):
     """Three values per feature: axes of 5 (codes -1 .. 3), 5**5 = 3125 rows fit MAX_GROUP_ROWS = 4096."""
     artifact = random_bnc_artifact(np.random.default_rng(9), tan=False, bits=3, d=d, cardinalities=[3] * d, n_classes=4)
@@ -232,21 +265,32 @@ def test_wide_models_use_one_clip_bound(monkeypatch, tan):
     x = codes(rng, artifact, 100)
     assert_exact(artifact, model, x)
     bad = np.repeat(x[:1], 3, axis=0)
-    bad[0, 1], bad[1, 3], bad[2, 0] = 1, 5, -7                  # at |X_i|, at K, negative
+    bad[0, 1], bad[1, 3], bad[2, 0] = 1, 5, -7  # at |X_i|, at K, negative
     lj, label = run(model, bad)
     assert label.tolist() == [INVALID_LABEL] * 3 and np.isnan(lj).all()
 
 
 def test_groups_shrink_to_fit_the_table_limit(monkeypatch):
-    artifact = random_bnc_artifact(np.random.default_rng(10), tan=False, bits=3, d=4, cardinalities=[3] * 4, n_classes=4)
-    monkeypatch.setattr(_onnx_bnc_grouped, "GROUPED_TABLE_LIMIT", 2 * 25 * 4 * 4)        # two 5 x 5 pair tables
+    artifact = random_bnc_artifact(
+        np.random.default_rng(10), tan=False, bits=3, d=4, cardinalities=[3] * 4, n_classes=4
+    )
+    monkeypatch.setattr(_onnx_bnc_grouped, "GROUPED_TABLE_LIMIT", 2 * 25 * 4 * 4)  # two 5 x 5 pair tables
     assert metadata(build_onnx_model(artifact, lowering="gather-grouped"))["feature_groups"] == [[0, 1], [2, 3]]
 
 
-@pytest.mark.parametrize("lowering,tan,bits,pack_bits", [
-    ("gather", False, 3, False), ("gather", True, 3, True), ("gather", True, None, False),
-    ("gather-grouped", False, 3, False), ("gather-grouped", False, 8, True), ("gather-grouped", False, None, False),
-    ("gather-grouped", True, 3, True), ("gather-grouped", True, None, False)])
+@pytest.mark.parametrize(
+    "lowering,tan,bits,pack_bits",
+    [
+        ("gather", False, 3, False),
+        ("gather", True, 3, True),
+        ("gather", True, None, False),
+        ("gather-grouped", False, 3, False),
+        ("gather-grouped", False, 8, True),
+        ("gather-grouped", False, None, False),
+        ("gather-grouped", True, 3, True),
+        ("gather-grouped", True, None, False),
+    ],
+)
 def test_profiler_counts_the_paper_model(lowering, tan, bits, pack_bits):
     """Folded prior and folded group sums included, the graph's count is D * C and the stored bits."""
     from bnc_deploy.costs import analytic_costs
@@ -277,7 +321,9 @@ def test_tflite_refuses_gather_grouped_by_name():
     from bnc_deploy.exporters.tflite_bnc import build_tflite_model
 
     with pytest.raises(ExportError, match="unknown lowering 'gather-grouped'"):
-        build_tflite_model(random_bnc_artifact(np.random.default_rng(13), tan=False, bits=3, d=3), lowering="gather-grouped")
+        build_tflite_model(
+            random_bnc_artifact(np.random.default_rng(13), tan=False, bits=3, d=3), lowering="gather-grouped"
+        )
 
 
 def test_verified_export_through_the_registry(tmp_path):
@@ -306,10 +352,14 @@ def test_paper_datasets_every_test_row_identical(shared_datasets, name):
     rng = np.random.default_rng(0)
     for parents in (np.full(len(cards), -1), chow_liu_parents(ds.x_train, ds.y_train, cards, ds.n_classes)):
         n_rows = int((cards * np.where(parents >= 0, cards[np.maximum(parents, 0)], 1)).sum())
-        artifact = BNCArtifact(parents=np.asarray(parents), cardinalities=cards, class_names=list(ds.class_names),
-                               feature_names=[f"x{i}" for i in range(len(cards))],
-                               quantizer=FixedPointLogQuantizer(3, 2),
-                               class_codes=rng.integers(0, 8, size=ds.n_classes).astype(np.uint8),
-                               table_codes=rng.integers(0, 8, size=(n_rows, ds.n_classes)).astype(np.uint8))
+        artifact = BNCArtifact(
+            parents=np.asarray(parents),
+            cardinalities=cards,
+            class_names=list(ds.class_names),
+            feature_names=[f"x{i}" for i in range(len(cards))],
+            quantizer=FixedPointLogQuantizer(3, 2),
+            class_codes=rng.integers(0, 8, size=ds.n_classes).astype(np.uint8),
+            table_codes=rng.integers(0, 8, size=(n_rows, ds.n_classes)).astype(np.uint8),
+        )
         for lowering in LOWERINGS:
             assert_exact(artifact, build_onnx_model(artifact, lowering=lowering), x)

@@ -16,12 +16,14 @@ def rec(size, ops, error, **extra):
 
 
 def test_front_by_hand():
-    records = [rec(100, 10, 0.30),   # 0: smallest: on the front
-               rec(200, 10, 0.20),   # 1: bigger but better: on the front
-               rec(300, 10, 0.25),   # 2: dominated by 1
-               rec(200, 5, 0.20),    # 3: dominates 1 (fewer ops)
-               rec(200, 5, 0.20),    # 4: equal to 3: ties do not dominate each other
-               rec(50, 100, 0.50)]   # 5: smallest size: on the front
+    records = [
+        rec(100, 10, 0.30),  # 0: smallest: on the front
+        rec(200, 10, 0.20),  # 1: bigger but better: on the front
+        rec(300, 10, 0.25),  # 2: dominated by 1
+        rec(200, 5, 0.20),  # 3: dominates 1 (fewer ops)
+        rec(200, 5, 0.20),  # 4: equal to 3: ties do not dominate each other
+        rec(50, 100, 0.50),
+    ]  # 5: smallest size: on the front
     assert pareto_front(records) == [0, 3, 4, 5]
     assert dominates(records[3], records[1]) and not dominates(records[3], records[4])
 
@@ -34,10 +36,12 @@ def test_missing_values_are_left_out():
 
 
 def test_marked_within_each_dataset_and_shared_by_runtime_rows():
-    rows = [rec(100, 10, 0.3, dataset="a", file="m1.onnx", runtime="onnxruntime", threads=1),
-            rec(100, 10, 0.3, dataset="a", file="m1.onnx", runtime="onnxruntime", threads=None),
-            rec(200, 10, 0.4, dataset="a", file="m2.onnx"),
-            rec(900, 99, 0.9, dataset="b", file="m3.onnx")]   # alone in its dataset: on its front
+    rows = [
+        rec(100, 10, 0.3, dataset="a", file="m1.onnx", runtime="onnxruntime", threads=1),
+        rec(100, 10, 0.3, dataset="a", file="m1.onnx", runtime="onnxruntime", threads=None),
+        rec(200, 10, 0.4, dataset="a", file="m2.onnx"),
+        rec(900, 99, 0.9, dataset="b", file="m3.onnx"),
+    ]  # alone in its dataset: on its front
     mark_pareto(rows, by="dataset")
     assert [r["pareto"] for r in rows] == [True, True, False, True]
 
@@ -47,7 +51,7 @@ def test_marked_within_each_dataset_and_shared_by_runtime_rows():
 def test_front_properties(points):
     records = [rec(*p) for p in points]
     front = set(pareto_front(records))
-    assert front                                        # a finite set always has a non-dominated member
+    assert front  # a finite set always has a non-dominated member
     for i, r in enumerate(records):
         dominated = any(dominates(o, r) for o in records)
         assert (i in front) == (not dominated)
@@ -81,13 +85,23 @@ def test_three_plots_as_png_and_svg(tmp_path):
     for structure, base in (("nb", 0.30), ("tan", 0.20)):
         for bits in (1, 2, 3, 8, None):
             size = (bits or 32) * (1000 if structure == "nb" else 9000)
-            records.append(rec(size, 416, base + 0.1 / (bits or 16), bits=bits or 32, quantized=bits is not None,
-                               dataset="letter", structure=structure))
+            records.append(
+                rec(
+                    size,
+                    416,
+                    base + 0.1 / (bits or 16),
+                    bits=bits or 32,
+                    quantized=bits is not None,
+                    dataset="letter",
+                    structure=structure,
+                )
+            )
     mark_pareto(records)
     written = plot_all(records, tmp_path, prefix="t_")
     names = sorted(p.rsplit("/", 1)[-1] for p in written)
-    assert names == sorted(f"t_{n}.{ext}" for n in ("error_vs_size", "error_vs_ops", "error_vs_bits")
-                           for ext in ("png", "svg"))
+    assert names == sorted(
+        f"t_{n}.{ext}" for n in ("error_vs_size", "error_vs_ops", "error_vs_bits") for ext in ("png", "svg")
+    )
     for p in written:
         data = open(p, "rb").read()
         assert len(data) > 5000

@@ -32,14 +32,25 @@ def artifact(cards, parents, n_classes, bits=None, seed=0) -> BNCArtifact:
     cards, parents = np.asarray(cards), np.asarray(parents)
     rows = int((cards * np.where(parents >= 0, cards[np.maximum(parents, 0)], 1)).sum())
     rng = np.random.default_rng(seed)
-    common = dict(parents=parents, cardinalities=cards, class_names=[f"c{k}" for k in range(n_classes)],
-                  feature_names=[f"f{i}" for i in range(len(cards))])
+    common = dict(
+        parents=parents,
+        cardinalities=cards,
+        class_names=[f"c{k}" for k in range(n_classes)],
+        feature_names=[f"f{i}" for i in range(len(cards))],
+    )
     if bits is None:
-        return BNCArtifact(class_logp=-rng.random(n_classes).astype(np.float32),
-                           table_logp=-rng.random((rows, n_classes)).astype(np.float32), **common)
+        return BNCArtifact(
+            class_logp=-rng.random(n_classes).astype(np.float32),
+            table_logp=-rng.random((rows, n_classes)).astype(np.float32),
+            **common,
+        )
     q = FixedPointLogQuantizer(bits, min(bits, 3))
-    return BNCArtifact(quantizer=q, class_codes=rng.integers(0, q.max_code + 1, n_classes).astype(np.uint8),
-                       table_codes=rng.integers(0, q.max_code + 1, (rows, n_classes)).astype(np.uint8), **common)
+    return BNCArtifact(
+        quantizer=q,
+        class_codes=rng.integers(0, q.max_code + 1, n_classes).astype(np.uint8),
+        table_codes=rng.integers(0, q.max_code + 1, (rows, n_classes)).astype(np.uint8),
+        **common,
+    )
 
 
 def test_letter_nb_at_3_bits_matches_the_paper():
@@ -59,8 +70,8 @@ def test_tan_counts_parent_rows_and_addressing():
     r = bnc_cost_terms([3, 2, 4], [-1, 0, 1], 5, 4)
     assert r.n_parameters == 5 * (1 + 3 + 6 + 8)
     assert r.size_bits == 4 * r.n_parameters
-    assert r.n_ops == 3 * 5                         # D * C: the structure does not change the additions
-    assert r.addressing_ops == 3 + 2 * 2            # offsets + (multiply, add) per feature with a parent
+    assert r.n_ops == 3 * 5  # D * C: the structure does not change the additions
+    assert r.addressing_ops == 3 + 2 * 2  # offsets + (multiply, add) per feature with a parent
     labels = [label for label, _, _ in r.lines]
     assert {"size (bits)", "operations", "argmax", "addressing"} <= set(labels)
     text = r.format()
@@ -117,13 +128,17 @@ def test_two_layer_fc_dnn_formula(bn):
 
 
 def test_dnn_layers_conv_and_free():
-    layers = [Conv2D(1, 4, kernel=(3, 3), out_hw=(8, 8), batch_norm=True), Free("relu"), Free("maxpool"),
-              Dense(4 * 4 * 4, 10, bias=True)]
+    layers = [
+        Conv2D(1, 4, kernel=(3, 3), out_hw=(8, 8), batch_norm=True),
+        Free("relu"),
+        Free("maxpool"),
+        Dense(4 * 4 * 4, 10, bias=True),
+    ]
     r = dnn_costs(layers, 2)
     conv_w, conv_macs = 9 * 4, 9 * 4 * 64
     assert r.n_parameters == conv_w + 64 * 10
     assert r.size_bits == 2 * (conv_w + 640) + 64 * 4 + 32 * 10
-    assert r.n_ops == conv_macs + 640 + 4 * 64 + 10     # MACs + batch-norm outputs + biases
+    assert r.n_ops == conv_macs + 640 + 4 * 64 + 10  # MACs + batch-norm outputs + biases
     depthwise = dnn_costs([Conv2D(4, 4, (3, 3), (2, 2), groups=4)], 8)
     assert depthwise.n_parameters == 9 * 4 and depthwise.n_ops == 9 * 4 * 4
     with pytest.raises(ValueError, match="groups"):

@@ -8,8 +8,8 @@ from bnc_deploy.quantizers import FixedPointLogQuantizer, UnsupportedBitWidth
 
 def direct_formula(theta, b_i, b_f):
     """The paper's Eq. 9, written out independently."""
-    u = 2.0 ** b_i - 2.0 ** -b_f
-    return np.clip(np.round(theta * 2.0 ** b_f) * 2.0 ** -b_f, -u, 0.0)
+    u = 2.0**b_i - 2.0**-b_f
+    return np.clip(np.round(theta * 2.0**b_f) * 2.0**-b_f, -u, 0.0)
 
 
 ALL_WIDTHS = [(b, i) for b in range(1, 9) for i in range(1, 7)]
@@ -19,10 +19,10 @@ ALL_WIDTHS = [(b, i) for b in range(1, 9) for i in range(1, 7)]
 def test_levels_count_spacing_and_range(bits, int_bits):
     q = FixedPointLogQuantizer(bits, int_bits)
     levels = q.levels()
-    assert levels.shape == (2 ** bits,)
+    assert levels.shape == (2**bits,)
     assert levels[0] == 0.0
     assert np.allclose(np.diff(levels), -(2.0 ** -(bits - int_bits)))
-    assert levels[-1] == -(2.0 ** int_bits - 2.0 ** -(bits - int_bits))
+    assert levels[-1] == -(2.0**int_bits - 2.0 ** -(bits - int_bits))
 
 
 @pytest.mark.parametrize("bits,int_bits", ALL_WIDTHS)
@@ -35,7 +35,7 @@ def test_numpy_and_torch_match_the_formula(bits, int_bits):
     assert np.array_equal(got, direct_formula(theta.astype(np.float32).astype(np.float64), int_bits, bits - int_bits))
     # Codes round-trip and fit the declared width.
     codes = q.to_codes(theta)
-    assert codes.dtype == np.uint8 and codes.max() <= 2 ** bits - 1
+    assert codes.dtype == np.uint8 and codes.max() <= 2**bits - 1
     assert np.array_equal(q.from_codes(codes), expected)
 
 
@@ -64,7 +64,7 @@ def test_forward_is_exactly_on_the_grid():
     q = FixedPointLogQuantizer(8, 3)
     theta = -torch.rand(100000) * 8
     out = fixed_point_ste(theta, q).double().numpy()
-    assert np.array_equal(out * 2 ** q.frac_bits, np.round(out * 2 ** q.frac_bits))
+    assert np.array_equal(out * 2**q.frac_bits, np.round(out * 2**q.frac_bits))
 
 
 @pytest.mark.parametrize("bits,int_bits", [(0, 1), (9, 3), (4, 0), (4, 7), (2.5, 1), (True, 1)])

@@ -39,10 +39,16 @@ needs_litert = pytest.mark.skipif(not LITERT, reason="ai-edge-litert and TensorF
 def models(tmp_path_factory):
     """``{case: (artifact, path, open_kwargs)}`` for every adapter and model kind."""
     tmp = tmp_path_factory.mktemp("invoke")
-    bn = random_bnc_artifact(np.random.default_rng(11), bits=4, int_bits=2, tan=True, n_classes=3,
-                             cardinalities=[3, 1, 4, 2, 5])
-    raw = random_bnc_artifact(np.random.default_rng(12), bits=3, tan=True, cardinalities=[3, 2, 1],
-                              discretizer=discretizer_dict([[0.5, 1.5], [0.1], []]))
+    bn = random_bnc_artifact(
+        np.random.default_rng(11), bits=4, int_bits=2, tan=True, n_classes=3, cardinalities=[3, 1, 4, 2, 5]
+    )
+    raw = random_bnc_artifact(
+        np.random.default_rng(12),
+        bits=3,
+        tan=True,
+        cardinalities=[3, 2, 1],
+        discretizer=discretizer_dict([[0.5, 1.5], [0.1], []]),
+    )
     dnn = random_dnn_artifact(5, architecture="fc", activation="sign", bits=2)
     cnn = random_dnn_artifact(6, architecture="cnn", activation="relu", bits=3, encoding="onehot", max_cardinality=3)
     out = {}
@@ -64,9 +70,20 @@ def models(tmp_path_factory):
     return out
 
 
-CASES = ["bn-numpy", "raw-numpy", "dnn-numpy", "cnn-numpy", "bn-onnx", "raw-onnx", "dnn-onnx", "cnn-onnx",
-         *(pytest.param(c, marks=needs_litert)
-           for c in ("bn-tflite", "bn-tflite-static", "raw-tflite", "dnn-tflite", "cnn-tflite"))]
+CASES = [
+    "bn-numpy",
+    "raw-numpy",
+    "dnn-numpy",
+    "cnn-numpy",
+    "bn-onnx",
+    "raw-onnx",
+    "dnn-onnx",
+    "cnn-onnx",
+    *(
+        pytest.param(c, marks=needs_litert)
+        for c in ("bn-tflite", "bn-tflite-static", "raw-tflite", "dnn-tflite", "cnn-tflite")
+    ),
+]
 
 
 def open_case(models, case):
@@ -127,7 +144,7 @@ def test_prepare_validates_like_run(models, case):
     else:
         feature = int(np.argmax(artifact.cardinalities))
         x[2, feature] = artifact.cardinalities[feature]
-        pattern = fr"feature {feature} .*value {artifact.cardinalities[feature]}.*row 2"
+        pattern = rf"feature {feature} .*value {artifact.cardinalities[feature]}.*row 2"
     with pytest.raises(InputError, match=pattern):
         adapter.prepare(x)
     with pytest.raises(InputError, match=pattern):
@@ -158,8 +175,10 @@ def test_numpy_and_onnx_have_no_static_batch(models, case):
 def broken_copies(good: bytes, suffix: str, folder):
     """Truncations at several lengths, random bytes, random bytes behind the right header, empty."""
     rng = np.random.default_rng(0)
-    cases = {f"truncated_{n}": good[:n] for n in sorted({1, 4, 8, 16, 32, 100, len(good) // 4, len(good) // 2,
-                                                          len(good) - 100, len(good) - 1})}
+    cases = {
+        f"truncated_{n}": good[:n]
+        for n in sorted({1, 4, 8, 16, 32, 100, len(good) // 4, len(good) // 2, len(good) - 100, len(good) - 1})
+    }
     cases.update(random=rng.bytes(600), random_after_header=good[:8] + rng.bytes(600), empty=b"")
     paths = []
     for name, data in cases.items():
@@ -169,8 +188,10 @@ def broken_copies(good: bytes, suffix: str, folder):
     return paths
 
 
-@pytest.mark.parametrize("case", ["bn-onnx", pytest.param("bn-tflite", marks=needs_litert),
-                                  pytest.param("bn-tflite-static", marks=needs_litert)])
+@pytest.mark.parametrize(
+    "case",
+    ["bn-onnx", pytest.param("bn-tflite", marks=needs_litert), pytest.param("bn-tflite-static", marks=needs_litert)],
+)
 def test_broken_files_raise_runtime_load_error_naming_the_file(models, case, tmp_path):
     _, path, _ = models[case]
     for broken in broken_copies(path.read_bytes(), path.suffix, tmp_path):

@@ -129,13 +129,15 @@ def test_tflite_export_without_tensorflow_names_the_convert_extra(monkeypatch, c
 
     _hide(monkeypatch, "tensorflow")
     _, model, _ = bnc_files
-    _one_line_exit_2(export.main, [str(model), "--format", "tflite", "-o", str(tmp_path / "m.tflite")], capsys,
-                     "convert")
+    _one_line_exit_2(
+        export.main, [str(model), "--format", "tflite", "-o", str(tmp_path / "m.tflite")], capsys, "convert"
+    )
     assert not (tmp_path / "m.tflite").exists()
 
 
-def test_profile_plot_without_matplotlib_names_the_plot_extra_before_measuring(monkeypatch, capsys, bnc_files,
-                                                                              tmp_path):
+def test_profile_plot_without_matplotlib_names_the_plot_extra_before_measuring(
+    monkeypatch, capsys, bnc_files, tmp_path
+):
     from bnc_deploy.cli import profile
 
     _hide(monkeypatch, "matplotlib")
@@ -165,8 +167,15 @@ def test_reading_tflite_without_litert_or_tensorflow_names_the_tflite_extra(monk
     from bnc_deploy.cli import profile
     from bnc_deploy.targets import edgetpu
 
-    _hide(monkeypatch, "ai_edge_litert", "ai_edge_litert.schema_py_generated", "tensorflow", "tensorflow.lite",
-          "tensorflow.lite.python", "tensorflow.lite.python.schema_py_generated")
+    _hide(
+        monkeypatch,
+        "ai_edge_litert",
+        "ai_edge_litert.schema_py_generated",
+        "tensorflow",
+        "tensorflow.lite",
+        "tensorflow.lite.python",
+        "tensorflow.lite.python.schema_py_generated",
+    )
     path = tmp_path / "m.tflite"
     path.write_bytes(b"\x1c\x00\x00\x00TFL3" + bytes(64))
     _one_line_exit_2(profile.main, [str(path), "--no-latency", "--runtime", "litert"], capsys, "tflite")
@@ -176,9 +185,18 @@ def test_reading_tflite_without_litert_or_tensorflow_names_the_tflite_extra(monk
 
 # -- the real thing: a fresh venv with the base install only ---------------------------------------------
 #: pip's messages when the package index cannot be reached (the test is skipped, not failed).
-NETWORK_ERRORS = ("NewConnectionError", "Failed to establish a new connection", "Temporary failure in name resolution",
-                  "Name or service not known", "Network is unreachable", "ConnectTimeoutError", "ReadTimeoutError",
-                  "Could not fetch URL", "ProxyError", "No matching distribution found")
+NETWORK_ERRORS = (
+    "NewConnectionError",
+    "Failed to establish a new connection",
+    "Temporary failure in name resolution",
+    "Name or service not known",
+    "Network is unreachable",
+    "ConnectTimeoutError",
+    "ReadTimeoutError",
+    "Could not fetch URL",
+    "ProxyError",
+    "No matching distribution found",
+)
 
 
 def _copy_source(dest: Path) -> Path:
@@ -238,8 +256,10 @@ def test_runtime_only_install(tmp_path):
     print(f"runtime-only install: {seconds:.1f} s")
 
     # Nothing heavy got installed.
-    code = ("import importlib.metadata as m, json; "
-            "print(json.dumps(sorted(d.metadata['Name'].lower() for d in m.distributions())))")
+    code = (
+        "import importlib.metadata as m, json; "
+        "print(json.dumps(sorted(d.metadata['Name'].lower() for d in m.distributions())))"
+    )
     listed = _run([python, "-c", code], cwd=tmp_path, env=env)
     assert listed.returncode == 0, listed.stderr
     installed = set(json.loads(listed.stdout))
@@ -266,8 +286,11 @@ def test_runtime_only_install(tmp_path):
     for name, artifact in (("tan", bnc), ("dnn", dnn)):
         reference = reference_predictor(artifact)
         ref_labels, ref_scores = reference.predict(rows[name]), reference.log_joint(rows[name])
-        ran = _run([python, "-c", PREDICT, tmp_path / f"{name}.npy", files[f"{name}.onnx"], files[f"{name}.bnc"]],
-                   cwd=tmp_path, env=env)
+        ran = _run(
+            [python, "-c", PREDICT, tmp_path / f"{name}.npy", files[f"{name}.onnx"], files[f"{name}.bnc"]],
+            cwd=tmp_path,
+            env=env,
+        )
         assert ran.returncode == 0, ran.stderr
         report = json.loads(ran.stdout)
         assert report["heavy"] == []
@@ -284,8 +307,10 @@ def test_runtime_only_install(tmp_path):
     ran = _run([profile, files["tan.onnx"], files["dnn.onnx"], "--json", "--no-latency"], cwd=tmp_path, env=env)
     assert ran.returncode == 0, ran.stderr
     records = json.loads(ran.stdout)
-    assert {(Path(r["file"]).name, r["runtime"]) for r in records} == {("tan.onnx", "onnxruntime"),
-                                                                        ("dnn.onnx", "onnxruntime")}
+    assert {(Path(r["file"]).name, r["runtime"]) for r in records} == {
+        ("tan.onnx", "onnxruntime"),
+        ("dnn.onnx", "onnxruntime"),
+    }
     by_file = {Path(r["file"]).name: r for r in records}
     assert by_file["tan.onnx"]["size_bits"] == bnc.size_bits and by_file["tan.onnx"]["n_ops"] == bnc.n_ops
     assert by_file["dnn.onnx"]["model_kind"] == "dnn"
@@ -301,8 +326,9 @@ def test_runtime_only_install(tmp_path):
 
     # ONNX export works there too (onnx is a base dependency); the exporter verifies in onnxruntime.
     export = bindir / "bnc-export"
-    ran = _run([export, files["tan.bnc"], "--format", "onnx", "-o", tmp_path / "there.onnx", "--json"],
-               cwd=tmp_path, env=env)
+    ran = _run(
+        [export, files["tan.bnc"], "--format", "onnx", "-o", tmp_path / "there.onnx", "--json"], cwd=tmp_path, env=env
+    )
     assert ran.returncode == 0, ran.stderr
     assert json.loads(ran.stdout)["exact"] is True
 

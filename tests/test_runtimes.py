@@ -10,11 +10,12 @@ import pytest
 pytest.importorskip("onnxruntime")
 onnx = pytest.importorskip("onnx")
 
+from exports import export_onnx  # noqa: E402
 from test_export_onnx import discretizer_dict, random_artifact, random_codes  # noqa: E402
 
 from bnc_deploy.artifacts import save_artifact  # noqa: E402
+from bnc_deploy.errors import ConfigError, MissingExtraError  # noqa: E402
 from bnc_deploy.formats.metadata import METADATA_KEY
-from exports import export_onnx  # noqa: E402
 from bnc_deploy.reference.bnc import ReferencePredictor
 from bnc_deploy.runtimes.base import (  # noqa: E402
     RUNTIMES,
@@ -26,7 +27,6 @@ from bnc_deploy.runtimes.base import (  # noqa: E402
 )
 from bnc_deploy.runtimes.onnxruntime_adapter import OnnxRuntimeAdapter  # noqa: E402
 from bnc_deploy.runtimes.reference_adapter import ReferenceAdapter  # noqa: E402
-from bnc_deploy.errors import ConfigError, MissingExtraError  # noqa: E402
 from bnc_deploy.validation import InputError  # noqa: E402
 
 CARDS = [3, 1, 4, 2]
@@ -112,7 +112,7 @@ def test_missing_framework_names_the_extra(files, monkeypatch):
     """onnxruntime not installed: MissingExtraError (an ImportError) saying which extra installs it."""
     import sys
 
-    monkeypatch.setitem(sys.modules, "onnxruntime", None)          # `import onnxruntime` now fails
+    monkeypatch.setitem(sys.modules, "onnxruntime", None)  # `import onnxruntime` now fails
     monkeypatch.delitem(sys.modules, "bnc_deploy.runtimes.onnxruntime_adapter")
     monkeypatch.setitem(RUNTIMES, "onnxruntime", "bnc_deploy.runtimes.onnxruntime_adapter:OnnxRuntimeAdapter")
     with pytest.raises(MissingExtraError, match=r"runtime 'onnxruntime'.*pip install 'bnc-deploy\[runtime\]'") as info:
@@ -168,15 +168,18 @@ def test_out_of_range_and_negative_rejected(adapter, value, feature):
     assert "row 2" in message and f"0..{CARDS[feature] - 1}" in message
 
 
-@pytest.mark.parametrize("bad, pattern", [
-    (np.zeros((2, 4), dtype=np.float64), "integer dtype.*whole-valued"),
-    (np.full((2, 4), 0.5, dtype=np.float32), "integer dtype"),
-    (np.zeros((2, 4), dtype=bool), "integer dtype"),
-    (np.array([["a", "b", "c", "d"]]), "integer dtype"),
-    (np.zeros((2, 5), dtype=np.int64), r"shape \(n, 4\).*\(2, 5\)"),
-    (np.zeros((2, 4, 1), dtype=np.int64), r"shape \(n, 4\)"),
-    (np.zeros(3, dtype=np.int64), r"shape \(n, 4\)"),
-])
+@pytest.mark.parametrize(
+    "bad, pattern",
+    [
+        (np.zeros((2, 4), dtype=np.float64), "integer dtype.*whole-valued"),
+        (np.full((2, 4), 0.5, dtype=np.float32), "integer dtype"),
+        (np.zeros((2, 4), dtype=bool), "integer dtype"),
+        (np.array([["a", "b", "c", "d"]]), "integer dtype"),
+        (np.zeros((2, 5), dtype=np.int64), r"shape \(n, 4\).*\(2, 5\)"),
+        (np.zeros((2, 4, 1), dtype=np.int64), r"shape \(n, 4\)"),
+        (np.zeros(3, dtype=np.int64), r"shape \(n, 4\)"),
+    ],
+)
 def test_wrong_dtype_and_shape_rejected(adapter, bad, pattern):
     with pytest.raises(InputError, match=pattern):
         adapter.log_joint(bad)
@@ -184,8 +187,9 @@ def test_wrong_dtype_and_shape_rejected(adapter, bad, pattern):
 
 def test_raw_input_adapters(tmp_path):
     cuts = [[0.5, 1.5], [0.1], []]
-    artifact = random_artifact(np.random.default_rng(3), bits=3, tan=True, cardinalities=[3, 2, 1],
-                               discretizer=discretizer_dict(cuts))
+    artifact = random_artifact(
+        np.random.default_rng(3), bits=3, tan=True, cardinalities=[3, 2, 1], discretizer=discretizer_dict(cuts)
+    )
     save_artifact(artifact, tmp_path / "r.bnc")
     path = export_onnx(artifact, tmp_path / "r.onnx", raw_inputs=True)
     ort_rt = load_runtime(path)
@@ -251,8 +255,9 @@ def test_foreign_and_tampered_metadata_rejected(files, tmp_path):
     with pytest.raises(RuntimeLoadError, match="lacks keys.*cardinalities"):
         load_runtime(t1, verify_integrity=False)
     with pytest.raises(RuntimeLoadError, match="t2.onnx: corrupt"):
-        load_runtime(_rewrite_metadata(src, tmp_path / "t2.onnx", lambda p: {**p, METADATA_KEY: "{oops"}),
-                     verify_integrity=False)
+        load_runtime(
+            _rewrite_metadata(src, tmp_path / "t2.onnx", lambda p: {**p, METADATA_KEY: "{oops"}), verify_integrity=False
+        )
 
     def newer(props):
         meta = json.loads(props[METADATA_KEY])
@@ -265,6 +270,7 @@ def test_foreign_and_tampered_metadata_rejected(files, tmp_path):
 
 def test_metadata_graph_mismatch_is_not_silent(files, tmp_path):
     """Metadata claiming a larger range than the graph: the graph guard fires and the adapter says so."""
+
     def widen(props):
         meta = json.loads(props[METADATA_KEY])
         meta["cardinalities"] = [c + 1 for c in meta["cardinalities"]]

@@ -39,7 +39,7 @@ def test_fc_usps_two_bits_three_layers_batch_norm_by_hand():
     # -> 2 H^2 + 660 H - 25630 = 0 -> H = (-660 + sqrt(660^2 + 8 * 25630)) / 4 = (-660 + 800.40) / 4 = 35.10 -> 35.
     r = match_fc(256, 10, n_layers=3, bits=2, batch_norm=True, target_bits=25_950)
     assert r.widths == (35, 35)
-    assert r.real_solution == pytest.approx((-660 + math.sqrt(660 ** 2 + 8 * 25_630)) / 4)
+    assert r.real_solution == pytest.approx((-660 + math.sqrt(660**2 + 8 * 25_630)) / 4)
     assert r.real_solution == pytest.approx(35.09997, abs=1e-5)
     # 2 * 35^2 + 660 * 35 + 320 = 2450 + 23100 + 320 = 25870.
     assert r.achieved_bits == 25_870
@@ -53,7 +53,7 @@ def test_cnn_usps_two_convs_two_bits_batch_norm_by_hand():
     #    C2 = round(2 * 17.37) = round(34.74) = 35 (rounded separately: not 2 * 17 = 34).
     r = match_cnn((16, 16), 1, 10, n_conv=2, bits=2, batch_norm=True, target_bits=25_950)
     assert r.widths == (17, 35)
-    assert r.real_solution == pytest.approx((-850 + math.sqrt(850 ** 2 + 144 * 25_630)) / 72)
+    assert r.real_solution == pytest.approx((-850 + math.sqrt(850**2 + 144 * 25_630)) / 72)
     assert r.real_solution == pytest.approx(17.3718, abs=1e-4)
     # Rounded architecture: 9*1*17*2 + 9*17*35*2 + 35*16*10*2 + 64*(17+35) + 320
     #   = 306 + 10710 + 11200 + 3328 + 320 = 25864.
@@ -90,7 +90,7 @@ def test_cnn_ops_two_convs_by_hand():
     # -> C1 = (-3008 + sqrt(3008^2 + 4 * 1152 * 40950)) / 2304 = 4.798 -> 5, C2 = round(9.596) = 10.
     r = match_cnn((16, 16), 1, 10, n_conv=2, bits=2, batch_norm=True, target_ops=40_960)
     assert r.widths == (5, 10)
-    assert r.real_solution == pytest.approx((-3008 + math.sqrt(3008 ** 2 + 4 * 1152 * 40_950)) / 2304)
+    assert r.real_solution == pytest.approx((-3008 + math.sqrt(3008**2 + 4 * 1152 * 40_950)) / 2304)
     assert r.achieved_ops == 1152 * 25 + 3008 * 5 + 10 == 43_850
 
 
@@ -106,8 +106,13 @@ def test_cnn_odd_image_one_hot_channels():
 
 
 # -- the polynomials are the cost model -------------------------------------------------------------
-FC_CASES = [(d, c, L, b, bn) for d, c in ((196, 10), (16, 26), (36, 6)) for L in (2, 3, 4, 5) for b in (1, 2, 8, 32)
-            for bn in (False, True)]
+FC_CASES = [
+    (d, c, L, b, bn)
+    for d, c in ((196, 10), (16, 26), (36, 6))
+    for L in (2, 3, 4, 5)
+    for b in (1, 2, 8, 32)
+    for bn in (False, True)
+]
 
 
 @pytest.mark.parametrize("d,c,L,b,bn", FC_CASES)
@@ -118,8 +123,15 @@ def test_fc_polynomial_equals_dnn_costs(d, c, L, b, bn):
         assert bits_poly(h) == report.size_bits and ops_poly(h) == report.n_ops
 
 
-CNN_CASES = [(hw, e, c, n, b, bn) for hw in ((16, 16), (14, 14), (13, 11), (4, 5)) for e in (1, 3) for c in (10, 2)
-             for n in (1, 2) for b in (1, 3, 8) for bn in (False, True)]
+CNN_CASES = [
+    (hw, e, c, n, b, bn)
+    for hw in ((16, 16), (14, 14), (13, 11), (4, 5))
+    for e in (1, 3)
+    for c in (10, 2)
+    for n in (1, 2)
+    for b in (1, 3, 8)
+    for bn in (False, True)
+]
 
 
 @pytest.mark.parametrize("hw,e,c,n,b,bn", CNN_CASES)
@@ -208,14 +220,17 @@ def test_too_small_budgets_name_the_minimum():
         match_cnn((16, 16), 1, 10, 2, 2, True, target_bits=smallest - 1)
 
 
-@pytest.mark.parametrize("kwargs,message", [
-    ({}, "exactly one"),
-    ({"target_bits": 1000, "target_ops": 1000}, "exactly one"),
-    ({"target_bits": 0}, "positive"),
-    ({"target_bits": -5}, "positive"),
-    ({"target_ops": 10.5}, "integer"),
-    ({"target_ops": True}, "integer"),
-])
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        ({}, "exactly one"),
+        ({"target_bits": 1000, "target_ops": 1000}, "exactly one"),
+        ({"target_bits": 0}, "positive"),
+        ({"target_bits": -5}, "positive"),
+        ({"target_ops": 10.5}, "integer"),
+        ({"target_ops": True}, "integer"),
+    ],
+)
 def test_bad_targets(kwargs, message):
     with pytest.raises(ValueError, match=message):
         match_fc(196, 10, 2, 1, False, **kwargs)
@@ -239,8 +254,13 @@ def test_bad_architectures():
 # -- layer lists and results ------------------------------------------------------------------------
 def test_fc_layer_list_matches_the_paper():
     layers = fc_layers(196, [50, 50], 10, batch_norm=True)
-    assert layers == [Dense(196, 50, True, False), Free("activation"), Dense(50, 50, True, False),
-                      Free("activation"), Dense(50, 10, False, True)]
+    assert layers == [
+        Dense(196, 50, True, False),
+        Free("activation"),
+        Dense(50, 50, True, False),
+        Free("activation"),
+        Dense(50, 10, False, True),
+    ]
     # No hidden biases even without batch norm.
     assert all(not layer.bias for layer in fc_layers(196, [50], 10, False)[:-1] if isinstance(layer, Dense))
 

@@ -42,6 +42,11 @@ def test_ruff_lint_is_clean():
     assert done.returncode == 0, done.stdout[-6000:] + done.stderr[-2000:]
 
 
+def test_ruff_format_is_kept():
+    done = _run([_tool("ruff"), "format", "--check", "--no-cache", "."], REPO)
+    assert done.returncode == 0, "run 'ruff format .':\n" + done.stdout[-4000:] + done.stderr[-2000:]
+
+
 def installed_layout(folder: Path) -> Path:
     """``folder/bnc_deploy``: links to every entry of the repository's ``bnc_deploy/`` plus
     ``exporters`` and ``runtimes`` as subpackages, as the package is installed."""
@@ -59,6 +64,7 @@ def installed_layout(folder: Path) -> Path:
 def test_mypy_is_clean(tmp_path):
     installed_layout(tmp_path)
     # The files to check are [tool.mypy] files, paths of the installed layout.
-    done = _run([_tool("mypy"), "--config-file", str(REPO / "pyproject.toml"), "--cache-dir", str(tmp_path / "cache")],
-                tmp_path)
+    done = _run(
+        [_tool("mypy"), "--config-file", str(REPO / "pyproject.toml"), "--cache-dir", str(tmp_path / "cache")], tmp_path
+    )
     assert done.returncode == 0, done.stdout[-8000:] + done.stderr[-2000:]

@@ -11,6 +11,9 @@ import torch
 
 from bnc_deploy.artifacts.bnc import check_acyclic as _check_acyclic
 from bnc_deploy.datasets.base import DiscreteDataset
+from bnc_deploy.models.structure_learning import StructureLearningTAN, expected_size_penalty, gumbel_softmax_st
+from bnc_deploy.reference.bnc import ReferencePredictor
+from bnc_deploy.train.bnc import TrainConfig
 from bnc_deploy.train.structure_learning import (
     NO_PARENT,
     UNUSED_SLOT,
@@ -23,13 +26,6 @@ from bnc_deploy.train.structure_learning import (
     tan_parameters,
     train_learned_tan,
 )
-from bnc_deploy.models.structure_learning import (
-    StructureLearningTAN,
-    expected_size_penalty,
-    gumbel_softmax_st,
-)
-from bnc_deploy.reference.bnc import ReferencePredictor
-from bnc_deploy.train.bnc import TrainConfig
 
 
 @pytest.fixture(autouse=True)
@@ -55,9 +51,16 @@ def chain_dataset(n=600, d=5, card=3, n_classes=2, noise=0.1, seed=0) -> Discret
     for i in range(1, d):
         x[:, i] = np.where(rng.random(n) < 1 - noise, x[:, i - 1], rng.integers(0, card, n))
     split = 2 * n // 3
-    return DiscreteDataset(name="chain", x_train=x[:split], y_train=y[:split], x_test=x[split:], y_test=y[split:],
-                           cardinalities=np.full(d, card), class_names=[str(c) for c in range(n_classes)],
-                           feature_names=[f"f{i}" for i in range(d)])
+    return DiscreteDataset(
+        name="chain",
+        x_train=x[:split],
+        y_train=y[:split],
+        x_test=x[split:],
+        y_test=y[split:],
+        cardinalities=np.full(d, card),
+        class_names=[str(c) for c in range(n_classes)],
+        feature_names=[f"f{i}" for i in range(d)],
+    )
 
 
 # -- candidates -------------------------------------------------------------------------------------
@@ -73,7 +76,7 @@ def test_candidates_are_predecessors_and_at_most_k(k):
         expected = min(position[i], 9 if k is None else k)
         assert len(parents) == expected and len(set(parents.tolist())) == expected
         assert np.all(position[parents] < position[i])
-        assert np.all(np.diff(parents) > 0)                      # ascending, valid slots first
+        assert np.all(np.diff(parents) > 0)  # ascending, valid slots first
     assert np.array_equal(cand, candidate_parents(order, k, seed=1))  # seeded
 
 
@@ -130,7 +133,7 @@ def test_penalty_matches_direct_parameter_count():
     n_classes = 4
     slots = np.array([rng.choice(np.flatnonzero(row != UNUSED_SLOT)) for row in cand])
     parents = cand[np.arange(7), slots]
-    logits = torch.full(cand.shape, -50.0, dtype=torch.float64)   # softmax ~ one-hot on the chosen slots
+    logits = torch.full(cand.shape, -50.0, dtype=torch.float64)  # softmax ~ one-hot on the chosen slots
     logits[np.arange(7), slots] = 50.0
     logits[torch.as_tensor(cand == UNUSED_SLOT)] = float("-inf")
     direct = sum(card[i] * (card[p] if p >= 0 else 1) * n_classes for i, p in enumerate(parents))
@@ -138,14 +141,19 @@ def test_penalty_matches_direct_parameter_count():
     added = torch.as_tensor(candidate_parameter_counts(card, cand, n_classes, "added"))
     absolute = torch.as_tensor(candidate_parameter_counts(card, cand, n_classes, "absolute"))
     assert float(expected_size_penalty(logits, added)) == pytest.approx(direct - (nb - n_classes))
-    assert float(expected_size_penalty(logits, absolute)) + n_classes == pytest.approx(tan_parameters(card, parents, n_classes))
+    assert float(expected_size_penalty(logits, absolute)) + n_classes == pytest.approx(
+        tan_parameters(card, parents, n_classes)
+    )
     assert tan_parameters(card, parents, n_classes) == direct + n_classes
     # Expected value under a soft distribution: sum_j softmax_j * n_ij, by hand for one feature.
     soft = torch.zeros(cand.shape, dtype=torch.float64).masked_fill(torch.as_tensor(cand == UNUSED_SLOT), float("-inf"))
     i = 6
     probs = np.full((cand[i] != UNUSED_SLOT).sum(), 1 / (cand[i] != UNUSED_SLOT).sum())
-    by_hand = sum(pj * (card[i] * card[p] * n_classes - card[i] * n_classes)
-                  for pj, p in zip(probs, cand[i][cand[i] != UNUSED_SLOT]) if p >= 0)
+    by_hand = sum(
+        pj * (card[i] * card[p] * n_classes - card[i] * n_classes)
+        for pj, p in zip(probs, cand[i][cand[i] != UNUSED_SLOT])
+        if p >= 0
+    )
     per_feature = (torch.softmax(soft, -1) * added)[i].sum()
     assert float(per_feature) == pytest.approx(by_hand)
 
@@ -156,8 +164,9 @@ def test_penalty_modes_have_the_same_gradient():
     for mode in ("added", "absolute"):
         logits = torch.randn(cand.shape, generator=torch.Generator().manual_seed(0)).requires_grad_(True)
         masked = logits.masked_fill(torch.as_tensor(cand == UNUSED_SLOT), float("-inf"))
-        expected_size_penalty(masked, torch.as_tensor(candidate_parameter_counts(card, cand, 3, mode),
-                                                      dtype=torch.float32)).backward()
+        expected_size_penalty(
+            masked, torch.as_tensor(candidate_parameter_counts(card, cand, 3, mode), dtype=torch.float32)
+        ).backward()
         grads.append(logits.grad)
     _close(grads[0], grads[1])
 
@@ -167,8 +176,14 @@ def _small_model(init="uniform", k=2):
     data = chain_dataset(n=120, d=4, card=3)
     data.cardinalities = np.array([3, 3, 3, 3])
     cand = candidate_parents(np.arange(4), k, seed=0)
-    model = StructureLearningTAN(data.cardinalities, 2, cand, init=init, data=(data.x_train, data.y_train),
-                                 generator=torch.Generator().manual_seed(0))
+    model = StructureLearningTAN(
+        data.cardinalities,
+        2,
+        cand,
+        init=init,
+        data=(data.x_train, data.y_train),
+        generator=torch.Generator().manual_seed(0),
+    )
     return model, data
 
 
@@ -226,8 +241,7 @@ def _learn(data, lam, epochs=8, init="ml"):
     # ML-initialised candidate tables make the comparison between slots fair from the first step
     # (uniform tables only learn while sampled), so a few epochs suffice on this small problem.
     config = TrainConfig(model="tan", structure="learn", epochs=epochs, batch_size=40, progress=False, init=init)
-    return train_learned_tan(data, config, StructureLearningConfig(size_penalty=lam, candidates=2,
-                                                                  structure_lr=0.05))
+    return train_learned_tan(data, config, StructureLearningConfig(size_penalty=lam, candidates=2, structure_lr=0.05))
 
 
 def test_large_penalty_recovers_naive_bayes():
@@ -241,10 +255,10 @@ def test_no_penalty_gives_every_feature_with_candidates_a_parent_and_a_valid_str
     data = chain_dataset(n=300)
     result = _learn(data, lam=0.0)
     parents = result.artifact.parents
-    assert parents[0] == -1                          # the first feature has no candidates
-    assert np.all(parents[1:] >= 0)                  # the chain helps: every other feature takes a parent
+    assert parents[0] == -1  # the first feature has no candidates
+    assert np.all(parents[1:] >= 0)  # the chain helps: every other feature takes a parent
     assert np.all(parents < np.arange(len(parents)))  # predecessors in the (identity) ordering
-    _check_acyclic(parents)                          # raises on a cycle
+    _check_acyclic(parents)  # raises on a cycle
     history = result.artifact.metadata["structure_learning"]["history"]
     assert len(history["test_error"]) == 8 and history["n_with_parent"][-1] == 4
     assert result.artifact.metadata["structure_source"] == "learned"
@@ -253,11 +267,10 @@ def test_no_penalty_gives_every_feature_with_candidates_a_parent_and_a_valid_str
 def test_quantized_finetuned_learned_tan_is_exact_in_the_reference():
     data = chain_dataset(n=300)
     config = TrainConfig(model="tan", structure="learn", epochs=3, batch_size=40, bits=4, progress=False)
-    result = train_learned_tan(data, config, StructureLearningConfig(size_penalty=0.0, candidates=2,
-                                                                    finetune_epochs=2))
+    result = train_learned_tan(data, config, StructureLearningConfig(size_penalty=0.0, candidates=2, finetune_epochs=2))
     artifact = result.artifact
     assert artifact.is_quantized and artifact.metadata["torch_reference_agreement"] == 1.0
-    assert len(artifact.metadata["history"]["test_error"]) == 2   # the fine-tuning epochs
+    assert len(artifact.metadata["history"]["test_error"]) == 2  # the fine-tuning epochs
     err = np.mean(ReferencePredictor(artifact).predict(data.x_test) != data.y_test)
     assert err == pytest.approx(artifact.metadata["errors"]["test"])
 
@@ -275,8 +288,14 @@ def _write_csv(tmp_path, data: DiscreteDataset):
     path = tmp_path / "chain.csv"
     x = np.concatenate([data.x_train, data.x_test])
     y = np.concatenate([data.y_train, data.y_test])
-    np.savetxt(path, np.column_stack([x, y]), fmt="%d", delimiter=",",
-               header=",".join([f"f{i}" for i in range(x.shape[1])] + ["label"]), comments="")
+    np.savetxt(
+        path,
+        np.column_stack([x, y]),
+        fmt="%d",
+        delimiter=",",
+        header=",".join([f"f{i}" for i in range(x.shape[1])] + ["label"]),
+        comments="",
+    )
     return path
 
 
@@ -284,9 +303,27 @@ def test_bnc_train_structure_learn_json(tmp_path, capsys):
     from bnc_deploy.cli.train import main
 
     path = tmp_path / "m.bnc"
-    main(["--data", str(_write_csv(tmp_path, chain_dataset(n=150))), "--model", "tan", "--structure", "learn",
-          "--candidates", "2", "--epochs", "1", "--batch-size", "20", "--size-penalty", "1e-6", "-o", str(path),
-          "--json"])
+    main(
+        [
+            "--data",
+            str(_write_csv(tmp_path, chain_dataset(n=150))),
+            "--model",
+            "tan",
+            "--structure",
+            "learn",
+            "--candidates",
+            "2",
+            "--epochs",
+            "1",
+            "--batch-size",
+            "20",
+            "--size-penalty",
+            "1e-6",
+            "-o",
+            str(path),
+            "--json",
+        ]
+    )
     out = json.loads(capsys.readouterr().out)
     assert out["structure_source"] == "learned" and out["n_parameters_nb_multiple"] >= 1.0
     assert {"test_error", "n_parameters", "size_bits", "parents"} <= set(out)
@@ -307,8 +344,26 @@ def test_sweep_cli_writes_trajectory_and_plots(tmp_path):
     assert parse_grid("1e-7:10:9")[0] == pytest.approx(1e-7) and parse_grid("1e-7:10:9")[-1] == pytest.approx(10)
     data = _write_csv(tmp_path, chain_dataset(n=300))
     out = tmp_path / "sweep"
-    assert main(["--data", str(data), "--lambdas", "0,10", "--candidates", "2", "--epochs", "1",
-                 "--batch-size", "40", "-o", str(out), "--quiet"]) == 0
+    assert (
+        main(
+            [
+                "--data",
+                str(data),
+                "--lambdas",
+                "0,10",
+                "--candidates",
+                "2",
+                "--epochs",
+                "1",
+                "--batch-size",
+                "40",
+                "-o",
+                str(out),
+                "--quiet",
+            ]
+        )
+        == 0
+    )
     with open(out / "trajectory.csv") as fh:
         rows = list(csv.DictReader(fh))
     assert [float(r["lambda"]) for r in rows] == [0.0, 10.0]

@@ -48,13 +48,15 @@ def _official():
 
 
 OFFICIAL = _official()
-needs_official = pytest.mark.skipif(OFFICIAL is None, reason="tflite-support is not installed (CI: pip install "
-                                                             "--no-deps tflite-support==0.4.4)")
+needs_official = pytest.mark.skipif(
+    OFFICIAL is None, reason="tflite-support is not installed (CI: pip install --no-deps tflite-support==0.4.4)"
+)
 
 
 def _bnc(seed=0, **kw):
-    return random_bnc_artifact(np.random.default_rng(seed), d=5, n_classes=4, tan=True, bits=3, int_bits=2,
-                               n_check=30, **kw)
+    return random_bnc_artifact(
+        np.random.default_rng(seed), d=5, n_classes=4, tan=True, bits=3, int_bits=2, n_check=30, **kw
+    )
 
 
 @pytest.fixture(scope="module")
@@ -77,8 +79,9 @@ def test_metadata_buffer_reads_back(bnc_pair):
     assert [t["name"] for t in md["inputs"]] == ["x"]
     assert [t["name"] for t in md["outputs"]] == ["log_joint", "label"]
     scores, label = md["outputs"]
-    assert scores["associated_files"] == [{"name": "labels.txt", "type": "TENSOR_AXIS_LABELS",
-                                           "description": "class names, one per line, in score order"}]
+    assert scores["associated_files"] == [
+        {"name": "labels.txt", "type": "TENSOR_AXIS_LABELS", "description": "class names, one per line, in score order"}
+    ]
     assert "int64" in label["description"] and "-1" in label["description"]
     for name in artifact.feature_names:
         assert name in md["inputs"][0]["description"]
@@ -114,9 +117,9 @@ def test_seal_covers_the_appended_labels(bnc_pair, tmp_path):
     data = path.read_bytes()
     assert integrity.verify_bytes(data).sealed
     at = data.rfind(b"class1")
-    assert at > len(data) - 400        # in the ZIP tail, not in the flatbuffer
+    assert at > len(data) - 400  # in the ZIP tail, not in the flatbuffer
     bad = tmp_path / "bad.tflite"
-    bad.write_bytes(data[:at] + b"CLASS1" + data[at + 6:])
+    bad.write_bytes(data[:at] + b"CLASS1" + data[at + 6 :])
     with pytest.raises(integrity.IntegrityError, match="modified after export"):
         load_runtime(bad)
 
@@ -144,8 +147,11 @@ def test_metadata_with_other_options(tmp_path, options):
     from bnc_deploy.testing import discretizer_dict
 
     card = [3, 4, 2, 5, 3]
-    extra = {"discretizer": discretizer_dict([[float(k) for k in range(c - 1)] for c in card])} \
-        if options.get("raw_inputs") else {}
+    extra = (
+        {"discretizer": discretizer_dict([[float(k) for k in range(c - 1)] for c in card])}
+        if options.get("raw_inputs")
+        else {}
+    )
     artifact = _bnc(1, cardinalities=card, **extra)
     report = export_file(artifact, tmp_path / "m.tflite", "tflite", metadata=True, **options)
     assert report["exact"]

@@ -19,8 +19,9 @@ import pytest
 
 pytest.importorskip("tensorflow", reason="TFLite export needs TensorFlow (pip install 'bnc-deploy[convert]')")
 pytest.importorskip("ai_edge_litert", reason="the verifier runs TFLite files in LiteRT (pip install ai-edge-litert)")
-pytest.importorskip("tflite_micro", reason="the TFLite Micro checks need tflite-micro (pip install tflite-micro, "
-                                           "or the 'micro' extra)")
+pytest.importorskip(
+    "tflite_micro", reason="the TFLite Micro checks need tflite-micro (pip install tflite-micro, or the 'micro' extra)"
+)
 
 from tflite_micro.python.tflite_micro import runtime as tflm
 
@@ -48,8 +49,9 @@ MICRO = {"profile": "micro"}
 
 def _bnc(seed: int, bits, tan: bool, **kw):
     int_bits = None if bits is None else min(bits, 3)
-    return random_bnc_artifact(np.random.default_rng(seed), d=6, n_classes=4, tan=tan, bits=bits, int_bits=int_bits,
-                               n_check=60, **kw)
+    return random_bnc_artifact(
+        np.random.default_rng(seed), d=6, n_classes=4, tan=tan, bits=bits, int_bits=int_bits, n_check=60, **kw
+    )
 
 
 def _check_micro(artifact, folder, **options) -> dict:
@@ -77,15 +79,23 @@ def _assert_micro_metadata(meta: dict, path: Path) -> None:
 
 # -- BN classifiers ----------------------------------------------------------------------------------------
 BN_CASES = [  # (seed, bits, tan, lowering, onehot)
-    (1, 1, False, "gather", None), (2, 3, True, "gather", None), (3, 5, False, "gather", None),
-    (4, 8, True, "gather", None), (5, None, True, "gather", None),
-    (6, 2, False, "onehot-fc", "equal-cast"), (7, 7, True, "onehot-fc", "equal-cast"),
-    (8, 4, True, "onehot-fc", "relu"), (9, 8, False, "onehot-fc", "equal-cast"),
+    (1, 1, False, "gather", None),
+    (2, 3, True, "gather", None),
+    (3, 5, False, "gather", None),
+    (4, 8, True, "gather", None),
+    (5, None, True, "gather", None),
+    (6, 2, False, "onehot-fc", "equal-cast"),
+    (7, 7, True, "onehot-fc", "equal-cast"),
+    (8, 4, True, "onehot-fc", "relu"),
+    (9, 8, False, "onehot-fc", "equal-cast"),
 ]
 
 
-@pytest.mark.parametrize("seed,bits,tan,lowering,onehot", BN_CASES,
-                         ids=[f"{'tan' if c[2] else 'nb'}-B{c[1]}-{c[3]}{'-' + c[4] if c[4] else ''}" for c in BN_CASES])
+@pytest.mark.parametrize(
+    "seed,bits,tan,lowering,onehot",
+    BN_CASES,
+    ids=[f"{'tan' if c[2] else 'nb'}-B{c[1]}-{c[3]}{'-' + c[4] if c[4] else ''}" for c in BN_CASES],
+)
 def test_bn_micro_export_runs_in_tflm_as_in_litert(tmp_path, seed, bits, tan, lowering, onehot):
     artifact = _bnc(seed, bits, tan)
     options = {"lowering": lowering} | ({"onehot": onehot} if onehot else {})
@@ -103,8 +113,16 @@ def test_bn_micro_export_runs_in_tflm_as_in_litert(tmp_path, seed, bits, tan, lo
 
 def test_bn_micro_raw_inputs_exact_in_tflm(tmp_path):
     cuts = [[-1.0, 0.5], [0.25], [-3.0, 0.0, 2.5, 7.0], [1e-3]]
-    artifact = random_bnc_artifact(np.random.default_rng(12), d=4, n_classes=3, tan=True, bits=4, int_bits=2,
-                                   discretizer=discretizer_dict(cuts), cardinalities=[len(c) + 1 for c in cuts])
+    artifact = random_bnc_artifact(
+        np.random.default_rng(12),
+        d=4,
+        n_classes=3,
+        tan=True,
+        bits=4,
+        int_bits=2,
+        discretizer=discretizer_dict(cuts),
+        cardinalities=[len(c) + 1 for c in cuts],
+    )
     for lowering in ("gather", "onehot-fc"):
         folder = tmp_path / lowering
         folder.mkdir()
@@ -129,8 +147,14 @@ def test_every_conformance_example_runs_in_tflm(tmp_path):
 DNN_CASES = {
     "fc-sign-2bit": {"architecture": "fc", "activation": "sign", "bits": 2},
     "fc-sign-8bit": {"architecture": "fc", "activation": "sign", "bits": 8},
-    "cnn-sign-onehot-column-major": {"architecture": "cnn", "activation": "sign", "bits": 3, "encoding": "onehot",
-                                         "max_cardinality": 3, "pixel_order": "column-major"},
+    "cnn-sign-onehot-column-major": {
+        "architecture": "cnn",
+        "activation": "sign",
+        "bits": 3,
+        "encoding": "onehot",
+        "max_cardinality": 3,
+        "pixel_order": "column-major",
+    },
     "cnn-relu-2bit": {"architecture": "cnn", "activation": "relu", "bits": 2, "hidden": (4, 8), "image_shape": (8, 8)},
 }
 
@@ -155,8 +179,11 @@ def _bare_run(model: bytes, arena: int, row: np.ndarray):
     return interpreter.get_output(0)[0], interpreter.get_output(1)[0]
 
 
-@pytest.mark.parametrize("kind,options", [("bnc", {"lowering": "gather"}), ("bnc", {"lowering": "onehot-fc"}),
-                                          ("dnn", {})], ids=["bn-gather", "bn-onehot-fc", "dnn-sign"])
+@pytest.mark.parametrize(
+    "kind,options",
+    [("bnc", {"lowering": "gather"}), ("bnc", {"lowering": "onehot-fc"}), ("dnn", {})],
+    ids=["bn-gather", "bn-onehot-fc", "dnn-sign"],
+)
 def test_guard_in_bare_tflm(tmp_path, kind, options):
     artifact = _bnc(21, 3, True) if kind == "bnc" else random_dnn_artifact(8, architecture="fc", bits=2)
     path = tmp_path / "model.tflite"
@@ -199,7 +226,9 @@ def test_tflm_is_not_the_default_and_is_offered_only_for_micro_files(micro_and_d
     _, micro, default = micro_and_default
     assert EXTENSIONS[".tflite"] == "litert"
     assert type(load_runtime(micro)).__name__ == "LiteRTAdapter"
-    assert "tflm" not in runtimes_for(".tflite") and "tflm" not in runtimes_for(".tflite", read_tflite_metadata(default))
+    assert "tflm" not in runtimes_for(".tflite") and "tflm" not in runtimes_for(
+        ".tflite", read_tflite_metadata(default)
+    )
     assert "tflm" in runtimes_for(".tflite", read_tflite_metadata(micro))
     assert TFLMAdapter.accepts({"profile": "micro"}) and not TFLMAdapter.accepts(None)
 
@@ -213,7 +242,7 @@ def test_tflm_runtime_uses_the_recorded_arena(micro_and_default):
     scores, label = rt.run(x)
     ref = reference_predictor(artifact).log_joint(x)
     assert label.dtype == np.int64 and np.array_equal(scores, ref) and np.array_equal(label, np.argmax(ref, axis=1))
-    assert load_runtime(micro, "tflm", arena_size=arena).predict(x[:3]).shape == (3,)   # the minimum works
+    assert load_runtime(micro, "tflm", arena_size=arena).predict(x[:3]).shape == (3,)  # the minimum works
     with pytest.raises(RuntimeLoadError, match="arena"):
         load_runtime(micro, "tflm", arena_size=arena * 3 // 4)
 
@@ -237,9 +266,11 @@ def test_ops_used_are_registered_in_the_installed_tflm(tmp_path):
         pytest.skip("the installed tflite-micro has no interpreter binary file to read")
     data = binary.read_bytes()
     used = set()
-    for kind, artifact, options in (("bnc", _bnc(41, 3, True), {}),
-                                    ("bnc", _bnc(42, 3, True), {"lowering": "onehot-fc", "onehot": "relu"}),
-                                    ("dnn", random_dnn_artifact(5, **DNN_CASES["cnn-relu-2bit"]), {})):
+    for kind, artifact, options in (
+        ("bnc", _bnc(41, 3, True), {}),
+        ("bnc", _bnc(42, 3, True), {"lowering": "onehot-fc", "onehot": "relu"}),
+        ("dnn", random_dnn_artifact(5, **DNN_CASES["cnn-relu-2bit"]), {}),
+    ):
         path = tmp_path / f"{kind}{len(used)}.tflite"
         used |= set(export_file(artifact, path, "tflite", **MICRO, **options)["metadata"]["tflm"]["ops"])
     missing = [op for op in sorted(used) if f"Register_{op}".encode() not in data]

@@ -29,8 +29,16 @@ WEB = {"profile": "web"}
 
 
 def _bnc(seed=0, bits=3, tan=True, **kw):
-    return random_bnc_artifact(np.random.default_rng(seed), d=6, n_classes=4, tan=tan, bits=bits,
-                               int_bits=None if bits is None else min(bits, 2), n_check=30, **kw)
+    return random_bnc_artifact(
+        np.random.default_rng(seed),
+        d=6,
+        n_classes=4,
+        tan=tan,
+        bits=bits,
+        int_bits=None if bits is None else min(bits, 2),
+        n_check=30,
+        **kw,
+    )
 
 
 def _assert_web_file(path, batch: int, n_features: int) -> None:
@@ -43,16 +51,23 @@ def _assert_web_file(path, batch: int, n_features: int) -> None:
     assert (meta["profile"], meta["batch"], meta["label_dtype"]) == ("web", f"static {batch}", "int32")
 
 
-@pytest.mark.parametrize("kind,make,options", [
-    ("bnc", lambda: _bnc(0, tan=False), {}),
-    ("bnc", lambda: _bnc(1, bits=8), {}),
-    ("bnc", lambda: _bnc(2, bits=None), {}),
-    ("bnc", lambda: _bnc(3, bits=4), {"lowering": "onehot-fc"}),
-    ("bnc", lambda: _bnc(4, bits=4), {"lowering": "onehot-fc", "onehot": "relu"}),
-    ("dnn", lambda: random_dnn_artifact(0, activation="sign"), {}),
-    ("dnn", lambda: random_dnn_artifact(1, architecture="cnn", activation="relu", bits=4, hidden=(3,)), {}),
-    ("dnn", lambda: random_dnn_artifact(2, architecture="cnn", activation="sign", encoding="onehot", hidden=(3,)), {}),
-])
+@pytest.mark.parametrize(
+    "kind,make,options",
+    [
+        ("bnc", lambda: _bnc(0, tan=False), {}),
+        ("bnc", lambda: _bnc(1, bits=8), {}),
+        ("bnc", lambda: _bnc(2, bits=None), {}),
+        ("bnc", lambda: _bnc(3, bits=4), {"lowering": "onehot-fc"}),
+        ("bnc", lambda: _bnc(4, bits=4), {"lowering": "onehot-fc", "onehot": "relu"}),
+        ("dnn", lambda: random_dnn_artifact(0, activation="sign"), {}),
+        ("dnn", lambda: random_dnn_artifact(1, architecture="cnn", activation="relu", bits=4, hidden=(3,)), {}),
+        (
+            "dnn",
+            lambda: random_dnn_artifact(2, architecture="cnn", activation="sign", encoding="onehot", hidden=(3,)),
+            {},
+        ),
+    ],
+)
 def test_web_files_run_in_litert_as_exactly_as_default_files(tmp_path, kind, make, options):
     artifact = make()
     web = check_export(artifact, "tflite", tmp_path / "web", **WEB, **options)
@@ -93,7 +108,7 @@ def test_web_guard_gives_int32_minus_one(tmp_path):
     it.allocate_tensors()
     runner = it.get_signature_runner("serving_default")
     x = np.zeros((2, artifact.n_features), dtype=np.int32)
-    x[1, 0] = int(artifact.cardinalities[0])            # one past the last code
+    x[1, 0] = int(artifact.cardinalities[0])  # one past the last code
     out = runner(x=x)
     assert out["label"].dtype == np.int32 and out["label"][1] == INVALID_LABEL and out["label"][0] >= 0
     assert np.isnan(out["log_joint"][1]).all() and np.isfinite(out["log_joint"][0]).all()

@@ -2,12 +2,12 @@ import json
 
 import numpy as np
 import pytest
+from support import make_synthetic_dataset
 
 from bnc_deploy.artifacts import load_artifact, save_artifact
-from bnc_deploy.reference.bnc import ReferencePredictor
 from bnc_deploy.quantizers import UnsupportedBitWidth
+from bnc_deploy.reference.bnc import ReferencePredictor
 from bnc_deploy.train.bnc import TrainConfig, default_int_bits, load_structure_file, train_bnc
-from support import make_synthetic_dataset
 
 
 def quick(**kw):
@@ -118,16 +118,17 @@ def test_closed_form_step_equals_autograd(bits, model_kind):
     """The training fast path (no autograd) must produce autograd's gradients of the hybrid loss."""
     import torch
 
-    from bnc_deploy.train.losses import HybridLoss
     from bnc_deploy.models.bnc import BayesNetClassifier
     from bnc_deploy.quantizers import FixedPointLogQuantizer
     from bnc_deploy.train.bnc import closed_form_step
+    from bnc_deploy.train.losses import HybridLoss
 
     ds = make_synthetic_dataset(seed=4)
     parents = None if model_kind == "nb" else [-1, 0, 1, 2, 0, 4]
     quantizer = None if bits is None else FixedPointLogQuantizer(bits, 2)
-    model = BayesNetClassifier(ds.cardinalities, ds.n_classes, parents, quantizer=quantizer,
-                               generator=torch.Generator().manual_seed(3))
+    model = BayesNetClassifier(
+        ds.cardinalities, ds.n_classes, parents, quantizer=quantizer, generator=torch.Generator().manual_seed(3)
+    )
     indices, labels = model.flat_indices(ds.x_train[:50]), torch.as_tensor(ds.y_train[:50])
     loss_fn = HybridLoss(5.0, 0.3, 10.0)
 
@@ -155,6 +156,7 @@ def _recording_step(seen, optimizer, n_classes=2):
     def step(x, y):
         seen.append((optimizer.param_groups[0]["lr"], x[:, 0].long().tolist()))
         return torch.tensor(float(len(seen))), torch.nn.functional.one_hot(y, n_classes).float()
+
     return step
 
 
@@ -168,8 +170,17 @@ def test_epoch_loop_schedule_shuffle_and_dropped_batch(gather_per_epoch):
     inputs, labels = rows.float()[:, None], rows % 2
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
     seen, records = [], []
-    fit_epochs(inputs, labels, step=_recording_step(seen, optimizer), record=records.append, optimizer=optimizer,
-               learning_rates=np.array([0.5, 0.25]), batch_size=4, seed=7, gather_per_epoch=gather_per_epoch)
+    fit_epochs(
+        inputs,
+        labels,
+        step=_recording_step(seen, optimizer),
+        record=records.append,
+        optimizer=optimizer,
+        learning_rates=np.array([0.5, 0.25]),
+        batch_size=4,
+        seed=7,
+        gather_per_epoch=gather_per_epoch,
+    )
     # Per epoch: the rate of the schedule, a fresh randperm from the seed + 1 generator, two full
     # batches of 4 (the last 2 rows dropped).
     shuffle = torch.Generator().manual_seed(8)
@@ -191,15 +202,39 @@ def test_epoch_loop_counts_wrong_rows_and_checks_the_batch_size():
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=1.0)
     always_zero = lambda x, y: (torch.tensor(0.0), torch.tensor([[1.0, 0.0]]).expand(len(y), 2))  # noqa: E731
     records = []
-    fit_epochs(inputs, labels, step=always_zero, record=records.append, optimizer=optimizer,
-               learning_rates=np.array([1.0]), batch_size=6, seed=0)
+    fit_epochs(
+        inputs,
+        labels,
+        step=always_zero,
+        record=records.append,
+        optimizer=optimizer,
+        learning_rates=np.array([1.0]),
+        batch_size=6,
+        seed=0,
+    )
     assert records[0].train_error == pytest.approx(4 / 6)
     with pytest.raises(ConfigError, match="larger than the training set"):
-        fit_epochs(inputs, labels, step=always_zero, record=records.append, optimizer=optimizer,
-                   learning_rates=np.array([1.0]), batch_size=7, seed=0)
+        fit_epochs(
+            inputs,
+            labels,
+            step=always_zero,
+            record=records.append,
+            optimizer=optimizer,
+            learning_rates=np.array([1.0]),
+            batch_size=7,
+            seed=0,
+        )
     # No epochs: nothing runs and nothing is checked (the maximum-likelihood model with --epochs 0).
-    fit_epochs(inputs, labels, step=always_zero, record=records.append, optimizer=optimizer,
-               learning_rates=np.array([]), batch_size=7, seed=0)
+    fit_epochs(
+        inputs,
+        labels,
+        step=always_zero,
+        record=records.append,
+        optimizer=optimizer,
+        learning_rates=np.array([]),
+        batch_size=7,
+        seed=0,
+    )
     assert len(records) == 1
 
 
@@ -214,10 +249,17 @@ def test_user_caused_training_errors_are_config_errors(tmp_path):
     ds = make_synthetic_dataset()
     bad = tmp_path / "parents.txt"
     bad.write_text("0 0 x")
-    for call in (lambda: train_bnc(ds, quick(int_bits=2)), lambda: train_bnc(ds, quick(batch_size=10_000)),
-                 lambda: train_bnc(ds, quick(loss="mse")), lambda: load_structure_file(bad, 6),
-                 lambda: DNNConfig(layers=9, hidden=[4]).validate(), lambda: parse_candidates("x"),
-                 lambda: StructureLearningConfig(size_penalty=-1).validate(), lambda: parse_lambdas("a"),
-                 lambda: parse_grid("1:2"), lambda: match_fc(64, 10, 2, 2, False, target_bits=1)):
+    for call in (
+        lambda: train_bnc(ds, quick(int_bits=2)),
+        lambda: train_bnc(ds, quick(batch_size=10_000)),
+        lambda: train_bnc(ds, quick(loss="mse")),
+        lambda: load_structure_file(bad, 6),
+        lambda: DNNConfig(layers=9, hidden=[4]).validate(),
+        lambda: parse_candidates("x"),
+        lambda: StructureLearningConfig(size_penalty=-1).validate(),
+        lambda: parse_lambdas("a"),
+        lambda: parse_grid("1:2"),
+        lambda: match_fc(64, 10, 2, 2, False, target_bits=1),
+    ):
         with pytest.raises(ConfigError):
             call()

@@ -44,13 +44,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from support import REPO_ROOT, SHARED_DATASETS
 
 from bnc_deploy.exporters.base import exporters
 from bnc_deploy.reference import reference_predictor
 from bnc_deploy.runtimes.base import load_runtime
 from bnc_deploy.testing import MIN_INEXACT_AGREEMENT, discretizer_dict, random_bnc_artifact, random_dnn_artifact
 from bnc_deploy.verify import export_file, verification_rows
-from support import REPO_ROOT, SHARED_DATASETS
 
 pytestmark = pytest.mark.slow
 
@@ -93,14 +93,14 @@ def require_chromium() -> None:
 # ------------------------------------------------------------------------------------------------
 @dataclass
 class Export:
-    name: str             # file name in the models folder, e.g. "nb3-gather.onnx"
+    name: str  # file name in the models folder, e.g. "nb3-gather.onnx"
     path: Path
-    fed: np.ndarray       # rows as fed to the file (codes, or raw float32 values)
+    fed: np.ndarray  # rows as fed to the file (codes, or raw float32 values)
     ref_scores: np.ndarray
     ref_labels: np.ndarray
     exact: bool
     metadata: dict
-    runtime_labels: np.ndarray = field(default=None)   # the same file in its Python runtime
+    runtime_labels: np.ndarray = field(default=None)  # the same file in its Python runtime
     runtime_scores: np.ndarray = field(default=None)
 
 
@@ -151,8 +151,16 @@ def random_artifacts() -> dict[str, object]:
     return {
         "nb3-gather": random_bnc_artifact(rng, d=8, n_classes=4, tan=False, bits=3, int_bits=2, n_check=40),
         "tan5": random_bnc_artifact(rng, d=7, n_classes=3, tan=True, bits=5, int_bits=3, n_check=40),
-        "nb4-raw": random_bnc_artifact(rng, n_classes=3, tan=False, bits=4, int_bits=2, n_check=40,
-                                       cardinalities=[4, 2, 1, 5], discretizer=discretizer_dict(cuts)),
+        "nb4-raw": random_bnc_artifact(
+            rng,
+            n_classes=3,
+            tan=False,
+            bits=4,
+            int_bits=2,
+            n_check=40,
+            cardinalities=[4, 2, 1, 5],
+            discretizer=discretizer_dict(cuts),
+        ),
         "fc-sign": random_dnn_artifact(5, architecture="fc", activation="sign", bits=2),
         "cnn-relu": random_dnn_artifact(6, architecture="cnn", activation="relu", bits=2),
     }
@@ -165,8 +173,24 @@ def letter_artifact(folder: Path):
     from bnc_deploy.artifacts import load_artifact
 
     out = folder / "letter-nb3.bnc"
-    cmd = [sys.executable, "-c", "from bnc_deploy.cli.train import main; main()", "--data", "letter",
-           "--model", "nb", "--init", "ml", "--epochs", "0", "--bits", "3", "--quiet", "-o", str(out)]
+    cmd = [
+        sys.executable,
+        "-c",
+        "from bnc_deploy.cli.train import main; main()",
+        "--data",
+        "letter",
+        "--model",
+        "nb",
+        "--init",
+        "ml",
+        "--epochs",
+        "0",
+        "--bits",
+        "3",
+        "--quiet",
+        "-o",
+        str(out),
+    ]
     env = dict(os.environ, BNC_DEPLOY_DATA_DIR=str(SHARED_DATASETS))
     subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=600, env=env)
     return load_artifact(out)
@@ -249,15 +273,18 @@ def assert_matches(export: Export, result: dict, where: str) -> None:
     if export.exact:
         ref32 = export.ref_scores.astype(np.float32)
         differ = np.flatnonzero((scores.view(np.uint32) != ref32.view(np.uint32)).any(axis=1))
-        assert differ.size == 0, (f"{where} {export.name}: float32 scores of {differ.size} of {n} rows differ from "
-                                  f"the reference bit for bit (first row {differ[0]}: {scores[differ[0]]} vs "
-                                  f"{ref32[differ[0]]})")
+        assert differ.size == 0, (
+            f"{where} {export.name}: float32 scores of {differ.size} of {n} rows differ from "
+            f"the reference bit for bit (first row {differ[0]}: {scores[differ[0]]} vs "
+            f"{ref32[differ[0]]})"
+        )
         bad = np.flatnonzero(labels != export.ref_labels)
         assert bad.size == 0, f"{where} {export.name}: labels of {bad.size} rows differ from the reference"
     else:
         bad = np.flatnonzero(labels != np.asarray(export.runtime_labels))
-        assert bad.size == 0, (f"{where} {export.name}: labels of {bad.size} of {n} rows differ from the same file "
-                               f"in its Python runtime")
+        assert bad.size == 0, (
+            f"{where} {export.name}: labels of {bad.size} of {n} rows differ from the same file in its Python runtime"
+        )
         agreement = float(np.mean(labels == export.ref_labels))
         assert agreement >= MIN_INEXACT_AGREEMENT, f"{where} {export.name}: {agreement:.2%} agree with the reference"
         assert np.all(np.isfinite(scores))
@@ -289,8 +316,9 @@ def browser_run(browser_node, web_exports, tmp_path_factory) -> dict:
     default = folder / "nb3-gather.default.tflite"
     export_file(random_artifacts()["nb3-gather"], default, "tflite")
     data = json.loads(manifest.read_text())
-    data["models"].append({"name": DEFAULT_TFLITE, "file": default.name,
-                           "rows": web_exports["nb3-gather.onnx"].fed[:3].tolist()})
+    data["models"].append(
+        {"name": DEFAULT_TFLITE, "file": default.name, "rows": web_exports["nb3-gather.onnx"].fed[:3].tolist()}
+    )
     # A cut TFLite file whose metadata sits in the first half (the page's reader sees it): then
     # LiteRT.js must refuse the file, with an error and not a hang or a wrong answer.
     if "nb3-gather.web.tflite" in web_exports:
@@ -298,18 +326,38 @@ def browser_run(browser_node, web_exports, tmp_path_factory) -> dict:
     manifest.write_text(json.dumps(data))
     out_dir = tmp_path_factory.mktemp("web-browser")
     out = out_dir / "browser.json"
-    samples = [{"model": str(web_exports[name].path), "row": row_text(web_exports[name].fed[0]),
-                "screenshot": str(out_dir / f"sample-{name}.png")} for name in SAMPLE_MODELS if name in web_exports]
+    samples = [
+        {
+            "model": str(web_exports[name].path),
+            "row": row_text(web_exports[name].fed[0]),
+            "screenshot": str(out_dir / f"sample-{name}.png"),
+        }
+        for name in SAMPLE_MODELS
+        if name in web_exports
+    ]
     (out_dir / "samples.json").write_text(json.dumps(samples))
-    cmd = [node, str(WEB / "browser_check.mjs"), "--manifest", str(manifest), "--out", str(out),
-           "--chromium", CHROMIUM, "--samples", str(out_dir / "samples.json")]
+    cmd = [
+        node,
+        str(WEB / "browser_check.mjs"),
+        "--manifest",
+        str(manifest),
+        "--out",
+        str(out),
+        "--chromium",
+        CHROMIUM,
+        "--samples",
+        str(out_dir / "samples.json"),
+    ]
     proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=900)
     result = json.loads(out.read_text()) if out.is_file() else {}
     console = "\n".join(result.get("console", [])[-30:])
-    assert proc.returncode == 0, (f"browser run failed ({proc.returncode}): {result.get('error')}\n"
-                                  f"{proc.stderr[-3000:]}\n{console}")
-    result["samples"] = {spec["model"]: dict(sample, screenshot=Path(spec["screenshot"]))
-                         for spec, sample in zip(samples, result.get("samples", []))}
+    assert proc.returncode == 0, (
+        f"browser run failed ({proc.returncode}): {result.get('error')}\n{proc.stderr[-3000:]}\n{console}"
+    )
+    result["samples"] = {
+        spec["model"]: dict(sample, screenshot=Path(spec["screenshot"]))
+        for spec, sample in zip(samples, result.get("samples", []))
+    }
     return result
 
 
@@ -345,8 +393,14 @@ def node_run(ort_node, web_exports, tmp_path_factory) -> dict:
     manifest.write_text(json.dumps(data))
     out = tmp_path_factory.mktemp("web-node") / "node.json"
     env = dict(os.environ, ONNXRUNTIME_NODE_INSTALL="skip")
-    proc = subprocess.run([node, str(WEB / "node_check.mjs"), str(manifest), str(out)], check=False,
-                          capture_output=True, text=True, timeout=600, env=env)
+    proc = subprocess.run(
+        [node, str(WEB / "node_check.mjs"), str(manifest), str(out)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(out.read_text())
 

@@ -20,20 +20,43 @@ from bnc_deploy.formats.tflite import TFLiteSummary, inspect_tflite, model_bytes
 from bnc_deploy.verify import export_file
 
 
-def export_tflite_dnn(artifact, path, *, representative=None, output_layer: str = "int8", x=None, y=None,
-                      min_agreement: float | None = None) -> dict:
+def export_tflite_dnn(
+    artifact,
+    path,
+    *,
+    representative=None,
+    output_layer: str = "int8",
+    x=None,
+    y=None,
+    min_agreement: float | None = None,
+) -> dict:
     """Export through the one verifier, then add the probes' facts (hidden activations, guard).
 
     Returns the keys the tests read: ``path``, ``format``, ``lowering``, ``exact``, ``bytes``,
     ``ops``, ``metadata``, ``verification`` and, merged in, :func:`verify_tflite_dnn`'s facts.
     """
-    report = export_file(artifact, path, "tflite", rows=x, labels=y, min_agreement=min_agreement,
-                         representative=representative, output_layer=output_layer)
+    report = export_file(
+        artifact,
+        path,
+        "tflite",
+        rows=x,
+        labels=y,
+        min_agreement=min_agreement,
+        representative=representative,
+        output_layer=output_layer,
+    )
     model = Path(report["path"]).read_bytes()
     plan = plan_tflite_dnn(artifact, representative=representative, output_layer=output_layer)
-    facts = {"format": "tflite", "lowering": plan.lowering, "exact": plan.exact, "bytes": len(model),
-             "ops": dict(Counter(inspect_tflite(model).op_names)), "metadata": read_tflite_metadata(model),
-             "path": report["path"], "report": report}
+    facts = {
+        "format": "tflite",
+        "lowering": plan.lowering,
+        "exact": plan.exact,
+        "bytes": len(model),
+        "ops": dict(Counter(inspect_tflite(model).op_names)),
+        "metadata": read_tflite_metadata(model),
+        "path": report["path"],
+        "report": report,
+    }
     if plan.calibration is not None:
         facts["calibration_rows"] = plan.calibration["rows"]
     facts["verification"] = verify_tflite_dnn(artifact, model, x=x, y=y, plan=plan)
@@ -41,8 +64,9 @@ def export_tflite_dnn(artifact, path, *, representative=None, output_layer: str 
     return facts
 
 
-def verify_tflite_dnn(artifact, model, *, x=None, y=None, plan: "DNNTFLitePlan | None" = None,
-                      resolver: str = "auto") -> dict:
+def verify_tflite_dnn(
+    artifact, model, *, x=None, y=None, plan: DNNTFLitePlan | None = None, resolver: str = "auto"
+) -> dict:
     """Run an exported file (path or bytes) in LiteRT and compare it with the reference predictor.
 
     Raises ExportError when the guard fails, or when a file whose metadata says ``exact``
@@ -95,10 +119,12 @@ def verify_tflite_dnn(artifact, model, *, x=None, y=None, plan: "DNNTFLitePlan |
     if not guard_ok:
         raise ExportError("the exported TFLite model's guard does not mark invalid rows (label -1, NaN logits)")
     if exact and (mismatches or not facts["logits_identical"] or not facts.get("hidden_identical", True)):
-        raise ExportError(f"the exported TFLite model ({meta.get('lowering')}) disagrees with the artifact: "
-                          f"{mismatches} of {n} labels differ, logits identical: {facts['logits_identical']}, "
-                          f"hidden activations identical: {facts.get('hidden_identical')}; the converter changed "
-                          "the arithmetic - please report this with your TensorFlow version")
+        raise ExportError(
+            f"the exported TFLite model ({meta.get('lowering')}) disagrees with the artifact: "
+            f"{mismatches} of {n} labels differ, logits identical: {facts['logits_identical']}, "
+            f"hidden activations identical: {facts.get('hidden_identical')}; the converter changed "
+            "the arithmetic - please report this with your TensorFlow version"
+        )
     return facts
 
 
@@ -112,7 +138,7 @@ def run_tflite_dnn(model, x, *, resolver: str = "auto", threads: int = 1) -> tup
     return _invoke(it, index, x)
 
 
-def tflite_hidden_activations(model, plan: "DNNTFLitePlan", x) -> list[np.ndarray]:
+def tflite_hidden_activations(model, plan: DNNTFLitePlan, x) -> list[np.ndarray]:
     """Every hidden layer's +-1 output as the file computes it (sign networks), in the reference's
     layout (dense [N, out], conv [N, C, H, W] after pooling), int64; read from the int8 tensors
     with LiteRT's builtin kernels and all intermediate tensors preserved."""
@@ -125,11 +151,9 @@ def tflite_hidden_activations(model, plan: "DNNTFLitePlan", x) -> list[np.ndarra
     for t in tensors:
         raw = it.get_tensor(t).astype(np.int64)
         scale = summary.tensors[t].scale[0]
-        values = np.rint(raw * scale).astype(np.int64)                       # int8 +-2 * 0.5 -> +-1
+        values = np.rint(raw * scale).astype(np.int64)  # int8 +-2 * 0.5 -> +-1
         out.append(np.transpose(values, (0, 3, 1, 2)) if values.ndim == 4 else values)
     return out
-
-
 
 
 # -- LiteRT helpers --------------------------------------------------------------------------------
@@ -140,10 +164,17 @@ def _interpreter(model: bytes, resolver: str, threads: int, preserve: bool = Fal
     if resolver not in RESOLVERS:
         raise ValueError(f"unknown resolver {resolver!r}; choose one of {', '.join(RESOLVERS)}")
     interpreter_class, resolver_type, _ = interpreter_module()
-    kind = {"auto": resolver_type.AUTO, "builtin": resolver_type.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
-            "reference": resolver_type.BUILTIN_REF}[resolver]
-    it = interpreter_class(model_content=model, num_threads=threads, experimental_op_resolver_type=kind,
-                           experimental_preserve_all_tensors=preserve)
+    kind = {
+        "auto": resolver_type.AUTO,
+        "builtin": resolver_type.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
+        "reference": resolver_type.BUILTIN_REF,
+    }[resolver]
+    it = interpreter_class(
+        model_content=model,
+        num_threads=threads,
+        experimental_op_resolver_type=kind,
+        experimental_preserve_all_tensors=preserve,
+    )
     names = {dd["name"]: dd["index"] for dd in it.get_input_details() + it.get_output_details()}
     wanted = (INPUT_NAME,) + DNN_OUTPUTS
     if not set(wanted) <= set(names):
@@ -174,8 +205,12 @@ def _guard_ok(model: bytes, artifact, valid: np.ndarray, resolver: str) -> bool:
     logits, label = run_tflite_dnn(model, x, resolver=resolver)
     alone, alone_label = run_tflite_dnn(model, valid, resolver=resolver)
     bad = [0, len(x) - 1]
-    return bool(np.all(label[bad] == INVALID_LABEL) and np.all(np.isnan(logits[bad]))
-                and np.array_equal(logits[1:-1], alone) and np.array_equal(label[1:-1], alone_label))
+    return bool(
+        np.all(label[bad] == INVALID_LABEL)
+        and np.all(np.isnan(logits[bad]))
+        and np.array_equal(logits[1:-1], alone)
+        and np.array_equal(label[1:-1], alone_label)
+    )
 
 
 def _hidden_output_tensors(summary: TFLiteSummary, plan: DNNTFLitePlan) -> list[int]:

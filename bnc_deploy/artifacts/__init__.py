@@ -5,14 +5,8 @@ from __future__ import annotations
 import os
 
 from bnc_deploy.artifacts.bnc import BNCArtifact
+from bnc_deploy.artifacts.container import FORMAT_VERSION, ArtifactError, read_container, write_container_published
 from bnc_deploy.artifacts.dnn import DNNArtifact, DNNLayer
-from bnc_deploy.artifacts.container import (
-    FORMAT_VERSION,
-    ArtifactError,
-    read_container,
-    write_container,
-    write_container_published,
-)
 
 #: Artifact classes by the header's ``kind``.
 ARTIFACT_KINDS: dict[str, type] = {}
@@ -52,5 +46,15 @@ def load_artifact(path: str | os.PathLike, data: bytes | None = None):
     return artifact
 
 
-__all__ = ["ARTIFACT_KINDS", "ArtifactError", "BNCArtifact", "DNNArtifact", "DNNLayer", "FORMAT_VERSION", "load_artifact",
-           "publish_artifact", "register_artifact_kind", "save_artifact"]
+__all__ = [
+    "ARTIFACT_KINDS",
+    "ArtifactError",
+    "BNCArtifact",
+    "DNNArtifact",
+    "DNNLayer",
+    "FORMAT_VERSION",
+    "load_artifact",
+    "publish_artifact",
+    "register_artifact_kind",
+    "save_artifact",
+]

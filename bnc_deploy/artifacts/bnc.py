@@ -144,7 +144,7 @@ class BNCArtifact(FeatureSpaceMixin):
         """Log-probabilities of feature ``i``, shape (|X_i|, |X_pa(i)|, C), float64."""
         _, table = self.log_tables()
         start, rows = int(self.row_offsets[i]), int(self.rows_per_feature[i])
-        return table[start:start + rows].reshape(int(self.cardinalities[i]), int(self.parent_cardinalities[i]), -1)
+        return table[start : start + rows].reshape(int(self.cardinalities[i]), int(self.parent_cardinalities[i]), -1)
 
     # -- validation --------------------------------------------------------------------------
     def validate(self) -> None:
@@ -171,8 +171,10 @@ class BNCArtifact(FeatureSpaceMixin):
                     got = None if array is None else (array.dtype, array.shape)
                     raise ArtifactError(f"{part} codes must be uint8 of shape {shapes[part]}, got {got}")
                 if array.size and int(array.max()) > self.quantizer.max_code:
-                    raise ArtifactError(f"{part} code {int(array.max())} exceeds {self.quantizer.max_code} "
-                                        f"for {self.quantizer.total_bits}-bit parameters")
+                    raise ArtifactError(
+                        f"{part} code {int(array.max())} exceeds {self.quantizer.max_code} "
+                        f"for {self.quantizer.total_bits}-bit parameters"
+                    )
         else:
             arrays = {"class": self.class_logp, "table": self.table_logp}
             for part, array in arrays.items():
@@ -207,25 +209,33 @@ class BNCArtifact(FeatureSpaceMixin):
         return header, arrays
 
     @classmethod
-    def from_header_and_arrays(cls, header: dict, arrays: dict, where: str = "model") -> "BNCArtifact":
+    def from_header_and_arrays(cls, header: dict, arrays: dict, where: str = "model") -> BNCArtifact:
         try:
             quantization = header.get("quantization")
             quantizer = None
             if quantization is not None:
                 quantizer = FixedPointLogQuantizer(int(quantization["total_bits"]), int(quantization["int_bits"]))
-            required = ["parents", "cardinalities"] + (["class_codes", "table_codes"] if quantizer
-                                                       else ["class_logp", "table_logp"])
+            required = ["parents", "cardinalities"] + (
+                ["class_codes", "table_codes"] if quantizer else ["class_logp", "table_logp"]
+            )
             missing = [name for name in required if name not in arrays]
             if missing:
                 raise ArtifactError(f"missing arrays {missing}")
             return cls(
-                parents=arrays["parents"], cardinalities=arrays["cardinalities"],
-                class_names=header["class_names"], feature_names=header["feature_names"],
+                parents=arrays["parents"],
+                cardinalities=arrays["cardinalities"],
+                class_names=header["class_names"],
+                feature_names=header["feature_names"],
                 quantizer=quantizer,
-                class_codes=arrays.get("class_codes"), table_codes=arrays.get("table_codes"),
-                class_logp=arrays.get("class_logp"), table_logp=arrays.get("table_logp"),
-                discretizer=header.get("discretizer"), metadata=header.get("metadata", {}),
-                check_x=arrays.get("check_x"), check_y=arrays.get("check_y"))
+                class_codes=arrays.get("class_codes"),
+                table_codes=arrays.get("table_codes"),
+                class_logp=arrays.get("class_logp"),
+                table_logp=arrays.get("table_logp"),
+                discretizer=header.get("discretizer"),
+                metadata=header.get("metadata", {}),
+                check_x=arrays.get("check_x"),
+                check_y=arrays.get("check_y"),
+            )
         except UnsupportedBitWidth as exc:
             raise ArtifactError(f"{where}: {exc}") from None
         except ArtifactError as exc:

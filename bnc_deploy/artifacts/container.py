@@ -54,8 +54,9 @@ def write_container(path: str | os.PathLike, header: dict, arrays: dict[str, np.
     return write_container_published(path, header, arrays)[0]
 
 
-def write_container_published(path: str | os.PathLike, header: dict,
-                              arrays: dict[str, np.ndarray]) -> tuple[str, Published]:
+def write_container_published(
+    path: str | os.PathLike, header: dict, arrays: dict[str, np.ndarray]
+) -> tuple[str, Published]:
     """:func:`write_container`, also returning what was published (file digest, ``owned``)."""
     for name, array in arrays.items():
         if array.dtype == object:
@@ -104,7 +105,7 @@ def read_container(path: str | os.PathLike, data: bytes | None = None) -> tuple[
                 if not (entry.startswith(ARRAY_PREFIX) and entry.endswith(".npy")):
                     raise ArtifactError(f"{path}: unexpected entry {entry!r} in model file")
                 try:
-                    arrays[entry[len(ARRAY_PREFIX):-4]] = np.load(io.BytesIO(zf.read(entry)), allow_pickle=False)
+                    arrays[entry[len(ARRAY_PREFIX) : -4]] = np.load(io.BytesIO(zf.read(entry)), allow_pickle=False)
                 except ValueError as exc:
                     raise ArtifactError(f"{path}: corrupt array {entry!r} ({exc})") from None
     except zipfile.BadZipFile as exc:
@@ -119,18 +120,23 @@ def read_container(path: str | os.PathLike, data: bytes | None = None) -> tuple[
     if expected != actual:
         raise ArtifactError(
             f"{path}: content hash mismatch (header says {str(expected)[:12]}..., content is {actual[:12]}...): "
-            "the file was modified or damaged after it was written")
+            "the file was modified or damaged after it was written"
+        )
     return header, arrays
 
 
 def _check_format(path: Path, header) -> None:
     if not isinstance(header, dict) or header.get("format") != FORMAT_NAME:
-        raise ArtifactError(f"{path}: not a bnc-deploy model file (format is {header.get('format')!r})"
-                            if isinstance(header, dict) else f"{path}: corrupt model header")
+        raise ArtifactError(
+            f"{path}: not a bnc-deploy model file (format is {header.get('format')!r})"
+            if isinstance(header, dict)
+            else f"{path}: corrupt model header"
+        )
     version = header.get("format_version")
     if not isinstance(version, int) or version < 1:
         raise ArtifactError(f"{path}: invalid format_version {version!r}")
     if version > FORMAT_VERSION:
         raise ArtifactError(
             f"{path}: written by a newer bnc-deploy (model format version {version}); this version "
-            f"reads format versions up to {FORMAT_VERSION}. Upgrade bnc-deploy to load it.")
+            f"reads format versions up to {FORMAT_VERSION}. Upgrade bnc-deploy to load it."
+        )

@@ -109,8 +109,15 @@ class DNNLayer:
         return self.scale is not None
 
     def describe(self) -> dict:
-        return {"type": self.type, "in": self.n_in, "out": self.n_out, "batch_norm": self.batch_norm,
-                "bias": self.bias is not None, "activation": self.activation, "pool": bool(self.pool)}
+        return {
+            "type": self.type,
+            "in": self.n_in,
+            "out": self.n_out,
+            "batch_norm": self.batch_norm,
+            "bias": self.bias is not None,
+            "activation": self.activation,
+            "pool": bool(self.pool),
+        }
 
 
 @dataclass
@@ -187,7 +194,7 @@ class DNNArtifact(FeatureSpaceMixin):
 
     @property
     def max_code(self) -> int:
-        return 2 ** self.weight_bits - 1
+        return 2**self.weight_bits - 1
 
     @property
     def max_cardinality(self) -> int:
@@ -239,8 +246,16 @@ class DNNArtifact(FeatureSpaceMixin):
         out, shapes = [], self.spatial_shapes()
         for k, layer in enumerate(self.layers):
             if layer.type == "conv2d":
-                out.append(Conv2D(layer.n_in, layer.n_out, (3, 3), shapes[k], batch_norm=layer.batch_norm,
-                                  bias=layer.bias is not None))
+                out.append(
+                    Conv2D(
+                        layer.n_in,
+                        layer.n_out,
+                        (3, 3),
+                        shapes[k],
+                        batch_norm=layer.batch_norm,
+                        bias=layer.bias is not None,
+                    )
+                )
                 out.append(Free(f"{layer.activation} + 2x2 max-pool" if layer.pool else str(layer.activation)))
             else:
                 out.append(Dense(layer.n_in, layer.n_out, batch_norm=layer.batch_norm, bias=layer.bias is not None))
@@ -270,8 +285,13 @@ class DNNArtifact(FeatureSpaceMixin):
 
     def report_facts(self) -> dict:
         """What a report (bnc-export, bnc-profile) says about the model beyond its costs."""
-        return {"model_kind": self.kind, "architecture": self.architecture, "activation": self.activation,
-                "hidden_widths": self.hidden_widths, "weight_bits": self.weight_bits}
+        return {
+            "model_kind": self.kind,
+            "architecture": self.architecture,
+            "activation": self.activation,
+            "hidden_widths": self.hidden_widths,
+            "weight_bits": self.weight_bits,
+        }
 
     # -- validation --------------------------------------------------------------------------
     def validate(self) -> None:
@@ -295,10 +315,15 @@ class DNNArtifact(FeatureSpaceMixin):
             raise ArtifactError(f"unknown activation {self.activation!r} (known: {', '.join(ACTIVATIONS)})")
         if self.input_encoding not in ENCODINGS:
             raise ArtifactError(f"unknown input encoding {self.input_encoding!r} (known: {', '.join(ENCODINGS)})")
-        if isinstance(self.weight_bits, bool) or not isinstance(self.weight_bits, (int, np.integer)) \
-                or not MIN_WEIGHT_BITS <= self.weight_bits <= MAX_WEIGHT_BITS:
-            raise ArtifactError(f"unsupported weight bit width {self.weight_bits!r}: must be an integer in "
-                                f"{MIN_WEIGHT_BITS}..{MAX_WEIGHT_BITS}")
+        if (
+            isinstance(self.weight_bits, bool)
+            or not isinstance(self.weight_bits, (int, np.integer))
+            or not MIN_WEIGHT_BITS <= self.weight_bits <= MAX_WEIGHT_BITS
+        ):
+            raise ArtifactError(
+                f"unsupported weight bit width {self.weight_bits!r}: must be an integer in "
+                f"{MIN_WEIGHT_BITS}..{MAX_WEIGHT_BITS}"
+            )
         self.weight_bits = int(self.weight_bits)
         if c < 2:
             raise ArtifactError(f"a classifier needs at least 2 classes, got {c}")
@@ -328,21 +353,24 @@ class DNNArtifact(FeatureSpaceMixin):
     def _validate_codes(self, codes, where: str, expected_dtype) -> None:
         """The weight codes' dtype and values: odd integers within the bit width."""
         if not isinstance(codes, np.ndarray) or codes.dtype != expected_dtype:
-            raise ArtifactError(f"{where}: weight codes must be {np.dtype(expected_dtype).name} for "
-                                f"B={self.weight_bits}, got {getattr(codes, 'dtype', type(codes))}")
+            raise ArtifactError(
+                f"{where}: weight codes must be {np.dtype(expected_dtype).name} for "
+                f"B={self.weight_bits}, got {getattr(codes, 'dtype', type(codes))}"
+            )
         wide = codes.astype(np.int64)
         if codes.size and (np.abs(wide).max() > self.max_code or np.any(wide % 2 == 0)):
             bad = wide[(np.abs(wide) > self.max_code) | (wide % 2 == 0)].ravel()[0]
-            raise ArtifactError(f"{where}: weight code {int(bad)} is not an odd integer in "
-                                f"-{self.max_code}..{self.max_code} (B={self.weight_bits})")
+            raise ArtifactError(
+                f"{where}: weight code {int(bad)} is not an odd integer in "
+                f"-{self.max_code}..{self.max_code} (B={self.weight_bits})"
+            )
 
     def _validate_conv_shape(self, layer: DNNLayer, where: str, width: int, spatial, last: bool) -> tuple:
         codes = layer.codes
         if self.architecture != "cnn" or spatial is None:
             raise ArtifactError(f"{where}: convolutions must come first, in a cnn")
         if codes.ndim != 4 or codes.shape[2:] != (3, 3) or codes.shape[1] != width:
-            raise ArtifactError(f"{where}: codes have shape {codes.shape}, expected "
-                                f"({codes.shape[0]}, {width}, 3, 3)")
+            raise ArtifactError(f"{where}: codes have shape {codes.shape}, expected ({codes.shape[0]}, {width}, 3, 3)")
         if last:
             raise ArtifactError(f"{where}: the output layer must be dense")
         width = codes.shape[0]
@@ -363,8 +391,7 @@ class DNNArtifact(FeatureSpaceMixin):
                 raise ArtifactError(f"{where}: {n_out} outputs for {c} classes")
         else:
             if layer.activation != self.activation:
-                raise ArtifactError(f"{where}: activation {layer.activation!r}, the network uses "
-                                    f"{self.activation!r}")
+                raise ArtifactError(f"{where}: activation {layer.activation!r}, the network uses {self.activation!r}")
             if layer.bias is not None:
                 raise ArtifactError(f"{where}: hidden layers have no bias (fold it into the batch-norm shift)")
 
@@ -378,8 +405,10 @@ class DNNArtifact(FeatureSpaceMixin):
             table = self.input_codes
             shape = (d, self.max_cardinality)
             if not isinstance(table, np.ndarray) or table.dtype != np.int8 or table.shape != shape:
-                raise ArtifactError(f"input_codes must be int8 of shape {shape}, got "
-                                    f"{getattr(table, 'dtype', type(table))} {getattr(table, 'shape', '')}")
+                raise ArtifactError(
+                    f"input_codes must be int8 of shape {shape}, got "
+                    f"{getattr(table, 'dtype', type(table))} {getattr(table, 'shape', '')}"
+                )
             if np.abs(table.astype(np.int64)).max(initial=0) > INPUT_CODE_MAX:
                 raise ArtifactError(f"input codes must lie in -{INPUT_CODE_MAX}..{INPUT_CODE_MAX}")
         else:
@@ -388,8 +417,12 @@ class DNNArtifact(FeatureSpaceMixin):
             if scale != 1.0:
                 raise ArtifactError("one-hot inputs have input_scale 1")
         if self.architecture == "cnn":
-            if self.image_shape is None or len(self.image_shape) != 2 or min(self.image_shape) < 1 \
-                    or self.image_shape[0] * self.image_shape[1] != d:
+            if (
+                self.image_shape is None
+                or len(self.image_shape) != 2
+                or min(self.image_shape) < 1
+                or self.image_shape[0] * self.image_shape[1] != d
+            ):
                 raise ArtifactError(f"cnn image_shape {self.image_shape} does not hold {d} features")
             if self.pixel_order not in PIXEL_ORDERS:
                 raise ArtifactError(f"unknown pixel order {self.pixel_order!r} (known: {', '.join(PIXEL_ORDERS)})")
@@ -417,9 +450,15 @@ class DNNArtifact(FeatureSpaceMixin):
         ``x`` : validated codes (n, D). Returns FC: (n, n_inputs); CNN: (n, E, H, W).
         """
 
-        return encode_integer(x, architecture=self.architecture, encoding=self.input_encoding,
-                              cardinalities=self.cardinalities, input_codes=self.input_codes,
-                              image_shape=self.image_shape, pixel_order=self.pixel_order)
+        return encode_integer(
+            x,
+            architecture=self.architecture,
+            encoding=self.input_encoding,
+            cardinalities=self.cardinalities,
+            input_codes=self.input_codes,
+            image_shape=self.image_shape,
+            pixel_order=self.pixel_order,
+        )
 
     # -- (de)serialisation --------------------------------------------------------------------
     def to_header_and_arrays(self) -> tuple[dict, dict]:
@@ -433,14 +472,21 @@ class DNNArtifact(FeatureSpaceMixin):
             "feature_names": self.feature_names,
             "weight_bits": self.weight_bits,
             "activation": self.activation,
-            "input": {"encoding": self.input_encoding, "scale": self.input_scale,
-                      "image_shape": list(self.image_shape) if self.image_shape else None,
-                      "pixel_order": self.pixel_order},
+            "input": {
+                "encoding": self.input_encoding,
+                "scale": self.input_scale,
+                "image_shape": list(self.image_shape) if self.image_shape else None,
+                "pixel_order": self.pixel_order,
+            },
             "layers": [layer.describe() for layer in self.layers],
             "discretizer": self.discretizer,
             "metadata": self.metadata,
-            "summary": {"n_parameters": self.n_parameters, "size_bits": self.size_bits, "n_ops": self.n_ops,
-                        "hidden_widths": self.hidden_widths},
+            "summary": {
+                "n_parameters": self.n_parameters,
+                "size_bits": self.size_bits,
+                "n_ops": self.n_ops,
+                "hidden_widths": self.hidden_widths,
+            },
         }
         arrays = {"cardinalities": self.cardinalities}
         for name in ("input_codes", "input_mean", "input_std"):
@@ -466,23 +512,40 @@ class DNNArtifact(FeatureSpaceMixin):
                 for name, wanted in flags.items():
                     if wanted != (f"layer{k}_{name}" in arrays):
                         raise ArtifactError(f"layer {k}: header and arrays disagree about {name}")
-                layers.append(DNNLayer(type=spec["type"], codes=arrays[f"layer{k}_codes"],
-                                       scale=arrays.get(f"layer{k}_scale"), shift=arrays.get(f"layer{k}_shift"),
-                                       bias=arrays.get(f"layer{k}_bias"), activation=spec["activation"],
-                                       pool=bool(spec["pool"])))
+                layers.append(
+                    DNNLayer(
+                        type=spec["type"],
+                        codes=arrays[f"layer{k}_codes"],
+                        scale=arrays.get(f"layer{k}_scale"),
+                        shift=arrays.get(f"layer{k}_shift"),
+                        bias=arrays.get(f"layer{k}_bias"),
+                        activation=spec["activation"],
+                        pool=bool(spec["pool"]),
+                    )
+                )
             if "cardinalities" not in arrays:
                 raise ArtifactError("missing array cardinalities")
             inp = header["input"]
             artifact = cls(
-                architecture=header["architecture"], cardinalities=arrays["cardinalities"],
-                class_names=header["class_names"], feature_names=header["feature_names"],
-                weight_bits=header["weight_bits"], activation=header["activation"],
-                input_encoding=inp["encoding"], layers=layers, input_codes=arrays.get("input_codes"),
-                input_scale=inp["scale"], image_shape=inp.get("image_shape"),
+                architecture=header["architecture"],
+                cardinalities=arrays["cardinalities"],
+                class_names=header["class_names"],
+                feature_names=header["feature_names"],
+                weight_bits=header["weight_bits"],
+                activation=header["activation"],
+                input_encoding=inp["encoding"],
+                layers=layers,
+                input_codes=arrays.get("input_codes"),
+                input_scale=inp["scale"],
+                image_shape=inp.get("image_shape"),
                 pixel_order=inp.get("pixel_order", "row-major"),
-                input_mean=arrays.get("input_mean"), input_std=arrays.get("input_std"),
-                discretizer=header.get("discretizer"), metadata=header.get("metadata", {}),
-                check_x=arrays.get("check_x"), check_y=arrays.get("check_y"))
+                input_mean=arrays.get("input_mean"),
+                input_std=arrays.get("input_std"),
+                discretizer=header.get("discretizer"),
+                metadata=header.get("metadata", {}),
+                check_x=arrays.get("check_x"),
+                check_y=arrays.get("check_y"),
+            )
             for k, spec in enumerate(header["layers"]):
                 if spec != layers[k].describe():
                     raise ArtifactError(f"layer {k}: header {spec} does not match the arrays {layers[k].describe()}")
@@ -497,11 +560,12 @@ class DNNArtifact(FeatureSpaceMixin):
 def _validate_dense_shape(layer: DNNLayer, where: str, width: int, spatial) -> tuple:
     """A dense layer's codes against its input (a convolution's (C, H, W) output is flattened)."""
     codes = layer.codes
-    if spatial is not None:   # flatten (C, H, W)
+    if spatial is not None:  # flatten (C, H, W)
         width, spatial = width * spatial[0] * spatial[1], None
     if codes.ndim != 2 or codes.shape[1] != width:
-        raise ArtifactError(f"{where}: codes have shape {codes.shape}, expected "
-                            f"({codes.shape[0] if codes.ndim else '?'}, {width})")
+        raise ArtifactError(
+            f"{where}: codes have shape {codes.shape}, expected ({codes.shape[0] if codes.ndim else '?'}, {width})"
+        )
     if layer.pool:
         raise ArtifactError(f"{where}: dense layers do not pool")
     return codes.shape[0], spatial
@@ -514,8 +578,10 @@ def _validate_vectors(layer: DNNLayer, where: str, n_out: int) -> None:
         if value is None:
             continue
         if not isinstance(value, np.ndarray) or value.dtype != np.float32 or value.shape != (n_out,):
-            raise ArtifactError(f"{where}: {name} must be float32 of shape ({n_out},), got "
-                                f"{getattr(value, 'dtype', type(value))} {getattr(value, 'shape', '')}")
+            raise ArtifactError(
+                f"{where}: {name} must be float32 of shape ({n_out},), got "
+                f"{getattr(value, 'dtype', type(value))} {getattr(value, 'shape', '')}"
+            )
         if not np.all(np.isfinite(value)):
             raise ArtifactError(f"{where}: {name} has non-finite values")
     if (layer.scale is None) != (layer.shift is None):

@@ -8,7 +8,8 @@ that keeps 99.9 % of the training values unclipped, so the grid is as fine as th
 fixed-point numbers, the first layer's accumulations are integers in every runtime.
 
 ``image_layout`` knows the image datasets: usps (16x16, stored column-major), mnist (14x14
-bicubic, column-major, as the paper), mnist-mean2x2 (14x14 2x2 means, row-major) and the built-in digits (8x8), all others must say their shape.
+bicubic, column-major, as the paper), mnist-mean2x2 (14x14 2x2 means, row-major) and the built-in digits (8x8), all
+others must say their shape.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ IMAGE_LAYOUTS = {
     "usps": ((16, 16), "column-major"),
     "usps-raw": ((16, 16), "column-major"),
     "usps_all": ((16, 16), "column-major"),
-    "mnist": ((14, 14), "column-major"),      # the paper's bicubic 14x14, flattened column-major
+    "mnist": ((14, 14), "column-major"),  # the paper's bicubic 14x14, flattened column-major
     "mnist-mean2x2": ((14, 14), "row-major"),
     "digits": ((8, 8), "row-major"),
 }
@@ -61,12 +62,16 @@ def fit_standardized_table(x_train: np.ndarray, cardinalities: np.ndarray) -> di
     spread = float(np.quantile(observed, COVERAGE)) if observed.size else 1.0
     shift = MAX_SHIFT if spread <= 0 else int(np.clip(math.floor(math.log2(INPUT_CODE_MAX / spread)), 0, MAX_SHIFT))
     kmax = int(cards.max())
-    values = (np.arange(kmax)[None, :] - mean[:, None]) / safe[:, None]            # (D, K)
+    values = (np.arange(kmax)[None, :] - mean[:, None]) / safe[:, None]  # (D, K)
     values[std == 0] = 0.0
-    codes = np.clip(np.round(values * 2.0 ** shift), -INPUT_CODE_MAX, INPUT_CODE_MAX)
+    codes = np.clip(np.round(values * 2.0**shift), -INPUT_CODE_MAX, INPUT_CODE_MAX)
     codes[np.arange(kmax)[None, :] >= cards[:, None]] = 0
-    return {"input_codes": codes.astype(np.int8), "input_scale": 2.0 ** -shift,
-            "mean": mean.astype(np.float32), "std": std.astype(np.float32)}
+    return {
+        "input_codes": codes.astype(np.int8),
+        "input_scale": 2.0**-shift,
+        "mean": mean.astype(np.float32),
+        "std": std.astype(np.float32),
+    }
 
 
 def image_layout(name: str, n_features: int, image_shape=None, pixel_order: str | None = None):
@@ -74,8 +79,10 @@ def image_layout(name: str, n_features: int, image_shape=None, pixel_order: str 
     known = IMAGE_LAYOUTS.get(name)
     if image_shape is None:
         if known is None:
-            raise ConfigError(f"dataset {name!r} is not a known image dataset ({', '.join(sorted(IMAGE_LAYOUTS))}); "
-                              "pass --image-shape HxW (and --pixel-order) to train a CNN on it")
+            raise ConfigError(
+                f"dataset {name!r} is not a known image dataset ({', '.join(sorted(IMAGE_LAYOUTS))}); "
+                "pass --image-shape HxW (and --pixel-order) to train a CNN on it"
+            )
         image_shape = known[0]
     shape = tuple(int(v) for v in image_shape)
     order = pixel_order or (known[1] if known else "row-major")
@@ -105,9 +112,16 @@ def pixel_index(image_shape, pixel_order: str) -> np.ndarray:
     return j.reshape(h, w) if pixel_order == "row-major" else j.reshape(w, h).T
 
 
-def encode_integer(x: np.ndarray, *, architecture: str, encoding: str, cardinalities: np.ndarray,
-                   input_codes: np.ndarray | None = None, image_shape=None,
-                   pixel_order: str = "row-major") -> np.ndarray:
+def encode_integer(
+    x: np.ndarray,
+    *,
+    architecture: str,
+    encoding: str,
+    cardinalities: np.ndarray,
+    input_codes: np.ndarray | None = None,
+    image_shape=None,
+    pixel_order: str = "row-major",
+) -> np.ndarray:
     """Encoded inputs as integers (real value = integer * input_scale), int64.
 
     ``x`` : validated codes (n, D). Returns FC: (n, n_inputs) with ``n_inputs = D``
@@ -118,7 +132,7 @@ def encode_integer(x: np.ndarray, *, architecture: str, encoding: str, cardinali
     cards = np.asarray(cardinalities, dtype=np.int64)
     n, d = x.shape
     if encoding == "standardized":
-        values = input_codes.astype(np.int64)[np.arange(d)[None, :], x]              # (n, D)
+        values = input_codes.astype(np.int64)[np.arange(d)[None, :], x]  # (n, D)
         if architecture == "fc":
             return values
         return values[:, pixel_index(image_shape, pixel_order)][:, None, :, :]
@@ -127,5 +141,5 @@ def encode_integer(x: np.ndarray, *, architecture: str, encoding: str, cardinali
         out = np.zeros((n, int(cards.sum())), dtype=np.int64)
         out[np.arange(n)[:, None], offsets[None, :] + x] = 1
         return out
-    pixels = x[:, pixel_index(image_shape, pixel_order)]                                # (n, H, W)
+    pixels = x[:, pixel_index(image_shape, pixel_order)]  # (n, H, W)
     return (pixels[:, None, :, :] == np.arange(int(cards.max()))[None, :, None, None]).astype(np.int64)

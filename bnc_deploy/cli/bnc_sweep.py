@@ -28,14 +28,7 @@ from bnc_deploy.errors import ConfigError, require_extra
 from bnc_deploy.sweep.grid import GridSpec, describe, load_grid_file
 from bnc_deploy.sweep.paper import icpr2020_draws, paper_batch_size, preset
 from bnc_deploy.sweep.records import KEYS, LABEL_KEYS, parse_values
-from bnc_deploy.sweep.runner import (
-    DEFAULT_GROUP_BY,
-    SweepOptions,
-    check_plan,
-    protocol_label,
-    records_of,
-    run_sweep,
-)
+from bnc_deploy.sweep.runner import DEFAULT_GROUP_BY, SweepOptions, check_plan, protocol_label, records_of, run_sweep
 from bnc_deploy.train.arguments import use_threads
 
 PROG = "bnc-sweep"
@@ -43,62 +36,119 @@ INTERRUPTED = "interrupted; finished chunks stay in DIR (rerun with --resume to 
 
 #: Axis flags: flag -> record key (value lists).
 AXIS_FLAGS = {
-    "--model": "model", "--structure": "structure", "--bits": "bits", "--int-bits": "int_bits", "--lr": "lr",
-    "--lr-decay": "lr_decay", "--seeds": "seed", "--loss": "loss", "--hybrid-lambda": "hybrid_lambda",
-    "--hybrid-gamma": "hybrid_gamma", "--hybrid-eta": "hybrid_eta", "--init": "init", "--adam-eps": "adam_eps",
-    "--epochs": "epochs", "--batch-size": "batch_size", "--fold": "fold",
+    "--model": "model",
+    "--structure": "structure",
+    "--bits": "bits",
+    "--int-bits": "int_bits",
+    "--lr": "lr",
+    "--lr-decay": "lr_decay",
+    "--seeds": "seed",
+    "--loss": "loss",
+    "--hybrid-lambda": "hybrid_lambda",
+    "--hybrid-gamma": "hybrid_gamma",
+    "--hybrid-eta": "hybrid_eta",
+    "--init": "init",
+    "--adam-eps": "adam_eps",
+    "--epochs": "epochs",
+    "--batch-size": "batch_size",
+    "--fold": "fold",
     # structure learning
-    "--size-penalty": "size_penalty", "--candidates": "candidates", "--candidates-file": "candidates_file",
-    "--structure-lr": "structure_lr", "--tau-start": "tau_start", "--tau-end": "tau_end",
+    "--size-penalty": "size_penalty",
+    "--candidates": "candidates",
+    "--candidates-file": "candidates_file",
+    "--structure-lr": "structure_lr",
+    "--tau-start": "tau_start",
+    "--tau-end": "tau_end",
     "--finetune-epochs": "finetune_epochs",
     # DNNs
-    "--layers": "layers", "--weight-bits": "weight_bits", "--activation": "activation",
-    "--batch-norm": "batch_norm", "--one-hot": "one_hot", "--match-bits": "match_bits", "--match-ops": "match_ops",
+    "--layers": "layers",
+    "--weight-bits": "weight_bits",
+    "--activation": "activation",
+    "--batch-norm": "batch_norm",
+    "--one-hot": "one_hot",
+    "--match-bits": "match_bits",
+    "--match-ops": "match_ops",
     "--hidden": "hidden",
 }
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog=PROG, description="Train a grid of BN classifier (or DNN) configurations at once and select the best "
-                               "per model size; resumable.",
-        epilog=__doc__.split("\n\n")[1], formatter_class=argparse.RawDescriptionHelpFormatter)
+        prog=PROG,
+        description="Train a grid of BN classifier (or DNN) configurations at once and select the best "
+        "per model size; resumable.",
+        epilog=__doc__.split("\n\n")[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     grid = p.add_argument_group("grid")
     grid.add_argument("--data", metavar="PATH_OR_NAME", help="dataset name or file (as for bnc-train)")
     grid.add_argument("--grid", metavar="FILE", help="grid file (TOML or JSON: [axes], [draws], [fixed])")
-    grid.add_argument("--preset", metavar="NAME",
-                      help="the paper's grids: icpr2020-nb, icpr2020-tan, icpr2020-structure")
+    grid.add_argument(
+        "--preset", metavar="NAME", help="the paper's grids: icpr2020-nb, icpr2020-tan, icpr2020-structure"
+    )
     for flag, key in AXIS_FLAGS.items():
         grid.add_argument(flag, dest=f"axis_{key}", metavar="VALUES", default=None, help=argparse.SUPPRESS)
-    grid.add_argument("--draws", metavar="N|icpr2020[:N]", help="joint (lambda, gamma) draws: N from the paper's "
-                      "distributions, or the authors' own (icpr2020, the first N with :N)")
+    grid.add_argument(
+        "--draws",
+        metavar="N|icpr2020[:N]",
+        help="joint (lambda, gamma) draws: N from the paper's "
+        "distributions, or the authors' own (icpr2020, the first N with :N)",
+    )
     grid.add_argument("--draw-seed", type=int, default=0, metavar="S", help="seed of --draws N (default 0)")
     sel = p.add_argument_group("selection")
-    sel.add_argument("--select", choices=("validation", "test"), default="validation",
-                     help="rank on the validation split (default) or on the test split (the paper's protocol, "
-                          "labelled so in every output)")
-    sel.add_argument("--validation", type=float, default=None, metavar="F",
-                     help="validation fraction of the training rows (default 0.2 with --select validation, else 0)")
+    sel.add_argument(
+        "--select",
+        choices=("validation", "test"),
+        default="validation",
+        help="rank on the validation split (default) or on the test split (the paper's protocol, "
+        "labelled so in every output)",
+    )
+    sel.add_argument(
+        "--validation",
+        type=float,
+        default=None,
+        metavar="F",
+        help="validation fraction of the training rows (default 0.2 with --select validation, else 0)",
+    )
     sel.add_argument("--halving", action="store_true", help="successive halving: stop weak configurations early")
     sel.add_argument("--halving-rate", type=float, default=3.0, metavar="R", help="keep 1/R at each rung (default 3)")
     sel.add_argument("--min-rung", type=int, default=5, metavar="E", help="earliest rung epoch (default 5)")
-    sel.add_argument("--checkpoint-every", type=int, default=None, metavar="E",
-                     help="also measure validation/test error every E epochs (default: the last epoch and rungs)")
-    sel.add_argument("--group-by", default=None, metavar="KEYS",
-                     help="keys of a selection group (default: model, structure, bits and the DNN size keys)")
+    sel.add_argument(
+        "--checkpoint-every",
+        type=int,
+        default=None,
+        metavar="E",
+        help="also measure validation/test error every E epochs (default: the last epoch and rungs)",
+    )
+    sel.add_argument(
+        "--group-by",
+        default=None,
+        metavar="KEYS",
+        help="keys of a selection group (default: model, structure, bits and the DNN size keys)",
+    )
     run = p.add_argument_group("run")
     run.add_argument("--device", default="cpu", metavar="cpu|cuda|auto", help="where the batched trainer runs")
     run.add_argument("--backend", choices=("local", "ray"), default="local", help="local (default) or a Ray cluster")
     run.add_argument("--address", default=None, metavar="ADDR", help="Ray cluster address (default: start a local one)")
     run.add_argument("--ray-cpus", type=int, default=None, metavar="N", help="CPUs of a local Ray instance")
-    run.add_argument("--max-configs", type=int, default=None, metavar="N",
-                     help="configurations per chunk (default: all that fit in memory)")
+    run.add_argument(
+        "--max-configs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="configurations per chunk (default: all that fit in memory)",
+    )
     run.add_argument("--threads", type=int, default=None, metavar="N", help="torch CPU threads")
-    run.add_argument("--keep", choices=("best", "all", "none"), default="best",
-                     help="model files kept: the best per group (default), all, or none")
+    run.add_argument(
+        "--keep",
+        choices=("best", "all", "none"),
+        default="best",
+        help="model files kept: the best per group (default), all, or none",
+    )
     run.add_argument("--resume", action="store_true", help="continue the sweep in DIR (skip finished configurations)")
-    run.add_argument("--dry-run", action="store_true", help="print the plan (configurations, configuration-epochs) "
-                                                            "and exit")
+    run.add_argument(
+        "--dry-run", action="store_true", help="print the plan (configurations, configuration-epochs) and exit"
+    )
     run.add_argument("-o", "--output", required=True, metavar="DIR", help="sweep directory")
     run.add_argument("--json", action="store_true", help="print the summary as JSON")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -143,16 +193,20 @@ def grid_from_args(args):
             draws = {key: list(values)[:n] for key, values in authors.items()}
         else:
             n = _draw_count("x:" + args.draws, None)
-            draws = {"n": n, "seed": args.draw_seed, "hybrid_lambda": {"log10_uniform": [1, 3]},
-                     "hybrid_gamma": {"log10_uniform": [-1, 2]}}
+            draws = {
+                "n": n,
+                "seed": args.draw_seed,
+                "hybrid_lambda": {"log10_uniform": [1, 3]},
+                "hybrid_gamma": {"log10_uniform": [-1, 2]},
+            }
             fixed.setdefault("hybrid_eta", 10.0)
     data = fixed.get("data")
     if "batch_size" not in fixed and "batch_size" not in axes and args.preset and isinstance(data, str):
-        if paper_batch_size(data):       # the presets use the paper's batch size unless told otherwise
+        if paper_batch_size(data):  # the presets use the paper's batch size unless told otherwise
             fixed["batch_size"] = paper_batch_size(data)
     if args.validation is not None:
         put("validation", [args.validation])
-    elif "validation" not in axes and "validation" not in fixed:     # a grid file's own value stays
+    elif "validation" not in axes and "validation" not in fixed:  # a grid file's own value stays
         fixed["validation"] = 0.2 if args.select == "validation" else 0.0
     return GridSpec(axes=axes, draws=draws, fixed=fixed).normalized()
 
@@ -183,13 +237,27 @@ def options_from_args(args):
     if args.group_by:
         unknown = [k for k in group_by if k not in KEYS or k in LABEL_KEYS]
         if unknown:
-            raise ConfigError(f"--group-by {args.group_by!r}: unknown key {unknown[0]!r}; keys: "
-                              f"{', '.join(sorted(set(KEYS) - LABEL_KEYS))}")
-    return SweepOptions(directory=Path(args.output), select=args.select, device=args.device, backend=args.backend,
-                        address=args.address, halving=args.halving, halving_rate=args.halving_rate,
-                        min_rung=args.min_rung, checkpoint_every=args.checkpoint_every, keep=args.keep,
-                        max_configs=args.max_configs, resume=args.resume, group_by=group_by,
-                        progress=not (args.quiet or args.json), ray_num_cpus=args.ray_cpus)
+            raise ConfigError(
+                f"--group-by {args.group_by!r}: unknown key {unknown[0]!r}; keys: "
+                f"{', '.join(sorted(set(KEYS) - LABEL_KEYS))}"
+            )
+    return SweepOptions(
+        directory=Path(args.output),
+        select=args.select,
+        device=args.device,
+        backend=args.backend,
+        address=args.address,
+        halving=args.halving,
+        halving_rate=args.halving_rate,
+        min_rung=args.min_rung,
+        checkpoint_every=args.checkpoint_every,
+        keep=args.keep,
+        max_configs=args.max_configs,
+        resume=args.resume,
+        group_by=group_by,
+        progress=not (args.quiet or args.json),
+        ray_num_cpus=args.ray_cpus,
+    )
 
 
 @cli_main(PROG, interrupted=INTERRUPTED)
@@ -207,10 +275,12 @@ def main(argv: list[str] | None = None) -> int:
     if not (options.backend == "ray" and options.address):
         # A missing GPU fails before anything is written (a Ray cluster's GPUs are not on this machine).
         resolve_device(options.device)
-    check_plan(records, options)            # so does a bad configuration (also for --dry-run)
+    check_plan(records, options)  # so does a bad configuration (also for --dry-run)
     config_epochs = sum(r["epochs"] for r in records)
-    plan = (f"{describe(spec)}; {config_epochs:,} configuration-epochs; {protocol_label(options.select)}; "
-            f"device {options.device}, backend {options.backend}")
+    plan = (
+        f"{describe(spec)}; {config_epochs:,} configuration-epochs; {protocol_label(options.select)}; "
+        f"device {options.device}, backend {options.backend}"
+    )
     if args.dry_run:
         if args.json:
             print_json({"configurations": len(records), "config_epochs": config_epochs, "plan": plan})
@@ -228,15 +298,19 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def format_summary(s) -> str:
-    lines = [f"{s.configurations} configurations in {s.directory}: {s.trained} trained now, {s.skipped} already done, "
-             f"{s.stopped} stopped early, {s.failed} failed; {s.seconds:.1f} s, "
-             f"{s.config_epochs_per_second:,.0f} configuration-epochs/s on {s.device} ({s.backend})",
-             f"best per group ({s.protocol}):"]
+    lines = [
+        f"{s.configurations} configurations in {s.directory}: {s.trained} trained now, {s.skipped} already done, "
+        f"{s.stopped} stopped early, {s.failed} failed; {s.seconds:.1f} s, "
+        f"{s.config_epochs_per_second:,.0f} configuration-epochs/s on {s.device} ({s.backend})",
+        f"best per group ({s.protocol}):",
+    ]
     for group, best in s.best.items():
         final = best["final"]
         val, test = final.get("val_error"), final.get("test_error")
-        lines.append(f"  {group}: val {_pct(val)}  test {_pct(test)}  {best['size_bits']:,} bits  "
-                     f"{best['model_path'] or '(no model kept)'}")
+        lines.append(
+            f"  {group}: val {_pct(val)}  test {_pct(test)}  {best['size_bits']:,} bits  "
+            f"{best['model_path'] or '(no model kept)'}"
+        )
     lines.append(f"table: {s.table}  csv: {s.csv}")
     return "\n".join(lines)
 

@@ -27,8 +27,8 @@ import os
 import re
 import sys
 import threading
+from collections.abc import Callable
 from contextlib import contextmanager
-from typing import Callable
 
 from bnc_deploy.errors import BncDeployError
 
@@ -83,7 +83,8 @@ def _silence_stdout() -> None:
 NATIVE_LOG_NOISE = re.compile(
     rb"(INFO|VERBOSE): "
     rb"|WARNING: All log messages before absl::InitializeLog\(\) is called are written to STDERR"
-    rb"|[IW]\d{4} [\d:.]+ +\d+ \S+:\d+\] ")
+    rb"|[IW]\d{4} [\d:.]+ +\d+ \S+:\d+\] "
+)
 
 
 def quiet_native_logs_wanted() -> bool:
@@ -114,7 +115,7 @@ def _pump(read_fd: int, write_fd: int) -> None:
 def _write_all(fd: int, data: bytes) -> None:
     while data:
         try:
-            data = data[os.write(fd, data):]
+            data = data[os.write(fd, data) :]
         except OSError:
             return
 
@@ -138,13 +139,12 @@ def native_log_filter():
         sys.stderr.flush()
         real = os.dup(2)
         read_fd, write_fd = os.pipe()
-    except (OSError, ValueError):   # io.UnsupportedOperation: no file descriptor
+    except (OSError, ValueError):  # io.UnsupportedOperation: no file descriptor
         yield
         return
     python_stderr = sys.stderr
     try:
-        direct = open(os.dup(real), "w", buffering=1, encoding=python_stderr.encoding,
-                      errors=python_stderr.errors)
+        direct = open(os.dup(real), "w", buffering=1, encoding=python_stderr.encoding, errors=python_stderr.errors)
         os.dup2(write_fd, 2)
     except OSError:
         os.close(write_fd)
@@ -165,9 +165,9 @@ def native_log_filter():
         except OSError:
             pass
         direct.close()
-        os.dup2(real, 2)      # the pipe's last writer is gone: the pump reads to its end and stops
+        os.dup2(real, 2)  # the pipe's last writer is gone: the pump reads to its end and stops
         pump.join(timeout=5)
-        if not pump.is_alive():   # else a child process still holds the pipe: leave both open
+        if not pump.is_alive():  # else a child process still holds the pipe: leave both open
             os.close(read_fd)
             os.close(real)
 

@@ -18,10 +18,12 @@ verification rows: the TEST split of ``--data``, else the check set stored in th
 seeded random rows. It is published at ``OUT`` only if a file that promises exactness (see its
 ``exact`` metadata) is exact. The file carries a digest of all its bytes in its metadata
 (``integrity``: its SHA-256, or its HMAC-SHA256 under ``--sign-key FILE``), which runtimes and
-``bnc-profile`` check on load (:mod:`bnc_deploy.formats.integrity`). A raw-input export is fed the raw value on the upper edge of each
+``bnc-profile`` check on load (:mod:`bnc_deploy.formats.integrity`). A raw-input export is fed the raw value on the
+upper edge of each
 row's bins, and the reference codes are what the model's discretizer makes of those values.
 
-Exit status: 0 on success; 130 after Ctrl-C (nothing written); 1 when a file that promises exactness disagrees with the model on any
+Exit status: 0 on success; 130 after Ctrl-C (nothing written); 1 when a file that promises exactness disagrees with
+the model on any
 row's label or score (nothing is written; an existing OUT is untouched); 2 on bad input
 (missing/corrupt model, bad data spec or data out of the model's range, an option that does not
 apply, an output path that cannot be written), with a one-line message and no traceback.
@@ -48,30 +50,48 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = argparse.ArgumentParser(
         prog="bnc-export",
-        description="Export a bnc-deploy model (.bnc) and verify the file against the model before publishing it.")
+        description="Export a bnc-deploy model (.bnc) and verify the file against the model before publishing it.",
+    )
     p.add_argument("model", metavar="MODEL", help="model file written by bnc-train (.bnc)")
     p.add_argument("--format", required=True, choices=formats(), help="output format")
     p.add_argument("-o", "--output", required=True, metavar="OUT", help="file to write")
-    p.add_argument("--data", metavar="PATH_OR_NAME",
-                   help="verify on this dataset's test split (a name such as 'letter' or a file); "
-                        "default: the check set stored in the model")
+    p.add_argument(
+        "--data",
+        metavar="PATH_OR_NAME",
+        help="verify on this dataset's test split (a name such as 'letter' or a file); "
+        "default: the check set stored in the model",
+    )
     p.add_argument("--fold", type=int, default=None, metavar="K", help="1-based fold of --data (default 1)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
-    p.add_argument("--sign-key", metavar="FILE",
-                   help="sign the file with HMAC-SHA256 under the key in FILE (raw bytes, at least 32; e.g. "
-                        "head -c 32 /dev/urandom > model.key); loading it then needs the key "
-                        "(bnc-profile --key FILE, load_runtime(..., key=...)). Default: the file's SHA-256, "
-                        "which catches accidents and edits but not someone who recomputes it")
+    p.add_argument(
+        "--sign-key",
+        metavar="FILE",
+        help="sign the file with HMAC-SHA256 under the key in FILE (raw bytes, at least 32; e.g. "
+        "head -c 32 /dev/urandom > model.key); loading it then needs the key "
+        "(bnc-profile --key FILE, load_runtime(..., key=...)). Default: the file's SHA-256, "
+        "which catches accidents and edits but not someone who recomputes it",
+    )
     group = p.add_argument_group("exporter options (each applies to the formats and model kinds that declare it)")
     for option in _cli_options(exporters().values()).values():
         takers = ", ".join(option["takers"])
         if option["type"] == "bool":
-            group.add_argument(option["flag"], dest=option["name"], action="store_const", const=True, default=None,
-                               help=f"{option['help']} [{takers}]")
+            group.add_argument(
+                option["flag"],
+                dest=option["name"],
+                action="store_const",
+                const=True,
+                default=None,
+                help=f"{option['help']} [{takers}]",
+            )
         else:
-            group.add_argument(option["flag"], dest=option["name"], default=None,
-                               type=int if option["type"] == "int" else str,
-                               choices=option["choices"] or None, help=f"{option['help']} [{takers}]")
+            group.add_argument(
+                option["flag"],
+                dest=option["name"],
+                default=None,
+                type=int if option["type"] == "int" else str,
+                choices=option["choices"] or None,
+                help=f"{option['help']} [{takers}]",
+            )
     return p
 
 
@@ -82,8 +102,17 @@ def _cli_options(specs) -> dict[str, dict]:
         for option in spec.options:
             if option.type == "rows" or option.internal:
                 continue
-            entry = merged.setdefault(option.name, {"name": option.name, "flag": option.flag, "type": option.type,
-                                                    "help": option.help, "choices": [], "takers": []})
+            entry = merged.setdefault(
+                option.name,
+                {
+                    "name": option.name,
+                    "flag": option.flag,
+                    "type": option.type,
+                    "help": option.help,
+                    "choices": [],
+                    "takers": [],
+                },
+            )
             entry["choices"] += [c for c in option.choices if c not in entry["choices"]]
             entry["takers"].append(f"{spec.format} ({spec.kind})")
     return merged
@@ -106,17 +135,22 @@ def main(argv: list[str] | None = None) -> int:
         # Concurrent writers to one -o: the last complete one wins; say so if that was not this one.
         report["owned"] = bool(report["owned"] and holds(args.output, report["sha256"]))
         if not report["owned"]:
-            print(f"bnc-export: warning: {args.output} was replaced by another writer after this one; "
-                  "the file on disk is theirs", file=sys.stderr)
+            print(
+                f"bnc-export: warning: {args.output} was replaced by another writer after this one; "
+                "the file on disk is theirs",
+                file=sys.stderr,
+            )
     if args.json:
         print(json.dumps(report, allow_nan=False))
     else:
         print(format_table(report))
     if report["exact_expected"] and report["exact"] is False:
-        print(f"bnc-export: error: {report['output']} is not bit-exact with {report['model']} "
-              f"({report['label_mismatches_all']} label mismatch(es) on {report['n_verified']} verification rows, "
-              f"{report['scores_name']} identical: {report['log_joint_identical']}); nothing was written",
-              file=sys.stderr)
+        print(
+            f"bnc-export: error: {report['output']} is not bit-exact with {report['model']} "
+            f"({report['label_mismatches_all']} label mismatch(es) on {report['n_verified']} verification rows, "
+            f"{report['scores_name']} identical: {report['log_joint_identical']}); nothing was written",
+            file=sys.stderr,
+        )
         return 1
     return 0
 
@@ -137,8 +171,11 @@ def run(args: argparse.Namespace) -> dict:
     except BncDeployError as exc:
         raise CLIError(str(exc)) from None
     if output.suffix.lower() != spec.extension:
-        print(f"bnc-export: warning: {output} does not end in {spec.extension}, the extension of "
-              f"{args.format} files; runtimes pick their format by it", file=sys.stderr)
+        print(
+            f"bnc-export: warning: {output} does not end in {spec.extension}, the extension of "
+            f"{args.format} files; runtimes pick their format by it",
+            file=sys.stderr,
+        )
     given = {name: getattr(args, name) for name in _cli_options(_all_specs()) if getattr(args, name, None) is not None}
     options = {name: value for name, value in given.items() if name in spec.option_names}
     not_declared = {name: value for name, value in given.items() if name not in spec.option_names}
@@ -202,19 +239,37 @@ def make_report(artifact, args, result: dict, data_desc: str, published: bool) -
     meta = result["metadata"]
     scores_name = meta.get("outputs", ["log_joint"])[0] if isinstance(meta.get("outputs"), list) else "log_joint"
     report = {
-        "model": str(args.model), "output": str(args.output), "format": args.format,
-        "lowering": meta.get("lowering"), "raw_inputs": meta.get("input") == "raw",
-        "file_bytes": result["file_bytes"], **artifact.report_facts(),
-        "n_parameters": artifact.n_parameters, "bits": artifact.bits_per_parameter,
-        "size_bits": artifact.size_bits, "n_ops": artifact.n_ops, "runtime": result["runtime"],
-        "data": data_desc, "n_rows": result["n_rows"], "agreement": result["agreement"],
-        "exact": result["exact"], "exact_expected": result["exact_expected"],
-        "label_mismatches": result["label_mismatches"], "log_joint_identical": result["scores_identical"],
-        "max_abs_log_joint_diff": result["max_abs_score_diff"], "accuracy": result["accuracy"],
-        "reference_accuracy": result["reference_accuracy"], "accuracy_change": result["accuracy_change"],
-        "n_nodes": meta.get("n_nodes"), "n_random_rows": result["n_random_rows"], "n_verified": result["n_verified"],
-        "label_mismatches_all": result["label_mismatches_all"], "published": published,
-        "sha256": result.get("sha256"), "scores_name": scores_name, "integrity": result.get("integrity"),
+        "model": str(args.model),
+        "output": str(args.output),
+        "format": args.format,
+        "lowering": meta.get("lowering"),
+        "raw_inputs": meta.get("input") == "raw",
+        "file_bytes": result["file_bytes"],
+        **artifact.report_facts(),
+        "n_parameters": artifact.n_parameters,
+        "bits": artifact.bits_per_parameter,
+        "size_bits": artifact.size_bits,
+        "n_ops": artifact.n_ops,
+        "runtime": result["runtime"],
+        "data": data_desc,
+        "n_rows": result["n_rows"],
+        "agreement": result["agreement"],
+        "exact": result["exact"],
+        "exact_expected": result["exact_expected"],
+        "label_mismatches": result["label_mismatches"],
+        "log_joint_identical": result["scores_identical"],
+        "max_abs_log_joint_diff": result["max_abs_score_diff"],
+        "accuracy": result["accuracy"],
+        "reference_accuracy": result["reference_accuracy"],
+        "accuracy_change": result["accuracy_change"],
+        "n_nodes": meta.get("n_nodes"),
+        "n_random_rows": result["n_random_rows"],
+        "n_verified": result["n_verified"],
+        "label_mismatches_all": result["label_mismatches_all"],
+        "published": published,
+        "sha256": result.get("sha256"),
+        "scores_name": scores_name,
+        "integrity": result.get("integrity"),
         "owned": bool(published and result.get("owned")),
     }
     if result.get("lowering_auto"):
@@ -232,22 +287,36 @@ def format_table(r: dict) -> str:
     lines = [f"bnc-export: {action} {r['output']} ({r['format']}, {r['lowering']}, {inputs})", *header]
     if r.get("lowering_auto"):
         auto = r["lowering_auto"]
-        timed = ", ".join(f"{name} {seconds * 1e6:,.1f} us" for name, seconds in
-                          sorted(auto["median_seconds"].items(), key=lambda kv: kv[1]))
-        lines.append(f"  {'lowering auto':<18}{auto['chosen']}: median call at {auto['batch']:,} row(s) in "
-                     f"{auto['runtime']}: {timed}" + (f" (refused: {', '.join(auto['refused'])})"
-                                                      if auto["refused"] else ""))
-    lines.append(f"  {'verified on':<18}{r['n_rows']:,} rows: {r['data']} + {r['n_random_rows']} random rows "
-                 f"({r['runtime']}, 1 thread)")
+        timed = ", ".join(
+            f"{name} {seconds * 1e6:,.1f} us"
+            for name, seconds in sorted(auto["median_seconds"].items(), key=lambda kv: kv[1])
+        )
+        lines.append(
+            f"  {'lowering auto':<18}{auto['chosen']}: median call at {auto['batch']:,} row(s) in "
+            f"{auto['runtime']}: {timed}" + (f" (refused: {', '.join(auto['refused'])})" if auto["refused"] else "")
+        )
+    lines.append(
+        f"  {'verified on':<18}{r['n_rows']:,} rows: {r['data']} + {r['n_random_rows']} random rows "
+        f"({r['runtime']}, 1 thread)"
+    )
     if r["n_rows"]:
-        diff = ("bit-identical" if r["log_joint_identical"] else f"max |diff| {r['max_abs_log_joint_diff']:.3g}")
-        lines += [f"  {'label agreement':<18}{100 * r['agreement']:.2f}% ({r['label_mismatches']} mismatch(es))",
-                  f"  {r['scores_name']:<18}{diff}"]
+        diff = "bit-identical" if r["log_joint_identical"] else f"max |diff| {r['max_abs_log_joint_diff']:.3g}"
+        lines += [
+            f"  {'label agreement':<18}{100 * r['agreement']:.2f}% ({r['label_mismatches']} mismatch(es))",
+            f"  {r['scores_name']:<18}{diff}",
+        ]
         if r["accuracy"] is not None:
-            lines.append(f"  {'test accuracy':<18}{100 * r['accuracy']:.2f}% (reference {100 * r['reference_accuracy']:.2f}%, "
-                         f"change {100 * r['accuracy_change']:+.2f} points)")
-    status = ("EXACT" if r["exact"] else "NOT EXACT (expected exact)" if r["exact_expected"]
-              else "labels only (not exact by design)")
+            lines.append(
+                f"  {'test accuracy':<18}{100 * r['accuracy']:.2f}% (reference {100 * r['reference_accuracy']:.2f}%, "
+                f"change {100 * r['accuracy_change']:+.2f} points)"
+            )
+    status = (
+        "EXACT"
+        if r["exact"]
+        else "NOT EXACT (expected exact)"
+        if r["exact_expected"]
+        else "labels only (not exact by design)"
+    )
     lines.append(f"  {'result':<18}{status}")
     if r.get("integrity"):
         lines.append(f"  {'integrity':<18}{r['integrity']} digest in the file's metadata (checked on load)")

@@ -38,19 +38,29 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=PROG,
         description="Write the reduced-operator config (required_operators.config) that a minimal ONNX Runtime "
-                    "build needs to run the given .ort exports.",
+        "build needs to run the given .ort exports.",
         epilog="Example:\n  bnc-export nb3.bnc --format ort -o nb3.ort\n  bnc-ort-config nb3.ort -o "
-               "required_operators.config",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        "required_operators.config",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("files", nargs="+", metavar="FILE.ort", help="ORT format exports (bnc-export --format ort)")
-    p.add_argument("-o", "--output", metavar="OUT",
-                   help=f"file to write (default: {CONFIG_NAME}, or {TYPED_CONFIG_NAME} with --types, beside the "
-                        "first file)")
-    p.add_argument("--types", action="store_true", help="include the element types each operator needs "
-                                                        "(for --enable_reduced_operator_type_support builds)")
+    p.add_argument(
+        "-o",
+        "--output",
+        metavar="OUT",
+        help=f"file to write (default: {CONFIG_NAME}, or {TYPED_CONFIG_NAME} with --types, beside the first file)",
+    )
+    p.add_argument(
+        "--types",
+        action="store_true",
+        help="include the element types each operator needs (for --enable_reduced_operator_type_support builds)",
+    )
     p.add_argument("--key", metavar="FILE", help="key file of exports signed with bnc-export --sign-key")
-    p.add_argument("--no-integrity-check", action="store_true",
-                   help="use files even if their integrity digest does not match (modified after export)")
+    p.add_argument(
+        "--no-integrity-check",
+        action="store_true",
+        help="use files even if their integrity digest does not match (modified after export)",
+    )
     return p
 
 
@@ -64,8 +74,9 @@ def main(argv: list[str] | None = None) -> int:
             raise FileNotFoundError(f"{f}: no such file")
         data = f.read_bytes()
         if not is_ort(data):
-            raise RuntimeLoadError(f"{f}: not an ORT format model (missing the ORTM identifier; export one with "
-                                   "bnc-export --format ort)")
+            raise RuntimeLoadError(
+                f"{f}: not an ORT format model (missing the ORTM identifier; export one with bnc-export --format ort)"
+            )
         if not args.no_integrity_check:
             integrity.verify_bytes(data, key=key, where=str(f))
     name = TYPED_CONFIG_NAME if args.types else CONFIG_NAME

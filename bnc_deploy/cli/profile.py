@@ -87,48 +87,79 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=PROG,
         description="Profile bnc-deploy model files: size in bits, operations (analytic and counted in the "
-                    "exported graph), test error and latency per runtime, with Pareto plots.",
+        "exported graph), test error and latency per runtime, with Pareto plots.",
         epilog="Examples:\n"
-               "  bnc-profile nb3.bnc nb3.onnx nb3.tflite --data letter\n"
-               "  bnc-profile out/*.onnx --data usps --runtime onnxruntime --json > usps.json\n"
-               "  bnc-profile usps.json letter.json --plot pareto.png",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("files", nargs="+", metavar="FILE",
-                   help="model files (.bnc, .onnx, .ort, .tflite, .h) or JSON result files")
+        "  bnc-profile nb3.bnc nb3.onnx nb3.tflite --data letter\n"
+        "  bnc-profile out/*.onnx --data usps --runtime onnxruntime --json > usps.json\n"
+        "  bnc-profile usps.json letter.json --plot pareto.png",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "files", nargs="+", metavar="FILE", help="model files (.bnc, .onnx, .ort, .tflite, .h) or JSON result files"
+    )
     p.add_argument("--data", metavar="PATH_OR_NAME", help="dataset whose test split gives the error and the timed rows")
     p.add_argument("--fold", type=int, default=None, metavar="K", help="1-based fold of --data (default 1)")
-    p.add_argument("--runtime", default=None, metavar="LIST",
-                   help="comma-separated runtimes to use (numpy, onnxruntime, litert, native; default: all)")
+    p.add_argument(
+        "--runtime",
+        default=None,
+        metavar="LIST",
+        help="comma-separated runtimes to use (numpy, onnxruntime, litert, native; default: all)",
+    )
     p.add_argument("--json", action="store_true", help="print a JSON list of objects instead of a table")
-    p.add_argument("--plot", metavar="OUT.png",
-                   help="write error vs size / operations / bit width as OUT.png and OUT.svg (a .png or .svg "
-                        "suffix is replaced, any other kept: run.v2.png -> run.v2.png, run.v2.svg)")
+    p.add_argument(
+        "--plot",
+        metavar="OUT.png",
+        help="write error vs size / operations / bit width as OUT.png and OUT.svg (a .png or .svg "
+        "suffix is replaced, any other kept: run.v2.png -> run.v2.png, run.v2.svg)",
+    )
     p.add_argument("--nodes", action="store_true", help="also show the per-node operation table of exported graphs")
-    p.add_argument("--key", metavar="FILE",
-                   help="key file of exports signed with bnc-export --sign-key (raw bytes, at least 32)")
-    p.add_argument("--no-integrity-check", action="store_true",
-                   help="load exported files even if their integrity digest does not match (modified after export)")
-    p.add_argument("--target", choices=TARGETS,
-                   help="run the files on this emulated target instead (aarch64: qemu-user in the root of "
-                        "'bnc-target setup --target aarch64'): label agreement, bit-identical scores and max "
-                        "|Δ score| against this host, the test error there with --data; analytic costs; no latency")
+    p.add_argument(
+        "--key", metavar="FILE", help="key file of exports signed with bnc-export --sign-key (raw bytes, at least 32)"
+    )
+    p.add_argument(
+        "--no-integrity-check",
+        action="store_true",
+        help="load exported files even if their integrity digest does not match (modified after export)",
+    )
+    p.add_argument(
+        "--target",
+        choices=TARGETS,
+        help="run the files on this emulated target instead (aarch64: qemu-user in the root of "
+        "'bnc-target setup --target aarch64'): label agreement, bit-identical scores and max "
+        "|Δ score| against this host, the test error there with --data; analytic costs; no latency",
+    )
     served = p.add_argument_group("served models (--runtime http)")
-    served.add_argument("--url", metavar="URL",
-                        help="with --runtime http: the Open Inference Protocol (KServe V2) server serving FILE, "
-                             "e.g. http://127.0.0.1:8000 (bnc-serve); FILE still gives the costs")
-    served.add_argument("--model", metavar="NAME",
-                        help="with --runtime http: the served model's name (default: FILE's stem, as bnc-serve "
-                             "names it)")
+    served.add_argument(
+        "--url",
+        metavar="URL",
+        help="with --runtime http: the Open Inference Protocol (KServe V2) server serving FILE, "
+        "e.g. http://127.0.0.1:8000 (bnc-serve); FILE still gives the costs",
+    )
+    served.add_argument(
+        "--model",
+        metavar="NAME",
+        help="with --runtime http: the served model's name (default: FILE's stem, as bnc-serve names it)",
+    )
     timing = p.add_argument_group("latency")
     timing.add_argument("--no-latency", action="store_true", help="skip timing (costs and accuracy only)")
-    timing.add_argument("--runs", type=int, default=200, metavar="N",
-                        help="timed batch-1 calls per block (default 200)")
+    timing.add_argument(
+        "--runs", type=int, default=200, metavar="N", help="timed batch-1 calls per block (default 200)"
+    )
     timing.add_argument("--repeats", type=int, default=3, metavar="N", help="blocks of --runs calls (default 3)")
     timing.add_argument("--warmup", type=int, default=20, metavar="N", help="untimed calls first (default 20)")
-    timing.add_argument("--throughput-repeats", type=int, default=5, metavar="N",
-                        help="timed full-batch passes (default 5; 0 skips throughput)")
-    timing.add_argument("--latency-mode", choices=("session", "adapter"), default="session",
-                        help="time the bare runtime call (default) or the adapter call with input validation")
+    timing.add_argument(
+        "--throughput-repeats",
+        type=int,
+        default=5,
+        metavar="N",
+        help="timed full-batch passes (default 5; 0 skips throughput)",
+    )
+    timing.add_argument(
+        "--latency-mode",
+        choices=("session", "adapter"),
+        default="session",
+        help="time the bare runtime call (default) or the adapter call with input validation",
+    )
     return p
 
 
@@ -167,10 +198,17 @@ def run(args) -> Profile:
         if served is not None or args.runtime is not None:
             raise ConfigError("--target runs each file in its default runtime on the target: drop --runtime/--url")
         return Profile(run_target(args.target, args.files, data, env=env, load=load), [])
-    timing = TimingSettings(latency=not args.no_latency, runs=args.runs, warmup=args.warmup, repeats=args.repeats,
-                            throughput_repeats=args.throughput_repeats, mode=args.latency_mode)
-    return profile_files(args.files, runtimes, data, env=env, timing=timing, nodes=args.nodes, load_options=load,
-                         http_options=served)
+    timing = TimingSettings(
+        latency=not args.no_latency,
+        runs=args.runs,
+        warmup=args.warmup,
+        repeats=args.repeats,
+        throughput_repeats=args.throughput_repeats,
+        mode=args.latency_mode,
+    )
+    return profile_files(
+        args.files, runtimes, data, env=env, timing=timing, nodes=args.nodes, load_options=load, http_options=served
+    )
 
 
 def run_target(target: str, files: list[str], data: TestSplit | None, *, env: dict, load: LoadOptions) -> list[dict]:
@@ -191,8 +229,10 @@ def parse_runtimes(spec: str | None) -> list[str]:
     names = [s.strip() for s in spec.split(",") if s.strip()]
     unknown = [n for n in names if n not in RUNTIMES]
     if unknown or not names:
-        raise ConfigError(f"--runtime: unknown runtime {', '.join(map(repr, unknown)) or repr(spec)}; "
-                          f"choose from {', '.join(sorted(RUNTIMES))}")
+        raise ConfigError(
+            f"--runtime: unknown runtime {', '.join(map(repr, unknown)) or repr(spec)}; "
+            f"choose from {', '.join(sorted(RUNTIMES))}"
+        )
     return names
 
 

@@ -53,25 +53,41 @@ TITLES = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=PROG, description="Reproduce the paper's figures through the sweep engine.",
-                                epilog=__doc__.split("\n\n")[1], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("figure", choices=(*FIGURES, "all"), help="which figure (all: fig3, fig4 where it applies, "
-                                                             "fig5, fig6, fig7)")
+    p = argparse.ArgumentParser(
+        prog=PROG,
+        description="Reproduce the paper's figures through the sweep engine.",
+        epilog=__doc__.split("\n\n")[1],
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    p.add_argument(
+        "figure", choices=(*FIGURES, "all"), help="which figure (all: fig3, fig4 where it applies, fig5, fig6, fig7)"
+    )
     p.add_argument("--data", required=True, metavar="NAME", help="letter, satimage, usps or mnist (or a file)")
-    p.add_argument("--protocol", choices=("quick", "paper", "smoke"), default="quick",
-                   help="quick: a documented reduction for 2 cores (default); paper: the authors' full grids; "
-                        "smoke: a few configurations for a few epochs (tests the pipeline, not for results)")
-    p.add_argument("--select", choices=("validation", "test"), default="validation",
-                   help="validation (default, recommended) or test (the authors' protocol)")
+    p.add_argument(
+        "--protocol",
+        choices=("quick", "paper", "smoke"),
+        default="quick",
+        help="quick: a documented reduction for 2 cores (default); paper: the authors' full grids; "
+        "smoke: a few configurations for a few epochs (tests the pipeline, not for results)",
+    )
+    p.add_argument(
+        "--select",
+        choices=("validation", "test"),
+        default="validation",
+        help="validation (default, recommended) or test (the authors' protocol)",
+    )
     p.add_argument("--validation", type=float, default=0.2, metavar="F", help="validation fraction (default 0.2)")
     p.add_argument("--backend", choices=("local", "ray"), default="local")
     p.add_argument("--address", default=None, metavar="ADDR", help="Ray cluster address")
     p.add_argument("--device", default="cpu", metavar="cpu|cuda|auto")
     p.add_argument("--max-configs", type=int, default=None, metavar="N", help="configurations per chunk")
     p.add_argument("--dry-run", action="store_true", help="print the plan and the configuration-epochs, run nothing")
-    p.add_argument("--estimate", action="store_true",
-                   help="also time a short probe of each kind of configuration on --device and print the estimated "
-                        "time (always done before a --protocol paper run starts)")
+    p.add_argument(
+        "--estimate",
+        action="store_true",
+        help="also time a short probe of each kind of configuration on --device and print the estimated "
+        "time (always done before a --protocol paper run starts)",
+    )
     p.add_argument("-o", "--output", required=True, metavar="DIR")
     p.add_argument("--json", action="store_true", help="print a JSON summary")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -101,23 +117,33 @@ def main(argv: list[str] | None = None) -> int:
         sweep.spec = GridSpec(axes=sweep.spec.axes, draws=sweep.spec.draws, fixed=fixed).normalized(sweep.name)
     tasks = {name: check_plan(records_of(s.spec), _options(s, out, args)) for name, s in sweeps.items()}
     planned = {name: sum(planned_config_epochs(t) for t in ts) for name, ts in tasks.items()}
-    lines = [f"{name}: {count(s.spec):,} configurations, {count(s.spec) * s.spec.fixed.get('epochs', 500):,} "
-             f"configuration-epochs" + (f" ({planned[name]:,} with successive halving)" if s.halving else "")
-             for name, s in sweeps.items()]
+    lines = [
+        f"{name}: {count(s.spec):,} configurations, {count(s.spec) * s.spec.fixed.get('epochs', 500):,} "
+        f"configuration-epochs" + (f" ({planned[name]:,} with successive halving)" if s.halving else "")
+        for name, s in sweeps.items()
+    ]
     total = sum(count(s.spec) * s.spec.fixed.get("epochs", 500) for s in sweeps.values())
     total_planned = sum(planned.values())
-    header = (f"{', '.join(p.figure for p in plans)} on {args.data}, {args.protocol} protocol, "
-              f"{protocol_label(args.select)}: {total:,} configuration-epochs at most"
-              + (f", {total_planned:,} as planned" if total_planned != total else ""))
+    header = (
+        f"{', '.join(p.figure for p in plans)} on {args.data}, {args.protocol} protocol, "
+        f"{protocol_label(args.select)}: {total:,} configuration-epochs at most"
+        + (f", {total_planned:,} as planned" if total_planned != total else "")
+    )
     estimate = None
     if args.estimate or (args.protocol == "paper" and not args.dry_run):
         estimate = _estimate([t for ts in tasks.values() for t in ts], args)
         lines.append(estimate["text"])
     if args.dry_run:
         if args.json:
-            print_json({"plan": header, "sweeps": lines, "config_epochs": total,
-                        "planned_config_epochs": total_planned,
-                        **({"estimate": estimate} if estimate else {})})
+            print_json(
+                {
+                    "plan": header,
+                    "sweeps": lines,
+                    "config_epochs": total,
+                    "planned_config_epochs": total_planned,
+                    **({"estimate": estimate} if estimate else {}),
+                }
+            )
         else:
             print(header)
             print("\n".join(f"  {line}" for line in lines))
@@ -130,9 +156,14 @@ def main(argv: list[str] | None = None) -> int:
     written = {}
     for p in plans:
         written[p.figure] = write_figure(p, sweeps, results, out, args)
-    summary = {"figures": written, "protocol": args.protocol, "select": args.select,
-               "selection": protocol_label(args.select), "seconds": time.perf_counter() - started,
-               "sweeps": {name: r["summary"] for name, r in results.items()}}
+    summary = {
+        "figures": written,
+        "protocol": args.protocol,
+        "select": args.select,
+        "selection": protocol_label(args.select),
+        "seconds": time.perf_counter() - started,
+        "sweeps": {name: r["summary"] for name, r in results.items()},
+    }
     if args.json:
         print_json(summary)
     else:
@@ -142,10 +173,18 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _options(sweep, out: Path, args):
-    return SweepOptions(directory=out / "sweeps" / sweep.name, select=args.select, device=args.device,
-                        backend=args.backend, address=args.address, halving=sweep.halving,
-                        max_configs=args.max_configs, resume=True, group_by=sweep.group_by,
-                        progress=not (args.json or args.quiet))
+    return SweepOptions(
+        directory=out / "sweeps" / sweep.name,
+        select=args.select,
+        device=args.device,
+        backend=args.backend,
+        address=args.address,
+        halving=sweep.halving,
+        max_configs=args.max_configs,
+        resume=True,
+        group_by=sweep.group_by,
+        progress=not (args.json or args.quiet),
+    )
 
 
 def _estimate(tasks: list, args) -> dict:
@@ -153,11 +192,21 @@ def _estimate(tasks: list, args) -> dict:
     if not (args.json or args.quiet):
         print("timing a short probe of each kind of configuration ...", file=sys.stderr, flush=True)
     estimates = probe(tasks, device=args.device)
-    return {"text": describe(estimates, args.device), "seconds": sum(e.seconds for e in estimates),
-            "families": {e.family: {"configurations": e.configurations, "config_epochs": e.config_epochs,
-                                    "probed": e.probed, "seconds_per_config_epoch": e.seconds_per_config_epoch,
-                                    "seconds_per_config": e.seconds_per_config, "seconds": e.seconds}
-                         for e in estimates}}
+    return {
+        "text": describe(estimates, args.device),
+        "seconds": sum(e.seconds for e in estimates),
+        "families": {
+            e.family: {
+                "configurations": e.configurations,
+                "config_epochs": e.config_epochs,
+                "probed": e.probed,
+                "seconds_per_config_epoch": e.seconds_per_config_epoch,
+                "seconds_per_config": e.seconds_per_config,
+                "seconds": e.seconds,
+            }
+            for e in estimates
+        },
+    }
 
 
 def _run(sweep, out: Path, args) -> dict:
@@ -171,9 +220,16 @@ def _run(sweep, out: Path, args) -> dict:
         rows = table.rows()
     finally:
         table.close()
-    return {"summary": {"configurations": summary.configurations, "trained": summary.trained,
-                        "skipped": summary.skipped, "seconds": summary.seconds,
-                        "config_epochs": summary.config_epochs}, "rows": rows}
+    return {
+        "summary": {
+            "configurations": summary.configurations,
+            "trained": summary.trained,
+            "skipped": summary.skipped,
+            "seconds": summary.seconds,
+            "config_epochs": summary.config_epochs,
+        },
+        "rows": rows,
+    }
 
 
 def write_figure(p, sweeps: dict, results: dict, out: Path, args) -> dict:
@@ -185,19 +241,40 @@ def write_figure(p, sweeps: dict, results: dict, out: Path, args) -> dict:
     if p.figure == "fig7":
         mark_pareto(points, by="dataset", keys=("size_bits", "n_ops", "test_error"))
     else:
-        mark_pareto(points, by="dataset", keys=("size_bits", "test_error") if p.figure != "fig4"
-                    else ("n_ops", "test_error"))
+        mark_pareto(
+            points, by="dataset", keys=("size_bits", "test_error") if p.figure != "fig4" else ("n_ops", "test_error")
+        )
     out.mkdir(parents=True, exist_ok=True)
-    columns = ["group", "dataset", "bits", "size_penalty", "size_bits", "n_ops", "n_parameters", "train_error",
-               "val_error", "test_error", "pareto", "config_id", "model_path", "selection"]
+    columns = [
+        "group",
+        "dataset",
+        "bits",
+        "size_penalty",
+        "size_bits",
+        "n_ops",
+        "n_parameters",
+        "train_error",
+        "val_error",
+        "test_error",
+        "pareto",
+        "config_id",
+        "model_path",
+        "selection",
+    ]
     buffer = io.StringIO()
     writer = csv.DictWriter(buffer, fieldnames=columns, extrasaction="ignore")
     writer.writeheader()
     for point in points:
         writer.writerow({**point, "selection": protocol_label(args.select)})
     atomic_write_bytes(out / f"{p.figure}.csv", buffer.getvalue().encode())
-    meta = {"figure": p.figure, "data": p.data, "protocol": p.protocol, "select": args.select,
-            "selection": protocol_label(args.select), "points": points}
+    meta = {
+        "figure": p.figure,
+        "data": p.data,
+        "protocol": p.protocol,
+        "select": args.select,
+        "selection": protocol_label(args.select),
+        "points": points,
+    }
     atomic_write_bytes(out / f"{p.figure}.json", (json.dumps(meta, indent=2, default=str) + "\n").encode())
     files = [str(out / f"{p.figure}.csv"), str(out / f"{p.figure}.json")]
     files += plot_figure(p, points, out / f"{p.figure}.png", args)
@@ -220,7 +297,7 @@ def plot_figure(p, points: list[dict], path: Path, args) -> list[str]:
         ax1.grid(True, alpha=0.3)
         ax1.set_title("Error and size over λ_MS")
         plot_error_vs_size(ax2, points)
-        fig.subplots_adjust(wspace=0.45)     # room for the twin axis' label between the panels
+        fig.subplots_adjust(wspace=0.45)  # room for the twin axis' label between the panels
     elif p.figure == "fig6":
         fig, ax = plt.subplots(figsize=(8, 5.2))
         plot_error_vs_bits(ax, points)

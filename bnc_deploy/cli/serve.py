@@ -52,58 +52,155 @@ def address(text: str) -> tuple[str, int]:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog=PROG, description="Serve exported models (.onnx, .ort, .tflite, .h, .bnc) over the "
-                                "Open Inference Protocol (KServe V2): REST and gRPC.")
-    p.add_argument("--repository", required=True, metavar="DIR",
-                   help="directory of model files DIR/<name>.{onnx,ort,tflite,h,bnc}; publish by write-then-rename")
-    p.add_argument("--http", metavar="HOST:PORT", help=f"serve REST here (default {DEFAULT_HTTP} when --grpc is not given)")
+    p = argparse.ArgumentParser(
+        prog=PROG,
+        description="Serve exported models (.onnx, .ort, .tflite, .h, .bnc) over the "
+        "Open Inference Protocol (KServe V2): REST and gRPC.",
+    )
+    p.add_argument(
+        "--repository",
+        required=True,
+        metavar="DIR",
+        help="directory of model files DIR/<name>.{onnx,ort,tflite,h,bnc}; publish by write-then-rename",
+    )
+    p.add_argument(
+        "--http", metavar="HOST:PORT", help=f"serve REST here (default {DEFAULT_HTTP} when --grpc is not given)"
+    )
     p.add_argument("--grpc", metavar="HOST:PORT", help="serve gRPC (inference.GRPCInferenceService) here")
-    p.add_argument("--runtime", help="run every file in this runtime (default: by extension: .onnx/.ort onnxruntime, "
-                   ".tflite litert, .h native, .bnc numpy)")
-    p.add_argument("--threads", type=int, help="intra-op threads per model (default: the runtime's), and the worker "
-                   "threads and processes that decode and run large REST requests (default: the CPU count)")
-    p.add_argument("--max-batch", type=int, default=0, metavar="N",
-                   help="dynamic batching: run up to N rows of queued requests together (default 0: off)")
-    p.add_argument("--max-queue-delay-ms", type=float, default=0.0, metavar="T",
-                   help="dynamic batching: wait at most T ms for more requests (default 0)")
-    p.add_argument("--api-key-file", metavar="F", help="require 'Authorization: Bearer <key>' (one key per line in F) "
-                   "on every route but liveness")
-    p.add_argument("--max-request-bytes", type=int, default=ServeLimits.max_request_bytes, metavar="N",
-                   help="largest request body / gRPC message accepted (default 64 MiB)")
+    p.add_argument(
+        "--runtime",
+        help="run every file in this runtime (default: by extension: .onnx/.ort onnxruntime, "
+        ".tflite litert, .h native, .bnc numpy)",
+    )
+    p.add_argument(
+        "--threads",
+        type=int,
+        help="intra-op threads per model (default: the runtime's), and the worker "
+        "threads and processes that decode and run large REST requests (default: the CPU count)",
+    )
+    p.add_argument(
+        "--max-batch",
+        type=int,
+        default=0,
+        metavar="N",
+        help="dynamic batching: run up to N rows of queued requests together (default 0: off)",
+    )
+    p.add_argument(
+        "--max-queue-delay-ms",
+        type=float,
+        default=0.0,
+        metavar="T",
+        help="dynamic batching: wait at most T ms for more requests (default 0)",
+    )
+    p.add_argument(
+        "--api-key-file",
+        metavar="F",
+        help="require 'Authorization: Bearer <key>' (one key per line in F) on every route but liveness",
+    )
+    p.add_argument(
+        "--max-request-bytes",
+        type=int,
+        default=ServeLimits.max_request_bytes,
+        metavar="N",
+        help="largest request body / gRPC message accepted (default 64 MiB)",
+    )
     limits = p.add_argument_group("limits (per front end and process; bnc_deploy.serve.limits)")
-    limits.add_argument("--max-rows", type=int, default=ServeLimits.max_rows, metavar="N",
-                        help=f"most rows in one request, refused (413) before decoding (default {ServeLimits.max_rows})")
-    limits.add_argument("--max-connections", type=int, default=ServeLimits.max_connections, metavar="N",
-                        help="most open connections; one more closes the longest-waiting connection without a "
-                        f"request in progress, else is answered 503 (default {ServeLimits.max_connections})")
-    limits.add_argument("--header-timeout", type=float, default=ServeLimits.header_timeout, metavar="S",
-                        help="a request's headers must arrive within S seconds of the connection (or the previous "
-                        f"response); gRPC: the handshake (default {ServeLimits.header_timeout:g})")
-    limits.add_argument("--body-timeout", type=float, default=ServeLimits.body_timeout, metavar="S",
-                        help=f"a request's body must arrive within S seconds of its headers, else 408 "
-                        f"(default {ServeLimits.body_timeout:g})")
-    limits.add_argument("--keep-alive-timeout", type=float, default=ServeLimits.keep_alive_timeout, metavar="S",
-                        help=f"close idle HTTP keep-alive connections after S seconds "
-                        f"(default {ServeLimits.keep_alive_timeout:g})")
-    limits.add_argument("--grpc-keepalive-time", type=float, default=ServeLimits.grpc_keepalive_time, metavar="S",
-                        help=f"gRPC keepalive ping interval (default {ServeLimits.grpc_keepalive_time:g})")
-    limits.add_argument("--grpc-keepalive-timeout", type=float, default=ServeLimits.grpc_keepalive_timeout,
-                        metavar="S", help="close a gRPC connection whose keepalive ping is not answered in S "
-                        f"seconds (default {ServeLimits.grpc_keepalive_timeout:g})")
-    limits.add_argument("--grpc-max-connection-idle", type=float, default=ServeLimits.grpc_max_connection_idle,
-                        metavar="S", help="close gRPC connections without calls for S seconds (GOAWAY; "
-                        f"default {ServeLimits.grpc_max_connection_idle:g})")
-    limits.add_argument("--grpc-max-connection-age", type=float, default=ServeLimits.grpc_max_connection_age,
-                        metavar="S", help="close gRPC connections older than S seconds (GOAWAY; clients reconnect, "
-                        f"load spreads; default {ServeLimits.grpc_max_connection_age:g})")
-    p.add_argument("--poll", type=float, metavar="S", help="reload changed files, load new and unload removed ones "
-                   "every S seconds (files named .* or *.tmp* are ignored)")
-    p.add_argument("--workers", type=int, default=1, metavar="N",
-                   help="HTTP worker processes (uvicorn; each loads the models itself; not with --grpc)")
-    p.add_argument("--graceful-timeout", type=float, default=30.0, metavar="S",
-                   help="on SIGTERM, wait at most S seconds for requests in flight (default 30)")
-    p.add_argument("--no-access-log", dest="access_log", action="store_false",
-                   help="no JSON access log line per HTTP request on stdout")
+    limits.add_argument(
+        "--max-rows",
+        type=int,
+        default=ServeLimits.max_rows,
+        metavar="N",
+        help=f"most rows in one request, refused (413) before decoding (default {ServeLimits.max_rows})",
+    )
+    limits.add_argument(
+        "--max-connections",
+        type=int,
+        default=ServeLimits.max_connections,
+        metavar="N",
+        help="most open connections; one more closes the longest-waiting connection without a "
+        f"request in progress, else is answered 503 (default {ServeLimits.max_connections})",
+    )
+    limits.add_argument(
+        "--header-timeout",
+        type=float,
+        default=ServeLimits.header_timeout,
+        metavar="S",
+        help="a request's headers must arrive within S seconds of the connection (or the previous "
+        f"response); gRPC: the handshake (default {ServeLimits.header_timeout:g})",
+    )
+    limits.add_argument(
+        "--body-timeout",
+        type=float,
+        default=ServeLimits.body_timeout,
+        metavar="S",
+        help=f"a request's body must arrive within S seconds of its headers, else 408 "
+        f"(default {ServeLimits.body_timeout:g})",
+    )
+    limits.add_argument(
+        "--keep-alive-timeout",
+        type=float,
+        default=ServeLimits.keep_alive_timeout,
+        metavar="S",
+        help=f"close idle HTTP keep-alive connections after S seconds (default {ServeLimits.keep_alive_timeout:g})",
+    )
+    limits.add_argument(
+        "--grpc-keepalive-time",
+        type=float,
+        default=ServeLimits.grpc_keepalive_time,
+        metavar="S",
+        help=f"gRPC keepalive ping interval (default {ServeLimits.grpc_keepalive_time:g})",
+    )
+    limits.add_argument(
+        "--grpc-keepalive-timeout",
+        type=float,
+        default=ServeLimits.grpc_keepalive_timeout,
+        metavar="S",
+        help="close a gRPC connection whose keepalive ping is not answered in S "
+        f"seconds (default {ServeLimits.grpc_keepalive_timeout:g})",
+    )
+    limits.add_argument(
+        "--grpc-max-connection-idle",
+        type=float,
+        default=ServeLimits.grpc_max_connection_idle,
+        metavar="S",
+        help="close gRPC connections without calls for S seconds (GOAWAY; "
+        f"default {ServeLimits.grpc_max_connection_idle:g})",
+    )
+    limits.add_argument(
+        "--grpc-max-connection-age",
+        type=float,
+        default=ServeLimits.grpc_max_connection_age,
+        metavar="S",
+        help="close gRPC connections older than S seconds (GOAWAY; clients reconnect, "
+        f"load spreads; default {ServeLimits.grpc_max_connection_age:g})",
+    )
+    p.add_argument(
+        "--poll",
+        type=float,
+        metavar="S",
+        help="reload changed files, load new and unload removed ones "
+        "every S seconds (files named .* or *.tmp* are ignored)",
+    )
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        metavar="N",
+        help="HTTP worker processes (uvicorn; each loads the models itself; not with --grpc)",
+    )
+    p.add_argument(
+        "--graceful-timeout",
+        type=float,
+        default=30.0,
+        metavar="S",
+        help="on SIGTERM, wait at most S seconds for requests in flight (default 30)",
+    )
+    p.add_argument(
+        "--no-access-log",
+        dest="access_log",
+        action="store_false",
+        help="no JSON access log line per HTTP request on stdout",
+    )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     return p
 
@@ -126,8 +223,11 @@ def raise_open_files_limit(limits: ServeLimits) -> None:
         target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
         resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
         if target < needed:
-            print(f"{PROG}: warning: the open-files limit is {target}; --max-connections {limits.max_connections} "
-                  f"on two front ends needs about {needed}", file=sys.stderr)
+            print(
+                f"{PROG}: warning: the open-files limit is {target}; --max-connections {limits.max_connections} "
+                f"on two front ends needs about {needed}",
+                file=sys.stderr,
+            )
 
 
 def _check(args) -> None:
@@ -161,16 +261,36 @@ def _serve_workers(args, http: tuple[str, int], limits: ServeLimits) -> int:
 
     from bnc_deploy.serve.connections import GuardedHttpToolsProtocol
 
-    os.environ.update({k: str(v) for k, v in {
-        "BNC_SERVE_REPOSITORY": os.path.abspath(args.repository), "BNC_SERVE_RUNTIME": args.runtime or "",
-        "BNC_SERVE_THREADS": args.threads or "", "BNC_SERVE_MAX_BATCH": args.max_batch,
-        "BNC_SERVE_MAX_QUEUE_DELAY_MS": args.max_queue_delay_ms,
-        "BNC_SERVE_API_KEY_FILE": os.path.abspath(args.api_key_file) if args.api_key_file else "",
-        "BNC_SERVE_POLL": args.poll or "", "BNC_SERVE_ACCESS_LOG": "1" if args.access_log else "0"}.items()})
+    os.environ.update(
+        {
+            k: str(v)
+            for k, v in {
+                "BNC_SERVE_REPOSITORY": os.path.abspath(args.repository),
+                "BNC_SERVE_RUNTIME": args.runtime or "",
+                "BNC_SERVE_THREADS": args.threads or "",
+                "BNC_SERVE_MAX_BATCH": args.max_batch,
+                "BNC_SERVE_MAX_QUEUE_DELAY_MS": args.max_queue_delay_ms,
+                "BNC_SERVE_API_KEY_FILE": os.path.abspath(args.api_key_file) if args.api_key_file else "",
+                "BNC_SERVE_POLL": args.poll or "",
+                "BNC_SERVE_ACCESS_LOG": "1" if args.access_log else "0",
+            }.items()
+        }
+    )
     os.environ.update(limits.to_env())  # each worker's app and connection guard read them back
-    uvicorn.run("bnc_deploy.serve.app:app_from_env", factory=True, host=http[0], port=http[1], workers=args.workers,
-                http=GuardedHttpToolsProtocol, loop="auto", log_level="warning", access_log=False, lifespan="on",
-                timeout_keep_alive=limits.keep_alive_timeout, timeout_graceful_shutdown=args.graceful_timeout)
+    uvicorn.run(
+        "bnc_deploy.serve.app:app_from_env",
+        factory=True,
+        host=http[0],
+        port=http[1],
+        workers=args.workers,
+        http=GuardedHttpToolsProtocol,
+        loop="auto",
+        log_level="warning",
+        access_log=False,
+        lifespan="on",
+        timeout_keep_alive=limits.keep_alive_timeout,
+        timeout_graceful_shutdown=args.graceful_timeout,
+    )
     return 0
 
 
@@ -191,12 +311,19 @@ def main(argv: list[str] | None = None) -> int:
     if args.workers > 1:
         return _serve_workers(args, http, limits)
 
-    repository = ModelRepository(args.repository, runtime=args.runtime, threads=args.threads,
-                                 max_batch=args.max_batch, max_queue_delay_ms=args.max_queue_delay_ms)
+    repository = ModelRepository(
+        args.repository,
+        runtime=args.runtime,
+        threads=args.threads,
+        max_batch=args.max_batch,
+        max_queue_delay_ms=args.max_queue_delay_ms,
+    )
     repository.load_all()
     for entry in repository.index():
-        print(f"{PROG}: model {entry['name']}: {entry['state']} {entry['version']} {entry['reason']}".rstrip(),
-              file=sys.stderr)
+        print(
+            f"{PROG}: model {entry['name']}: {entry['state']} {entry['version']} {entry['reason']}".rstrip(),
+            file=sys.stderr,
+        )
     if args.poll:
         repository.start_polling(args.poll)
 
@@ -223,10 +350,25 @@ def main(argv: list[str] | None = None) -> int:
             from bnc_deploy.serve.app import create_app
             from bnc_deploy.serve.connections import uvicorn_config
 
-            app = create_app(repository, api_keys=keys, limits=limits, threads=args.threads,
-                             access_log=args.access_log, close_repository=False)
-            config = uvicorn_config(app, http[0], http[1], limits, loop="auto", lifespan="on", access_log=False,
-                                    log_level="warning", timeout_graceful_shutdown=args.graceful_timeout)
+            app = create_app(
+                repository,
+                api_keys=keys,
+                limits=limits,
+                threads=args.threads,
+                access_log=args.access_log,
+                close_repository=False,
+            )
+            config = uvicorn_config(
+                app,
+                http[0],
+                http[1],
+                limits,
+                loop="auto",
+                lifespan="on",
+                access_log=False,
+                log_level="warning",
+                timeout_graceful_shutdown=args.graceful_timeout,
+            )
             server = uvicorn.Server(config)
             print(f"{PROG}: HTTP on http://{http[0]}:{http[1]}", file=sys.stderr)
             try:

@@ -26,49 +26,96 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=PROG,
         description="Train a Bayesian network classifier (naive Bayes or TAN) with few-bit parameters, "
-                    "or a quantized DNN baseline (fully connected or CNN), and write a versioned model file.",
+        "or a quantized DNN baseline (fully connected or CNN), and write a versioned model file.",
         epilog="Examples:\n"
-               "  bnc-train --data digits --model nb --bits 3 -o nb3.bnc\n"
-               "  bnc-train --data letter --model nb --init ml --epochs 0 -o letter_ml.bnc   (maximum likelihood)\n"
-               "  bnc-train --data letter --model tan --structure chow-liu --bits 8 --int-bits 3 -o tan8.bnc\n"
-               "  bnc-train --data usps --model fc --layers 3 --weight-bits 2 --batch-norm --match-bits 25950 -o fc.bnc\n"
-               "  bnc-train --data usps --model cnn --layers 2 --weight-bits 2 --batch-norm --match-bits 25950 -o cnn.bnc",
-        formatter_class=argparse.RawDescriptionHelpFormatter)
+        "  bnc-train --data digits --model nb --bits 3 -o nb3.bnc\n"
+        "  bnc-train --data letter --model nb --init ml --epochs 0 -o letter_ml.bnc   (maximum likelihood)\n"
+        "  bnc-train --data letter --model tan --structure chow-liu --bits 8 --int-bits 3 -o tan8.bnc\n"
+        "  bnc-train --data usps --model fc --layers 3 --weight-bits 2 --batch-norm --match-bits 25950 -o fc.bnc\n"
+        "  bnc-train --data usps --model cnn --layers 2 --weight-bits 2 --batch-norm --match-bits 25950 -o cnn.bnc",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     data = p.add_argument_group("data")
-    data.add_argument("--data", default="digits", metavar="PATH_OR_NAME",
-                      help="dataset name (digits, letter, satimage, usps, letter-raw, satimage-raw, usps-raw, mnist, mnist-mean2x2) "
-                           "or a file (.npz, .csv, .data, .mat); default: digits (built in)")
+    data.add_argument(
+        "--data",
+        default="digits",
+        metavar="PATH_OR_NAME",
+        help="dataset name (digits, letter, satimage, usps, letter-raw, satimage-raw, usps-raw, mnist, mnist-mean2x2) "
+        "or a file (.npz, .csv, .data, .mat); default: digits (built in)",
+    )
     data.add_argument("--fold", type=int, default=1, metavar="K", help="1-based fold (satimage has 5); default 1")
-    data.add_argument("--validation", type=float, default=0.0, metavar="FRACTION",
-                      help="carve a seeded validation split of this fraction (in (0, 1)) from the training part")
-    data.add_argument("--label-column", type=label_column, default=None, metavar="NAME|INDEX",
-                      help="CSV files: the label column, by header name or 0-based index (-1: the last); "
-                           "default: the column named label, class or target (any case), else the last")
+    data.add_argument(
+        "--validation",
+        type=float,
+        default=0.0,
+        metavar="FRACTION",
+        help="carve a seeded validation split of this fraction (in (0, 1)) from the training part",
+    )
+    data.add_argument(
+        "--label-column",
+        type=label_column,
+        default=None,
+        metavar="NAME|INDEX",
+        help="CSV files: the label column, by header name or 0-based index (-1: the last); "
+        "default: the column named label, class or target (any case), else the last",
+    )
     model = p.add_argument_group("model")
     model_help = "; ".join(f"{spec.name}: {spec.help}" for spec in TRAINERS.values())
-    model.add_argument("--model", choices=tuple(TRAINERS), default=DEFAULT_TRAINER,
-                       help=f"{model_help} (default {DEFAULT_TRAINER})")
+    model.add_argument(
+        "--model", choices=tuple(TRAINERS), default=DEFAULT_TRAINER, help=f"{model_help} (default {DEFAULT_TRAINER})"
+    )
     for family in _family_adapters().values():
         family.add_arguments(p, model)
     train = p.add_argument_group("training")
-    train.add_argument("--epochs", type=int, default=defaults.epochs, metavar="N",
-                       help="epochs (default 500); 0 with --init ml gives the maximum-likelihood model")
+    train.add_argument(
+        "--epochs",
+        type=int,
+        default=defaults.epochs,
+        metavar="N",
+        help="epochs (default 500); 0 with --init ml gives the maximum-likelihood model",
+    )
     train.add_argument("--batch-size", type=int, default=defaults.batch_size, metavar="N", help="default 100")
-    train.add_argument("--lr", type=float, default=defaults.lr, metavar="X",
-                       help="initial learning rate (default 3e-3; the paper's DNN grid is 3e-2, 3e-3, 3e-4)")
-    train.add_argument("--lr-decay", type=float, default=None, metavar="F",
-                       help="final learning rate = lr * F, log-linear per epoch (default 1e-3 for BNs, 1e-4 for DNNs)")
-    train.add_argument("--loss", choices=("hybrid", "nll", "cll"), default=defaults.loss,
-                       help="hybrid generative-discriminative (default), nll (generative), cll (conditional)")
+    train.add_argument(
+        "--lr",
+        type=float,
+        default=defaults.lr,
+        metavar="X",
+        help="initial learning rate (default 3e-3; the paper's DNN grid is 3e-2, 3e-3, 3e-4)",
+    )
+    train.add_argument(
+        "--lr-decay",
+        type=float,
+        default=None,
+        metavar="F",
+        help="final learning rate = lr * F, log-linear per epoch (default 1e-3 for BNs, 1e-4 for DNNs)",
+    )
+    train.add_argument(
+        "--loss",
+        choices=("hybrid", "nll", "cll"),
+        default=defaults.loss,
+        help="hybrid generative-discriminative (default), nll (generative), cll (conditional)",
+    )
     train.add_argument("--hybrid-lambda", type=float, default=defaults.hybrid_lambda, metavar="L", help="default 18.70")
     train.add_argument("--hybrid-gamma", type=float, default=defaults.hybrid_gamma, metavar="G", help="default 0.1277")
     train.add_argument("--hybrid-eta", type=float, default=defaults.hybrid_eta, metavar="E", help="default 10")
-    train.add_argument("--adam-eps", type=float, default=defaults.adam_eps, metavar="EPS",
-                       help="Adam epsilon (default 1e-7, TensorFlow's, as in the paper's reference code)")
-    train.add_argument("--seed", type=int, default=defaults.seed, metavar="S", help="seed for init, shuffling and splits")
-    train.add_argument("--threads", type=int, default=1, metavar="N",
-                       help="torch CPU threads (default 1: the tensors are small, and thread hand-offs cost more "
-                            "than they save; measured with benchmarks/bench_train_epoch.py)")
+    train.add_argument(
+        "--adam-eps",
+        type=float,
+        default=defaults.adam_eps,
+        metavar="EPS",
+        help="Adam epsilon (default 1e-7, TensorFlow's, as in the paper's reference code)",
+    )
+    train.add_argument(
+        "--seed", type=int, default=defaults.seed, metavar="S", help="seed for init, shuffling and splits"
+    )
+    train.add_argument(
+        "--threads",
+        type=int,
+        default=1,
+        metavar="N",
+        help="torch CPU threads (default 1: the tensors are small, and thread hand-offs cost more "
+        "than they save; measured with benchmarks/bench_train_epoch.py)",
+    )
     out = p.add_argument_group("output")
     out.add_argument("-o", "--output", required=True, metavar="MODEL", help="model file to write (.bnc)")
     out.add_argument("--json", action="store_true", help="print one JSON object instead of a summary")
@@ -106,8 +153,10 @@ def main(argv: list[str] | None = None) -> int:
     # Concurrent writers to one -o: the last complete one wins; say so if that was not this one.
     result["owned"] = bool(result["owned"] and holds(args.output, result["file_sha256"]))
     if not result["owned"]:
-        print(f"{PROG}: warning: {args.output} was replaced by another writer after this one; "
-              "the file on disk is theirs", file=sys.stderr)
+        print(
+            f"{PROG}: warning: {args.output} was replaced by another writer after this one; the file on disk is theirs",
+            file=sys.stderr,
+        )
     if args.json:
         print_json(result)
     else:
@@ -129,8 +178,9 @@ def run(args) -> dict:
     config = family.config_from_args(args, progress=not (args.quiet or args.json) and sys.stderr.isatty())
     # Before the (possibly long) work: a directory, an input, or an unwritable folder fails now.
     check_output_path(args.output, inputs=(args.data, *family.input_paths(args)), what="model file")
-    dataset = load_dataset(args.data, fold=args.fold, seed=args.seed, validation_fraction=args.validation,
-                           label_column=args.label_column)
+    dataset = load_dataset(
+        args.data, fold=args.fold, seed=args.seed, validation_fraction=args.validation, label_column=args.label_column
+    )
     result = family.train(dataset, config)
     return saved_summary(args, dataset, result, config.epochs) | family.summary(result, dataset, config)
 

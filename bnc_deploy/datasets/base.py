@@ -68,9 +68,10 @@ class DiscreteDataset:
             x = np.asarray(x)
             y = np.asarray(y)
             if not (np.issubdtype(x.dtype, np.integer) and np.issubdtype(y.dtype, np.integer)):
-                raise DatasetError(f"{self.name}: {part} features and labels must be integers, "
-                                   f"got {x.dtype} and {y.dtype}")
-            self.validate_rows(x, y, part)   # before the cast: a uint64 above 2^63 - 1 would wrap
+                raise DatasetError(
+                    f"{self.name}: {part} features and labels must be integers, got {x.dtype} and {y.dtype}"
+                )
+            self.validate_rows(x, y, part)  # before the cast: a uint64 above 2^63 - 1 would wrap
             setattr(self, f"x_{part}", x.astype(np.int64, copy=False))
             setattr(self, f"y_{part}", y.astype(np.int64, copy=False))
 
@@ -95,11 +96,12 @@ class DiscreteDataset:
         bad = out_of_range(np.asarray(y), self.n_classes) if y is not None and y.size else None
         if bad is not None and bad.any():
             row = int(np.argmax(bad))
-            raise DatasetError(f"{self.name} {part}: label {np.asarray(y)[row].item()} in row {row} is outside "
-                               f"0..{self.n_classes - 1}")
+            raise DatasetError(
+                f"{self.name} {part}: label {np.asarray(y)[row].item()} in row {row} is outside 0..{self.n_classes - 1}"
+            )
 
     # -- protocol helpers ---------------------------------------------------------------------
-    def with_validation(self, fraction: float, seed: int = 0) -> "DiscreteDataset":
+    def with_validation(self, fraction: float, seed: int = 0) -> DiscreteDataset:
         """Return a copy whose ``x_val/y_val`` are a seeded ``fraction`` of the training rows.
 
         The rows move out of ``x_train``; the test split is untouched.
@@ -109,24 +111,42 @@ class DiscreteDataset:
         n = self.x_train.shape[0]
         n_val = int(round(fraction * n))
         if n_val < 1 or n_val >= n:
-            raise DatasetError(f"{self.name}: validation fraction {fraction} of {n} training rows is empty or everything")
+            raise DatasetError(
+                f"{self.name}: validation fraction {fraction} of {n} training rows is empty or everything"
+            )
         order = np.random.default_rng(seed).permutation(n)
         val, train = order[:n_val], order[n_val:]
         info = dict(self.info, validation_fraction=fraction, validation_seed=seed)
         return DiscreteDataset(
-            name=self.name, x_train=self.x_train[train], y_train=self.y_train[train],
-            x_test=self.x_test, y_test=self.y_test, cardinalities=self.cardinalities,
-            class_names=self.class_names, feature_names=self.feature_names,
-            x_val=self.x_train[val], y_val=self.y_train[val], fold=self.fold, n_folds=self.n_folds,
-            discretizer=self.discretizer, source=self.source, info=info)
+            name=self.name,
+            x_train=self.x_train[train],
+            y_train=self.y_train[train],
+            x_test=self.x_test,
+            y_test=self.y_test,
+            cardinalities=self.cardinalities,
+            class_names=self.class_names,
+            feature_names=self.feature_names,
+            x_val=self.x_train[val],
+            y_val=self.y_train[val],
+            fold=self.fold,
+            n_folds=self.n_folds,
+            discretizer=self.discretizer,
+            source=self.source,
+            info=info,
+        )
 
     def describe(self) -> dict:
         """Facts for a model's metadata (JSON-serialisable)."""
         return {
-            "name": self.name, "source": self.source, "fold": self.fold, "n_folds": self.n_folds,
-            "n_train": int(self.x_train.shape[0]), "n_test": int(self.x_test.shape[0]),
+            "name": self.name,
+            "source": self.source,
+            "fold": self.fold,
+            "n_folds": self.n_folds,
+            "n_train": int(self.x_train.shape[0]),
+            "n_test": int(self.x_test.shape[0]),
             "n_val": 0 if self.x_val is None else int(self.x_val.shape[0]),
-            "n_features": self.n_features, "n_classes": self.n_classes,
+            "n_features": self.n_features,
+            "n_classes": self.n_classes,
             "mean_values_per_feature": float(self.cardinalities.mean()) if self.n_features else 0.0,
             **self.info,
         }

@@ -69,20 +69,19 @@ def _best_split(cum: np.ndarray, lo: int, hi: int) -> int | None:
         return None
     total = cum[hi] - cum[lo]
     n = float(total.sum())
-    left = cum[lo + 1:hi] - cum[lo]            # (n_candidates, n_classes): all boundaries at once
+    left = cum[lo + 1 : hi] - cum[lo]  # (n_candidates, n_classes): all boundaries at once
     right = total - left
     n_left = left.sum(axis=1)
     n_right = n - n_left
     # N * weighted entropy = sum over both sides of (n_s log n_s - sum_c c log c)
-    n_ent = (_xlog2x(n_left) - _xlog2x(left).sum(axis=1)
-             + _xlog2x(n_right) - _xlog2x(right).sum(axis=1))
+    n_ent = _xlog2x(n_left) - _xlog2x(left).sum(axis=1) + _xlog2x(n_right) - _xlog2x(right).sum(axis=1)
     weighted = n_ent / n
     best = int(np.flatnonzero(weighted <= weighted.min() + ENTROPY_TIE_TOLERANCE)[0])
     ent_s = _entropy(total)
     gain = ent_s - float(weighted[best])
     s1, s2 = left[best], right[best]
     k, k1, k2 = (int(np.count_nonzero(c)) for c in (total, s1, s2))
-    delta = np.log2(3.0 ** k - 2.0) - (k * ent_s - k1 * _entropy(s1) - k2 * _entropy(s2))
+    delta = np.log2(3.0**k - 2.0) - (k * ent_s - k1 * _entropy(s1) - k2 * _entropy(s2))
     threshold = (np.log2(n - 1.0) + delta) / n
     return lo + 1 + best if gain > threshold else None
 
@@ -148,7 +147,7 @@ class FayyadIraniDiscretizer:
     n_features_in_ : int
     """
 
-    def fit(self, X: Any, y: Any) -> "FayyadIraniDiscretizer":
+    def fit(self, X: Any, y: Any) -> FayyadIraniDiscretizer:
         """Learn the cut points.
 
         Parameters
@@ -183,8 +182,9 @@ class FayyadIraniDiscretizer:
             raise ValueError("transform: the discretizer is not fitted; call fit first")
         x = _as_float_matrix(X, "transform", InputError)
         if x.shape[1] != self.n_features_in_:
-            raise InputError(f"transform: expected {self.n_features_in_} features, got {x.shape[1]} "
-                             f"(X of shape {x.shape})")
+            raise InputError(
+                f"transform: expected {self.n_features_in_} features, got {x.shape[1]} (X of shape {x.shape})"
+            )
         codes = np.empty(x.shape, dtype=np.int64)
         for j, cuts in enumerate(self.cut_points_):
             codes[:, j] = np.searchsorted(cuts, x[:, j], side="left")
@@ -207,7 +207,7 @@ class FayyadIraniDiscretizer:
         }
 
     @classmethod
-    def from_dict(cls, data: dict) -> "FayyadIraniDiscretizer":
+    def from_dict(cls, data: dict) -> FayyadIraniDiscretizer:
         """Rebuild a fitted discretizer from ``to_dict()`` output (as stored in a model file); ArtifactError
         if it is inconsistent."""
         try:
@@ -223,8 +223,9 @@ class FayyadIraniDiscretizer:
         for j, cuts in enumerate(raw_cuts):
             cuts = np.asarray(cuts, dtype=np.float64).reshape(-1)
             if not np.all(np.isfinite(cuts)) or np.any(np.diff(cuts) <= 0):
-                raise ArtifactError(f"from_dict: cut points of feature {j} must be finite and strictly "
-                                    f"increasing, got {cuts.tolist()}")
+                raise ArtifactError(
+                    f"from_dict: cut points of feature {j} must be finite and strictly increasing, got {cuts.tolist()}"
+                )
             cut_points.append(cuts)
         model = cls()
         model.cut_points_ = cut_points
@@ -238,5 +239,7 @@ class FayyadIraniDiscretizer:
     def __repr__(self) -> str:
         if not hasattr(self, "cut_points_"):
             return "FayyadIraniDiscretizer()"
-        return f"FayyadIraniDiscretizer(n_features_in_={self.n_features_in_}, " \
-               f"mean_values={float(self.n_values_.mean()) if self.n_features_in_ else 0.0:.2f})"
+        return (
+            f"FayyadIraniDiscretizer(n_features_in_={self.n_features_in_}, "
+            f"mean_values={float(self.n_values_.mean()) if self.n_features_in_ else 0.0:.2f})"
+        )

@@ -23,12 +23,34 @@ from .resize import imresize
 
 LETTER_CLASSES = list(string.ascii_uppercase)
 #: UCI letter-recognition attribute names, in file order.
-LETTER_FEATURES = ["x-box", "y-box", "width", "high", "onpix", "x-bar", "y-bar", "x2bar",
-                   "y2bar", "xybar", "x2ybr", "xy2br", "x-ege", "xegvy", "y-ege", "yegvx"]
+LETTER_FEATURES = [
+    "x-box",
+    "y-box",
+    "width",
+    "high",
+    "onpix",
+    "x-bar",
+    "y-bar",
+    "x2bar",
+    "y2bar",
+    "xybar",
+    "x2ybr",
+    "xy2br",
+    "x-ege",
+    "xegvy",
+    "y-ege",
+    "yegvx",
+]
 #: Statlog satimage labels in file order (6 "mixture" is absent from the data) and the paper's names.
 SATIMAGE_LABELS = (1, 2, 3, 4, 5, 7)
-SATIMAGE_CLASSES = ["red soil", "cotton crop", "grey soil", "damp grey soil",
-                    "soil with vegetation stubble", "very damp grey soil"]
+SATIMAGE_CLASSES = [
+    "red soil",
+    "cotton crop",
+    "grey soil",
+    "damp grey soil",
+    "soil with vegetation stubble",
+    "very damp grey soil",
+]
 # Each satimage row lists the 4 spectral bands of pixel 1 of the 3x3 patch, then of pixel 2, ...
 SATIMAGE_FEATURES = [f"pixel{p}_band{b}" for p in range(1, 10) for b in range(1, 5)]
 #: usps_all.mat block k holds digit (k + 1) % 10; label t = k, as in the paper's usps.npz.
@@ -116,8 +138,14 @@ def read_letter(path: str | Path) -> RawData:
             raise DatasetError(f"{path}: line {no}: unknown label {fields[0]!r}, expected one of A..Z")
         y.append(LETTER_CLASSES.index(fields[0]))
         x.append([_parse_float(path, no, j + 2, t) for j, t in enumerate(fields[1:])])
-    return RawData(np.array(x, dtype=np.float64), np.array(y, dtype=np.int64), list(LETTER_CLASSES),
-                   list(LETTER_FEATURES), str(path), {})
+    return RawData(
+        np.array(x, dtype=np.float64),
+        np.array(y, dtype=np.int64),
+        list(LETTER_CLASSES),
+        list(LETTER_FEATURES),
+        str(path),
+        {},
+    )
 
 
 # -- Statlog satimage -------------------------------------------------------------------------
@@ -134,16 +162,27 @@ def read_satimage_file(path: str | Path) -> RawData:
             raise DatasetError(f"{path}: line {no}: unknown class {fields[-1]!r}, expected one of {SATIMAGE_LABELS}")
         y.append(SATIMAGE_LABELS.index(int(label)))
         x.append([_parse_float(path, no, j + 1, t) for j, t in enumerate(fields[:-1])])
-    return RawData(np.array(x, dtype=np.float64), np.array(y, dtype=np.int64), list(SATIMAGE_CLASSES),
-                   list(SATIMAGE_FEATURES), str(path), {})
+    return RawData(
+        np.array(x, dtype=np.float64),
+        np.array(y, dtype=np.int64),
+        list(SATIMAGE_CLASSES),
+        list(SATIMAGE_FEATURES),
+        str(path),
+        {},
+    )
 
 
 def read_satimage(train_path: str | Path, test_path: str | Path) -> RawData:
     """``sat.trn`` and ``sat.tst`` pooled (train rows first): the paper cross-validates over all 6,435."""
     parts = [read_satimage_file(train_path), read_satimage_file(test_path)]
-    return RawData(np.concatenate([p.x for p in parts]), np.concatenate([p.y for p in parts]),
-                   list(SATIMAGE_CLASSES), list(SATIMAGE_FEATURES), f"{train_path}+{test_path}",
-                   {"pooled": "sat.trn + sat.tst"})
+    return RawData(
+        np.concatenate([p.x for p in parts]),
+        np.concatenate([p.y for p in parts]),
+        list(SATIMAGE_CLASSES),
+        list(SATIMAGE_FEATURES),
+        f"{train_path}+{test_path}",
+        {"pooled": "sat.trn + sat.tst"},
+    )
 
 
 # -- USPS 11k (MATLAB) ------------------------------------------------------------------------
@@ -178,8 +217,14 @@ def read_usps_mat(path: str | Path) -> RawData:
     n_per_class = data.shape[1]
     x = data.transpose(2, 1, 0).reshape(-1, 256).astype(np.float64)
     y = np.repeat(np.arange(10, dtype=np.int64), n_per_class)
-    return RawData(x, y, list(USPS_CLASSES), list(USPS_FEATURES), str(path),
-                   {"pixel_order": "column-major", "label": "block index k (digit (k + 1) % 10)"})
+    return RawData(
+        x,
+        y,
+        list(USPS_CLASSES),
+        list(USPS_FEATURES),
+        str(path),
+        {"pixel_order": "column-major", "label": "block index k (digit (k + 1) % 10)"},
+    )
 
 
 # -- MNIST ------------------------------------------------------------------------------------
@@ -259,15 +304,25 @@ def read_mnist_npz(path: str | Path) -> RawData:
     xs = [downscale_by_two(x).reshape(x.shape[0], -1) for x, _ in parts.values()]
     side = MNIST_DOWNSCALED_SIDE
     feature_names = [f"pixel_r{j // side}_c{j % side}" for j in range(side * side)]
-    return RawData(np.concatenate(xs), np.concatenate([y for _, y in parts.values()]), [str(d) for d in range(10)],
-                   feature_names, str(path), {"downscale": "28x28 -> 14x14, linear (mean of 2x2 blocks)",
-                                              "pixel_order": "row-major", "pooled": "x_train + x_test"})
+    return RawData(
+        np.concatenate(xs),
+        np.concatenate([y for _, y in parts.values()]),
+        [str(d) for d in range(10)],
+        feature_names,
+        str(path),
+        {
+            "downscale": "28x28 -> 14x14, linear (mean of 2x2 blocks)",
+            "pixel_order": "row-major",
+            "pooled": "x_train + x_test",
+        },
+    )
 
 
 #: MNIST's 14x14 features in column-major order, as the paper's (MATLAB) files: feature j is
 #: image row j % 14, column j // 14.
-MNIST_FEATURES = [f"pixel_r{j % MNIST_DOWNSCALED_SIDE}_c{j // MNIST_DOWNSCALED_SIDE}"
-                  for j in range(MNIST_DOWNSCALED_SIDE ** 2)]
+MNIST_FEATURES = [
+    f"pixel_r{j % MNIST_DOWNSCALED_SIDE}_c{j // MNIST_DOWNSCALED_SIDE}" for j in range(MNIST_DOWNSCALED_SIDE**2)
+]
 
 
 def read_mnist_bicubic(path: str | Path) -> RawData:
@@ -290,14 +345,20 @@ def read_mnist_bicubic(path: str | Path) -> RawData:
     # (n, row, col) -> (n, col, row) -> flat: index col * 14 + row, i.e. Fortran order per image.
     xs = [imresize(x, 0.5).transpose(0, 2, 1).reshape(x.shape[0], -1) for x, _ in parts.values()]
     n_train = parts["train"][0].shape[0]
-    return RawData(np.concatenate(xs), np.concatenate([y for _, y in parts.values()]), [str(d) for d in range(10)],
-                   list(MNIST_FEATURES), str(path),
-                   {"downscale": "28x28 -> 14x14, bicubic antialiased as MATLAB imresize(I, 0.5) "
-                                 "(Keys a=-0.5, symmetric borders, float, unrounded)",
-                    "pixel_order": "column-major",
-                    "split": f"standard: x_train ({n_train:,} rows) trains, x_test "
-                             f"({parts['test'][0].shape[0]:,} rows) tests"},
-                   n_train=n_train)
+    return RawData(
+        np.concatenate(xs),
+        np.concatenate([y for _, y in parts.values()]),
+        [str(d) for d in range(10)],
+        list(MNIST_FEATURES),
+        str(path),
+        {
+            "downscale": "28x28 -> 14x14, bicubic antialiased as MATLAB imresize(I, 0.5) "
+            "(Keys a=-0.5, symmetric borders, float, unrounded)",
+            "pixel_order": "column-major",
+            "split": f"standard: x_train ({n_train:,} rows) trains, x_test ({parts['test'][0].shape[0]:,} rows) tests",
+        },
+        n_train=n_train,
+    )
 
 
 def is_mnist_npz(path: str | Path) -> bool:
@@ -334,8 +395,9 @@ MAX_CLASS_FRACTION = 0.5
 LABEL_FLAG = "--label-column NAME|INDEX"
 
 
-def _label_index(path: Path, label_column: int | str | None, data_row: list[str], header: list[str],
-                 has_header: bool) -> tuple[int, str]:
+def _label_index(
+    path: Path, label_column: int | str | None, data_row: list[str], header: list[str], has_header: bool
+) -> tuple[int, str]:
     """Resolve ``label_column`` (name, 0-based index, or None = auto) against the header / first data
     row; return the column index and how it was chosen (for messages)."""
     n = len(data_row)
@@ -347,8 +409,10 @@ def _label_index(path: Path, label_column: int | str | None, data_row: list[str]
         if has_header:
             named = [j for j, name in enumerate(header) if name.strip().lower() in LABEL_NAMES]
             if len(named) > 1:
-                raise DatasetError(f"{path}: columns {', '.join(repr(header[j]) for j in named)} could each be "
-                                   f"the label; choose one with {LABEL_FLAG}")
+                raise DatasetError(
+                    f"{path}: columns {', '.join(repr(header[j]) for j in named)} could each be "
+                    f"the label; choose one with {LABEL_FLAG}"
+                )
             if named:
                 return named[0], f"named {header[named[0]]!r}"
         # UCI style with the label first (letter-recognition.data): the only non-numeric column
@@ -359,8 +423,10 @@ def _label_index(path: Path, label_column: int | str | None, data_row: list[str]
     if isinstance(label_column, bool) or not isinstance(label_column, int):
         raise DatasetError(f"{path}: label column must be a column name or a 0-based index, got {label_column!r}")
     if not -n <= label_column < n:
-        raise DatasetError(f"{path}: label column {label_column} out of range for {n} columns "
-                           f"(0-based indices 0..{n - 1}, or -1 for the last)")
+        raise DatasetError(
+            f"{path}: label column {label_column} out of range for {n} columns "
+            f"(0-based indices 0..{n - 1}, or -1 for the last)"
+        )
     return label_column % n, "the label column given"
 
 
@@ -369,8 +435,9 @@ def _is_whole(token: str) -> bool:
     return np.isfinite(value) and value == np.floor(value)
 
 
-def check_label_column(path: Path, name: str, how: str, labels: list[tuple[int, str]],
-                       max_class_fraction: float = MAX_CLASS_FRACTION) -> None:
+def check_label_column(
+    path: Path, name: str, how: str, labels: list[tuple[int, str]], max_class_fraction: float = MAX_CLASS_FRACTION
+) -> None:
     """DatasetError naming the column unless ``labels`` (line number, token) look like class labels.
 
     Refused: a column that mixes numbers and text (a stray ``x`` among numeric labels), numeric
@@ -382,23 +449,29 @@ def check_label_column(path: Path, name: str, how: str, labels: list[tuple[int, 
     hint = f"choose the label column with {LABEL_FLAG}"
     numeric = [_is_number(token) for _, token in labels]
     if any(numeric) and not all(numeric):
-        majority = sum(numeric) * 2 >= len(numeric)   # the odd ones out are the minority type
+        majority = sum(numeric) * 2 >= len(numeric)  # the odd ones out are the minority type
         odd = next(i for i, is_num in enumerate(numeric) if is_num != majority)
         usual = next(i for i, is_num in enumerate(numeric) if is_num == majority)
         kinds = ("text", "numeric") if majority else ("numeric", "text")
-        raise DatasetError(f"{where} mixes numbers and text: {kinds[0]} label {labels[odd][1]!r} on line "
-                           f"{labels[odd][0]} among {kinds[1]} labels such as {labels[usual][1]!r} "
-                           f"(line {labels[usual][0]}); fix that row, or {hint}")
+        raise DatasetError(
+            f"{where} mixes numbers and text: {kinds[0]} label {labels[odd][1]!r} on line "
+            f"{labels[odd][0]} among {kinds[1]} labels such as {labels[usual][1]!r} "
+            f"(line {labels[usual][0]}); fix that row, or {hint}"
+        )
     if all(numeric):
         fractional = next(((no, t) for no, t in labels if not _is_whole(t)), None)
         if fractional is not None:
-            raise DatasetError(f"{where} looks continuous: {fractional[1]!r} on line {fractional[0]} is not a "
-                               f"whole number, and class labels are names or integers; {hint}")
+            raise DatasetError(
+                f"{where} looks continuous: {fractional[1]!r} on line {fractional[0]} is not a "
+                f"whole number, and class labels are names or integers; {hint}"
+            )
     distinct = len({token for _, token in labels})
     if distinct > max_class_fraction * len(labels):
-        raise DatasetError(f"{where} has {distinct:,} distinct values in {len(labels):,} rows (more than "
-                           f"{max_class_fraction:.0%} of the rows): it looks continuous or like an ID, not like "
-                           f"class labels; {hint}")
+        raise DatasetError(
+            f"{where} has {distinct:,} distinct values in {len(labels):,} rows (more than "
+            f"{max_class_fraction:.0%} of the rows): it looks continuous or like an ID, not like "
+            f"class labels; {hint}"
+        )
 
 
 def _encode_labels(tokens: list[str]) -> tuple[np.ndarray, list[str]]:
@@ -407,7 +480,7 @@ def _encode_labels(tokens: list[str]) -> tuple[np.ndarray, list[str]]:
         keys = [int(t) for t in tokens]
     except ValueError:
         try:
-            keys = [int(float(t)) if _is_whole(t) else t for t in tokens]   # "2.0": class 2
+            keys = [int(float(t)) if _is_whole(t) else t for t in tokens]  # "2.0": class 2
             if not all(isinstance(k, int) for k in keys):
                 keys = tokens
         except (ValueError, OverflowError):
@@ -417,8 +490,13 @@ def _encode_labels(tokens: list[str]) -> tuple[np.ndarray, list[str]]:
     return np.array([index[k] for k in keys], dtype=np.int64), [str(c) for c in classes]
 
 
-def read_csv(path: str | Path, label_column: int | str | None = None, delimiter: str = ",", *,
-             max_class_fraction: float = MAX_CLASS_FRACTION) -> RawData:
+def read_csv(
+    path: str | Path,
+    label_column: int | str | None = None,
+    delimiter: str = ",",
+    *,
+    max_class_fraction: float = MAX_CLASS_FRACTION,
+) -> RawData:
     """Numeric feature columns plus one label column.
 
     The first row is a header when one of its fields is non-numeric where the second row's is
@@ -461,11 +539,16 @@ def read_csv(path: str | Path, label_column: int | str | None = None, delimiter:
             raise DatasetError(f"{path}: line {no}: expected {len(first)} columns, got {len(fields)}")
         x.append([_parse_float(path, no, header[j], fields[j]) for j in features])
         labels.append((no, fields[label]))
-    check_label_column(path, header[label], how if has_header else f"{how}, index {label}", labels,
-                       max_class_fraction)
+    check_label_column(path, header[label], how if has_header else f"{how}, index {label}", labels, max_class_fraction)
     y, class_names = _encode_labels([token for _, token in labels])
-    return RawData(np.array(x, dtype=np.float64), y, class_names, [header[j] for j in features], str(path),
-                   {"label_column": header[label]})
+    return RawData(
+        np.array(x, dtype=np.float64),
+        y,
+        class_names,
+        [header[j] for j in features],
+        str(path),
+        {"label_column": header[label]},
+    )
 
 
 # -- already discrete -------------------------------------------------------------------------
@@ -483,8 +566,10 @@ def _paper_fold(path: Path, archive, fold: int) -> dict[str, np.ndarray]:
         if x.ndim != 2 or t.shape != (x.shape[0],):
             raise DatasetError(f"{path}: {xk} must be 2-D and {tk} 1-D with as many rows, got {x.shape} and {t.shape}")
     if arrays["x_train"].shape[1] != arrays["x_test"].shape[1]:
-        raise DatasetError(f"{path}: fold {fold}: {arrays['x_train'].shape[1]} training features "
-                           f"but {arrays['x_test'].shape[1]} test features")
+        raise DatasetError(
+            f"{path}: fold {fold}: {arrays['x_train'].shape[1]} training features "
+            f"but {arrays['x_test'].shape[1]} test features"
+        )
     return arrays
 
 
@@ -500,15 +585,20 @@ def _check_fits_int64(path: Path, key: str, arr: np.ndarray) -> None:
     """DatasetError naming the value when an unsigned array holds one above 2^63 - 1 (it would wrap)."""
     if arr.size and np.issubdtype(arr.dtype, np.unsignedinteger) and arr.max() > np.iinfo(np.int64).max:
         index = tuple(int(i) for i in np.unravel_index(np.argmax(arr > np.iinfo(np.int64).max), arr.shape))
-        raise DatasetError(f"{path}: {key} holds {arr[index].item()} at index {index[0] if len(index) == 1 else index}, "
-                           f"far outside any code or label range")
+        raise DatasetError(
+            f"{path}: {key} holds {arr[index].item()} at index {index[0] if len(index) == 1 else index}, "
+            f"far outside any code or label range"
+        )
 
 
 def _paper_n_classes(path: Path, archive, n_folds: int) -> int:
     """1 + the largest label of any fold; DatasetError for a negative label or one that cannot be a
     class index (not below the number of labelled rows in the file)."""
-    labels = {key: _npz_array(path, archive, key) for key in (f"t_{p}_fold{k}" for k in range(1, n_folds + 1)
-                                                              for p in ("tr", "te")) if key in archive.files}
+    labels = {
+        key: _npz_array(path, archive, key)
+        for key in (f"t_{p}_fold{k}" for k in range(1, n_folds + 1) for p in ("tr", "te"))
+        if key in archive.files
+    }
     n_rows = sum(t.size for t in labels.values())
     largest = 0
     for key, t in labels.items():
@@ -519,8 +609,10 @@ def _paper_n_classes(path: Path, archive, n_folds: int) -> int:
         low, high = t.min().item(), t.max().item()
         if low < 0 or high >= max(n_rows, 2):
             value, row = (low, int(np.argmin(t.ravel()))) if low < 0 else (high, int(np.argmax(t.ravel())))
-            raise DatasetError(f"{path}: {key} row {row} has label {value}; labels must be class indices "
-                               f"0..C-1 (the file has {n_rows:,} labelled rows)")
+            raise DatasetError(
+                f"{path}: {key} row {row} has label {value}; labels must be class indices "
+                f"0..C-1 (the file has {n_rows:,} labelled rows)"
+            )
         largest = max(largest, high)
     return 1 + largest
 
@@ -530,13 +622,21 @@ def _check_one_based(path: Path, fold: int, part: str, x: np.ndarray, cardinalit
     bad = (x < 1) | (x > cardinalities[None, :])
     if bad.any():
         row, col = map(int, np.argwhere(bad)[0])
-        raise DatasetError(f"{path}: fold {fold} {part} row {row}, feature {col}: value {x[row, col].item()} "
-                           f"outside the 1-based range 1..{int(cardinalities[col])} (cardinality from the "
-                           f"fold's training values)")
+        raise DatasetError(
+            f"{path}: fold {fold} {part} row {row}, feature {col}: value {x[row, col].item()} "
+            f"outside the 1-based range 1..{int(cardinalities[col])} (cardinality from the "
+            f"fold's training values)"
+        )
 
 
-def load_paper_npz(path: str | Path, fold: int = 1, *, name: str | None = None,
-                   class_names: list[str] | None = None, feature_names: list[str] | None = None) -> DiscreteDataset:
+def load_paper_npz(
+    path: str | Path,
+    fold: int = 1,
+    *,
+    name: str | None = None,
+    class_names: list[str] | None = None,
+    feature_names: list[str] | None = None,
+) -> DiscreteDataset:
     """The paper's discretized npz (keys ``x_tr_fold{k}``, ``t_tr_fold{k}``, ``x_te_fold{k}``,
     ``t_te_fold{k}``, ``n_folds``; feature values 1-based, labels 0-based).
 
@@ -562,14 +662,28 @@ def load_paper_npz(path: str | Path, fold: int = 1, *, name: str | None = None,
     class_names = class_names or [str(c) for c in range(n_classes)]
     feature_names = feature_names or [f"x{j}" for j in range(n_features)]
     if len(feature_names) != n_features or len(class_names) < n_classes:
-        raise DatasetError(f"{path}: {n_features} features and {n_classes} classes, but names for "
-                           f"{len(feature_names)} features and {len(class_names)} classes")
+        raise DatasetError(
+            f"{path}: {n_features} features and {n_classes} classes, but names for "
+            f"{len(feature_names)} features and {len(class_names)} classes"
+        )
     return DiscreteDataset(
-        name=name or path.stem, x_train=x_train - 1, y_train=arrays["y_train"], x_test=x_test - 1,
-        y_test=arrays["y_test"], cardinalities=cardinalities, class_names=list(class_names),
-        feature_names=list(feature_names), fold=fold, n_folds=n_folds, source=str(path),
-        info={"protocol": "paper's published folds", "discretization": "Fayyad-Irani MDL (published by the authors)",
-              "values_in_file": "1-based (shifted to 0-based)"})
+        name=name or path.stem,
+        x_train=x_train - 1,
+        y_train=arrays["y_train"],
+        x_test=x_test - 1,
+        y_test=arrays["y_test"],
+        cardinalities=cardinalities,
+        class_names=list(class_names),
+        feature_names=list(feature_names),
+        fold=fold,
+        n_folds=n_folds,
+        source=str(path),
+        info={
+            "protocol": "paper's published folds",
+            "discretization": "Fayyad-Irani MDL (published by the authors)",
+            "values_in_file": "1-based (shifted to 0-based)",
+        },
+    )
 
 
 DIGITS_CARDINALITY = 17  # scikit-learn digits: pixel counts 0..16 of a 4x4 block
@@ -586,6 +700,11 @@ def read_digits() -> RawData:
         raise MissingExtraError("the built-in digits dataset", "data", exc) from None
 
     bunch = load_digits()
-    return RawData(bunch.data.astype(np.float64), bunch.target.astype(np.int64),
-                   [str(c) for c in bunch.target_names], list(bunch.feature_names), "sklearn:digits",
-                   {"value_range": f"0..{DIGITS_CARDINALITY - 1} (declared, not learned)"})
+    return RawData(
+        bunch.data.astype(np.float64),
+        bunch.target.astype(np.int64),
+        [str(c) for c in bunch.target_names],
+        list(bunch.feature_names),
+        "sklearn:digits",
+        {"value_range": f"0..{DIGITS_CARDINALITY - 1} (declared, not learned)"},
+    )

@@ -50,9 +50,10 @@ _CHUNK = 10_000
 def cubic(x: np.ndarray) -> np.ndarray:
     """Keys' cubic convolution kernel with ``a = -0.5`` (MATLAB's ``cubic``), elementwise."""
     ax = np.abs(np.asarray(x, dtype=np.float64))
-    ax2, ax3 = ax ** 2, ax ** 3
-    return ((1.5 * ax3 - 2.5 * ax2 + 1.0) * (ax <= 1)
-            + (-0.5 * ax3 + 2.5 * ax2 - 4.0 * ax + 2.0) * ((1 < ax) & (ax <= 2)))
+    ax2, ax3 = ax**2, ax**3
+    return (1.5 * ax3 - 2.5 * ax2 + 1.0) * (ax <= 1) + (-0.5 * ax3 + 2.5 * ax2 - 4.0 * ax + 2.0) * (
+        (1 < ax) & (ax <= 2)
+    )
 
 
 def output_length(in_len: int, scale: float) -> int:
@@ -76,19 +77,21 @@ def contributions(in_len: int, scale: float, antialiasing: bool = True) -> tuple
     out_len = output_length(in_len, scale)
     width = CUBIC_WIDTH
     if scale < 1 and antialiasing:
+
         def kernel(t):
             return scale * cubic(scale * t)
+
         width = CUBIC_WIDTH / scale
     else:
         kernel = cubic
-    x = np.arange(1, out_len + 1, dtype=np.float64)[:, None]            # 1-based output pixels
-    u = x / scale + 0.5 * (1.0 - 1.0 / scale)                          # their input coordinates
+    x = np.arange(1, out_len + 1, dtype=np.float64)[:, None]  # 1-based output pixels
+    u = x / scale + 0.5 * (1.0 - 1.0 / scale)  # their input coordinates
     left = np.floor(u - width / 2.0)
     n_taps = math.ceil(width) + 2
-    indices = (left + np.arange(n_taps)[None, :]).astype(np.int64)    # 1-based, may fall outside
+    indices = (left + np.arange(n_taps)[None, :]).astype(np.int64)  # 1-based, may fall outside
     weights = kernel(u - indices)
     weights = weights / weights.sum(axis=1, keepdims=True)
-    aux = np.concatenate([np.arange(1, in_len + 1), np.arange(in_len, 0, -1)])   # symmetric padding
+    aux = np.concatenate([np.arange(1, in_len + 1), np.arange(in_len, 0, -1)])  # symmetric padding
     indices = aux[np.mod(indices - 1, aux.size)]
     keep = np.any(weights != 0, axis=0)
     return weights[:, keep], indices[:, keep] - 1
@@ -127,6 +130,6 @@ def imresize(images: np.ndarray, scale: float, antialiasing: bool = True) -> np.
     cols_t = resize_matrix(stack.shape[2], scale, antialiasing).T
     out = np.empty((stack.shape[0], rows.shape[0], cols_t.shape[1]), dtype=np.float64)
     for start in range(0, stack.shape[0], _CHUNK):
-        chunk = stack[start:start + _CHUNK].astype(np.float64)
-        out[start:start + _CHUNK] = rows @ chunk @ cols_t
+        chunk = stack[start : start + _CHUNK].astype(np.float64)
+        out[start : start + _CHUNK] = rows @ chunk @ cols_t
     return out[0] if arr.ndim == 2 else out

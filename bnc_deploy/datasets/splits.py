@@ -61,15 +61,18 @@ def kfold_indices(n_rows: int, n_folds: int, fold: int, seed: int = 0) -> tuple[
 def train_test_indices(n_rows: int, n_train: int | None) -> tuple[np.ndarray, np.ndarray]:
     """Row indices of a fixed split: ``0 .. n_train - 1`` train, ``n_train .. n_rows - 1`` test."""
     if n_train is None:
-        raise DatasetError(f"the {TRAIN_TEST_PROTOCOL!r} protocol needs data with a fixed training part "
-                           f"(RawData.n_train), and this data has none")
+        raise DatasetError(
+            f"the {TRAIN_TEST_PROTOCOL!r} protocol needs data with a fixed training part "
+            f"(RawData.n_train), and this data has none"
+        )
     if not 1 <= n_train < n_rows:
         raise DatasetError(f"fixed split of {n_rows} rows with {n_train} training rows leaves a part empty")
     return np.arange(n_train), np.arange(n_train, n_rows)
 
 
-def split_indices(n_rows: int, protocol: str, fold: int, seed: int,
-                  n_train: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+def split_indices(
+    n_rows: int, protocol: str, fold: int, seed: int, n_train: int | None = None
+) -> tuple[np.ndarray, np.ndarray]:
     """Dispatch on ``protocol`` (``HOLDOUT_PROTOCOL``, ``CV_PROTOCOL`` or ``TRAIN_TEST_PROTOCOL``,
     which takes its split from ``n_train``); fold is 1-based."""
     if protocol in (HOLDOUT_PROTOCOL, TRAIN_TEST_PROTOCOL):
@@ -78,8 +81,10 @@ def split_indices(n_rows: int, protocol: str, fold: int, seed: int,
         return holdout_indices(n_rows, seed) if protocol == HOLDOUT_PROTOCOL else train_test_indices(n_rows, n_train)
     if protocol == CV_PROTOCOL:
         return kfold_indices(n_rows, 5, fold, seed)
-    raise DatasetError(f"unknown split protocol {protocol!r}, expected {HOLDOUT_PROTOCOL!r}, {CV_PROTOCOL!r} "
-                       f"or {TRAIN_TEST_PROTOCOL!r}")
+    raise DatasetError(
+        f"unknown split protocol {protocol!r}, expected {HOLDOUT_PROTOCOL!r}, {CV_PROTOCOL!r} "
+        f"or {TRAIN_TEST_PROTOCOL!r}"
+    )
 
 
 def _protocol_info(raw: RawData, protocol: str, seed: int, n_rows: int) -> dict:
@@ -103,14 +108,25 @@ def discretize_split(name: str, raw: RawData, protocol: str, *, fold: int = 1, s
     info = _protocol_info(raw, protocol, seed, raw.x.shape[0])
     info["discretization"] = "Fayyad-Irani MDL fitted on the training part"
     return DiscreteDataset(
-        name=name, x_train=x_train, y_train=raw.y[train], x_test=x_test, y_test=raw.y[test],
-        cardinalities=discretizer.n_values_, class_names=raw.class_names, feature_names=raw.feature_names,
-        fold=fold, n_folds=5 if protocol == CV_PROTOCOL else 1, discretizer=discretizer,
-        source=raw.source, info=info)
+        name=name,
+        x_train=x_train,
+        y_train=raw.y[train],
+        x_test=x_test,
+        y_test=raw.y[test],
+        cardinalities=discretizer.n_values_,
+        class_names=raw.class_names,
+        feature_names=raw.feature_names,
+        fold=fold,
+        n_folds=5 if protocol == CV_PROTOCOL else 1,
+        discretizer=discretizer,
+        source=raw.source,
+        info=info,
+    )
 
 
-def discrete_split(name: str, raw: RawData, cardinality: int, protocol: str, *, fold: int = 1,
-                   seed: int = 0) -> DiscreteDataset:
+def discrete_split(
+    name: str, raw: RawData, cardinality: int, protocol: str, *, fold: int = 1, seed: int = 0
+) -> DiscreteDataset:
     """Split data that is already discrete with the declared value range ``0 .. cardinality - 1``."""
     codes = raw.x.astype(np.int64)
     if not np.array_equal(codes, raw.x):
@@ -119,7 +135,16 @@ def discrete_split(name: str, raw: RawData, cardinality: int, protocol: str, *, 
     info = _protocol_info(raw, protocol, seed, raw.x.shape[0])
     info["discretization"] = "none (already discrete)"
     return DiscreteDataset(
-        name=name, x_train=codes[train], y_train=raw.y[train], x_test=codes[test], y_test=raw.y[test],
-        cardinalities=np.full(raw.x.shape[1], cardinality, dtype=np.int64), class_names=raw.class_names,
-        feature_names=raw.feature_names, fold=fold, n_folds=5 if protocol == CV_PROTOCOL else 1,
-        source=raw.source, info=info)
+        name=name,
+        x_train=codes[train],
+        y_train=raw.y[train],
+        x_test=codes[test],
+        y_test=raw.y[test],
+        cardinalities=np.full(raw.x.shape[1], cardinality, dtype=np.int64),
+        class_names=raw.class_names,
+        feature_names=raw.feature_names,
+        fold=fold,
+        n_folds=5 if protocol == CV_PROTOCOL else 1,
+        source=raw.source,
+        info=info,
+    )

@@ -70,9 +70,26 @@ ONEHOT_FC_EXACT_MAX_BITS = 7
 
 #: Keys every exported file's metadata must carry (runtimes check them on load).
 REQUIRED_METADATA_KEYS = (
-    "schema_version", "toolkit_version", "format", "lowering", "input", "input_dtype",
-    "structure", "quantized", "bits", "int_bits", "frac_bits", "class_names", "feature_names",
-    "cardinalities", "parents", "n_parameters", "size_bits", "n_ops", "artifact_sha256", "guard",
+    "schema_version",
+    "toolkit_version",
+    "format",
+    "lowering",
+    "input",
+    "input_dtype",
+    "structure",
+    "quantized",
+    "bits",
+    "int_bits",
+    "frac_bits",
+    "class_names",
+    "feature_names",
+    "cardinalities",
+    "parents",
+    "n_parameters",
+    "size_bits",
+    "n_ops",
+    "artifact_sha256",
+    "guard",
 )
 
 
@@ -109,9 +126,16 @@ def check_lowering(lowering: str, allowed: tuple[str, ...] = LOWERINGS) -> str:
     return lowering
 
 
-def export_metadata(artifact: BNCArtifact, *, format: str, lowering: str = "gather", raw_inputs: bool = False,
-                    input_dtype: str = "int64", opset: int | None = None,
-                    extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def export_metadata(
+    artifact: BNCArtifact,
+    *,
+    format: str,
+    lowering: str = "gather",
+    raw_inputs: bool = False,
+    input_dtype: str = "int64",
+    opset: int | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """The metadata dict every exporter stores (JSON under :data:`METADATA_KEY`).
 
     Parameters
@@ -162,8 +186,10 @@ def export_metadata(artifact: BNCArtifact, *, format: str, lowering: str = "gath
     meta.update(extra or {})
     # After ``extra``: an exporter may promise exactness beyond the conservative rule above, and
     # the check set's rows and comparison depend on it (formats/checkset.py).
-    meta.setdefault(CHECK_KEY, check_entry(artifact, exact=bool(meta["exact"]),
-                                             raw_values=raw_representatives if raw_inputs else None))
+    meta.setdefault(
+        CHECK_KEY,
+        check_entry(artifact, exact=bool(meta["exact"]), raw_values=raw_representatives if raw_inputs else None),
+    )
     return with_integrity_placeholder(meta)
 
 
@@ -206,8 +232,10 @@ def raw_cut_points(artifact: RawInputModel) -> list[NDArray[np.float64]]:
         raise ExportError(f"discretizer has {len(cuts)} features, the model {artifact.n_features}")
     for i, c in enumerate(cuts):
         if len(c) + 1 != int(artifact.cardinalities[i]):
-            raise ExportError(f"feature {i} ({artifact.feature_names[i]!r}): {len(c)} cut points give "
-                              f"{len(c) + 1} codes but the model has cardinality {int(artifact.cardinalities[i])}")
+            raise ExportError(
+                f"feature {i} ({artifact.feature_names[i]!r}): {len(c)} cut points give "
+                f"{len(c) + 1} codes but the model has cardinality {int(artifact.cardinalities[i])}"
+            )
     return cuts
 
 
@@ -238,7 +266,7 @@ def padded_thresholds(artifact: RawInputModel) -> tuple[NDArray[np.float32], NDA
     pad = np.finfo(np.float32).max
     thresholds = np.full((artifact.n_features, k), pad, dtype=np.float32)
     for i, c in enumerate(cuts):
-        thresholds[i, :len(c)] = float32_thresholds(c)
+        thresholds[i, : len(c)] = float32_thresholds(c)
     return thresholds, np.array([len(c) for c in cuts], dtype=np.int64)
 
 

@@ -34,11 +34,13 @@ BEGIN_MARKER = f"/* {METADATA_KEY} metadata begin"
 END_MARKER = f"{METADATA_KEY} metadata end */"
 
 #: C99 keywords (and a few names a prefix must not shadow), refused as ``--name``.
-C_KEYWORDS = frozenset("""
+C_KEYWORDS = frozenset(
+    """
 auto break case char const continue default do double else enum extern float for goto if inline int long
 register restrict return short signed sizeof static struct switch typedef union unsigned void volatile while
 _Bool _Complex _Imaginary
-""".split())
+""".split()
+)
 #: Longest accepted prefix (C99 guarantees 63 significant characters for internal identifiers;
 #: the longest generated name adds about 20).
 MAX_NAME_LENGTH = 40
@@ -52,8 +54,9 @@ def check_c_name(name: object, what: str = "--name") -> str:
     implementation in many cases), without ``__``, not a keyword, at most MAX_NAME_LENGTH chars.
     """
     if not isinstance(name, str) or not _IDENTIFIER.fullmatch(name) or "__" in name:
-        raise ExportError(f"{what} must be a C identifier (a letter, then letters, digits or single "
-                          f"underscores), got {name!r}")
+        raise ExportError(
+            f"{what} must be a C identifier (a letter, then letters, digits or single underscores), got {name!r}"
+        )
     if name in C_KEYWORDS:
         raise ExportError(f"{what} {name!r} is a C keyword")
     if len(name) > MAX_NAME_LENGTH:

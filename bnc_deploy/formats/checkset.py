@@ -95,8 +95,14 @@ def random_rows(model: HasCardinalities, n: int = N_RANDOM_ROWS, seed: int = RAN
     return random_valid_codes(model.cardinalities, n, seed)
 
 
-def verification_rows(artifact: FeatureSpace, rows: ArrayLike | None = None, n_random: int = N_RANDOM_ROWS,
-                      seed: int = RANDOM_ROWS_SEED, *, where: str | None = None) -> tuple[NDArray[np.int64], int]:
+def verification_rows(
+    artifact: FeatureSpace,
+    rows: ArrayLike | None = None,
+    n_random: int = N_RANDOM_ROWS,
+    seed: int = RANDOM_ROWS_SEED,
+    *,
+    where: str | None = None,
+) -> tuple[NDArray[np.int64], int]:
     """``(x (n, D) int64, n_given)``: ``rows`` (else the artifact's check set ``check_x``, if it has
     one), then ``n_random`` seeded :func:`random_rows`. ``n_given`` counts the rows before them.
 
@@ -115,18 +121,20 @@ def verification_rows(artifact: FeatureSpace, rows: ArrayLike | None = None, n_r
     return np.concatenate(parts), n_given
 
 
-def check_entry(artifact: M, *, exact: bool,
-                raw_values: Callable[[M, NDArray[np.int64]], NDArray[np.float32]] | None = None,
-                n_rows: int = CHECK_ROWS) -> CheckEntry:
+def check_entry(
+    artifact: M,
+    *,
+    exact: bool,
+    raw_values: Callable[[M, NDArray[np.int64]], NDArray[np.float32]] | None = None,
+    n_rows: int = CHECK_ROWS,
+) -> CheckEntry:
     """The ``check`` metadata entry of ``artifact`` exported with the given exactness.
 
     ``raw_values``: for a raw-input file, ``f(artifact, codes) -> float32 raw values`` (the BN
     contract's :func:`~bnc_deploy.formats.bnc.raw_representatives`, passed in to keep this module
     below ``formats.bnc``); None for files that take codes.
     """
-    from bnc_deploy.reference import (
-        reference_predictor,  # lazy: formats stays a light import
-    )
+    from bnc_deploy.reference import reference_predictor  # lazy: formats stays a light import
 
     reference = reference_predictor(artifact)
     codes, _ = verification_rows(artifact, n_random=n_rows if exact else N_RANDOM_ROWS)
@@ -182,8 +190,10 @@ def compare_check(meta: Mapping[str, Any], labels: ArrayLike, scores: ArrayLike)
     differ = np.flatnonzero(labels != expected)
     if differ.size:
         i = int(differ[0])
-        return (f"check set: row {i} gave label {int(labels[i])}, the model file's reference says {int(expected[i])} "
-                f"({differ.size} of {expected.size} rows differ)")
+        return (
+            f"check set: row {i} gave label {int(labels[i])}, the model file's reference says {int(expected[i])} "
+            f"({differ.size} of {expected.size} rows differ)"
+        )
     scores = np.asarray(scores)
     if meta.get("exact"):
         if scores_digest(scores) != entry["scores_sha256"]:

@@ -47,15 +47,44 @@ INT8_EXACT_MAX_BITS = 7
 
 #: Keys every exported DNN file's metadata carries (runtimes check them on load).
 REQUIRED_DNN_METADATA_KEYS = (
-    "schema_version", "toolkit_version", "model_kind", "format", "input", "input_dtype", "outputs",
-    "structure", "architecture", "activation", "weight_bits", "bits", "quantized", "input_encoding",
-    "class_names", "feature_names", "cardinalities", "hidden_widths", "batch_norm",
-    "n_parameters", "size_bits", "n_ops", "artifact_sha256", "guard", "exact",
+    "schema_version",
+    "toolkit_version",
+    "model_kind",
+    "format",
+    "input",
+    "input_dtype",
+    "outputs",
+    "structure",
+    "architecture",
+    "activation",
+    "weight_bits",
+    "bits",
+    "quantized",
+    "input_encoding",
+    "class_names",
+    "feature_names",
+    "cardinalities",
+    "hidden_widths",
+    "batch_norm",
+    "n_parameters",
+    "size_bits",
+    "n_ops",
+    "artifact_sha256",
+    "guard",
+    "exact",
 )
 
 
-def dnn_export_metadata(artifact: DNNArtifact, *, format: str, exact: bool, input_dtype: str, lowering: str,
-                        opset: int | None = None, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def dnn_export_metadata(
+    artifact: DNNArtifact,
+    *,
+    format: str,
+    exact: bool,
+    input_dtype: str,
+    lowering: str,
+    opset: int | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
     """The metadata dict every DNN exporter stores (JSON under ``METADATA_KEY``).
 
     Parameters

@@ -110,8 +110,10 @@ def check_key(key: object) -> bytes:
         raise ConfigError(f"an integrity key must be bytes (e.g. read_key(path)), got {type(key).__name__}")
     key = bytes(key)
     if len(key) < MIN_KEY_BYTES:
-        raise ConfigError(f"an integrity key needs at least {MIN_KEY_BYTES} bytes, this one has {len(key)} "
-                          f"(make one with: head -c 32 /dev/urandom > model.key)")
+        raise ConfigError(
+            f"an integrity key needs at least {MIN_KEY_BYTES} bytes, this one has {len(key)} "
+            f"(make one with: head -c 32 /dev/urandom > model.key)"
+        )
     return key
 
 
@@ -137,27 +139,30 @@ def find_seal(data: bytes, where: str = "file") -> Seal | None:
     first = data.find(MARKER)
     if first < 0:
         if _SEAL_ANYWHERE.search(data):  # a seal without its key: the field's name or quotes were edited
-            raise IntegrityError(f"{where}: the file was modified after export (its integrity field is damaged); "
-                                 f"{_SKIP_HINT}")
+            raise IntegrityError(
+                f"{where}: the file was modified after export (its integrity field is damaged); {_SKIP_HINT}"
+            )
         return None
     if data.find(MARKER, first + 1) >= 0:
-        raise IntegrityError(f"{where}: the file was modified after export (it has "
-                             f"{data.count(MARKER)} integrity fields); {_SKIP_HINT}")
+        raise IntegrityError(
+            f"{where}: the file was modified after export (it has {data.count(MARKER)} integrity fields); {_SKIP_HINT}"
+        )
     begin = first + len(MARKER)
-    value = data[begin:begin + VALUE_WIDTH]
+    value = data[begin : begin + VALUE_WIDTH]
     match = _VALUE.fullmatch(value)
-    if match is None or data[begin + VALUE_WIDTH:begin + VALUE_WIDTH + 1] != b'"':
-        raise IntegrityError(f"{where}: the file was modified after export (its integrity field is damaged); "
-                             f"{_SKIP_HINT}")
+    if match is None or data[begin + VALUE_WIDTH : begin + VALUE_WIDTH + 1] != b'"':
+        raise IntegrityError(
+            f"{where}: the file was modified after export (its integrity field is damaged); {_SKIP_HINT}"
+        )
     return Seal(match.group(1).decode(), match.group(2).decode(), begin + match.start(2))
 
 
 def _digest(data: bytes, seal: Seal, key: bytes | None) -> str:
     """The digest of ``data`` with the seal's 64 hex digits zeroed (HMAC with ``key`` if given)."""
     h = hmac.new(key, digestmod=hashlib.sha256) if key is not None else hashlib.sha256()
-    h.update(memoryview(data)[:seal.start])
+    h.update(memoryview(data)[: seal.start])
     h.update(_ZEROS)
-    h.update(memoryview(data)[seal.start + 64:])
+    h.update(memoryview(data)[seal.start + 64 :])
     return h.hexdigest()
 
 
@@ -173,16 +178,18 @@ def seal(data: bytes, key: bytes | None = None) -> bytes:
     except IntegrityError as exc:
         raise ExportError(f"cannot seal the exported file: {exc}") from None
     begin = -1 if found is None else found.start - len(SCHEME_SHA256) - 1  # start of the field's value
-    if found is None or data[begin:begin + VALUE_WIDTH] != PLACEHOLDER.encode():
-        raise ExportError(f"cannot seal the exported file: it has no unfilled {FIELD!r} placeholder in its "
-                          "metadata (the exporter must store bnc_deploy.formats.integrity.placeholder())")
+    if found is None or data[begin : begin + VALUE_WIDTH] != PLACEHOLDER.encode():
+        raise ExportError(
+            f"cannot seal the exported file: it has no unfilled {FIELD!r} placeholder in its "
+            "metadata (the exporter must store bnc_deploy.formats.integrity.placeholder())"
+        )
     scheme = SCHEME_SHA256 if key is None else SCHEME_HMAC
     key = None if key is None else check_key(key)
     prefix = f"{scheme}:".encode()
-    blank = data[:begin] + (prefix + _ZEROS).ljust(VALUE_WIDTH) + data[begin + VALUE_WIDTH:]
+    blank = data[:begin] + (prefix + _ZEROS).ljust(VALUE_WIDTH) + data[begin + VALUE_WIDTH :]
     target = Seal(scheme, "0" * 64, begin + len(prefix))
     digest = _digest(blank, target, key).encode()
-    return blank[:target.start] + digest + blank[target.start + 64:]
+    return blank[: target.start] + digest + blank[target.start + 64 :]
 
 
 def verify_bytes(data: bytes, *, key: bytes | None = None, where: str = "file") -> Seal | None:
@@ -197,23 +204,34 @@ def verify_bytes(data: bytes, *, key: bytes | None = None, where: str = "file") 
     found = find_seal(data, where)
     if found is None:
         if key is not None:
-            raise IntegrityError(f"{where}: the file is not signed (it has no integrity digest) but a key was "
-                                 "given; re-export it with that key (bnc-export --sign-key FILE)")
+            raise IntegrityError(
+                f"{where}: the file is not signed (it has no integrity digest) but a key was "
+                "given; re-export it with that key (bnc-export --sign-key FILE)"
+            )
         return None
     if not found.sealed:
-        raise IntegrityError(f"{where}: the file was never sealed (its integrity digest is the exporter's "
-                             "placeholder): write exports with bnc_deploy.verify.export_file or bnc-export, "
-                             "or pass verify_integrity=False / --no-integrity-check to load it anyway")
+        raise IntegrityError(
+            f"{where}: the file was never sealed (its integrity digest is the exporter's "
+            "placeholder): write exports with bnc_deploy.verify.export_file or bnc-export, "
+            "or pass verify_integrity=False / --no-integrity-check to load it anyway"
+        )
     if found.scheme == SCHEME_HMAC and key is None:
-        raise IntegrityError(f"{where}: the file is signed ({SCHEME_HMAC}); pass its key to load it "
-                             "(key=read_key(FILE) / --key FILE), or verify_integrity=False / --no-integrity-check")
+        raise IntegrityError(
+            f"{where}: the file is signed ({SCHEME_HMAC}); pass its key to load it "
+            "(key=read_key(FILE) / --key FILE), or verify_integrity=False / --no-integrity-check"
+        )
     if found.scheme == SCHEME_SHA256 and key is not None:
-        raise IntegrityError(f"{where}: the file is not signed (integrity {SCHEME_SHA256}) but a key was given: "
-                             "it may have been re-sealed without the key; re-export it with "
-                             "bnc-export --sign-key FILE")
+        raise IntegrityError(
+            f"{where}: the file is not signed (integrity {SCHEME_SHA256}) but a key was given: "
+            "it may have been re-sealed without the key; re-export it with "
+            "bnc-export --sign-key FILE"
+        )
     if not hmac.compare_digest(_digest(data, found, key), found.digest):
-        what = ("integrity digest mismatch" if key is None
-                else "HMAC-SHA256 signature mismatch: modified, or signed with another key")
+        what = (
+            "integrity digest mismatch"
+            if key is None
+            else "HMAC-SHA256 signature mismatch: modified, or signed with another key"
+        )
         raise IntegrityError(f"{where}: the file was modified after export ({what}); {_SKIP_HINT}")
     return found
 
@@ -254,8 +272,9 @@ def describe(data: bytes) -> dict[str, str | None]:
 
 
 # ``object``, not ``typing.Any``: tests/test_integrity.py holds this module to a fixed list of imports.
-def annotate(meta: dict[str, object], found: Seal | None, where: str = "file", *,
-             checked: bool = True) -> dict[str, object]:
+def annotate(
+    meta: dict[str, object], found: Seal | None, where: str = "file", *, checked: bool = True
+) -> dict[str, object]:
     """Set ``meta["integrity"]`` after loading: ``"<scheme>:<digest>"``, or ``"none"`` for an older export.
 
     ``found``: what :func:`verify_bytes` returned (``checked``) or :func:`find_seal` found
@@ -272,8 +291,9 @@ def annotate(meta: dict[str, object], found: Seal | None, where: str = "file", *
     if checked:
         renamed = [k for k, v in meta.items() if isinstance(v, str) and _LOOKS_LIKE_SEAL.fullmatch(v)]
         if FIELD in meta or renamed:
-            raise IntegrityError(f"{where}: the file was modified after export (its integrity field is damaged); "
-                                 f"{_SKIP_HINT}")
+            raise IntegrityError(
+                f"{where}: the file was modified after export (its integrity field is damaged); {_SKIP_HINT}"
+            )
     stored = meta.get(FIELD)
     meta[FIELD] = stored.strip() if not checked and isinstance(stored, str) else NONE
     return meta

@@ -106,13 +106,16 @@ def parse_metadata(text: str | bytes | bytearray | Mapping[str, Any], where: str
     if "schema_version" in meta:
         version = meta["schema_version"]
         if isinstance(version, bool) or not isinstance(version, int) or version > METADATA_SCHEMA_VERSION:
-            raise MetadataError(f"{where}: metadata schema version {version!r} is newer than this bnc-deploy "
-                                f"reads ({METADATA_SCHEMA_VERSION}); upgrade bnc-deploy")
+            raise MetadataError(
+                f"{where}: metadata schema version {version!r} is newer than this bnc-deploy "
+                f"reads ({METADATA_SCHEMA_VERSION}); upgrade bnc-deploy"
+            )
     kind = meta.get("model_kind", "bnc")
     checker = _KIND_CHECKERS.get(kind)
     if checker is None:
-        raise MetadataError(f"{where}: unknown model kind {kind!r} (this bnc-deploy reads "
-                            f"{', '.join(sorted(_KIND_CHECKERS))})")
+        raise MetadataError(
+            f"{where}: unknown model kind {kind!r} (this bnc-deploy reads {', '.join(sorted(_KIND_CHECKERS))})"
+        )
     checker(meta, where)
     return meta
 

@@ -127,8 +127,10 @@ def ort_operators(model: ModelSource) -> dict[str, dict[str, list[str]]]:
         n = g.Nodes(i)
         domain = _text(n.Domain()) or "ai.onnx"
         out.setdefault(domain, {}).setdefault(str(int(n.SinceVersion())), set()).add(_text(n.OpType()))
-    return {d: {v: sorted(ops) for v, ops in sorted(opsets.items(), key=lambda kv: int(kv[0]))}
-            for d, opsets in sorted(out.items())}
+    return {
+        d: {v: sorted(ops) for v, ops in sorted(opsets.items(), key=lambda kv: int(kv[0]))}
+        for d, opsets in sorted(out.items())
+    }
 
 
 # -- ORT graph -> onnx.ModelProto --------------------------------------------------------------------
@@ -155,9 +157,13 @@ def ort_to_onnx(model: ModelSource) -> ModelProto:
     for i in sorted(range(g.NodesLength()), key=lambda k: g.Nodes(k).Index()):
         n = g.Nodes(i)
         attrs = [_attribute(schema, n.Attributes(k)) for k in range(n.AttributesLength())]
-        node = helper.make_node(_text(n.OpType()), [_text(n.Inputs(k)) for k in range(n.InputsLength())],
-                                [_text(n.Outputs(k)) for k in range(n.OutputsLength())],
-                                name=_text(n.Name()), domain=_text(n.Domain()))
+        node = helper.make_node(
+            _text(n.OpType()),
+            [_text(n.Inputs(k)) for k in range(n.InputsLength())],
+            [_text(n.Outputs(k)) for k in range(n.OutputsLength())],
+            name=_text(n.Name()),
+            domain=_text(n.Domain()),
+        )
         node.attribute.extend(attrs)
         nodes.append(node)
 
@@ -172,10 +178,17 @@ def ort_to_onnx(model: ModelSource) -> ModelProto:
     known = {t.name for t in inputs + outputs} | names
     value_info = [io(name) for name, (elem, _) in args.items() if name not in known and elem]
     graph = helper.make_graph(nodes, "ort", inputs, outputs, initializer=initializers, value_info=value_info)
-    opsets = [helper.make_opsetid(_text(o.Domain()), int(o.Version())) for o in
-              (m.OpsetImport(i) for i in range(m.OpsetImportLength()))]
-    proto = helper.make_model(graph, opset_imports=opsets, producer_name=_text(m.ProducerName()),
-                              producer_version=_text(m.ProducerVersion()), ir_version=int(m.IrVersion()))
+    opsets = [
+        helper.make_opsetid(_text(o.Domain()), int(o.Version()))
+        for o in (m.OpsetImport(i) for i in range(m.OpsetImportLength()))
+    ]
+    proto = helper.make_model(
+        graph,
+        opset_imports=opsets,
+        producer_name=_text(m.ProducerName()),
+        producer_version=_text(m.ProducerVersion()),
+        ir_version=int(m.IrVersion()),
+    )
     helper.set_model_props(proto, read_ort_metadata_props(model))
     return proto
 
@@ -232,20 +245,24 @@ def _attribute(schema: ModuleType, a: Attribute) -> AttributeProto:
     if kind == kinds.TENSOR:
         return helper.make_attribute(name, _tensor(a.T()))
     if kind == kinds.FLOATS:
-        return helper.make_attribute(name, [float(v) for v in a.FloatsAsNumpy()] if a.FloatsLength() else [],
-                                     attr_type=AttributeProto.FLOATS)
+        return helper.make_attribute(
+            name, [float(v) for v in a.FloatsAsNumpy()] if a.FloatsLength() else [], attr_type=AttributeProto.FLOATS
+        )
     if kind == kinds.INTS:
-        return helper.make_attribute(name, [int(v) for v in a.IntsAsNumpy()] if a.IntsLength() else [],
-                                     attr_type=AttributeProto.INTS)
+        return helper.make_attribute(
+            name, [int(v) for v in a.IntsAsNumpy()] if a.IntsLength() else [], attr_type=AttributeProto.INTS
+        )
     if kind == kinds.STRINGS:
-        return helper.make_attribute(name, [a.Strings(k) for k in range(a.StringsLength())],
-                                     attr_type=AttributeProto.STRINGS)
+        return helper.make_attribute(
+            name, [a.Strings(k) for k in range(a.StringsLength())], attr_type=AttributeProto.STRINGS
+        )
     raise MetadataError(f"ORT node attribute {name!r} of type {kind} (subgraphs, sparse tensors) is not read here")
 
 
 # -- reduced operator config ---------------------------------------------------------------------------
-def required_operators_config(models: str | Path | Iterable[str | os.PathLike[str]], *,
-                              type_reduction: bool = False) -> str:
+def required_operators_config(
+    models: str | Path | Iterable[str | os.PathLike[str]], *, type_reduction: bool = False
+) -> str:
     """The reduced-operator config of ORT files ``models`` (paths), as onnxruntime's tools write it.
 
     The text of ``required_operators.config`` (``type_reduction``: ``required_operators_and_types

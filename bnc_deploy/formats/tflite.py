@@ -52,9 +52,12 @@ def load_model_t(model: bytes) -> tuple[ModuleType, ModelT]:
     return schema, schema.ModelT.InitFromPackedBuf(bytearray(model), 0)
 
 
-def finish_flatbuffer(converted: bytes, meta: Mapping[str, Any],
-                      output_names: tuple[str, str] = (OUTPUT_LOG_JOINT, OUTPUT_LABEL),
-                      extra_metadata: Mapping[str, bytes] | None = None) -> bytes:
+def finish_flatbuffer(
+    converted: bytes,
+    meta: Mapping[str, Any],
+    output_names: tuple[str, str] = (OUTPUT_LOG_JOINT, OUTPUT_LABEL),
+    extra_metadata: Mapping[str, bytes] | None = None,
+) -> bytes:
     """Name the I/O tensors, add the ``serving_default`` signature and the metadata buffer.
 
     ``output_names``: names of the two outputs, in order (DNN exports: ``logits``, ``label``).
@@ -66,8 +69,9 @@ def finish_flatbuffer(converted: bytes, meta: Mapping[str, Any],
     schema, m = load_model_t(converted)
     sub = m.subgraphs[0]
     if len(sub.inputs) != 1 or len(sub.outputs) != 2:
-        raise ExportError(f"converted graph has {len(sub.inputs)} inputs and {len(sub.outputs)} outputs, "
-                          "expected 1 and 2")
+        raise ExportError(
+            f"converted graph has {len(sub.inputs)} inputs and {len(sub.outputs)} outputs, expected 1 and 2"
+        )
     first, second = output_names
     names = {int(sub.inputs[0]): INPUT_NAME, int(sub.outputs[0]): first, int(sub.outputs[1]): second}
     for index, name in names.items():
@@ -76,8 +80,7 @@ def finish_flatbuffer(converted: bytes, meta: Mapping[str, Any],
     signature.signatureKey = b"serving_default"
     signature.subgraphIndex = 0
     signature.inputs = [tensor_map(schema, INPUT_NAME, sub.inputs[0])]
-    signature.outputs = [tensor_map(schema, first, sub.outputs[0]),
-                         tensor_map(schema, second, sub.outputs[1])]
+    signature.outputs = [tensor_map(schema, first, sub.outputs[0]), tensor_map(schema, second, sub.outputs[1])]
     m.signatureDefs = [signature]
     entries = {METADATA_KEY: dump_metadata(meta).encode("utf-8"), **(extra_metadata or {})}
     for name, data in entries.items():
@@ -180,10 +183,22 @@ def inspect_tflite(model: ModelSource) -> TFLiteSummary:
         zero = _ints(q.zeroPoint) if q is not None and q.zeroPoint is not None else []
         shape = _ints(t.shape)
         signature = _ints(t.shapeSignature) if t.shapeSignature is not None else shape
-        tensors.append(TensorInfo(k, (t.name or b"").decode(errors="replace"), type_names.get(int(t.type), str(t.type)),
-                                  shape, signature, scale, zero, buffer_bytes(int(t.buffer))))
-    metadata = {(e.name.decode() if isinstance(e.name, bytes) else str(e.name)): buffer_bytes(int(e.buffer))
-                for e in (m.metadata or [])}
+        tensors.append(
+            TensorInfo(
+                k,
+                (t.name or b"").decode(errors="replace"),
+                type_names.get(int(t.type), str(t.type)),
+                shape,
+                signature,
+                scale,
+                zero,
+                buffer_bytes(int(t.buffer)),
+            )
+        )
+    metadata = {
+        (e.name.decode() if isinstance(e.name, bytes) else str(e.name)): buffer_bytes(int(e.buffer))
+        for e in (m.metadata or [])
+    }
     return TFLiteSummary(ops, tensors, _ints(sub.inputs), _ints(sub.outputs), metadata)
 
 

@@ -46,10 +46,23 @@ _FILE_TYPE_NAMES = {v: k for k, v in FILE_TYPES.items()}
 _FEATURE_PROPERTIES = 1
 
 # Slot numbers (field order in metadata_schema.fbs; a union takes two slots: its type, then its value).
-_MODEL = {"name": 0, "description": 1, "version": 2, "subgraph_metadata": 3, "author": 4, "license": 5,
-          "associated_files": 6, "min_parser_version": 7}
-_SUBGRAPH = {"name": 0, "description": 1, "input_tensor_metadata": 2, "output_tensor_metadata": 3,
-             "associated_files": 4}
+_MODEL = {
+    "name": 0,
+    "description": 1,
+    "version": 2,
+    "subgraph_metadata": 3,
+    "author": 4,
+    "license": 5,
+    "associated_files": 6,
+    "min_parser_version": 7,
+}
+_SUBGRAPH = {
+    "name": 0,
+    "description": 1,
+    "input_tensor_metadata": 2,
+    "output_tensor_metadata": 3,
+    "associated_files": 4,
+}
 _TENSOR = {"name": 0, "description": 1, "dimension_names": 2, "content": 3, "associated_files": 6}
 _CONTENT = {"content_properties_type": 0, "content_properties": 1}
 _FILE = {"name": 0, "description": 1, "type": 2, "locale": 3, "version": 4}
@@ -183,22 +196,39 @@ def build_model_metadata(model: ModelMetadata) -> bytes:
         dims = vector([string(d) for d in names]) if names else None
         b.StartObject(0)
         feature = b.EndObject()
-        content = table(_CONTENT, {"content_properties_type": ("byte", _FEATURE_PROPERTIES),
-                                   "content_properties": feature})
+        content = table(
+            _CONTENT, {"content_properties_type": ("byte", _FEATURE_PROPERTIES), "content_properties": feature}
+        )
         listed = t.get("associated_files")
         files = vector([associated_file(f) for f in listed]) if listed else None
-        return table(_TENSOR, {"name": name, "description": desc, "dimension_names": dims, "content": content,
-                               "associated_files": files})
+        return table(
+            _TENSOR,
+            {"name": name, "description": desc, "dimension_names": dims, "content": content, "associated_files": files},
+        )
 
     inputs = vector([tensor(t) for t in model["inputs"]])
     outputs = vector([tensor(t) for t in model["outputs"]])
-    subgraph = table(_SUBGRAPH, {"name": string(model.get("subgraph_name")), "input_tensor_metadata": inputs,
-                                 "output_tensor_metadata": outputs})
+    subgraph = table(
+        _SUBGRAPH,
+        {
+            "name": string(model.get("subgraph_name")),
+            "input_tensor_metadata": inputs,
+            "output_tensor_metadata": outputs,
+        },
+    )
     subgraphs = vector([subgraph])
-    root = table(_MODEL, {"name": string(model["name"]), "description": string(model.get("description")),
-                          "version": string(model.get("version")), "subgraph_metadata": subgraphs,
-                          "author": string(model.get("author")), "license": string(model.get("license")),
-                          "min_parser_version": string(MIN_PARSER_VERSION)})
+    root = table(
+        _MODEL,
+        {
+            "name": string(model["name"]),
+            "description": string(model.get("description")),
+            "version": string(model.get("version")),
+            "subgraph_metadata": subgraphs,
+            "author": string(model.get("author")),
+            "license": string(model.get("license")),
+            "min_parser_version": string(MIN_PARSER_VERSION),
+        },
+    )
     b.Finish(root, file_identifier=METADATA_IDENTIFIER)
     return bytes(b.Output())
 
@@ -256,8 +286,11 @@ def _strings(tab: _Table, slot: int) -> list[str]:
 
 
 def _read_file(fb: ModuleType, tab: _Table) -> AssociatedFile:
-    return {"name": _str(tab, _FILE["name"]), "description": _str(tab, _FILE["description"]),
-            "type": _FILE_TYPE_NAMES.get(_byte(fb, tab, _FILE["type"]), "UNKNOWN")}
+    return {
+        "name": _str(tab, _FILE["name"]),
+        "description": _str(tab, _FILE["description"]),
+        "type": _FILE_TYPE_NAMES.get(_byte(fb, tab, _FILE["type"]), "UNKNOWN"),
+    }
 
 
 def _read_tensor(fb: ModuleType, tab: _Table) -> TensorMetadata:
@@ -279,11 +312,16 @@ def _read_model(fb: ModuleType, root: _Table) -> ModelMetadata:
     if len(subgraphs) != 1:
         raise MetadataError(f"TFLite model metadata has {len(subgraphs)} subgraphs, expected 1")
     sub = subgraphs[0]
-    return {"name": _str(root, _MODEL["name"]), "description": _str(root, _MODEL["description"]),
-            "version": _str(root, _MODEL["version"]), "author": _str(root, _MODEL["author"]),
-            "license": _str(root, _MODEL["license"]), "min_parser_version": _str(root, _MODEL["min_parser_version"]),
-            "inputs": [_read_tensor(fb, t) for t in _tables(fb, sub, _SUBGRAPH["input_tensor_metadata"])],
-            "outputs": [_read_tensor(fb, t) for t in _tables(fb, sub, _SUBGRAPH["output_tensor_metadata"])]}
+    return {
+        "name": _str(root, _MODEL["name"]),
+        "description": _str(root, _MODEL["description"]),
+        "version": _str(root, _MODEL["version"]),
+        "author": _str(root, _MODEL["author"]),
+        "license": _str(root, _MODEL["license"]),
+        "min_parser_version": _str(root, _MODEL["min_parser_version"]),
+        "inputs": [_read_tensor(fb, t) for t in _tables(fb, sub, _SUBGRAPH["input_tensor_metadata"])],
+        "outputs": [_read_tensor(fb, t) for t in _tables(fb, sub, _SUBGRAPH["output_tensor_metadata"])],
+    }
 
 
 # -- associated files (a ZIP appended to the model) --------------------------------------------------

@@ -22,7 +22,7 @@ _ONEHOT_GRAD_MAX_ELEMENTS = 1 << 20
 
 
 def _quantize(theta: torch.Tensor, frac_bits: int, max_magnitude: float) -> torch.Tensor:
-    scale = 2.0 ** frac_bits  # power of two: exact
+    scale = 2.0**frac_bits  # power of two: exact
     return torch.round(theta * scale).div_(scale).clamp_(-max_magnitude, 0.0)
 
 
@@ -99,12 +99,12 @@ def hybrid_forward(log_joint, labels, lam, gamma, eta, exclude_true):
 
     ``exclude_true`` is the (C, C) matrix with -inf on the diagonal and 0 elsewhere.
     """
-    true = log_joint.gather(1, labels[:, None])                                     # (n, 1)
-    z = exclude_true.index_select(0, labels).add_(log_joint, alpha=eta)             # eta*lj, -inf at c_n
+    true = log_joint.gather(1, labels[:, None])  # (n, 1)
+    z = exclude_true.index_select(0, labels).add_(log_joint, alpha=eta)  # eta*lj, -inf at c_n
     z_max = z.amax(dim=1, keepdim=True)
-    w = z.sub_(z_max).exp_()                                                        # unnormalized softmax
+    w = z.sub_(z_max).exp_()  # unnormalized softmax
     total = w.sum(dim=1, keepdim=True)
-    smooth_max = total.log().add_(z_max).div_(eta).add_(gamma).sub_(true)           # (n, 1)
+    smooth_max = total.log().add_(z_max).div_(eta).add_(gamma).sub_(true)  # (n, 1)
     active = smooth_max > 0
     loss = smooth_max.clamp_min_(0).mul_(lam).sub_(true).mean()
     return loss, (w, total, labels, active, lam)
@@ -118,8 +118,8 @@ def hybrid_backward(saved, grad=1.0):
     """
     w, total, labels, active, lam = saved
     n = w.shape[0]
-    coef = active.to(w.dtype).mul_(grad * lam / n)                                  # (n, 1)
-    grad_lj = w.div_(total).mul_(coef)                                              # zero at c_n: exp(-inf)
+    coef = active.to(w.dtype).mul_(grad * lam / n)  # (n, 1)
+    grad_lj = w.div_(total).mul_(coef)  # zero at c_n: exp(-inf)
     return grad_lj.scatter_(1, labels[:, None], coef.add(grad / n).neg_())
 
 

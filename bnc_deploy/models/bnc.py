@@ -26,8 +26,9 @@ from bnc_deploy.quantizers import FixedPointLogQuantizer
 PAD = -1.0e4
 
 
-def ml_log_counts(x: np.ndarray, y: np.ndarray, cardinalities: np.ndarray, parents: np.ndarray,
-                  n_classes: int, smoothing: float) -> tuple[np.ndarray, np.ndarray]:
+def ml_log_counts(
+    x: np.ndarray, y: np.ndarray, cardinalities: np.ndarray, parents: np.ndarray, n_classes: int, smoothing: float
+) -> tuple[np.ndarray, np.ndarray]:
     """Maximum-likelihood initialisation: ``log(count + smoothing)`` (unnormalized).
 
     Returns ``(class_rho (C,), rho (D, P, K, C))`` in the model's padded layout.
@@ -64,8 +65,17 @@ class BayesNetClassifier(nn.Module):
     generator : torch.Generator for the uniform initialisation
     """
 
-    def __init__(self, cardinalities, n_classes: int, parents=None, quantizer: FixedPointLogQuantizer | None = None,
-                 init: str = "uniform", data=None, smoothing: float = 1.0, generator: torch.Generator | None = None):
+    def __init__(
+        self,
+        cardinalities,
+        n_classes: int,
+        parents=None,
+        quantizer: FixedPointLogQuantizer | None = None,
+        init: str = "uniform",
+        data=None,
+        smoothing: float = 1.0,
+        generator: torch.Generator | None = None,
+    ):
         super().__init__()
         cardinalities = np.asarray(cardinalities, dtype=np.int64)
         d = cardinalities.shape[0]
@@ -90,19 +100,22 @@ class BayesNetClassifier(nn.Module):
         elif init == "ml":
             if data is None:
                 raise ValueError('init="ml" needs the training data (x, y)')
-            class_np, rho_np = ml_log_counts(np.asarray(data[0]), np.asarray(data[1]), cardinalities, parents,
-                                             self.n_classes, smoothing)
+            class_np, rho_np = ml_log_counts(
+                np.asarray(data[0]), np.asarray(data[1]), cardinalities, parents, self.n_classes, smoothing
+            )
             rho, class_rho = torch.tensor(rho_np, dtype=torch.float32), torch.tensor(class_np, dtype=torch.float32)
         else:
             raise ValueError(f"unknown init {init!r}: use 'uniform' or 'ml'")
-        valid = (torch.arange(self.k_max)[None, None, :] < torch.as_tensor(cardinalities)[:, None, None]) & \
-                (torch.arange(self.p_max)[None, :, None] < torch.as_tensor(p_card)[:, None, None])
+        valid = (torch.arange(self.k_max)[None, None, :] < torch.as_tensor(cardinalities)[:, None, None]) & (
+            torch.arange(self.p_max)[None, :, None] < torch.as_tensor(p_card)[:, None, None]
+        )
         self.register_buffer("valid", valid[..., None].expand(shape).contiguous(), persistent=False)
         self.rho = nn.Parameter(torch.where(self.valid, rho, torch.full_like(rho, PAD)))
         self.class_rho = nn.Parameter(class_rho)
         # Index pieces: flat row of (feature i, parent value p, value k) is (i * P + p) * K + k.
-        self.register_buffer("_feature_base", torch.arange(d, dtype=torch.int64) * self.p_max * self.k_max,
-                             persistent=False)
+        self.register_buffer(
+            "_feature_base", torch.arange(d, dtype=torch.int64) * self.p_max * self.k_max, persistent=False
+        )
         self.register_buffer("_parent_index", torch.as_tensor(np.where(parents >= 0, parents, 0)), persistent=False)
         self.register_buffer("_has_parent", torch.as_tensor(parents >= 0), persistent=False)
 
@@ -146,8 +159,9 @@ class BayesNetClassifier(nn.Module):
 
     # -- artifact -----------------------------------------------------------------------------
     @torch.no_grad()
-    def to_artifact(self, class_names, feature_names, discretizer=None, metadata=None,
-                    check_x=None, check_y=None) -> BNCArtifact:
+    def to_artifact(
+        self, class_names, feature_names, discretizer=None, metadata=None, check_x=None, check_y=None
+    ) -> BNCArtifact:
         """Freeze the trained model into a framework-neutral :class:`BNCArtifact`."""
         if not torch.all(self.rho[~self.valid] == PAD):
             raise RuntimeError("padding entries of rho changed during training (weight decay?); tables are invalid")
@@ -157,10 +171,19 @@ class BayesNetClassifier(nn.Module):
             # Stacked row offset_i + x_i * |X_pa| + x_pa  <-  theta[i, x_pa, x_i, :]
             blocks.append(theta[i, :p, :k, :].transpose(1, 0, 2).reshape(k * p, self.n_classes))
         table = np.concatenate(blocks, axis=0) if blocks else np.zeros((0, self.n_classes))
-        common = dict(parents=self.parents, cardinalities=self.cardinalities, class_names=class_names,
-                      feature_names=feature_names, discretizer=discretizer, metadata=metadata or {},
-                      check_x=check_x, check_y=check_y)
+        common = dict(
+            parents=self.parents,
+            cardinalities=self.cardinalities,
+            class_names=class_names,
+            feature_names=feature_names,
+            discretizer=discretizer,
+            metadata=metadata or {},
+            check_x=check_x,
+            check_y=check_y,
+        )
         if self.quantizer is not None:
             q = self.quantizer
-            return BNCArtifact(quantizer=q, class_codes=q.to_codes(class_theta), table_codes=q.to_codes(table), **common)
+            return BNCArtifact(
+                quantizer=q, class_codes=q.to_codes(class_theta), table_codes=q.to_codes(table), **common
+            )
         return BNCArtifact(class_logp=class_theta.astype(np.float32), table_logp=table.astype(np.float32), **common)

@@ -23,7 +23,6 @@ from torch.nn import functional as F
 from bnc_deploy.artifacts.dnn import DNNLayer
 from bnc_deploy.quantizers import DoReFaWeightQuantizer
 
-
 # ==============================================================================================
 # Quantization-aware building blocks
 # ==============================================================================================
@@ -58,7 +57,7 @@ def _dorefa_forward(w: torch.Tensor, bits: int) -> torch.Tensor:
     float64, cast to ``w.dtype``: for float32 this is ``float32(code / M)``, bit-identical to
     ``DoReFaWeightQuantizer(bits).quantize(w).astype(np.float32)``.
     """
-    m = 2 ** bits - 1
+    m = 2**bits - 1
     w64 = torch.clamp(w.detach().to(torch.float64), -1.0, 1.0)
     if bits == 1:
         codes = torch.where(w64 >= 0.0, 1.0, -1.0).to(torch.float64)
@@ -312,8 +311,16 @@ class QuantMLP(nn.Module):
         Random source of the stochastic sign.
     """
 
-    def __init__(self, n_inputs: int, n_classes: int, hidden: list[int], bits: int, activation: str,
-                 batch_norm: bool, generator: torch.Generator | None = None):
+    def __init__(
+        self,
+        n_inputs: int,
+        n_classes: int,
+        hidden: list[int],
+        bits: int,
+        activation: str,
+        batch_norm: bool,
+        generator: torch.Generator | None = None,
+    ):
         super().__init__()
         self.architecture = "fc"
         self.activation = activation
@@ -350,8 +357,17 @@ class QuantCNN(nn.Module):
         As for :class:`QuantMLP`.
     """
 
-    def __init__(self, in_channels: int, image_shape, n_classes: int, channels: list[int], bits: int,
-                 activation: str, batch_norm: bool, generator: torch.Generator | None = None):
+    def __init__(
+        self,
+        in_channels: int,
+        image_shape,
+        n_classes: int,
+        channels: list[int],
+        bits: int,
+        activation: str,
+        batch_norm: bool,
+        generator: torch.Generator | None = None,
+    ):
         super().__init__()
         self.architecture = "cnn"
         self.activation = activation
@@ -363,13 +379,13 @@ class QuantCNN(nn.Module):
             width, h, w = int(ch), h // 2, w // 2
         if h < 1 or w < 1:
             raise ValueError(f"image {tuple(image_shape)} is too small for {len(channels)} pooling layers")
-        self.pool = nn.MaxPool2d(2)          # stride 2, floor: what the artifact specifies
+        self.pool = nn.MaxPool2d(2)  # stride 2, floor: what the artifact specifies
         self.output = QuantDense(width * h * w, int(n_classes), bits, bias=True)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for block in self.convs:
             x = self.pool(_run_block(block, "conv", x))
-        return self.output(torch.flatten(x, 1))      # (C, H, W) order, as the artifact says
+        return self.output(torch.flatten(x, 1))  # (C, H, W) order, as the artifact says
 
     def to_layers(self) -> list[DNNLayer]:
         layers = [_hidden_layer("conv2d", block, pool=True) for block in self.convs]

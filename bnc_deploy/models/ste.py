@@ -10,7 +10,7 @@ class _FixedPointSTE(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, theta, frac_bits: int, max_magnitude: float):
-        scale = 2.0 ** frac_bits  # a power of two: the products below are exact
+        scale = 2.0**frac_bits  # a power of two: the products below are exact
         return torch.clamp(torch.round(theta * scale) / scale, -max_magnitude, 0.0)
 
     @staticmethod

@@ -7,7 +7,8 @@ A fixed feature ordering makes every structure acyclic: feature ``i`` may only t
 comes before it. Each feature has ``J = K + 1`` candidate *slots*: slot 0 is "no parent" (class
 only, a ``(|X_i|, C)`` table), slots ``1..`` hold candidate parents ``j`` (a ``(|X_j|, |X_i|, C)``
 table each). All candidate tables live in ONE tensor ``rho`` (rows of ``(K, C)``, see
-:class:`StructureLearningTAN`) and are trained jointly. The structure is a one-hot ``s_i`` over the slots of feature ``i``::
+:class:`StructureLearningTAN`) and are trained jointly. The structure is a one-hot ``s_i`` over the slots of feature
+``i``::
 
     log p(c, x) = log p(c) + sum_i sum_j s_ij * log p_j(x_i | x_pa_j, c)
 
@@ -60,7 +61,6 @@ def expected_size_penalty(logits: torch.Tensor, counts: torch.Tensor) -> torch.T
     return (torch.softmax(logits, dim=-1) * counts).sum()
 
 
-
 # -- the model --------------------------------------------------------------------------------------
 class CandidateLogJoint(torch.autograd.Function):
     """``log p(c, x)`` (n, C) of a weighted structure, with a closed-form, sparse backward.
@@ -95,7 +95,7 @@ class CandidateLogJoint(torch.autograd.Function):
         grad_s = torch.mv(gathered, grad.reshape(-1))
         # Table gradient: only slots with s != 0 were used, so only their rows receive gradient.
         active = torch.nonzero(s).squeeze(1)
-        entries = indices[:, active].reshape(-1)                                          # (n * |active|,)
+        entries = indices[:, active].reshape(-1)  # (n * |active|,)
         contrib = (grad[:, None, :] * s[active][None, :, None]).reshape(-1, n_classes)
         grad_theta = torch.zeros(n_rows * k_max, n_classes, dtype=grad.dtype).index_add_(0, entries, contrib)
         grad_theta = grad_theta.view(n_rows, k_max, n_classes)
@@ -131,8 +131,16 @@ class StructureLearningTAN(nn.Module):
     :meth:`structure_logits`).
     """
 
-    def __init__(self, cardinalities, n_classes: int, candidates, init: str = "uniform", data=None,
-                 smoothing: float = 1.0, generator: torch.Generator | None = None):
+    def __init__(
+        self,
+        cardinalities,
+        n_classes: int,
+        candidates,
+        init: str = "uniform",
+        data=None,
+        smoothing: float = 1.0,
+        generator: torch.Generator | None = None,
+    ):
         super().__init__()
         cardinalities = np.asarray(cardinalities, dtype=np.int64)
         candidates = np.asarray(candidates, dtype=np.int64)
@@ -141,8 +149,11 @@ class StructureLearningTAN(nn.Module):
             raise ValueError(f"a classifier needs at least 2 classes, got {n_classes}")
         if candidates.ndim != 2 or candidates.shape[0] != d or not np.all(candidates[:, 0] == NO_PARENT):
             raise ValueError(f"candidates must have shape ({d}, J) with slot 0 = {NO_PARENT} (no parent)")
-        if np.any(candidates[:, 1:] >= d) or np.any(candidates[:, 1:] == np.arange(d)[:, None]) \
-                or np.any(candidates[:, 1:] < UNUSED_SLOT):
+        if (
+            np.any(candidates[:, 1:] >= d)
+            or np.any(candidates[:, 1:] == np.arange(d)[:, None])
+            or np.any(candidates[:, 1:] < UNUSED_SLOT)
+        ):
             raise ValueError("candidates name a feature outside 0..D-1 or the feature itself")
         self.cardinalities, self.candidates, self.n_classes = cardinalities, candidates, int(n_classes)
         self.n_slots = candidates.shape[1]
@@ -153,7 +164,7 @@ class StructureLearningTAN(nn.Module):
         self.slot_rows = slot_rows
         self.row_offsets = (np.cumsum(slot_rows.ravel()) - slot_rows.ravel()).reshape(d, self.n_slots)
         self.n_rows = int(slot_rows.sum())
-        row_feature = np.repeat(np.repeat(np.arange(d), self.n_slots), slot_rows.ravel())         # (R,)
+        row_feature = np.repeat(np.repeat(np.arange(d), self.n_slots), slot_rows.ravel())  # (R,)
         shape = (self.n_rows, self.k_max, self.n_classes)
         valid = torch.arange(self.k_max)[None, :] < torch.as_tensor(cardinalities[row_feature])[:, None]
         self.register_buffer("valid", valid[..., None].expand(shape).contiguous(), persistent=False)
@@ -170,8 +181,10 @@ class StructureLearningTAN(nn.Module):
 
     def _initial_rho(self, shape, init, data, smoothing, generator):
         if init == "uniform":
-            return (torch.rand(shape, generator=generator) * 0.2 - 0.1,
-                    torch.rand((self.n_classes,), generator=generator) * 0.2 - 0.1)
+            return (
+                torch.rand(shape, generator=generator) * 0.2 - 0.1,
+                torch.rand((self.n_classes,), generator=generator) * 0.2 - 0.1,
+            )
         if init != "ml":
             raise ValueError(f"unknown init {init!r}: use 'uniform' or 'ml'")
         if data is None:
@@ -180,12 +193,15 @@ class StructureLearningTAN(nn.Module):
         used = self.slot_used.numpy().ravel()
         counts = np.zeros(int(np.prod(shape)))
         for start in range(0, x.shape[0], 2048):  # chunks bound the (rows, D*J) index memory
-            entries = self.flat_indices(x[start:start + 2048]).numpy()[:, used]  # unused slots alias slot 0
-            counts += np.bincount((entries * self.n_classes + y[start:start + 2048, None]).ravel(),
-                                  minlength=counts.size)
+            entries = self.flat_indices(x[start : start + 2048]).numpy()[:, used]  # unused slots alias slot 0
+            counts += np.bincount(
+                (entries * self.n_classes + y[start : start + 2048, None]).ravel(), minlength=counts.size
+            )
         class_counts = np.bincount(y, minlength=self.n_classes).astype(np.float64)
-        return (torch.tensor(np.log(counts + smoothing).reshape(shape), dtype=torch.float32),
-                torch.tensor(np.log(class_counts + smoothing), dtype=torch.float32))
+        return (
+            torch.tensor(np.log(counts + smoothing).reshape(shape), dtype=torch.float32),
+            torch.tensor(np.log(class_counts + smoothing), dtype=torch.float32),
+        )
 
     # -- indices ------------------------------------------------------------------------------
     def flat_indices(self, x) -> torch.Tensor:
@@ -196,7 +212,7 @@ class StructureLearningTAN(nn.Module):
         """
         x = torch.as_tensor(np.asarray(x), dtype=torch.int64)
         parent_values = torch.where(self._slot_has_parent, x[:, self._slot_parent], torch.zeros((), dtype=torch.int64))
-        entries = (self._slot_offset + parent_values) * self.k_max + x[:, :, None]               # (n, D, J)
+        entries = (self._slot_offset + parent_values) * self.k_max + x[:, :, None]  # (n, D, J)
         return entries.reshape(x.shape[0], -1)
 
     # -- structure ----------------------------------------------------------------------------
@@ -236,7 +252,9 @@ class StructureLearningTAN(nn.Module):
         class_theta, theta = self.log_tables()
         n, d = indices.shape[0], self.cardinalities.shape[0]
         chosen = indices.view(n, d, self.n_slots).gather(2, self.argmax_slots().view(1, d, 1).expand(n, d, 1))
-        return nn.functional.embedding_bag(chosen.squeeze(2), theta.reshape(-1, self.n_classes), mode="sum") + class_theta
+        return (
+            nn.functional.embedding_bag(chosen.squeeze(2), theta.reshape(-1, self.n_classes), mode="sum") + class_theta
+        )
 
     @torch.no_grad()
     def predict(self, x) -> np.ndarray:
@@ -253,10 +271,10 @@ class StructureLearningTAN(nn.Module):
         parents = self.parents()
         model = BayesNetClassifier(self.cardinalities, self.n_classes, parents, quantizer=quantizer)
         d = self.cardinalities.shape[0]
-        first = torch.as_tensor(self.row_offsets[np.arange(d), self.argmax_slots().numpy()])          # (D,)
+        first = torch.as_tensor(self.row_offsets[np.arange(d), self.argmax_slots().numpy()])  # (D,)
         # Rows first + p for p < P' (clamped: rows past the slot's own are padding, masked below).
         rows = (first[:, None] + torch.arange(model.p_max)[None, :]).clamp_(max=self.n_rows - 1)
-        chosen = self.rho[rows]                                                                     # (D, P', K, C)
+        chosen = self.rho[rows]  # (D, P', K, C)
         model.rho.copy_(torch.where(model.valid, chosen, torch.full_like(chosen, PAD)))
         model.class_rho.copy_(self.class_rho)
         return model

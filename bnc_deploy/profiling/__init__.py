@@ -32,6 +32,17 @@ from bnc_deploy.profiling.latency import environment, measure_accuracy, measure_
 from bnc_deploy.profiling.pareto import mark_pareto, pareto_front, plot_all, plot_overview
 
 __all__ = [
-    "CostReport", "GraphCount", "analytic_costs", "count_graph", "dnn_costs", "environment", "mark_pareto",
-    "measure_accuracy", "measure_latency", "pareto_front", "plot_all", "plot_overview", "register_cost_model",
+    "CostReport",
+    "GraphCount",
+    "analytic_costs",
+    "count_graph",
+    "dnn_costs",
+    "environment",
+    "mark_pareto",
+    "measure_accuracy",
+    "measure_latency",
+    "pareto_front",
+    "plot_all",
+    "plot_overview",
+    "register_cost_model",
 ]

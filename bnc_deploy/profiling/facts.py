@@ -29,19 +29,19 @@ class ModelFacts:
     """Costs and description of one model file (no runtime involved)."""
 
     file: str
-    format: str                     # the suffix without its dot: "bnc", "onnx", "tflite", "h", ...
+    format: str  # the suffix without its dot: "bnc", "onnx", "tflite", "h", ...
     file_bytes: int
-    model_kind: str                 # "bnc" or "dnn"
+    model_kind: str  # "bnc" or "dnn"
     structure: str
     lowering: str | None
     bits: int
     quantized: bool
-    input: str                      # "codes" or raw values
+    input: str  # "codes" or raw values
     cardinalities: list[int]
-    costs: CostReport               # analytic costs
+    costs: CostReport  # analytic costs
     graph: GraphCount | None = None  # the exported graph's count (None: a .bnc, a C file)
-    artifact: Any = None            # the loaded artifact of a .bnc (None for exports)
-    stored_dataset: str | None = None     # a .bnc's training data and stored test error
+    artifact: Any = None  # the loaded artifact of a .bnc (None for exports)
+    stored_dataset: str | None = None  # a .bnc's training data and stored test error
     stored_fold: int | None = None
     stored_test_error: float | None = None
     notes: list[str] = field(default_factory=list)
@@ -65,11 +65,21 @@ def _artifact_facts(p: Path, common: dict) -> ModelFacts:
     artifact = load_artifact(p)
     costs = cost_models.analytic_costs(artifact)
     data = artifact.metadata.get("data", {})
-    return ModelFacts(**common, model_kind=artifact.kind, structure=artifact.structure, lowering=None,
-                      bits=artifact.bits_per_parameter, quantized=artifact.is_quantized, input="codes",
-                      cardinalities=[int(c) for c in artifact.cardinalities], costs=costs, artifact=artifact,
-                      stored_dataset=data.get("name"), stored_fold=data.get("fold"),
-                      stored_test_error=artifact.metadata.get("errors", {}).get("test"))
+    return ModelFacts(
+        **common,
+        model_kind=artifact.kind,
+        structure=artifact.structure,
+        lowering=None,
+        bits=artifact.bits_per_parameter,
+        quantized=artifact.is_quantized,
+        input="codes",
+        cardinalities=[int(c) for c in artifact.cardinalities],
+        costs=costs,
+        artifact=artifact,
+        stored_dataset=data.get("name"),
+        stored_fold=data.get("fold"),
+        stored_test_error=artifact.metadata.get("errors", {}).get("test"),
+    )
 
 
 def _export_facts(p: Path, common: dict, *, verify_integrity: bool, key: bytes | None) -> ModelFacts:
@@ -92,8 +102,18 @@ def _export_facts(p: Path, common: dict, *, verify_integrity: bool, key: bytes |
         raise MetadataError(f"{p}: no analytic cost model for model kind {kind!r}")
     try:
         costs = cost_models.costs_from_metadata(meta)
-        return ModelFacts(**common, model_kind=kind, structure=meta["structure"], lowering=meta.get("lowering"),
-                          bits=meta["bits"], quantized=meta["quantized"], input=meta["input"],
-                          cardinalities=list(meta["cardinalities"]), costs=costs, graph=count, notes=notes)
+        return ModelFacts(
+            **common,
+            model_kind=kind,
+            structure=meta["structure"],
+            lowering=meta.get("lowering"),
+            bits=meta["bits"],
+            quantized=meta["quantized"],
+            input=meta["input"],
+            cardinalities=list(meta["cardinalities"]),
+            costs=costs,
+            graph=count,
+            notes=notes,
+        )
     except (KeyError, TypeError) as exc:
         raise MetadataError(f"{p}: incomplete {kind} metadata (no {exc})") from None

@@ -68,9 +68,16 @@ def environment() -> dict:
         usable = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not on Linux
         usable = os.cpu_count()
-    return {"cpu": cpu_model(), "processor": platform.processor(), "machine": platform.machine(),
-            "cpu_count": os.cpu_count(), "usable_cpus": usable, "platform": platform.platform(),
-            "python": sys.version.split()[0], "versions": versions}
+    return {
+        "cpu": cpu_model(),
+        "processor": platform.processor(),
+        "machine": platform.machine(),
+        "cpu_count": os.cpu_count(),
+        "usable_cpus": usable,
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+        "versions": versions,
+    }
 
 
 @dataclass
@@ -107,8 +114,16 @@ def _timed_call(adapter, mode: str):
     raise ConfigError(f"unknown latency mode {mode!r}; choose one of {', '.join(MODES)}")
 
 
-def measure_latency(adapter, x: np.ndarray, *, runs: int = 200, warmup: int = 20, repeats: int = 3,
-                    throughput_repeats: int = 5, mode: str = "session") -> Timing:
+def measure_latency(
+    adapter,
+    x: np.ndarray,
+    *,
+    runs: int = 200,
+    warmup: int = 20,
+    repeats: int = 3,
+    throughput_repeats: int = 5,
+    mode: str = "session",
+) -> Timing:
     """Time ``adapter`` on rows of ``x`` (validated codes or raw values, shape (n, D)).
 
     Parameters
@@ -126,11 +141,11 @@ def measure_latency(adapter, x: np.ndarray, *, runs: int = 200, warmup: int = 20
     if runs < 1 or repeats < 1 or warmup < 0:
         raise ConfigError(f"need runs >= 1, repeats >= 1 and warmup >= 0 (got {runs}, {repeats}, {warmup})")
     prepare, call = _timed_call(adapter, mode)
-    x = adapter.check(x)      # invalid input would make the bare runtime call meaningless
+    x = adapter.check(x)  # invalid input would make the bare runtime call meaningless
     if x.shape[0] == 0:
         raise ValueError("no rows to time")
     # Prepared before timing; a runtime that allocates per batch size is left allocated for 1 row.
-    rows = [prepare(x[i:i + 1]) for i in range(min(len(x), runs))]
+    rows = [prepare(x[i : i + 1]) for i in range(min(len(x), runs))]
     for k in range(warmup):
         call(rows[k % len(rows)])
     samples = np.empty((repeats, runs), dtype=np.float64)
@@ -142,14 +157,24 @@ def measure_latency(adapter, x: np.ndarray, *, runs: int = 200, warmup: int = 20
             call(row)
             samples[r, k] = (clock() - start) / 1e3
     flat = samples.reshape(-1)
-    timing = Timing(runtime=adapter.name, threads=adapter.threads, mode=mode, warmup=warmup, runs=runs,
-                    repeats=repeats, p50_us=float(np.percentile(flat, 50)), p99_us=float(np.percentile(flat, 99)),
-                    mean_us=float(flat.mean()), min_us=float(flat.min()),
-                    block_p50_us=[float(np.median(b)) for b in samples])
+    timing = Timing(
+        runtime=adapter.name,
+        threads=adapter.threads,
+        mode=mode,
+        warmup=warmup,
+        runs=runs,
+        repeats=repeats,
+        p50_us=float(np.percentile(flat, 50)),
+        p99_us=float(np.percentile(flat, 99)),
+        mean_us=float(flat.mean()),
+        min_us=float(flat.min()),
+        block_p50_us=[float(np.median(b)) for b in samples],
+    )
     if throughput_repeats > 0:
         static = adapter.static_batch if mode == "session" else None
-        timing.throughput_rows_per_s, timing.throughput_batch = _throughput(prepare, call, x, static,
-                                                                            throughput_repeats)
+        timing.throughput_rows_per_s, timing.throughput_batch = _throughput(
+            prepare, call, x, static, throughput_repeats
+        )
         timing.throughput_rows = int(len(x))
     return timing
 
@@ -161,7 +186,7 @@ def _throughput(prepare, call, x: np.ndarray, static: int | None, repeats: int) 
     size, as a deployed caller of such a file would make them (a partial last chunk is left out).
     """
     if static:
-        batches = [prepare(x[i:i + static]) for i in range(0, len(x) - len(x) % static, static)]
+        batches = [prepare(x[i : i + static]) for i in range(0, len(x) - len(x) % static, static)]
         n, how = len(batches) * static, f"static batch {static}: {len(batches)} calls"
     else:
         batches = [prepare(x)]
@@ -171,7 +196,7 @@ def _throughput(prepare, call, x: np.ndarray, static: int | None, repeats: int) 
         for batch in batches:
             call(batch)
 
-    one_pass()                                   # warm-up at this batch size
+    one_pass()  # warm-up at this batch size
     seconds = []
     for _ in range(repeats):
         start = time.perf_counter()

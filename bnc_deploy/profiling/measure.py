@@ -15,8 +15,16 @@ from bnc_deploy.runtimes.base import load_runtime
 RANDOM_ROWS = 1000
 
 
-def measure_runtime(path, runtime: str, threads: int | None, facts: ModelFacts, row: dict, data: TestSplit | None,
-                    timing: TimingSettings, load_options: dict | None = None) -> dict:
+def measure_runtime(
+    path,
+    runtime: str,
+    threads: int | None,
+    facts: ModelFacts,
+    row: dict,
+    data: TestSplit | None,
+    timing: TimingSettings,
+    load_options: dict | None = None,
+) -> dict:
     """Accuracy and latency of one (file, runtime, threads), written into ``row``; return it.
 
     ``load_options``: keyword arguments of :func:`bnc_deploy.runtimes.base.load_runtime`.
@@ -36,13 +44,25 @@ def measure_runtime(path, runtime: str, threads: int | None, facts: ModelFacts, 
     else:
         timed, how = random_codes(facts), f"{RANDOM_ROWS} seeded random valid codes (no --data)"
     if timing.latency:
-        t = measure_latency(adapter, timed, runs=timing.runs, warmup=timing.warmup, repeats=timing.repeats,
-                            throughput_repeats=timing.throughput_repeats, mode=timing.mode)
-        row.update(latency_mode=timing.mode, latency_input=how, latency_us_p50_batch1=round(t.p50_us, 2),
-                   latency_us_p99_batch1=round(t.p99_us, 2), latency_us_mean_batch1=round(t.mean_us, 2),
-                   latency_runs=t.runs * t.repeats,
-                   throughput_rows_per_s=None if t.throughput_rows_per_s is None else round(t.throughput_rows_per_s),
-                   throughput_batch=t.throughput_batch)
+        t = measure_latency(
+            adapter,
+            timed,
+            runs=timing.runs,
+            warmup=timing.warmup,
+            repeats=timing.repeats,
+            throughput_repeats=timing.throughput_repeats,
+            mode=timing.mode,
+        )
+        row.update(
+            latency_mode=timing.mode,
+            latency_input=how,
+            latency_us_p50_batch1=round(t.p50_us, 2),
+            latency_us_p99_batch1=round(t.p99_us, 2),
+            latency_us_mean_batch1=round(t.mean_us, 2),
+            latency_runs=t.runs * t.repeats,
+            throughput_rows_per_s=None if t.throughput_rows_per_s is None else round(t.throughput_rows_per_s),
+            throughput_batch=t.throughput_batch,
+        )
     return row
 
 

@@ -112,7 +112,7 @@ def _pyplot():
     except ImportError as exc:
         raise MissingExtraError("plotting (--plot)", "plot", exc) from None
 
-    matplotlib.use("Agg")   # files only, never a display
+    matplotlib.use("Agg")  # files only, never a display
     import matplotlib.pyplot as plt
 
     return plt
@@ -137,8 +137,16 @@ def _style(index: int):
 def _ring_pareto(ax, xs, ys, flags, label_done: list):
     ring = [(x, y) for x, y, f in zip(xs, ys, flags) if f]
     if ring:
-        ax.scatter([p[0] for p in ring], [p[1] for p in ring], s=160, facecolors="none", edgecolors="black",
-                   linewidths=1.2, zorder=4, label=None if label_done else "Pareto-optimal (per dataset)")
+        ax.scatter(
+            [p[0] for p in ring],
+            [p[1] for p in ring],
+            s=160,
+            facecolors="none",
+            edgecolors="black",
+            linewidths=1.2,
+            zorder=4,
+            label=None if label_done else "Pareto-optimal (per dataset)",
+        )
         label_done.append(True)
 
 
@@ -150,8 +158,15 @@ def plot_error_vs_size(ax, records: list[dict]) -> None:
         xs, ys = [r["size_bits"] for r in rs], [100 * r["test_error"] for r in rs]
         ax.plot(xs, ys, marker=marker, color=color, label=name, linewidth=1.2, markersize=5)
         for r, x, y in zip(rs, xs, ys):
-            ax.annotate("f" if is_float(r) else str(r.get("bits", "")), (x, y), textcoords="offset points",
-                        xytext=(0, 6), ha="center", fontsize=7, color=color)
+            ax.annotate(
+                "f" if is_float(r) else str(r.get("bits", "")),
+                (x, y),
+                textcoords="offset points",
+                xytext=(0, 6),
+                ha="center",
+                fontsize=7,
+                color=color,
+            )
         _ring_pareto(ax, xs, ys, [r.get("pareto") for r in rs], ringed)
     ax.set_xscale("log")
     _log_axis(ax.xaxis, _bits_label)
@@ -178,16 +193,26 @@ def plot_error_vs_ops(ax, records: list[dict], max_area: float = 900.0) -> None:
     points, handles, labels = [], [], []
     for k, (name, rs) in enumerate(series.items()):
         color, marker = _style(k)
-        points += [(max(max_area * r["size_bits"] / top, 2.0), r["n_ops"], 100 * r["test_error"], color, marker)
-                   for r in rs]
+        points += [
+            (max(max_area * r["size_bits"] / top, 2.0), r["n_ops"], 100 * r["test_error"], color, marker) for r in rs
+        ]
         handles.append(Line2D([], [], linestyle="", marker=marker, color=color, markersize=7, alpha=0.8))
         labels.append(name)
     for area, x, y, color, marker in sorted(points, key=lambda p: -p[0]):
         ax.scatter([x], [y], s=area, color=color, marker=marker, alpha=0.35, edgecolors=color, linewidths=0.8)
-    for value in _size_key(top):   # the area key: proxy circles at true scale
+    for value in _size_key(top):  # the area key: proxy circles at true scale
         area = max(max_area * value / top, 2.0)
-        handles.append(Line2D([], [], linestyle="", marker="o", markersize=np.sqrt(area), markerfacecolor="none",
-                              markeredgecolor="gray"))
+        handles.append(
+            Line2D(
+                [],
+                [],
+                linestyle="",
+                marker="o",
+                markersize=np.sqrt(area),
+                markerfacecolor="none",
+                markeredgecolor="gray",
+            )
+        )
         labels.append(f"size {_bits_label(value)}")
     ax.set_xscale("log")
     _log_axis(ax.xaxis, lambda v: f"{v:,.0f}")
@@ -195,8 +220,16 @@ def plot_error_vs_ops(ax, records: list[dict], max_area: float = 900.0) -> None:
     ax.set_ylabel("test error (%)")
     ax.set_title("Test error vs operations (marker area ∝ size in bits)")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(handles, labels, fontsize=8, labelspacing=1.6, borderpad=1.0, handletextpad=1.2,
-              loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.legend(
+        handles,
+        labels,
+        fontsize=8,
+        labelspacing=1.6,
+        borderpad=1.0,
+        handletextpad=1.2,
+        loc="upper left",
+        bbox_to_anchor=(1.01, 1.0),
+    )
     ax.margins(x=0.3, y=0.15)
 
 
@@ -217,11 +250,11 @@ def _log_axis(axis, label) -> None:
             return ""
         low, high = sorted(axis.get_view_interval())
         if low > 0 and high / low < 4:
-            return f"{value:,.0f}"   # a narrow range (models of one budget): every tick, all digits
+            return f"{value:,.0f}"  # a narrow range (models of one budget): every tick, all digits
         exponent = np.floor(np.log10(value) + 1e-9)
-        lead = value / 10.0 ** exponent
+        lead = value / 10.0**exponent
         state = (low, high, axis.axes.bbox.width, axis.axes.bbox.height, axis.figure.dpi)
-        if cache.get("state") != state:   # the formatter runs per tick and draw: decide once per layout
+        if cache.get("state") != state:  # the formatter runs per tick and draw: decide once per layout
             cache.update(state=state, choice=_labelled_leads(axis, low, high, label))
         leads, every = cache["choice"]
         if not any(abs(lead - d) < 1e-6 for d in leads):
@@ -230,7 +263,7 @@ def _log_axis(axis, label) -> None:
 
     axis.set_major_formatter(FuncFormatter(text))
     axis.set_minor_formatter(FuncFormatter(text))
-    axis.set_tick_params(which="both", length=3.5)   # minor labels on the same baseline as major ones
+    axis.set_tick_params(which="both", length=3.5)  # minor labels on the same baseline as major ones
 
 
 #: Least gap between neighbouring tick labels, as a fraction of the widest label's width.
@@ -256,15 +289,18 @@ def _labelled_leads(axis, low: float, high: float, label) -> tuple[tuple, int]:
     if not low > 0:
         return (1, 2, 5), 1
     decades = max(np.log10(high / low), 1e-9)
-    length = axis.axes.bbox.width if axis.axis_name == "x" else axis.axes.bbox.height   # display pixels
+    length = axis.axes.bbox.width if axis.axis_name == "x" else axis.axes.bbox.height  # display pixels
     size = FontProperties(size=rcParams[f"{axis.axis_name}tick.labelsize"]).get_size_in_points()
-    samples = [label(10.0 ** e * d) for e in range(int(np.floor(np.log10(low))), int(np.ceil(np.log10(high))) + 1)
-               for d in (1, 2, 5)]
-    widest = max(_text_width(t, size) for t in samples if t) * axis.figure.dpi / 72.0   # pixels
-    per_decade = length / decades / (widest * (1 + _LABEL_GAP))   # labels that fit side by side per decade
-    if per_decade >= 1 / np.log10(2):          # 1, 2, 5: the closest neighbours are 0.30 decades apart
+    samples = [
+        label(10.0**e * d)
+        for e in range(int(np.floor(np.log10(low))), int(np.ceil(np.log10(high))) + 1)
+        for d in (1, 2, 5)
+    ]
+    widest = max(_text_width(t, size) for t in samples if t) * axis.figure.dpi / 72.0  # pixels
+    per_decade = length / decades / (widest * (1 + _LABEL_GAP))  # labels that fit side by side per decade
+    if per_decade >= 1 / np.log10(2):  # 1, 2, 5: the closest neighbours are 0.30 decades apart
         return (1, 2, 5), 1
-    if per_decade >= 1 / np.log10(3):          # 1, 3: 0.48 decades apart
+    if per_decade >= 1 / np.log10(3):  # 1, 3: 0.48 decades apart
         return (1, 3), 1
     if per_decade >= 1:
         return (1,), 1
@@ -274,7 +310,7 @@ def _labelled_leads(axis, low: float, high: float, label) -> tuple[tuple, int]:
 def _size_key(top: float) -> list[float]:
     """Two or three round sizes (powers of ten) for the marker-area legend."""
     exp = int(np.floor(np.log10(top))) if top > 0 else 0
-    values = [10.0 ** e for e in (exp - 1, exp)] + ([top] if top > 2 * 10.0 ** exp else [])
+    values = [10.0**e for e in (exp - 1, exp)] + ([top] if top > 2 * 10.0**exp else [])
     return [v for v in values if v > 0]
 
 
@@ -293,15 +329,33 @@ def plot_error_vs_bits(ax, records: list[dict]) -> None:
     for k, (name, rs) in enumerate(series.items()):
         color, marker = _style(k)
         quant = sorted((r for r in rs if not is_float(r)), key=lambda r: r["bits"])
-        ax.plot([r["bits"] for r in quant], [100 * r["test_error"] for r in quant], marker=marker, color=color,
-                label=name, linewidth=1.2, markersize=5)
+        ax.plot(
+            [r["bits"] for r in quant],
+            [100 * r["test_error"] for r in quant],
+            marker=marker,
+            color=color,
+            label=name,
+            linewidth=1.2,
+            markersize=5,
+        )
         floats = [r for r in rs if is_float(r)]
         if floats:
-            ax.scatter([float_x] * len(floats), [100 * r["test_error"] for r in floats], marker=marker, color=color,
-                       s=36, zorder=3)
+            ax.scatter(
+                [float_x] * len(floats),
+                [100 * r["test_error"] for r in floats],
+                marker=marker,
+                color=color,
+                s=36,
+                zorder=3,
+            )
             if quant:
-                ax.plot([quant[-1]["bits"], float_x], [100 * quant[-1]["test_error"], 100 * floats[0]["test_error"]],
-                        color=color, linestyle=":", linewidth=1)
+                ax.plot(
+                    [quant[-1]["bits"], float_x],
+                    [100 * quant[-1]["test_error"], 100 * floats[0]["test_error"]],
+                    color=color,
+                    linestyle=":",
+                    linewidth=1,
+                )
     has_float = any(is_float(r) for rs in series.values() for r in rs)
     ax.set_xticks(widths + ([float_x] if has_float else []))
     ax.set_xticklabels([str(w) for w in widths] + (["float32"] if has_float else []))

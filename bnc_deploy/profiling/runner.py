@@ -37,17 +37,26 @@ class ModelProfile(NamedTuple):
     table: str
 
 
-def profile_files(files, runtimes: list[str], data: TestSplit | None, *, env: dict, timing: TimingSettings,
-                  nodes: bool = False, load_options: LoadOptions | None = None,
-                  http_options: ServedModel | None = None) -> Profile:
+def profile_files(
+    files,
+    runtimes: list[str],
+    data: TestSplit | None,
+    *,
+    env: dict,
+    timing: TimingSettings,
+    nodes: bool = False,
+    load_options: LoadOptions | None = None,
+    http_options: ServedModel | None = None,
+) -> Profile:
     """Profile every model file and read every result file, in order; mark the Pareto-optimal rows."""
     rows, tables = [], []
     for f in files:
         if is_result_file(f):
             rows.extend(load_records([f]))
             continue
-        model_rows, table = profile_model(f, runtimes, data, env=env, nodes=nodes, load_options=load_options,
-                                          http_options=http_options, timing=timing)
+        model_rows, table = profile_model(
+            f, runtimes, data, env=env, nodes=nodes, load_options=load_options, http_options=http_options, timing=timing
+        )
         rows.extend(model_rows)
         if table:
             tables.append(table)
@@ -63,10 +72,23 @@ def runtimes_for(path, selected, served: ServedModel | None = None) -> list[str]
     return wanted
 
 
-def profile_model(path, runtimes, data: TestSplit | None, *, env: dict, latency: bool = True, runs: int = 200,
-                  warmup: int = 20, repeats: int = 3, throughput_repeats: int = 5, mode: str = "session",
-                  nodes: bool = False, load_options: LoadOptions | None = None,
-                  http_options: ServedModel | None = None, timing: TimingSettings | None = None) -> ModelProfile:
+def profile_model(
+    path,
+    runtimes,
+    data: TestSplit | None,
+    *,
+    env: dict,
+    latency: bool = True,
+    runs: int = 200,
+    warmup: int = 20,
+    repeats: int = 3,
+    throughput_repeats: int = 5,
+    mode: str = "session",
+    nodes: bool = False,
+    load_options: LoadOptions | None = None,
+    http_options: ServedModel | None = None,
+    timing: TimingSettings | None = None,
+) -> ModelProfile:
     """Rows (one per runtime setting that reads the file) and the per-node table (if ``nodes``; else "").
 
     ``load_options``: the integrity check of exported files (default: check, no key).
@@ -75,8 +97,9 @@ def profile_model(path, runtimes, data: TestSplit | None, *, env: dict, latency:
     ``latency``, ``runs``, ``warmup``, ``repeats``, ``throughput_repeats`` and ``mode`` give it.
     """
     if timing is None:
-        timing = TimingSettings(latency=latency, runs=runs, warmup=warmup, repeats=repeats,
-                                throughput_repeats=throughput_repeats, mode=mode)
+        timing = TimingSettings(
+            latency=latency, runs=runs, warmup=warmup, repeats=repeats, throughput_repeats=throughput_repeats, mode=mode
+        )
     data = None if data is None else TestSplit(*data)
     load_kwargs = {} if load_options is None else load_options.for_file(path)
     facts = model_facts(path, **load_kwargs)
@@ -84,8 +107,12 @@ def profile_model(path, runtimes, data: TestSplit | None, *, env: dict, latency:
     if data is not None:
         base.update(dataset=data.name, fold=data.fold, n_test_rows=int(len(data.y)))
     elif facts.stored_test_error is not None:
-        base.update(dataset=facts.stored_dataset, fold=facts.stored_fold, test_error=facts.stored_test_error,
-                    test_error_source="model metadata")
+        base.update(
+            dataset=facts.stored_dataset,
+            fold=facts.stored_fold,
+            test_error=facts.stored_test_error,
+            test_error_source="model metadata",
+        )
     table = facts.graph.table() if nodes and facts.graph is not None else ""
     if nodes and facts.graph is not None:
         base["graph_nodes"] = [vars(n) for n in facts.graph.nodes]
@@ -94,8 +121,10 @@ def profile_model(path, runtimes, data: TestSplit | None, *, env: dict, latency:
         base["notes"].append(f"no selected runtime reads {Path(path).suffix} files")
         return ModelProfile([base], table)
     if facts.input != "codes":
-        base["notes"].append("raw-input file: costs only, not run (datasets give codes; profile the .bnc model "
-                             "or a codes export for accuracy and latency)")
+        base["notes"].append(
+            "raw-input file: costs only, not run (datasets give codes; profile the .bnc model "
+            "or a codes export for accuracy and latency)"
+        )
         return ModelProfile([base], table)
     rows = []
     for runtime in wanted:

@@ -26,9 +26,16 @@ def reference_predictor(artifact):
     try:
         return REFERENCE_PREDICTORS[artifact.kind](artifact)
     except KeyError:
-        raise ArtifactError(f"no reference predictor for model kind {artifact.kind!r}; known kinds: "
-                         f"{', '.join(sorted(REFERENCE_PREDICTORS))}") from None
+        raise ArtifactError(
+            f"no reference predictor for model kind {artifact.kind!r}; known kinds: "
+            f"{', '.join(sorted(REFERENCE_PREDICTORS))}"
+        ) from None
 
 
-__all__ = ["ReferencePredictor", "DNNReferencePredictor", "REFERENCE_PREDICTORS", "register_reference",
-           "reference_predictor"]
+__all__ = [
+    "ReferencePredictor",
+    "DNNReferencePredictor",
+    "REFERENCE_PREDICTORS",
+    "register_reference",
+    "reference_predictor",
+]

@@ -38,8 +38,14 @@ class PredictorMixin:
 
     def _chunked(self, x, evaluate) -> np.ndarray:
         a = self.artifact
-        return run_in_chunks(x, self.check, lambda codes, first: (evaluate(codes),), self.chunk_rows,
-                             n_features=a.n_features, cardinalities=a.cardinalities)[0]
+        return run_in_chunks(
+            x,
+            self.check,
+            lambda codes, first: (evaluate(codes),),
+            self.chunk_rows,
+            n_features=a.n_features,
+            cardinalities=a.cardinalities,
+        )[0]
 
     def log_joint(self, x) -> np.ndarray:
         """Class scores (BN: ``log p(c, x)``; DNN: the logits), shape (n, C), float64."""

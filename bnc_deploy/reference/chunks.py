@@ -14,7 +14,7 @@ from the start of the input, and the count of bad values is over the whole input
 from __future__ import annotations
 
 import re
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
@@ -28,8 +28,16 @@ def rows_per_chunk(bytes_per_row: int, budget_bytes: int, lo: int = 64, hi: int 
     return int(min(hi, max(lo, budget_bytes // max(1, int(bytes_per_row)))))
 
 
-def run_in_chunks(x, check: Callable, evaluate: Callable, chunk_rows: int | None, *, n_features: int,
-                  kinds: str = "iu", cardinalities=None) -> tuple:
+def run_in_chunks(
+    x,
+    check: Callable,
+    evaluate: Callable,
+    chunk_rows: int | None,
+    *,
+    n_features: int,
+    kinds: str = "iu",
+    cardinalities=None,
+) -> tuple:
     """``evaluate(check(rows), first_row)`` over slices of ``chunk_rows`` rows of ``x``, joined.
 
     ``evaluate`` returns a tuple of arrays with one row per input row (or None entries, passed
@@ -40,14 +48,19 @@ def run_in_chunks(x, check: Callable, evaluate: Callable, chunk_rows: int | None
     inputs) lets a bad value in a later slice be reported with the whole input's count.
     """
     arr = np.asarray(x)
-    if (chunk_rows is None or arr.ndim != 2 or arr.shape[0] <= chunk_rows or arr.shape[1] != n_features
-            or arr.dtype.kind not in kinds):
+    if (
+        chunk_rows is None
+        or arr.ndim != 2
+        or arr.shape[0] <= chunk_rows
+        or arr.shape[1] != n_features
+        or arr.dtype.kind not in kinds
+    ):
         return tuple(evaluate(check(arr), 0))
     n = arr.shape[0]
     outputs = None
     for start in range(0, n, chunk_rows):
         try:
-            checked = check(arr[start:start + chunk_rows])
+            checked = check(arr[start : start + chunk_rows])
         except InputError as exc:
             raise _whole_input_error(exc, arr, start, chunk_rows, cardinalities) from None
         parts = tuple(evaluate(checked, start))
@@ -67,18 +80,18 @@ def _whole_input_error(exc: InputError, arr: np.ndarray, start: int, chunk_rows:
     if start == 0 or not rows:
         return exc
     m = rows[-1]  # the message's row is its last " in row N" (a feature name may contain one too)
-    message = f"{message[:m.start(1)]}{int(m.group(1)) + start}{message[m.end(1):]}"
+    message = f"{message[: m.start(1)]}{int(m.group(1)) + start}{message[m.end(1) :]}"
     counts = list(re.finditer(r"\((\d+) bad value\(s\) in all\)", message))
     if counts and cardinalities is not None:
         cards = np.asarray(cardinalities, dtype=np.int64)[None, :]
         bad = 0
         for i in range(start, arr.shape[0], chunk_rows):
-            part = arr[i:i + chunk_rows]
+            part = arr[i : i + chunk_rows]
             if part.dtype.kind == "u":  # compared unsigned, as the check does (no uint64 wrap-around)
                 bad += int((part.astype(np.uint64, copy=False) >= cards.astype(np.uint64)).sum())
             else:
                 part = part.astype(np.int64, copy=False)
                 bad += int(((part < 0) | (part >= cards)).sum())
         m = counts[-1]
-        message = f"{message[:m.start(1)]}{bad}{message[m.end(1):]}"
+        message = f"{message[: m.start(1)]}{bad}{message[m.end(1) :]}"
     return type(exc)(message)

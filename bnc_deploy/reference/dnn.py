@@ -32,7 +32,7 @@ def conv3x3_same(a: np.ndarray, codes: np.ndarray) -> np.ndarray:
     dtype (int64 stays exact).
     """
     padded = np.pad(a, ((0, 0), (0, 0), (1, 1), (1, 1)))
-    windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))   # (n, C, H, W, 3, 3)
+    windows = np.lib.stride_tricks.sliding_window_view(padded, (3, 3), axis=(2, 3))  # (n, C, H, W, 3, 3)
     return np.einsum("nchwij,ocij->nohw", windows, codes, optimize=True)
 
 
@@ -75,7 +75,7 @@ class DNNReferencePredictor(PredictorMixin):
             return self._logits(codes)
         out = np.empty((codes.shape[0], self.artifact.n_classes))
         for i in range(0, codes.shape[0], CHUNK_ROWS):
-            out[i:i + CHUNK_ROWS] = self._logits(codes[i:i + CHUNK_ROWS])
+            out[i : i + CHUNK_ROWS] = self._logits(codes[i : i + CHUNK_ROWS])
         return out
 
     def hidden_activations(self, x) -> list[np.ndarray]:
@@ -100,7 +100,7 @@ class DNNReferencePredictor(PredictorMixin):
         hidden = []
         for k, layer in enumerate(art.layers):
             if layer.type == "dense" and a.ndim == 4:
-                a = a.reshape(a.shape[0], -1)                                 # flatten (C, H, W)
+                a = a.reshape(a.shape[0], -1)  # flatten (C, H, W)
             codes = layer.codes.astype(np.int64 if sign else np.float64)
             if layer.type == "dense":
                 acc = a @ codes.T
@@ -109,7 +109,7 @@ class DNNReferencePredictor(PredictorMixin):
             if capture is not None:
                 s_in = art.layer_input_scales()[k] if sign else 1.0
                 capture.append(acc.astype(np.float64) * (art.weight_scale * s_in))
-            if layer.activation is None:                                       # output layer
+            if layer.activation is None:  # output layer
                 if sign:
                     # float32, one rounding per operation, as the exported graphs compute it:
                     # float32(acc) is exact (|acc| < 2**24, checked by the exporters), then
@@ -127,7 +127,9 @@ class DNNReferencePredictor(PredictorMixin):
                 z = acc * art.weight_scale
                 if layer.scale is not None:
                     shape = (1, -1) + (1,) * (z.ndim - 2)
-                    z = z * layer.scale.astype(np.float64).reshape(shape) + layer.shift.astype(np.float64).reshape(shape)
+                    z = z * layer.scale.astype(np.float64).reshape(shape) + layer.shift.astype(np.float64).reshape(
+                        shape
+                    )
                 a = np.maximum(z, 0.0)
             if layer.pool:
                 a = max_pool2(a)

@@ -60,10 +60,21 @@ class AccessLogMiddleware:
                     bytes_in = int(v) if v.isdigit() else 0
                     break
             client = scope.get("client")
-            line = json.dumps({
-                "ts": round(time.time(), 6), "method": scope.get("method"), "path": scope.get("path"),
-                "status": facts[0], "ms": round((time.perf_counter() - start) * 1000, 3), "bytes_in": bytes_in,
-                "bytes_out": facts[1], "client": f"{client[0]}:{client[1]}" if client else None}) + "\n"
+            line = (
+                json.dumps(
+                    {
+                        "ts": round(time.time(), 6),
+                        "method": scope.get("method"),
+                        "path": scope.get("path"),
+                        "status": facts[0],
+                        "ms": round((time.perf_counter() - start) * 1000, 3),
+                        "bytes_in": bytes_in,
+                        "bytes_out": facts[1],
+                        "client": f"{client[0]}:{client[1]}" if client else None,
+                    }
+                )
+                + "\n"
+            )
             with self._lock:
                 try:
                     self.stream.write(line)

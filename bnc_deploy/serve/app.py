@@ -153,8 +153,9 @@ class Routes:
         return Response(b"", status_code=200 if self.repository.ready() else 503)
 
     async def server_metadata(self, request: Request) -> Response:
-        return _json_response({"name": SERVER_NAME, "version": bnc_deploy.__version__,
-                               "extensions": list(SERVER_EXTENSIONS)})
+        return _json_response(
+            {"name": SERVER_NAME, "version": bnc_deploy.__version__, "extensions": list(SERVER_EXTENSIONS)}
+        )
 
     @answers_errors
     async def model_metadata(self, request: Request) -> Response:
@@ -215,8 +216,16 @@ class Routes:
         ]
 
 
-def create_app(repository, *, api_keys=None, max_request_bytes: int | None = None, access_log: bool = True,
-               close_repository: bool = True, limits: ServeLimits | None = None, threads: int | None = None):
+def create_app(
+    repository,
+    *,
+    api_keys=None,
+    max_request_bytes: int | None = None,
+    access_log: bool = True,
+    close_repository: bool = True,
+    limits: ServeLimits | None = None,
+    threads: int | None = None,
+):
     """The ASGI app over ``repository`` (see the module docstring).
 
     ``api_keys``: list of bytes (``auth.load_api_keys``); ``access_log``: True (stdout), a text
@@ -274,7 +283,8 @@ class WorkerPools:
         if head <= PROCESS_JSON_BYTES:
             return await self.run(parse_infer_request, body, header_length, max_rows)
         request, dtypes = await asyncio.get_running_loop().run_in_executor(
-            self._process_pool(), _parse_narrowed, body, header_length, max_rows)
+            self._process_pool(), _parse_narrowed, body, header_length, max_rows
+        )
         if dtypes:  # widen back in a thread (NumPy's cast gives the GIL back; the unpickling did not)
             request.inputs = await self.run(_widened, request.inputs, dtypes)
         return request
@@ -314,8 +324,12 @@ class InferFastPath:
 
     async def __call__(self, scope, receive, send):
         path = scope.get("path", "") if scope["type"] == "http" else ""
-        if scope["type"] == "http" and scope["method"] == "POST" and path.endswith("/infer") \
-                and path.startswith("/v2/models/"):
+        if (
+            scope["type"] == "http"
+            and scope["method"] == "POST"
+            and path.endswith("/infer")
+            and path.startswith("/v2/models/")
+        ):
             parts = path.split("/")
             if len(parts) == 5 and parts[3]:
                 return await self.infer(scope, receive, send, parts[3], None)
@@ -344,8 +358,9 @@ class InferFastPath:
         if len(body) <= INLINE_BODY_BYTES:
             request = parse_infer_request(body, header_length, max_rows)
             if request.rows <= INLINE_ROWS:
-                outputs = await model.infer_async(request.inputs, request.output_names or None,
-                                                  classification=request.classification)
+                outputs = await model.infer_async(
+                    request.inputs, request.output_names or None, classification=request.classification
+                )
                 return encode_infer_body(model.name, model.version, request, outputs)
         else:
             request = await self.pools.parse(body, header_length, max_rows)
@@ -369,7 +384,8 @@ class InferFastPath:
                 raise BadRequest("compressed request bodies (Content-Encoding) are not supported")
             body = await self._body(receive, content_length)
             status, chunks, headers = await self._answer(
-                model, body, None if header_length is None else header_length.decode("latin-1"))
+                model, body, None if header_length is None else header_length.decode("latin-1")
+            )
         except _Disconnected:
             metrics.observe_request(name, "rest", time.perf_counter() - start, str(DISCONNECTED))
             return
@@ -429,9 +445,17 @@ class BearerAuthMiddleware:
         if auth.token_ok(value, self.keys):
             return await self.app(scope, receive, send)
         body = b'{"error":"missing or invalid bearer token (Authorization: Bearer <key>)"}'
-        await send({"type": "http.response.start", "status": 401,
-                    "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
-                                (b"www-authenticate", b"Bearer")]})
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 401,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"www-authenticate", b"Bearer"),
+                ],
+            }
+        )
         await send({"type": "http.response.body", "body": body})
 
 
@@ -457,15 +481,23 @@ def app_from_env():
         except ValueError:
             raise ConfigError(f"{key}={env[key]!r} is not a number") from None
 
-    repository = ModelRepository(root, runtime=env.get("BNC_SERVE_RUNTIME") or None,
-                                 threads=number("BNC_SERVE_THREADS", int, None),
-                                 max_batch=number("BNC_SERVE_MAX_BATCH", int, 0),
-                                 max_queue_delay_ms=number("BNC_SERVE_MAX_QUEUE_DELAY_MS", float, 0.0))
+    repository = ModelRepository(
+        root,
+        runtime=env.get("BNC_SERVE_RUNTIME") or None,
+        threads=number("BNC_SERVE_THREADS", int, None),
+        max_batch=number("BNC_SERVE_MAX_BATCH", int, 0),
+        max_queue_delay_ms=number("BNC_SERVE_MAX_QUEUE_DELAY_MS", float, 0.0),
+    )
     repository.load_all()
     poll = number("BNC_SERVE_POLL", float, 0.0)
     if poll:
         repository.start_polling(poll)
     keys = auth.load_api_keys(env["BNC_SERVE_API_KEY_FILE"]) if env.get("BNC_SERVE_API_KEY_FILE") else None
     access = env.get("BNC_SERVE_ACCESS_LOG", "1") == "1"  # one JSON line per request on stdout
-    return create_app(repository, api_keys=keys, access_log=access, limits=ServeLimits.from_env(env),
-                      threads=number("BNC_SERVE_THREADS", int, None))
+    return create_app(
+        repository,
+        api_keys=keys,
+        access_log=access,
+        limits=ServeLimits.from_env(env),
+        threads=number("BNC_SERVE_THREADS", int, None),
+    )

@@ -34,8 +34,14 @@ class Batcher:
     the worker thread only, so a runtime that is not thread-safe needs no lock of its own here).
     """
 
-    def __init__(self, run: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]], *, max_batch: int,
-                 max_queue_delay_ms: float, name: str = "model") -> None:
+    def __init__(
+        self,
+        run: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]],
+        *,
+        max_batch: int,
+        max_queue_delay_ms: float,
+        name: str = "model",
+    ) -> None:
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
         self._run, self.max_batch, self.name = run, int(max_batch), name
@@ -107,5 +113,5 @@ class Batcher:
         pos = 0
         for rows, fut, _ in batch:
             n = len(rows)
-            fut.set_result((scores[pos:pos + n], labels[pos:pos + n]))
+            fut.set_result((scores[pos : pos + n], labels[pos : pos + n]))
             pos += n

@@ -41,10 +41,14 @@ from bnc_deploy.serve.limits import ServeLimits
 
 log = logging.getLogger("bnc_deploy.serve")
 
-_TIMEOUT_408 = (b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\nconnection: close\r\n"
-                b"content-length: %d\r\n\r\n%s")
-_BUSY_503 = (b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nconnection: close\r\n"
-             b"content-length: %d\r\n\r\n%s")
+_TIMEOUT_408 = (
+    b"HTTP/1.1 408 Request Timeout\r\ncontent-type: application/json\r\nconnection: close\r\n"
+    b"content-length: %d\r\n\r\n%s"
+)
+_BUSY_503 = (
+    b"HTTP/1.1 503 Service Unavailable\r\ncontent-type: application/json\r\nconnection: close\r\n"
+    b"content-length: %d\r\n\r\n%s"
+)
 
 
 #: The attribute of a ``uvicorn.Config`` that carries the :class:`ServeLimits`.
@@ -59,8 +63,13 @@ def _response(template: bytes, message: str) -> bytes:
 class GuardedHttpToolsProtocol(HttpToolsProtocol):
     """uvicorn's httptools protocol with header/body timeouts and a connection cap (module docstring)."""
 
-    def __init__(self, config: Config, server_state: ServerState, app_state: dict[str, Any],
-                 _loop: asyncio.AbstractEventLoop | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        server_state: ServerState,
+        app_state: dict[str, Any],
+        _loop: asyncio.AbstractEventLoop | None = None,
+    ) -> None:
         super().__init__(config, server_state, app_state, _loop)
         # Our state rides on uvicorn's objects (attributes of our own, hence getattr/setattr).
         limits = getattr(config, LIMITS_ATTRIBUTE, None)
@@ -75,7 +84,7 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
             setattr(server_state, "bnc_waiting", waiting)  # noqa: B010 - an attribute uvicorn does not declare
         self._waiting: OrderedDict[GuardedHttpToolsProtocol, None] = waiting
         self._deadline: asyncio.TimerHandle | None = None  # of the header or body timeout
-        self._partial = False         # bytes of a request have arrived since the last response
+        self._partial = False  # bytes of a request have arrived since the last response
 
     # -- state changes -----------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]  # as uvicorn's
@@ -155,8 +164,14 @@ def uvicorn_config(app: Any, host: str, port: int, limits: ServeLimits, **option
     """``uvicorn.Config`` serving ``app`` with :class:`GuardedHttpToolsProtocol` and ``limits``
     (``options``: other ``uvicorn.Config`` arguments, e.g. ``workers``, ``factory``)."""
     # uvicorn annotates timeout_keep_alive as int but only passes it to loop.call_later: seconds as a float work.
-    config = Config(app, host=host, port=port, http=GuardedHttpToolsProtocol,
-                    timeout_keep_alive=limits.keep_alive_timeout, **options)  # type: ignore[arg-type]
+    config = Config(
+        app,
+        host=host,
+        port=port,
+        http=GuardedHttpToolsProtocol,
+        timeout_keep_alive=limits.keep_alive_timeout,
+        **options,
+    )  # type: ignore[arg-type]
     setattr(config, LIMITS_ATTRIBUTE, limits)  # read back by the protocol, pickled to --workers
     return config
 

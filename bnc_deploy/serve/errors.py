@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from bnc_deploy.errors import BncDeployError, InputError
 
-
 #: The longest error message a client is sent; longer ones are cut with a note of what was left out.
 MAX_ERROR_CHARS = 4096
 
@@ -22,7 +21,7 @@ def cap_message(text: str, limit: int = MAX_ERROR_CHARS) -> str:
     if len(text) <= limit:
         return text
     note = f" ... ({len(text) - limit} more characters)"
-    return text[:max(0, limit - len(note))] + note
+    return text[: max(0, limit - len(note))] + note
 
 
 class ServeError(BncDeployError):

@@ -84,9 +84,18 @@ DEFAULT_MAX_MESSAGE_BYTES = 64 * 2**20
 
 # Typed ``contents`` field of each datatype (FP16 has none: raw contents only).
 _CONTENTS_FIELD = {
-    "BOOL": "bool_contents", "INT8": "int_contents", "INT16": "int_contents", "INT32": "int_contents",
-    "INT64": "int64_contents", "UINT8": "uint_contents", "UINT16": "uint_contents", "UINT32": "uint_contents",
-    "UINT64": "uint64_contents", "FP32": "fp32_contents", "FP64": "fp64_contents", "BYTES": "bytes_contents",
+    "BOOL": "bool_contents",
+    "INT8": "int_contents",
+    "INT16": "int_contents",
+    "INT32": "int_contents",
+    "INT64": "int64_contents",
+    "UINT8": "uint_contents",
+    "UINT16": "uint_contents",
+    "UINT32": "uint_contents",
+    "UINT64": "uint64_contents",
+    "FP32": "fp32_contents",
+    "FP64": "fp64_contents",
+    "BYTES": "bytes_contents",
 }
 
 
@@ -160,8 +169,11 @@ def classification_of(request: pb.ModelInferRequest):
     """The classification asked for, as :meth:`ServedModel.infer` takes it: ``{output: k}`` from the
     outputs' ``classification`` parameters (the request's parameter filling in the other named
     outputs), the request's ``k`` for all outputs when no output carries one, else 0."""
-    per_output = {o.name: _int_parameter(o.parameters["classification"], f"output {o.name!r} parameter")
-                  for o in request.outputs if "classification" in o.parameters}
+    per_output = {
+        o.name: _int_parameter(o.parameters["classification"], f"output {o.name!r} parameter")
+        for o in request.outputs
+        if "classification" in o.parameters
+    }
     if "classification" in request.parameters:
         k = _int_parameter(request.parameters["classification"], "request parameter")
         if not per_output:
@@ -196,8 +208,9 @@ def encode_outputs(response: pb.ModelInferResponse, outputs) -> None:
 class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     """``inference.GRPCInferenceService`` over a :class:`~bnc_deploy.serve.repository.ModelRepository`."""
 
-    def __init__(self, repository, *, api_keys=None, server_name: str = SERVER_NAME,
-                 limits: ServeLimits | None = None) -> None:
+    def __init__(
+        self, repository, *, api_keys=None, server_name: str = SERVER_NAME, limits: ServeLimits | None = None
+    ) -> None:
         self.repository = repository
         self.limits = limits or ServeLimits()
         self.api_keys = list(api_keys) if api_keys else None
@@ -238,8 +251,12 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         return self._call(context, lambda: pb.ServerReadyResponse(ready=bool(self.repository.ready())))
 
     def ServerMetadata(self, request, context):
-        return self._call(context, lambda: pb.ServerMetadataResponse(
-            name=self.server_name, version=__version__, extensions=list(SERVER_EXTENSIONS)))
+        return self._call(
+            context,
+            lambda: pb.ServerMetadataResponse(
+                name=self.server_name, version=__version__, extensions=list(SERVER_EXTENSIONS)
+            ),
+        )
 
     def ModelReady(self, request, context):
         def ready():
@@ -250,18 +267,24 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
                     raise  # unknown model/version: NOT_FOUND, as the REST front end's 404
                 return pb.ModelReadyResponse(ready=False)
             return pb.ModelReadyResponse(ready=True)
+
         return self._call(context, ready)
 
     def ModelMetadata(self, request, context):
         def metadata():
             meta = self.repository.get(request.name, request.version or None).metadata()
-            response = pb.ModelMetadataResponse(name=meta["name"], versions=[str(v) for v in meta.get("versions", [])],
-                                                platform=str(meta.get("platform", "")))
+            response = pb.ModelMetadataResponse(
+                name=meta["name"],
+                versions=[str(v) for v in meta.get("versions", [])],
+                platform=str(meta.get("platform", "")),
+            )
             for field in ("inputs", "outputs"):
                 for t in meta.get(field, []):
-                    getattr(response, field).add(name=t["name"], datatype=t["datatype"],
-                                                 shape=[int(s) for s in t["shape"]])
+                    getattr(response, field).add(
+                        name=t["name"], datatype=t["datatype"], shape=[int(s) for s in t["shape"]]
+                    )
             return response
+
         return self._call(context, metadata)
 
     # -- inference --------------------------------------------------------------------------------
@@ -291,21 +314,28 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
             for entry in self.repository.index():
                 if request.ready and entry.get("state") != "READY":
                     continue
-                response.models.add(name=str(entry.get("name", "")), version=str(entry.get("version") or ""),
-                                    state=str(entry.get("state") or ""), reason=str(entry.get("reason") or ""))
+                response.models.add(
+                    name=str(entry.get("name", "")),
+                    version=str(entry.get("version") or ""),
+                    state=str(entry.get("state") or ""),
+                    reason=str(entry.get("reason") or ""),
+                )
             return response
+
         return self._call(context, index)
 
     def RepositoryModelLoad(self, request, context):
         def load():
             self.repository.load(request.model_name)
             return pb.RepositoryModelLoadResponse()
+
         return self._call(context, load)
 
     def RepositoryModelUnload(self, request, context):
         def unload():
             self.repository.unload(request.model_name)
             return pb.RepositoryModelUnloadResponse()
+
         return self._call(context, unload)
 
 
@@ -313,22 +343,31 @@ def grpc_options(limits: ServeLimits, max_message_bytes: int | None = None) -> l
     """grpcio server options enforcing ``limits`` (:mod:`bnc_deploy.serve.limits`)."""
     size = int(max_message_bytes or limits.max_request_bytes)
     ms = lambda seconds: int(seconds * 1000)  # noqa: E731 - gRPC takes milliseconds
-    return [("grpc.max_receive_message_length", size),
-            ("grpc.max_send_message_length", size),
-            ("grpc.so_reuseport", 0),  # a second server on the same port must fail, not share it
-            # Refused before the handshake: idle sockets cannot exhaust the descriptors.
-            ("grpc.max_allowed_incoming_connections", int(limits.max_connections)),
-            ("grpc.server_handshake_timeout_ms", ms(limits.header_timeout)),
-            ("grpc.keepalive_time_ms", ms(limits.grpc_keepalive_time)),
-            ("grpc.keepalive_timeout_ms", ms(limits.grpc_keepalive_timeout)),
-            ("grpc.max_connection_idle_ms", ms(limits.grpc_max_connection_idle)),
-            ("grpc.max_connection_age_ms", ms(limits.grpc_max_connection_age)),
-            # Calls in flight when a connection reaches its age get the body timeout to finish.
-            ("grpc.max_connection_age_grace_ms", ms(limits.body_timeout))]
+    return [
+        ("grpc.max_receive_message_length", size),
+        ("grpc.max_send_message_length", size),
+        ("grpc.so_reuseport", 0),  # a second server on the same port must fail, not share it
+        # Refused before the handshake: idle sockets cannot exhaust the descriptors.
+        ("grpc.max_allowed_incoming_connections", int(limits.max_connections)),
+        ("grpc.server_handshake_timeout_ms", ms(limits.header_timeout)),
+        ("grpc.keepalive_time_ms", ms(limits.grpc_keepalive_time)),
+        ("grpc.keepalive_timeout_ms", ms(limits.grpc_keepalive_timeout)),
+        ("grpc.max_connection_idle_ms", ms(limits.grpc_max_connection_idle)),
+        ("grpc.max_connection_age_ms", ms(limits.grpc_max_connection_age)),
+        # Calls in flight when a connection reaches its age get the body timeout to finish.
+        ("grpc.max_connection_age_grace_ms", ms(limits.body_timeout)),
+    ]
 
 
-def start_grpc_server(repository, address: str = "127.0.0.1:8001", *, api_keys=None, workers: int = 8,
-                      max_message_bytes: int | None = None, limits: ServeLimits | None = None) -> grpc.Server:
+def start_grpc_server(
+    repository,
+    address: str = "127.0.0.1:8001",
+    *,
+    api_keys=None,
+    workers: int = 8,
+    max_message_bytes: int | None = None,
+    limits: ServeLimits | None = None,
+) -> grpc.Server:
     """Serve ``repository`` over gRPC on ``address`` (``HOST:PORT``; port 0 picks a free one, read
     back from ``server.bound_port``); returns the started server. ``api_keys``: the keys of
     :func:`bnc_deploy.serve.auth.load_api_keys` (None: no authentication). ``workers``: handler
@@ -340,8 +379,11 @@ def start_grpc_server(repository, address: str = "127.0.0.1:8001", *, api_keys=N
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise ConfigError(f"gRPC workers must be a positive integer, got {workers!r}")
     limits = limits or ServeLimits()
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bnc-grpc"),
-                         options=grpc_options(limits, max_message_bytes), maximum_concurrent_rpcs=None)
+    server = grpc.server(
+        futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="bnc-grpc"),
+        options=grpc_options(limits, max_message_bytes),
+        maximum_concurrent_rpcs=None,
+    )
     servicer = InferenceServicer(repository, api_keys=api_keys, limits=limits)
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, server)
     try:

@@ -90,8 +90,9 @@ class ServeLimits:
 def check_rows(shape: object, max_rows: int, where: str) -> None:
     """PayloadTooLarge when a declared ``shape``'s first dimension exceeds ``max_rows``."""
     if isinstance(shape, (list, tuple)) and shape and isinstance(shape[0], int) and shape[0] > max_rows:
-        raise PayloadTooLarge(f"{where}: {shape[0]} rows; a request may have at most {max_rows} "
-                              "(--max-rows): send fewer rows per request")
+        raise PayloadTooLarge(
+            f"{where}: {shape[0]} rows; a request may have at most {max_rows} (--max-rows): send fewer rows per request"
+        )
 
 
 def check_count(items: Sized, what: str) -> None:

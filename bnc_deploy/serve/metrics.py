@@ -15,31 +15,50 @@ multiprocess mode; not set up here).
 
 from __future__ import annotations
 
-from prometheus_client import (
-    CONTENT_TYPE_LATEST,
-    CollectorRegistry,
-    Counter,
-    Histogram,
-    generate_latest,
-)
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 #: Sub-millisecond buckets: a letter-sized model answers in tens of microseconds.
 _BUCKETS = (2.5e-5, 5e-5, 1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
 
 REQUESTS = Counter("bnc_serve_requests", "Inference requests", ["model", "protocol"], registry=REGISTRY)
-FAILURES = Counter("bnc_serve_request_failures", "Inference requests that failed", ["model", "protocol", "code"],
-                   registry=REGISTRY)
-REQUEST_SECONDS = Histogram("bnc_serve_request_duration_seconds", "Inference request duration",
-                            ["model", "protocol"], buckets=_BUCKETS, registry=REGISTRY)
-QUEUE_SECONDS = Histogram("bnc_serve_queue_duration_seconds", "Time a request waited for the batcher/runtime",
-                          ["model"], buckets=_BUCKETS, registry=REGISTRY)
-COMPUTE_SECONDS = Histogram("bnc_serve_compute_duration_seconds", "Runtime call duration (per batch)",
-                            ["model"], buckets=_BUCKETS, registry=REGISTRY)
-CONNECTIONS_CLOSED = Counter("bnc_serve_connections_closed", "REST connections the server closed by a limit "
-                             "(header_timeout, body_timeout, evicted, busy)", ["reason"], registry=REGISTRY)
-BATCH_ROWS = Histogram("bnc_serve_batch_rows", "Rows per runtime call", ["model"],
-                       buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 4096), registry=REGISTRY)
+FAILURES = Counter(
+    "bnc_serve_request_failures", "Inference requests that failed", ["model", "protocol", "code"], registry=REGISTRY
+)
+REQUEST_SECONDS = Histogram(
+    "bnc_serve_request_duration_seconds",
+    "Inference request duration",
+    ["model", "protocol"],
+    buckets=_BUCKETS,
+    registry=REGISTRY,
+)
+QUEUE_SECONDS = Histogram(
+    "bnc_serve_queue_duration_seconds",
+    "Time a request waited for the batcher/runtime",
+    ["model"],
+    buckets=_BUCKETS,
+    registry=REGISTRY,
+)
+COMPUTE_SECONDS = Histogram(
+    "bnc_serve_compute_duration_seconds",
+    "Runtime call duration (per batch)",
+    ["model"],
+    buckets=_BUCKETS,
+    registry=REGISTRY,
+)
+CONNECTIONS_CLOSED = Counter(
+    "bnc_serve_connections_closed",
+    "REST connections the server closed by a limit (header_timeout, body_timeout, evicted, busy)",
+    ["reason"],
+    registry=REGISTRY,
+)
+BATCH_ROWS = Histogram(
+    "bnc_serve_batch_rows",
+    "Rows per runtime call",
+    ["model"],
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 4096),
+    registry=REGISTRY,
+)
 
 
 #: Model names seen loaded (:func:`register_model`); requests for other names are counted under
@@ -63,8 +82,10 @@ def observe_request(model: str, protocol: str, seconds: float, error_code: str |
         model = UNKNOWN_MODEL
     children = _REQUEST_CHILDREN.get((model, protocol))
     if children is None:
-        children = _REQUEST_CHILDREN[(model, protocol)] = (REQUESTS.labels(model, protocol),
-                                                           REQUEST_SECONDS.labels(model, protocol))
+        children = _REQUEST_CHILDREN[(model, protocol)] = (
+            REQUESTS.labels(model, protocol),
+            REQUEST_SECONDS.labels(model, protocol),
+        )
     children[0].inc()
     children[1].observe(seconds)
     if error_code is not None:

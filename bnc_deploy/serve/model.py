@@ -49,9 +49,25 @@ from bnc_deploy.serve.protocol import NUMPY_NAMES
 #: Runtimes whose adapters may run concurrently from several threads.
 THREAD_SAFE_RUNTIMES = frozenset({"onnxruntime", "numpy"})
 #: Metadata facts reported under the V2 metadata's ``parameters``.
-PARAMETER_KEYS = ("model_kind", "format", "lowering", "structure", "exact", "input", "bits", "quantized",
-                  "n_parameters", "size_bits", "n_ops", "class_names", "feature_names", "cardinalities",
-                  "architecture", "activation", "artifact_sha256")
+PARAMETER_KEYS = (
+    "model_kind",
+    "format",
+    "lowering",
+    "structure",
+    "exact",
+    "input",
+    "bits",
+    "quantized",
+    "n_parameters",
+    "size_bits",
+    "n_ops",
+    "class_names",
+    "feature_names",
+    "cardinalities",
+    "architecture",
+    "activation",
+    "artifact_sha256",
+)
 
 
 class ModelLoadError(ServeError):
@@ -68,8 +84,17 @@ def file_version(data: bytes) -> str:
 class ServedModel:
     """A loaded, checked model file (see the module docstring)."""
 
-    def __init__(self, name: str, path, *, runtime: str | None = None, threads: int | None = None,
-                 max_batch: int = 0, max_queue_delay_ms: float = 0.0, key: bytes | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        path,
+        *,
+        runtime: str | None = None,
+        threads: int | None = None,
+        max_batch: int = 0,
+        max_queue_delay_ms: float = 0.0,
+        key: bytes | None = None,
+    ) -> None:
         self.name, self.path = name, Path(path)
         try:
             before = self.path.read_bytes()
@@ -78,8 +103,9 @@ class ServedModel:
         self.version = file_version(before)
         self.file_bytes = len(before)
         try:
-            self.adapter = load_runtime(self.path, runtime, threads=threads, data=before,
-                                        **({} if key is None else {"key": key}))
+            self.adapter = load_runtime(
+                self.path, runtime, threads=threads, data=before, **({} if key is None else {"key": key})
+            )
         except BncDeployError as exc:  # RuntimeLoadError, IntegrityError, MissingExtraError, ConfigError
             raise ModelLoadError(f"{self.path.name}: {exc}") from None
         self.runtime = self.adapter.name
@@ -96,8 +122,9 @@ class ServedModel:
         self.check_result = self._check()
         self._metrics = metrics.ModelMetrics(name)
         if max_batch and max_batch > 0:
-            self._batcher = Batcher(self._run_rows, max_batch=max_batch, max_queue_delay_ms=max_queue_delay_ms,
-                                    name=name)
+            self._batcher = Batcher(
+                self._run_rows, max_batch=max_batch, max_queue_delay_ms=max_queue_delay_ms, name=name
+            )
 
     # -- loading ----------------------------------------------------------------------------------
     def _check(self) -> dict:
@@ -108,8 +135,9 @@ class ServedModel:
         except BncDeployError as exc:
             raise ModelLoadError(str(exc)) from None
         if x is None:
-            raise ModelLoadError(f"{where} stores no check set (exported before bnc-deploy stored one); "
-                                 "export it again to serve it")
+            raise ModelLoadError(
+                f"{where} stores no check set (exported before bnc-deploy stored one); export it again to serve it"
+            )
         try:
             scores, labels = self.adapter.run(x)
         except (BncDeployError, RuntimeError) as exc:
@@ -129,17 +157,28 @@ class ServedModel:
         """V2 model metadata (``GET /v2/models/{name}``)."""
         meta = self.metadata_raw
         params = {k: meta[k] for k in PARAMETER_KEYS if k in meta and meta[k] is not None}
-        params.update(runtime=self.runtime, file=self.path.name, file_bytes=self.file_bytes,
-                      integrity=meta.get("integrity"))
+        params.update(
+            runtime=self.runtime, file=self.path.name, file_bytes=self.file_bytes, integrity=meta.get("integrity")
+        )
         return {
             "name": self.name,
             "versions": [self.version],
             "platform": f"bnc-deploy_{meta.get('format')}_{self.runtime}",
-            "inputs": [{"name": INPUT_NAME, "datatype": "FP32" if self.raw_inputs else self.input_datatype,
-                        "shape": [-1, self.n_features]}],
-            "outputs": [{"name": self.scores_name, "datatype": NUMPY_NAMES[self.scores_dtype.name],
-                         "shape": [-1, self.n_classes]},
-                        {"name": self.label_name, "datatype": "INT64", "shape": [-1]}],
+            "inputs": [
+                {
+                    "name": INPUT_NAME,
+                    "datatype": "FP32" if self.raw_inputs else self.input_datatype,
+                    "shape": [-1, self.n_features],
+                }
+            ],
+            "outputs": [
+                {
+                    "name": self.scores_name,
+                    "datatype": NUMPY_NAMES[self.scores_dtype.name],
+                    "shape": [-1, self.n_classes],
+                },
+                {"name": self.label_name, "datatype": "INT64", "shape": [-1]},
+            ],
             "parameters": params,
         }
 
@@ -157,8 +196,10 @@ class ServedModel:
             raise BadRequest(f"model {self.name!r} takes one input {INPUT_NAME!r}, got {got}")
         x = np.asarray(inputs[INPUT_NAME])
         if x.ndim != 2 or x.shape[1] != self.n_features:
-            raise BadRequest(f"input {INPUT_NAME!r} of model {self.name!r}: expected shape [N, {self.n_features}], "
-                             f"got {list(x.shape)}")
+            raise BadRequest(
+                f"input {INPUT_NAME!r} of model {self.name!r}: expected shape [N, {self.n_features}], "
+                f"got {list(x.shape)}"
+            )
         names = list(self.output_names) if not outputs else list(outputs)
         for n in names:
             if n not in self.output_names:

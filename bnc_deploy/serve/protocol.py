@@ -25,9 +25,17 @@ from bnc_deploy.serve.errors import BadRequest
 #: V2 datatype -> NumPy dtype (little-endian on the wire). BYTES holds Python bytes objects.
 DATATYPES: dict[str, np.dtype] = {
     "BOOL": np.dtype(np.bool_),
-    "UINT8": np.dtype("<u1"), "UINT16": np.dtype("<u2"), "UINT32": np.dtype("<u4"), "UINT64": np.dtype("<u8"),
-    "INT8": np.dtype("<i1"), "INT16": np.dtype("<i2"), "INT32": np.dtype("<i4"), "INT64": np.dtype("<i8"),
-    "FP16": np.dtype("<f2"), "FP32": np.dtype("<f4"), "FP64": np.dtype("<f8"),
+    "UINT8": np.dtype("<u1"),
+    "UINT16": np.dtype("<u2"),
+    "UINT32": np.dtype("<u4"),
+    "UINT64": np.dtype("<u8"),
+    "INT8": np.dtype("<i1"),
+    "INT16": np.dtype("<i2"),
+    "INT32": np.dtype("<i4"),
+    "INT64": np.dtype("<i8"),
+    "FP16": np.dtype("<f2"),
+    "FP32": np.dtype("<f4"),
+    "FP64": np.dtype("<f8"),
     "BYTES": np.dtype(object),
 }
 #: NumPy dtype name -> V2 datatype (for metadata, e.g. ``input_dtype = "int32"`` -> ``"INT32"``).
@@ -63,14 +71,14 @@ def dtype_of(datatype: str, where: str = "tensor") -> np.dtype:
     try:
         return DATATYPES[datatype]
     except (KeyError, TypeError):
-        raise BadRequest(f"{where}: unknown datatype {datatype!r}; V2 datatypes are "
-                         f"{', '.join(DATATYPES)}") from None
+        raise BadRequest(f"{where}: unknown datatype {datatype!r}; V2 datatypes are {', '.join(DATATYPES)}") from None
 
 
 def check_shape(shape, where: str = "tensor") -> tuple[int, ...]:
     """A V2 shape (list of non-negative ints) as a tuple; BadRequest otherwise."""
     if not isinstance(shape, (list, tuple)) or not all(
-            isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape):
+        isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape
+    ):
         raise BadRequest(f"{where}: shape must be a list of non-negative integers, got {shape!r}")
     if math.prod(shape) > MAX_ELEMENTS:
         raise BadRequest(f"{where}: shape {list(shape)} has too many elements")
@@ -143,8 +151,9 @@ def tensor_from_bytes(name: str, datatype: str, shape, buffer) -> np.ndarray:
         out[:] = items
         return out.reshape(shape)
     if len(buffer) != n * dtype.itemsize:
-        raise BadRequest(f"{where}: shape {list(shape)} of {datatype} needs {n * dtype.itemsize} bytes, "
-                         f"got {len(buffer)}")
+        raise BadRequest(
+            f"{where}: shape {list(shape)} of {datatype} needs {n * dtype.itemsize} bytes, got {len(buffer)}"
+        )
     return np.frombuffer(buffer, dtype=dtype).reshape(shape)
 
 
@@ -169,7 +178,7 @@ def deserialize_bytes(buffer, where: str = "tensor") -> list[bytes]:
         pos += 4
         if pos + size > len(buf):
             raise BadRequest(f"{where}: BYTES element of {size} bytes runs past the data")
-        out.append(bytes(buf[pos:pos + size]))
+        out.append(bytes(buf[pos : pos + size]))
         pos += size
     return out
 

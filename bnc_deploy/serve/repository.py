@@ -72,15 +72,28 @@ class ModelRepository:
     ``key``: the HMAC key of signed files.
     """
 
-    def __init__(self, root, *, runtime: str | None = None, threads: int | None = None, max_batch: int = 0,
-                 max_queue_delay_ms: float = 0.0, key: bytes | None = None) -> None:
+    def __init__(
+        self,
+        root,
+        *,
+        runtime: str | None = None,
+        threads: int | None = None,
+        max_batch: int = 0,
+        max_queue_delay_ms: float = 0.0,
+        key: bytes | None = None,
+    ) -> None:
         self.root = Path(root)
         if not self.root.is_dir():
             raise ConfigError(f"{self.root}: the model repository must be a directory")
         if max_batch < 0 or max_queue_delay_ms < 0:
             raise ConfigError("--max-batch and --max-queue-delay-ms must be >= 0")
-        self._options = {"runtime": runtime, "threads": threads, "max_batch": max_batch,
-                             "max_queue_delay_ms": max_queue_delay_ms, "key": key}
+        self._options = {
+            "runtime": runtime,
+            "threads": threads,
+            "max_batch": max_batch,
+            "max_queue_delay_ms": max_queue_delay_ms,
+            "key": key,
+        }
         self._entries: dict[str, _Entry] = {}
         self._entries_lock = threading.Lock()
         self._closed = False
@@ -130,8 +143,12 @@ class ModelRepository:
         with entry.lock:  # one load per model at a time; inference never takes this lock
             entry.unloaded = entry.removed = False
             if len(files) > 1:
-                return self._failed(entry, ModelLoadError(
-                    f"model {name!r} is ambiguous: {', '.join(p.name for p in files)}; keep one file per name"))
+                return self._failed(
+                    entry,
+                    ModelLoadError(
+                        f"model {name!r} is ambiguous: {', '.join(p.name for p in files)}; keep one file per name"
+                    ),
+                )
             path = files[0]
             entry.stamp = _stamp(path)
             old = entry.model
@@ -196,9 +213,14 @@ class ModelRepository:
         for name in sorted(names):
             entry = self._entries.get(name)
             model = entry.model if entry else None
-            out.append({"name": name, "version": model.version if model else "",
-                        "state": entry.state if entry else "UNAVAILABLE",
-                        "reason": entry.reason if entry else "not loaded"})
+            out.append(
+                {
+                    "name": name,
+                    "version": model.version if model else "",
+                    "state": entry.state if entry else "UNAVAILABLE",
+                    "reason": entry.reason if entry else "not loaded",
+                }
+            )
         return out
 
     def models(self) -> list[ServedModel]:

@@ -78,8 +78,9 @@ def parse_infer_request(body: bytes, header_length: str | None, max_rows: int) -
     """The :class:`InferRequest` of an infer body (see the module docstring)."""
     if header_length is not None:
         if not (header_length.isascii() and header_length.isdigit()) or int(header_length) > len(body):
-            raise BadRequest(f"Inference-Header-Content-Length {header_length!r} does not fit a body of "
-                             f"{len(body)} bytes")
+            raise BadRequest(
+                f"Inference-Header-Content-Length {header_length!r} does not fit a body of {len(body)} bytes"
+            )
         n = int(header_length)
         head, binary = body[:n], memoryview(body)[n:]
     else:
@@ -117,18 +118,28 @@ def parse_infer_request(body: bytes, header_length: str | None, max_rows: int) -
         size = _parameters(item, where).get("binary_data_size")
         if size is not None:
             if isinstance(size, bool) or not isinstance(size, int) or size < 0 or pos + size > len(binary):
-                raise BadRequest(f"{where}: binary_data_size {size!r} does not fit the {len(binary) - pos} "
-                                 "binary bytes left in the body")
+                raise BadRequest(
+                    f"{where}: binary_data_size {size!r} does not fit the {len(binary) - pos} "
+                    "binary bytes left in the body"
+                )
             if "data" in item:
                 raise BadRequest(f"{where}: both 'data' and binary_data_size")
-            inputs[name] = tensor_from_bytes(name, item.get("datatype"), item.get("shape"),  # type: ignore[arg-type]
-                                             binary[pos:pos + size])  # (datatype checked there, None included)
+            inputs[name] = tensor_from_bytes(
+                name,
+                item.get("datatype"),
+                item.get("shape"),  # type: ignore[arg-type]
+                binary[pos : pos + size],
+            )  # (datatype checked there, None included)
             pos += size
         else:
             if "data" not in item:
                 raise BadRequest(f"{where} has neither 'data' nor binary_data_size")
-            inputs[name] = tensor_from_json(name, item.get("datatype"), item.get("shape"),  # type: ignore[arg-type]
-                                            item["data"])  # (datatype checked there, None included)
+            inputs[name] = tensor_from_json(
+                name,
+                item.get("datatype"),
+                item.get("shape"),  # type: ignore[arg-type]
+                item["data"],
+            )  # (datatype checked there, None included)
     if pos != len(binary):
         raise BadRequest(f"{len(binary) - pos} binary bytes after the inputs' binary_data_size")
     out = InferRequest(inputs, binary_default=binary_default, has_id="id" in req, id=req.get("id"))
@@ -155,7 +166,7 @@ def _json_data(array: np.ndarray) -> list[bytes]:
         return [json.dumps(tensor_to_json_data(array), separators=(",", ":")).encode()]
     pieces, current, size = [], [b"["], 1
     for i in range(0, flat.size, JSON_SLICE_ELEMENTS):
-        text = json.dumps(flat[i:i + JSON_SLICE_ELEMENTS].tolist(), separators=(",", ":")).encode()
+        text = json.dumps(flat[i : i + JSON_SLICE_ELEMENTS].tolist(), separators=(",", ":")).encode()
         current.append(text[1:-1] if i == 0 else b"," + text[1:-1])
         size += len(text)
         if size >= RESPONSE_CHUNK_BYTES:
@@ -166,8 +177,9 @@ def _json_data(array: np.ndarray) -> list[bytes]:
     return pieces
 
 
-def encode_infer_body(model_name: str, model_version: str, request: InferRequest,
-                      outputs: Iterable[tuple[str, np.ndarray]]) -> tuple[int, list[bytes], list[tuple[bytes, bytes]]]:
+def encode_infer_body(
+    model_name: str, model_version: str, request: InferRequest, outputs: Iterable[tuple[str, np.ndarray]]
+) -> tuple[int, list[bytes], list[tuple[bytes, bytes]]]:
     """``(status, body chunks, headers)`` of the V2 infer response to ``request``: JSON, or JSON +
     binary tensors with ``Inference-Header-Content-Length``. The body is the chunks in order
     (one chunk for a small response; a large one is sent chunk by chunk, never joined)."""
@@ -201,9 +213,14 @@ def encode_infer_body(model_name: str, model_version: str, request: InferRequest
     if not binaries:
         return 200, chunks, [(b"content-type", b"application/json")]
     head_length = sum(len(c) for c in chunks)
-    return 200, [*chunks, *binaries], [(b"content-type", b"application/octet-stream"),
-                                       (b"inference-header-content-length", str(head_length).encode())]
+    return (
+        200,
+        [*chunks, *binaries],
+        [
+            (b"content-type", b"application/octet-stream"),
+            (b"inference-header-content-length", str(head_length).encode()),
+        ],
+    )
 
 
-__all__ = ["InferRequest", "JSON_SLICE_ELEMENTS", "RESPONSE_CHUNK_BYTES", "encode_infer_body",
-           "parse_infer_request"]
+__all__ = ["InferRequest", "JSON_SLICE_ELEMENTS", "RESPONSE_CHUNK_BYTES", "encode_infer_body", "parse_infer_request"]

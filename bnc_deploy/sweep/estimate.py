@@ -35,13 +35,13 @@ SINGLE_PROBE_CONFIGS = 3
 
 @dataclass
 class FamilyEstimate:
-    family: str                        # the kind of configuration (:func:`kind_of`)
+    family: str  # the kind of configuration (:func:`kind_of`)
     configurations: int
     config_epochs: int
-    probed: int                        # configurations in the probe
+    probed: int  # configurations in the probe
     seconds_per_config_epoch: float
-    seconds_per_config: float          # fixed cost per configuration (single-run trainers)
-    seconds: float                     # the forecast
+    seconds_per_config: float  # fixed cost per configuration (single-run trainers)
+    seconds: float  # the forecast
 
 
 def planned_config_epochs(task) -> int:
@@ -82,14 +82,22 @@ def probe(tasks: list, *, device: str = "cpu") -> list[FamilyEstimate]:
             fixed = 0.0
         else:
             records = _spread([r for t in members for r in t.records], SINGLE_PROBE_CONFIGS)
-            _chunk_seconds(members[0], records[:1], 1)              # warm-up (first-call costs)
+            _chunk_seconds(members[0], records[:1], 1)  # warm-up (first-call costs)
             one = [_chunk_seconds(members[0], [r], 1) for r in records]
             three = [_chunk_seconds(members[0], [r], 3) for r in records]
             per_epoch = max(0.0, sum(b - a for a, b in zip(one, three)) / (2 * len(records)))
             fixed = max(0.0, sum(one) / len(records) - per_epoch)
-        out.append(FamilyEstimate(family=kind, configurations=n_configs, config_epochs=planned,
-                                  probed=len(records), seconds_per_config_epoch=per_epoch,
-                                  seconds_per_config=fixed, seconds=per_epoch * planned + fixed * n_configs))
+        out.append(
+            FamilyEstimate(
+                family=kind,
+                configurations=n_configs,
+                config_epochs=planned,
+                probed=len(records),
+                seconds_per_config_epoch=per_epoch,
+                seconds_per_config=fixed,
+                seconds=per_epoch * planned + fixed * n_configs,
+            )
+        )
     return out
 
 
@@ -103,10 +111,12 @@ def kind_of(task) -> str:
 def describe(estimates: list[FamilyEstimate], device: str) -> str:
     """``"estimated 2.3 h on cpu (bnc: 64 configurations probed, 9.1 ms per configuration-epoch; …)"``."""
     total = sum(e.seconds for e in estimates)
-    parts = [f"{e.family}: {e.config_epochs:,} configuration-epochs x "
-             f"{_duration(e.seconds_per_config_epoch)} (probe of {e.probed})"
-             + (f" + {_duration(e.seconds_per_config)} per configuration" if e.seconds_per_config else "")
-             for e in estimates]
+    parts = [
+        f"{e.family}: {e.config_epochs:,} configuration-epochs x "
+        f"{_duration(e.seconds_per_config_epoch)} (probe of {e.probed})"
+        + (f" + {_duration(e.seconds_per_config)} per configuration" if e.seconds_per_config else "")
+        for e in estimates
+    ]
     return f"estimated time on {device}: {_duration(total)} ({'; '.join(parts)})"
 
 
@@ -118,9 +128,15 @@ def _spread(records: list, k: int) -> list:
 
 def _probe_task(task, records: list, epochs: int):
     records = [{**r, "epochs": epochs} for r in records]
-    return replace(task, records=records, groups=task.groups[:len(records)] if task.family == "bnc"
-                   else ["probe"] * len(records), checkpoints=[epochs], halving=None, keep="none",
-                   thresholds={})
+    return replace(
+        task,
+        records=records,
+        groups=task.groups[: len(records)] if task.family == "bnc" else ["probe"] * len(records),
+        checkpoints=[epochs],
+        halving=None,
+        keep="none",
+        thresholds={},
+    )
 
 
 def _chunk_seconds(task, records: list, epochs: int) -> float:

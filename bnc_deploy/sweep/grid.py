@@ -50,13 +50,7 @@ from bnc_deploy.sweep.records import (
     show_value,
 )
 
-__all__ = [
-    "GridSpec",
-    "count",
-    "describe",
-    "expand",
-    "load_grid_file",
-]
+__all__ = ["GridSpec", "count", "describe", "expand", "load_grid_file"]
 
 
 # -- grid specs ------------------------------------------------------------------------------------
@@ -80,8 +74,9 @@ class GridSpec:
         """A checked copy with every value in canonical form; ConfigError naming ``where``, key, value."""
         for section in _SECTIONS:
             if not isinstance(getattr(self, section), dict):
-                raise ConfigError(f"{where}: [{section}] must be a table of keys, got "
-                                  f"{type(getattr(self, section)).__name__}")
+                raise ConfigError(
+                    f"{where}: [{section}] must be a table of keys, got {type(getattr(self, section)).__name__}"
+                )
         seen: dict[str, str] = {}
         axes = {}
         for name, values in self.axes.items():
@@ -93,8 +88,10 @@ class GridSpec:
             elif isinstance(values, (list, tuple)):
                 values = [normalize_value(name, v, f"{where}: axes") for v in values]
             else:
-                raise ConfigError(f"{spec_where} = {show_value(values)}: an axis is a list of values or a string like "
-                                  "\"1..8\" or \"3e-2,3e-3\"")
+                raise ConfigError(
+                    f"{spec_where} = {show_value(values)}: an axis is a list of values or a string like "
+                    '"1..8" or "3e-2,3e-3"'
+                )
             if not values:
                 raise ConfigError(f"{spec_where} is empty (an empty axis would give no configurations)")
             for i, v in enumerate(values):
@@ -110,8 +107,10 @@ class GridSpec:
             if name in seen:
                 raise ConfigError(f"{where}: key {name!r} is in both [{seen[name]}] and [fixed]; give it in one")
             if isinstance(value, (list, tuple, dict)) and name != "hidden":
-                raise ConfigError(f"{where}: fixed.{name} = {show_value(value)}: a fixed value is one value (to vary "
-                                  f"it, move it to [axes])")
+                raise ConfigError(
+                    f"{where}: fixed.{name} = {show_value(value)}: a fixed value is one value (to vary "
+                    f"it, move it to [axes])"
+                )
             fixed[name] = normalize_value(name, value, f"{where}: fixed")
         return GridSpec(axes=axes, draws=draws, fixed=fixed)
 
@@ -134,10 +133,13 @@ class GridSpec:
             raise ConfigError(f"{where}: a grid is a table with [axes], [draws], [fixed]; got {type(data).__name__}")
         for name in data:
             if name not in _SECTIONS:
-                raise ConfigError(f"{where}: unknown section {name!r}{did_you_mean(name, _SECTIONS)}; a grid has "
-                                  "[axes], [draws] and [fixed]")
-        return cls(axes=data.get("axes", {}), draws=data.get("draws", {}), fixed=data.get("fixed", {})) \
-            .normalized(where)
+                raise ConfigError(
+                    f"{where}: unknown section {name!r}{did_you_mean(name, _SECTIONS)}; a grid has "
+                    "[axes], [draws] and [fixed]"
+                )
+        return cls(axes=data.get("axes", {}), draws=data.get("draws", {}), fixed=data.get("fixed", {})).normalized(
+            where
+        )
 
 
 def _check_label(name, where: str, section: str) -> None:
@@ -155,8 +157,9 @@ def _normalize_draws(draws: dict, where: str, seen: dict) -> dict:
     seed = draws.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
         why = " (to vary the training seed, make seed an axis)" if isinstance(seed, (list, tuple)) else ""
-        raise ConfigError(f"{where}: draws.seed = {show_value(seed)}: the draws' random seed must be an integer "
-                          f">= 0{why}")
+        raise ConfigError(
+            f"{where}: draws.seed = {show_value(seed)}: the draws' random seed must be an integer >= 0{why}"
+        )
     lengths: dict[str, int] = {}
     random_columns = []
     for name, column in draws.items():
@@ -175,21 +178,27 @@ def _normalize_draws(draws: dict, where: str, seen: dict) -> dict:
             out[name] = _normalize_distribution(name, column, col_where)
             random_columns.append(name)
         else:
-            raise ConfigError(f"{col_where} = {show_value(column)}: a draw column is a list of values or a "
-                              "distribution like {\"log10_uniform\": [1, 3]}")
+            raise ConfigError(
+                f"{col_where} = {show_value(column)}: a draw column is a list of values or a "
+                'distribution like {"log10_uniform": [1, 3]}'
+            )
     if not out:
         raise ConfigError(f"{where}: [draws] has no columns (only n/seed)")
     if random_columns and (n is None or seed is None):
-        raise ConfigError(f"{where}: [draws] with distributions ({', '.join(random_columns)}) needs n (how many "
-                          "draws) and seed (for numpy.random.default_rng)")
+        raise ConfigError(
+            f"{where}: [draws] with distributions ({', '.join(random_columns)}) needs n (how many "
+            "draws) and seed (for numpy.random.default_rng)"
+        )
     if not random_columns and seed is not None:
         raise ConfigError(f"{where}: draws.seed is given but every draw column is an explicit list (nothing to draw)")
     expected = n if n is not None else next(iter(lengths.values()))
     for name, length in lengths.items():
         if length != expected:
             what = "n" if n is not None else f"draws.{next(iter(lengths))} ({expected})"
-            raise ConfigError(f"{where}: draws.{name} has {length} values, but {what} = {expected}; draw columns "
-                              "vary jointly and need one value per draw")
+            raise ConfigError(
+                f"{where}: draws.{name} has {length} values, but {what} = {expected}; draw columns "
+                "vary jointly and need one value per draw"
+            )
     if n is not None:
         out["n"] = n
     if seed is not None:
@@ -199,17 +208,22 @@ def _normalize_draws(draws: dict, where: str, seen: dict) -> dict:
 
 def _normalize_distribution(name: str, column: dict, where: str) -> dict:
     if len(column) != 1 or next(iter(column)) not in _DISTRIBUTIONS:
-        raise ConfigError(f"{where} = {show_value(column)}: a distribution is one of "
-                          + ", ".join(f"{{\"{d}\": [...]}}" for d in _DISTRIBUTIONS))
-    (kind, args), = column.items()
+        raise ConfigError(
+            f"{where} = {show_value(column)}: a distribution is one of "
+            + ", ".join(f'{{"{d}": [...]}}' for d in _DISTRIBUTIONS)
+        )
+    ((kind, args),) = column.items()
     if kind == "choice":
         if not isinstance(args, (list, tuple)) or not args:
             raise ConfigError(f"{where}: choice needs a non-empty list of values, got {show_value(args)}")
         return {"choice": [normalize_value(name, v, where) for v in args]}
     if KEYS[name].kind != "float":
         raise ConfigError(f"{where}: {kind} gives fractional values, but {name} is {KEYS[name].kind}; use choice")
-    ok = isinstance(args, (list, tuple)) and len(args) == 2 and all(
-        isinstance(a, (int, float)) and not isinstance(a, bool) and math.isfinite(a) for a in args)
+    ok = (
+        isinstance(args, (list, tuple))
+        and len(args) == 2
+        and all(isinstance(a, (int, float)) and not isinstance(a, bool) and math.isfinite(a) for a in args)
+    )
     if not ok or args[0] > args[1]:
         raise ConfigError(f"{where}: {kind} needs [low, high] with low <= high, got {show_value(args)}")
     return {kind: [float(args[0]), float(args[1])]}
@@ -229,7 +243,7 @@ def _draw_rows(draws: dict) -> list[dict]:
         # Sorted-key order, one row at a time: changing n or adding an explicit column never
         # changes the values of an existing draw index.
         for name in random_columns:
-            (kind, args), = columns[name].items()
+            ((kind, args),) = columns[name].items()
             if kind == "uniform":
                 value = float(rng.uniform(args[0], args[1]))
             elif kind == "log10_uniform":
@@ -262,8 +276,10 @@ def expand(spec: GridSpec) -> list[dict]:
         ident = config_id(record, f"grid configuration #{i} {show_value(record)}")
         if ident in first_index:
             j = first_index[ident]
-            raise ConfigError(f"grid configurations #{j} {show_value(records[j])} and #{i} {show_value(record)} are "
-                              f"the same configuration (id {ident}; omitted keys mean their defaults)")
+            raise ConfigError(
+                f"grid configurations #{j} {show_value(records[j])} and #{i} {show_value(record)} are "
+                f"the same configuration (id {ident}; omitted keys mean their defaults)"
+            )
         first_index[ident] = i
     return records
 

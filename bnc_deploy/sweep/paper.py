@@ -63,11 +63,11 @@ SETTINGS_FILE = "pgm2020_tan_subset_settings.json"
 #: The presets and what they are (``bnc-sweep --preset NAME``).
 PRESETS = {
     "icpr2020-nb": "ICPR 2020 naive Bayes: bits 1..8 × int_bits 1..6 × lr {3e-2, 3e-3} × the 100 (λ, γ) draws "
-                   "(η = 10), 500 epochs",
-    "icpr2020-tan": "ICPR 2020 TAN, the authors' fixed structure per dataset (structure = \"authors\"), same grid",
+    "(η = 10), 500 epochs",
+    "icpr2020-tan": 'ICPR 2020 TAN, the authors\' fixed structure per dataset (structure = "authors"), same grid',
     "icpr2020-structure": "ICPR 2020 Fig. 5 structure learning: λ_MS logspace(-7,1,41) × lr {3e-2, 3e-3} × seeds "
-                          "0..4, float, the dataset's hybrid λ, γ, η, feature ordering and candidate parent sets "
-                          "(needs data)",
+    "0..4, float, the dataset's hybrid λ, γ, η, feature ordering and candidate parent sets "
+    "(needs data)",
 }
 
 
@@ -92,20 +92,24 @@ def find_structures_dir(structures_dir: str | os.PathLike | None = None) -> Path
     ``../shared/paper/structures`` relative to the current directory and to the repository root.
     ConfigError listing every place searched.
     """
-    found, how, searched = find_folder(structures_dir, STRUCTURES_DIR_ENV, _RELATIVE_STRUCTURES_DIR,
-                                       "the structures_dir argument")
+    found, how, searched = find_folder(
+        structures_dir, STRUCTURES_DIR_ENV, _RELATIVE_STRUCTURES_DIR, "the structures_dir argument"
+    )
     if found is not None:
         return found
-    raise ConfigError(f"paper structures folder not found (searched {how}: {searched}); set {STRUCTURES_DIR_ENV} "
-                      f"to the folder holding {DRAWS_FILE}")
+    raise ConfigError(
+        f"paper structures folder not found (searched {how}: {searched}); set {STRUCTURES_DIR_ENV} "
+        f"to the folder holding {DRAWS_FILE}"
+    )
 
 
 def _read_json(path: Path):
     try:
         return json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ConfigError(f"preset data {path} does not exist (is {path.parent} the paper structures folder?)") \
-            from None
+        raise ConfigError(
+            f"preset data {path} does not exist (is {path.parent} the paper structures folder?)"
+        ) from None
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ConfigError(f"preset data {path}: cannot read ({exc})") from None
 
@@ -145,11 +149,16 @@ def preset(name: str, structures_dir: str | os.PathLike | None = None, data: str
     fixed = {} if data is None else {"data": data}
     if name in ("icpr2020-nb", "icpr2020-tan"):
         # The authors' task order is product(bits, int_bits, draw, lr); here draws are innermost.
-        fixed.update({"model": "nb", "epochs": 500, "loss": "hybrid", "hybrid_eta": 10.0} if name == "icpr2020-nb"
-                     else {"model": "tan", "structure": "authors", "epochs": 500, "loss": "hybrid",
-                           "hybrid_eta": 10.0})
-        return GridSpec(axes={"bits": list(range(1, 9)), "int_bits": list(range(1, 7)), "lr": [3e-2, 3e-3]},
-                        draws=icpr2020_draws(folder), fixed=fixed).normalized(f"preset {name}")
+        fixed.update(
+            {"model": "nb", "epochs": 500, "loss": "hybrid", "hybrid_eta": 10.0}
+            if name == "icpr2020-nb"
+            else {"model": "tan", "structure": "authors", "epochs": 500, "loss": "hybrid", "hybrid_eta": 10.0}
+        )
+        return GridSpec(
+            axes={"bits": list(range(1, 9)), "int_bits": list(range(1, 7)), "lr": [3e-2, 3e-3]},
+            draws=icpr2020_draws(folder),
+            fixed=fixed,
+        ).normalized(f"preset {name}")
     # icpr2020-structure
     path = folder / SETTINGS_FILE
     settings = _read_json(path)
@@ -163,25 +172,37 @@ def preset(name: str, structures_dir: str | os.PathLike | None = None, data: str
         raise ConfigError(f"preset {name} needs a dataset of {path}: {given}; use one of {', '.join(by_dataset)}")
     setting = by_dataset[data]
     if grid.get("structure_penalty_lambda_ms") != "numpy.logspace(-7, 1, 41)":
-        raise ConfigError(f"preset data {path}: fig5_grid.structure_penalty_lambda_ms is "
-                          f"{grid.get('structure_penalty_lambda_ms')!r}, this preset was written for "
-                          "numpy.logspace(-7, 1, 41)")
+        raise ConfigError(
+            f"preset data {path}: fig5_grid.structure_penalty_lambda_ms is "
+            f"{grid.get('structure_penalty_lambda_ms')!r}, this preset was written for "
+            "numpy.logspace(-7, 1, 41)"
+        )
     try:
         hybrid = setting["hybrid"]
-        fixed.update({
-            "model": "tan", "structure": "learn", "bits": None, "epochs": 500, "loss": "hybrid",
-            "hybrid_lambda": float(hybrid["lam"]), "hybrid_gamma": float(hybrid["gamma"]),
-            "hybrid_eta": float(hybrid["eta"]),
-            # The authors' own ordering and candidate sets (K = 9 slots including "class only"), read
-            # for the record's dataset by the trainer; "candidates" keeps its default (it may not be
-            # given with a candidates file).
-            "candidates_file": str(path),
-            "structure_lr": float(grid["learning_rate_structure"]),
-            "tau_start": float(grid["gumbel_softmax_temperature"][0]),
-            "tau_end": float(grid["gumbel_softmax_temperature"][1]),
-        })
-        axes = {"size_penalty": "logspace(-7,1,41)", "lr": [float(v) for v in grid["learning_rate_start"]],
-                "seed": list(range(int(grid["seeds_per_setting"])))}
+        fixed.update(
+            {
+                "model": "tan",
+                "structure": "learn",
+                "bits": None,
+                "epochs": 500,
+                "loss": "hybrid",
+                "hybrid_lambda": float(hybrid["lam"]),
+                "hybrid_gamma": float(hybrid["gamma"]),
+                "hybrid_eta": float(hybrid["eta"]),
+                # The authors' own ordering and candidate sets (K = 9 slots including "class only"), read
+                # for the record's dataset by the trainer; "candidates" keeps its default (it may not be
+                # given with a candidates file).
+                "candidates_file": str(path),
+                "structure_lr": float(grid["learning_rate_structure"]),
+                "tau_start": float(grid["gumbel_softmax_temperature"][0]),
+                "tau_end": float(grid["gumbel_softmax_temperature"][1]),
+            }
+        )
+        axes = {
+            "size_penalty": "logspace(-7,1,41)",
+            "lr": [float(v) for v in grid["learning_rate_start"]],
+            "seed": list(range(int(grid["seeds_per_setting"]))),
+        }
     except (KeyError, TypeError, ValueError, IndexError) as exc:
         raise ConfigError(f"preset data {path}: incomplete settings for {data} ({exc!r})") from None
     return GridSpec(axes=axes, fixed=fixed).normalized(f"preset {name}")
@@ -204,12 +225,12 @@ QUICK_CNN_EPOCHS = 100
 
 @dataclass
 class FigureSweep:
-    name: str                      # DIR/sweeps/<name>
+    name: str  # DIR/sweeps/<name>
     spec: GridSpec
-    family: str                    # the curve's label
+    family: str  # the curve's label
     halving: bool = False
     group_by: tuple = ("model", "structure", "bits")
-    x: str = "bits"                # what the point's x is: "bits", "size_bits", "n_ops", "size_penalty"
+    x: str = "bits"  # what the point's x is: "bits", "size_bits", "n_ops", "size_penalty"
 
 
 @dataclass
@@ -218,12 +239,11 @@ class FigurePlan:
     data: str
     protocol: str
     sweeps: list[FigureSweep] = field(default_factory=list)
-    uses: tuple = ()               # figures whose points this one combines (fig7)
+    uses: tuple = ()  # figures whose points this one combines (fig7)
 
 
 def _base(data: str, protocol: str = "quick") -> dict:
-    fixed = {"data": data, "epochs": SMOKE_EPOCHS if protocol == "smoke" else 500, "loss": "hybrid",
-             "hybrid_eta": 10.0}
+    fixed = {"data": data, "epochs": SMOKE_EPOCHS if protocol == "smoke" else 500, "loss": "hybrid", "hybrid_eta": 10.0}
     if paper_batch_size(data):
         fixed["batch_size"] = paper_batch_size(data)
     return fixed
@@ -237,8 +257,12 @@ def quick_draws(data: str) -> int:
 
 def _draws(protocol: str, data: str) -> dict:
     if protocol == "smoke":
-        return {"n": 2, "seed": 0, "hybrid_lambda": {"log10_uniform": [1, 3]},
-                "hybrid_gamma": {"log10_uniform": [-1, 2]}}
+        return {
+            "n": 2,
+            "seed": 0,
+            "hybrid_lambda": {"log10_uniform": [1, 3]},
+            "hybrid_gamma": {"log10_uniform": [-1, 2]},
+        }
     draws = icpr2020_draws()
     n = quick_draws(data) if protocol == "quick" else len(draws["hybrid_lambda"])
     return {key: values[:n] for key, values in draws.items()}
@@ -255,12 +279,16 @@ def bn_sweeps(data: str, protocol: str, model: str) -> list[FigureSweep]:
     int_bits = {"quick": [2, 3, 4], "paper": list(range(1, 7)), "smoke": [2]}[protocol]
     bits = [2, 3] if protocol == "smoke" else list(range(1, 9))
     quick = protocol in ("quick", "smoke")
-    quantized = GridSpec(axes={"bits": bits, "int_bits": int_bits, "lr": [3e-2, 3e-3]},
-                         draws=_draws(protocol, data), fixed=fixed).normalized(f"{model} grid")
-    floats = GridSpec(axes={"lr": [3e-2, 3e-3]}, draws=_draws(protocol, data),
-                      fixed={**fixed, "bits": None}).normalized(f"{model} float grid")
-    return [FigureSweep(f"{model}-quantized", quantized, label, halving=quick),
-            FigureSweep(f"{model}-float", floats, label, halving=quick)]
+    quantized = GridSpec(
+        axes={"bits": bits, "int_bits": int_bits, "lr": [3e-2, 3e-3]}, draws=_draws(protocol, data), fixed=fixed
+    ).normalized(f"{model} grid")
+    floats = GridSpec(
+        axes={"lr": [3e-2, 3e-3]}, draws=_draws(protocol, data), fixed={**fixed, "bits": None}
+    ).normalized(f"{model} float grid")
+    return [
+        FigureSweep(f"{model}-quantized", quantized, label, halving=quick),
+        FigureSweep(f"{model}-float", floats, label, halving=quick),
+    ]
 
 
 def has_authors_structure(data: str) -> bool:
@@ -284,34 +312,49 @@ def fc_sweeps(data: str, protocol: str) -> list[FigureSweep]:
     for activation in ("relu", "sign"):
         if protocol == "smoke":
             axes = {"match_bits": budgets}
-            fixed = {"batch_norm": True, "layers": 2, "lr": 3e-3, "seed": 0, "weight_bits": 2,
-                     "epochs": SMOKE_EPOCHS}
+            fixed = {"batch_norm": True, "layers": 2, "lr": 3e-3, "seed": 0, "weight_bits": 2, "epochs": SMOKE_EPOCHS}
         elif protocol == "quick":
             axes = {"match_bits": budgets, "weight_bits": [1, 2]}
             fixed = {"batch_norm": True, "layers": 2, "lr": 3e-3, "seed": 0, "one_hot": False}
         else:
-            axes = {"match_bits": budgets, "layers": [2, 3, 4, 5], "weight_bits": list(range(1, 9)),
-                    "batch_norm": [False, True], "lr": [3e-2, 3e-3, 3e-4], "seed": list(range(5))}
+            axes = {
+                "match_bits": budgets,
+                "layers": [2, 3, 4, 5],
+                "weight_bits": list(range(1, 9)),
+                "batch_norm": [False, True],
+                "lr": [3e-2, 3e-3, 3e-4],
+                "seed": list(range(5)),
+            }
             fixed = {"one_hot": False}
-        spec = GridSpec(axes=axes, draws={}, fixed={**_dnn_base(data), "model": "fc", "activation": activation,
-                                                     **fixed}).normalized(f"fc {activation} grid")
-        out.append(FigureSweep(f"fc-{activation}", spec, f"FC {activation}", group_by=("model", "activation",
-                                                                                       "match_bits"),
-                               x="size_bits"))
+        spec = GridSpec(
+            axes=axes, draws={}, fixed={**_dnn_base(data), "model": "fc", "activation": activation, **fixed}
+        ).normalized(f"fc {activation} grid")
+        out.append(
+            FigureSweep(
+                f"fc-{activation}",
+                spec,
+                f"FC {activation}",
+                group_by=("model", "activation", "match_bits"),
+                x="size_bits",
+            )
+        )
     return out
 
 
 def cnn_sweeps(data: str, protocol: str) -> list[FigureSweep]:
     """CNNs sized to operation budgets f x C*D, ReLU and sign (image datasets)."""
     if dataset_name(data) not in IMAGE_DATASETS:
-        raise ConfigError(f"fig4 (operations budget, CNNs) needs an image dataset ({', '.join(IMAGE_DATASETS)}); "
-                          f"got {data!r}")
+        raise ConfigError(
+            f"fig4 (operations budget, CNNs) needs an image dataset ({', '.join(IMAGE_DATASETS)}); got {data!r}"
+        )
     _, d, c = nb_parameters(data)
-    factors = {"quick": [2, 8, 32, 128], "paper": [2 ** k for k in range(1, 9)], "smoke": [8]}[protocol]
+    factors = {"quick": [2, 8, 32, 128], "paper": [2**k for k in range(1, 9)], "smoke": [8]}[protocol]
     out = []
     for activation in ("relu", "sign"):
-        axes = {"match_ops": [f * c * d for f in factors], "weight_bits": list(range(1, 9)) if protocol == "paper"
-                else [1, 2]}
+        axes = {
+            "match_ops": [f * c * d for f in factors],
+            "weight_bits": list(range(1, 9)) if protocol == "paper" else [1, 2],
+        }
         if protocol == "paper":
             axes.update({"batch_norm": [False, True], "lr": [3e-2, 3e-3, 3e-4], "seed": list(range(5))})
         fixed = {**_dnn_base(data), "model": "cnn", "activation": activation, "layers": 1}
@@ -322,8 +365,11 @@ def cnn_sweeps(data: str, protocol: str) -> list[FigureSweep]:
         elif protocol == "quick":
             fixed["epochs"] = QUICK_CNN_EPOCHS
         spec = GridSpec(axes=axes, draws={}, fixed=fixed).normalized(f"cnn {activation} grid")
-        out.append(FigureSweep(f"cnn-{activation}", spec, f"CNN {activation}",
-                               group_by=("model", "activation", "match_ops"), x="n_ops"))
+        out.append(
+            FigureSweep(
+                f"cnn-{activation}", spec, f"CNN {activation}", group_by=("model", "activation", "match_ops"), x="n_ops"
+            )
+        )
     return out
 
 
@@ -337,10 +383,20 @@ def _dnn_base(data: str) -> dict:
 def structure_sweeps(data: str, protocol: str) -> list[FigureSweep]:
     """Fig. 5: size-aware structure learning over λ_MS with the authors' settings for the dataset."""
     if protocol == "smoke":
-        spec = GridSpec(axes={"size_penalty": [1e-3, 1e-1]}, draws={},
-                        fixed={"data": data, "model": "tan", "structure": "learn", "epochs": SMOKE_EPOCHS})
-        return [FigureSweep("structure", spec.normalized("structure grid"), "TAN (learned structure)",
-                            group_by=("size_penalty",), x="size_penalty")]
+        spec = GridSpec(
+            axes={"size_penalty": [1e-3, 1e-1]},
+            draws={},
+            fixed={"data": data, "model": "tan", "structure": "learn", "epochs": SMOKE_EPOCHS},
+        )
+        return [
+            FigureSweep(
+                "structure",
+                spec.normalized("structure grid"),
+                "TAN (learned structure)",
+                group_by=("size_penalty",),
+                x="size_penalty",
+            )
+        ]
     spec = preset("icpr2020-structure", data=dataset_name(data))
     fixed = dict(spec.fixed)
     fixed["data"] = data
@@ -350,8 +406,7 @@ def structure_sweeps(data: str, protocol: str) -> list[FigureSweep]:
     if protocol == "quick":
         axes = {"size_penalty": "logspace(-7,1,9)", "lr": [3e-3], "seed": [0]}
     spec = GridSpec(axes=axes, draws={}, fixed=fixed).normalized("structure grid")
-    return [FigureSweep("structure", spec, "TAN (learned structure)", group_by=("size_penalty",),
-                        x="size_penalty")]
+    return [FigureSweep("structure", spec, "TAN (learned structure)", group_by=("size_penalty",), x="size_penalty")]
 
 
 def plan(figure: str, data: str, protocol: str) -> FigurePlan:
@@ -396,12 +451,22 @@ def selected_points(rows: list[dict], sweep: FigureSweep, metric: str) -> list[d
     points = []
     for row in best.values():
         config, final = row["config"], row["final"]
-        points.append({
-            "figure_sweep": sweep.name, "group": sweep.family, "dataset": dataset_name(config.get("data", "")),
-            "bits": config.get("bits", config.get("weight_bits")), "size_penalty": config.get("size_penalty"),
-            "test_error": final.get("test_error"), "val_error": final.get("val_error"),
-            "train_error": final.get("train_error"), "size_bits": row.get("size_bits"),
-            "n_ops": row.get("ops"), "n_parameters": row.get("n_parameters"), "config_id": row["id"],
-            "model_path": row.get("model_path"), "config": config,
-        })
+        points.append(
+            {
+                "figure_sweep": sweep.name,
+                "group": sweep.family,
+                "dataset": dataset_name(config.get("data", "")),
+                "bits": config.get("bits", config.get("weight_bits")),
+                "size_penalty": config.get("size_penalty"),
+                "test_error": final.get("test_error"),
+                "val_error": final.get("val_error"),
+                "train_error": final.get("train_error"),
+                "size_bits": row.get("size_bits"),
+                "n_ops": row.get("ops"),
+                "n_parameters": row.get("n_parameters"),
+                "config_id": row["id"],
+                "model_path": row.get("model_path"),
+                "config": config,
+            }
+        )
     return sorted(points, key=lambda p: (p["group"], p["size_bits"] or 0))

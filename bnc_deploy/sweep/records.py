@@ -80,22 +80,55 @@ class Key:
 
 #: Defaults of ``TrainConfig`` (BN models), less ``progress`` (display only). A test checks them.
 BN_DEFAULTS: dict = {
-    "model": "nb", "structure": "chow-liu", "bits": None, "int_bits": None, "init": "uniform", "smoothing": 1.0,
-    "epochs": 500, "batch_size": 100, "lr": 3e-3, "lr_decay": 1e-3, "loss": "hybrid", "hybrid_lambda": 18.70,
-    "hybrid_gamma": 0.1277, "hybrid_eta": 10.0, "seed": 0, "adam_eps": 1e-7,
+    "model": "nb",
+    "structure": "chow-liu",
+    "bits": None,
+    "int_bits": None,
+    "init": "uniform",
+    "smoothing": 1.0,
+    "epochs": 500,
+    "batch_size": 100,
+    "lr": 3e-3,
+    "lr_decay": 1e-3,
+    "loss": "hybrid",
+    "hybrid_lambda": 18.70,
+    "hybrid_gamma": 0.1277,
+    "hybrid_eta": 10.0,
+    "seed": 0,
+    "adam_eps": 1e-7,
 }
 #: Defaults of ``StructureLearningConfig``; they apply only with ``structure = "learn"``.
 LEARN_DEFAULTS: dict = {
-    "candidates": 8, "candidates_file": None, "size_penalty": 1e-3, "size_penalty_mode": "added", "order": "identity",
-    "structure_lr": 1e-3, "tau_start": 10.0, "tau_end": 0.1, "finetune_epochs": 0,
+    "candidates": 8,
+    "candidates_file": None,
+    "size_penalty": 1e-3,
+    "size_penalty_mode": "added",
+    "order": "identity",
+    "structure_lr": 1e-3,
+    "tau_start": 10.0,
+    "tau_end": 0.1,
+    "finetune_epochs": 0,
 }
 #: Defaults of a DNN run as ``bnc-train --model fc|cnn`` makes it: ``DNNConfig``'s, except ``epochs``,
 #: which is the command's shared ``--epochs`` default (500, not the dataclass's 100). ``architecture``
 #: is the record's ``model``; ``progress`` and ``sizing`` are not configuration.
 DNN_DEFAULTS: dict = {
-    "layers": 2, "weight_bits": 2, "activation": "relu", "batch_norm": False, "one_hot": False, "hidden": None,
-    "match_bits": None, "match_ops": None, "epochs": 500, "batch_size": 100, "lr": 3e-3, "lr_decay": 1e-4,
-    "adam_eps": 1e-7, "seed": 0, "image_shape": None, "pixel_order": None,
+    "layers": 2,
+    "weight_bits": 2,
+    "activation": "relu",
+    "batch_norm": False,
+    "one_hot": False,
+    "hidden": None,
+    "match_bits": None,
+    "match_ops": None,
+    "epochs": 500,
+    "batch_size": 100,
+    "lr": 3e-3,
+    "lr_decay": 1e-4,
+    "adam_eps": 1e-7,
+    "seed": 0,
+    "image_shape": None,
+    "pixel_order": None,
 }
 #: Dataset keys, for every model. ``data`` (a name or a path) has no default.
 DATA_DEFAULTS: dict = {"fold": 1, "validation": 0.0}
@@ -130,7 +163,7 @@ KEYS: dict[str, Key] = {
     "hybrid_eta": Key("float"),
     # structure learning (structure = "learn")
     "candidates": Key("int", optional=True),
-    "candidates_file": Key("str", optional=True),   # FILE or FILE#DATASET; excludes a non-default candidates/order
+    "candidates_file": Key("str", optional=True),  # FILE or FILE#DATASET; excludes a non-default candidates/order
     "size_penalty": Key("float"),
     "size_penalty_mode": Key("str", choices=("added", "absolute")),
     "order": Key("str", choices=("identity", "random", "chow-liu")),
@@ -153,8 +186,9 @@ KEYS: dict[str, Key] = {
     "draw": Key("int"),
 }
 
-_COMMON = frozenset({"model", "epochs", "batch_size", "lr", "lr_decay", "adam_eps", "seed"}) | set(DATA_DEFAULTS) \
-    | {"data"}
+_COMMON = (
+    frozenset({"model", "epochs", "batch_size", "lr", "lr_decay", "adam_eps", "seed"}) | set(DATA_DEFAULTS) | {"data"}
+)
 _BN_ONLY = frozenset(BN_DEFAULTS) - _COMMON
 _LEARN_ONLY = frozenset(LEARN_DEFAULTS)
 _DNN_ONLY = frozenset(DNN_DEFAULTS) - _COMMON
@@ -172,8 +206,9 @@ def did_you_mean(name: str, known) -> str:
 
 
 def _unknown_key(where: str, name: str) -> ConfigError:
-    return ConfigError(f"{where}: unknown key {name!r}{did_you_mean(name, KEYS)}; known keys: "
-                       f"{', '.join(sorted(KEYS))}")
+    return ConfigError(
+        f"{where}: unknown key {name!r}{did_you_mean(name, KEYS)}; known keys: {', '.join(sorted(KEYS))}"
+    )
 
 
 def check_key(name, where: str) -> Key:
@@ -221,14 +256,14 @@ def normalize_value(key: str, value, where: str = "value"):
         if isinstance(value, (float, np.floating)) and not float(value).is_integer():
             raise ConfigError(f"{bad}: expected an integer")
         value = int(value)
-        return None if key == "candidates" and value == 0 else value     # 0 means every predecessor
+        return None if key == "candidates" and value == 0 else value  # 0 means every predecessor
     if spec.kind == "float":
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
             raise ConfigError(f"{bad}: expected a number")
         value = float(value)
         if not math.isfinite(value):
             raise ConfigError(f"{bad}: expected a finite number")
-        return value + 0.0          # -0.0 -> 0.0: repr would tell them apart, the trainer does not
+        return value + 0.0  # -0.0 -> 0.0: repr would tell them apart, the trainer does not
     raise ConfigError(f"{bad}: expected a string")
 
 
@@ -239,10 +274,10 @@ def _hidden(value, bad: str) -> str:
     for item in items:
         text = str(item).strip()
         if isinstance(item, bool) or not _INT_RE.fullmatch(text):
-            raise ConfigError(f"{bad}: expected hidden widths, e.g. \"16,8\" or [16, 8]")
+            raise ConfigError(f'{bad}: expected hidden widths, e.g. "16,8" or [16, 8]')
         widths.append(int(text))
     if not widths:
-        raise ConfigError(f"{bad}: expected hidden widths, e.g. \"16,8\" or [16, 8]")
+        raise ConfigError(f'{bad}: expected hidden widths, e.g. "16,8" or [16, 8]')
     return ",".join(str(w) for w in widths)
 
 
@@ -316,8 +351,9 @@ def parse_values(text: str, kind: str, *, flag: str | None = None) -> list:
         range_match, func_match = _RANGE_RE.fullmatch(token), _FUNC_RE.fullmatch(token)
         if range_match:
             if spec.kind != "int":
-                raise ConfigError(f"{where}: the range {token!r} is for integer keys; use a list or "
-                                  "logspace(a,b,n)/linspace(a,b,n)")
+                raise ConfigError(
+                    f"{where}: the range {token!r} is for integer keys; use a list or logspace(a,b,n)/linspace(a,b,n)"
+                )
             lo, hi = int(range_match.group(1)), int(range_match.group(2))
             if lo > hi:
                 raise ConfigError(f"{where}: the range {token!r} is empty (write low..high)")
@@ -393,13 +429,16 @@ def complete(record: dict, where: str = "configuration") -> dict:
         defaults = {**BN_DEFAULTS, **LEARN_DEFAULTS} if learn else BN_DEFAULTS
     for name in values:
         if name in foreign:
-            why = "structure = \"learn\"" if name in _LEARN_ONLY and model not in DNN_MODELS \
+            why = (
+                'structure = "learn"'
+                if name in _LEARN_ONLY and model not in DNN_MODELS
                 else f"model {'/'.join(DNN_MODELS) if name in _DNN_ONLY else '/'.join(BN_MODELS)}"
+            )
             implicit = " (no model given means nb)" if "model" not in values else ""
             raise ConfigError(f"{where}: key {name!r} applies only to {why}, not to model {model!r}{implicit}")
     full = {**DATA_DEFAULTS, **defaults, **values}
     if model in BN_MODELS and full["bits"] is not None and full["int_bits"] is None:
-        full["int_bits"] = default_int_bits(full["bits"])    # what the trainer would do: one id for both
+        full["int_bits"] = default_int_bits(full["bits"])  # what the trainer would do: one id for both
     return full
 
 
@@ -407,8 +446,9 @@ def canonical_json(record: dict, where: str = "configuration") -> str:
     """The text :func:`config_id` hashes: :func:`complete` (record) without labels, keys sorted,
     no spaces, floats by ``repr`` (what ``json`` writes)."""
     full = complete(record, where)
-    return json.dumps({k: v for k, v in full.items() if k not in LABEL_KEYS}, sort_keys=True,
-                      separators=(",", ":"), allow_nan=False)
+    return json.dumps(
+        {k: v for k, v in full.items() if k not in LABEL_KEYS}, sort_keys=True, separators=(",", ":"), allow_nan=False
+    )
 
 
 def config_id(record: dict, where: str = "configuration") -> str:

@@ -73,7 +73,7 @@ class SweepOptions:
 class SweepSummary:
     directory: str
     configurations: int
-    skipped: int                      # already in the table (resume)
+    skipped: int  # already in the table (resume)
     trained: int
     failed: int
     stopped: int
@@ -93,8 +93,11 @@ class SweepSummary:
 
 
 def protocol_label(select: str) -> str:
-    return ("selected on the validation split" if select == "validation"
-            else "selected on the TEST split (the paper's protocol; optimistic)")
+    return (
+        "selected on the validation split"
+        if select == "validation"
+        else "selected on the TEST split (the paper's protocol; optimistic)"
+    )
 
 
 def records_of(spec: GridSpec) -> list[dict]:
@@ -116,7 +119,7 @@ def halving_rungs(epochs: int, rate: float, min_rung: int) -> list[int]:
     """Rung epochs ``round(epochs / rate**k)`` >= ``min_rung``, ascending, below ``epochs``."""
     rungs, k = set(), 1
     while True:
-        rung = int(round(epochs / rate ** k))
+        rung = int(round(epochs / rate**k))
         if rung < max(min_rung, 1):
             break
         if rung < epochs:
@@ -139,8 +142,15 @@ def _data_key(record: dict) -> tuple:
 def _chunk_key(record: dict) -> tuple:
     family = _family(record)
     if family == "bnc":
-        return (family, _data_key(record), record["model"], record["structure"], record["epochs"],
-                record["batch_size"], record["loss"])
+        return (
+            family,
+            _data_key(record),
+            record["model"],
+            record["structure"],
+            record["epochs"],
+            record["batch_size"],
+            record["loss"],
+        )
     return (family, _data_key(record))
 
 
@@ -156,8 +166,9 @@ def authors_parents(data: str, fold: int, structures_dir=None) -> list[int]:
         if entry["dataset"] == name and int(entry["fold"]) == int(fold):
             return [int(p) for p in entry["parents"]]
     known = sorted({f"{e['dataset']} fold {e['fold']}" for e in entries})
-    raise ConfigError(f"structure 'authors': {path} has no structure for {name} fold {fold} (it has: "
-                      f"{', '.join(known)})")
+    raise ConfigError(
+        f"structure 'authors': {path} has no structure for {name} fold {fold} (it has: {', '.join(known)})"
+    )
 
 
 def plan_chunks(records: list[dict], options: SweepOptions) -> list[ChunkTask]:
@@ -170,33 +181,57 @@ def plan_chunks(records: list[dict], options: SweepOptions) -> list[ChunkTask]:
     for key, members in by_key.items():
         family = key[0]
         first = members[0]
-        data = {"spec": first["data"], "fold": first["fold"], "validation": first["validation"],
-                "seed": first["seed"], "data_dir": options.data_dir}
+        data = {
+            "spec": first["data"],
+            "fold": first["fold"],
+            "validation": first["validation"],
+            "seed": first["seed"],
+            "data_dir": options.data_dir,
+        }
         if options.select == "validation" and not first["validation"]:
-            raise ConfigError("--select validation needs a validation split: give --validation F (e.g. 0.2), "
-                              "or --select test for the paper's protocol")
+            raise ConfigError(
+                "--select validation needs a validation split: give --validation F (e.g. 0.2), "
+                "or --select test for the paper's protocol"
+            )
         parents, source = None, None
         if family == "bnc" and first["structure"] == "authors":
-            parents, source = authors_parents(first["data"], first["fold"], options.structures_dir), \
-                "authors (icpr2020_tan_structures.json)"
+            parents, source = (
+                authors_parents(first["data"], first["fold"], options.structures_dir),
+                "authors (icpr2020_tan_structures.json)",
+            )
         elif family == "bnc" and first["structure"] not in ("chow-liu",) and first["model"] == "tan":
-            parents, source = None, None   # a file: resolved by the worker like bnc-train
+            parents, source = None, None  # a file: resolved by the worker like bnc-train
         # Keep each selection group contiguous, so halving sees a group whole where it fits.
         members.sort(key=lambda r: group_of(r, options.group_by))
         size = options.max_configs or (len(members) if family == "bnc" else 1)
         checkpoints = _checkpoints(first["epochs"], options)
         halving = None
         if options.halving and family == "bnc":
-            halving = {"rate": options.halving_rate, "metric": metric,
-                       "rungs": halving_rungs(first["epochs"], options.halving_rate, options.min_rung)}
+            halving = {
+                "rate": options.halving_rate,
+                "metric": metric,
+                "rungs": halving_rungs(first["epochs"], options.halving_rate, options.min_rung),
+            }
             checkpoints = sorted(set(checkpoints) | set(halving["rungs"]))
         for start in range(0, len(members), size):
-            part = members[start:start + size]
-            tasks.append(ChunkTask(family=family, data=data, records=part,
-                                   groups=[group_of(r, options.group_by) for r in part], parents=parents,
-                                   structure_source=source, device=options.device, checkpoints=checkpoints,
-                                   halving=halving, metric=metric, keep=options.keep, select=options.select,
-                                   backend=options.backend))
+            part = members[start : start + size]
+            tasks.append(
+                ChunkTask(
+                    family=family,
+                    data=data,
+                    records=part,
+                    groups=[group_of(r, options.group_by) for r in part],
+                    parents=parents,
+                    structure_source=source,
+                    device=options.device,
+                    checkpoints=checkpoints,
+                    halving=halving,
+                    metric=metric,
+                    keep=options.keep,
+                    select=options.select,
+                    backend=options.backend,
+                )
+            )
     return tasks
 
 
@@ -211,11 +246,14 @@ def check_plan(records: list[dict], options: SweepOptions) -> list[ChunkTask]:
         if family != "bnc" and options.device not in ("cpu", "auto"):
             # The single-run trainers are CPU only: each row would be a "failed" row, never retried.
             what = "structure-learning" if family == "learn" else f"{record['model']}"
-            raise ConfigError(f"--device {options.device}: {what} configurations train on the CPU only; use "
-                              "--device cpu or auto (or sweep them separately)")
+            raise ConfigError(
+                f"--device {options.device}: {what} configurations train on the CPU only; use "
+                "--device cpu or auto (or sweep them separately)"
+            )
         # Records that differ only in keys a trainer does not validate share one check.
-        key = json.dumps({k: v for k, v in record.items() if k not in ("id", "draw", "data", "fold")},
-                         sort_keys=True, default=str)
+        key = json.dumps(
+            {k: v for k, v in record.items() if k not in ("id", "draw", "data", "fold")}, sort_keys=True, default=str
+        )
         if key in checked:
             continue
         checked.add(key)
@@ -268,7 +306,7 @@ def _discard_empty_table(table, directory: Path, created_dir: bool) -> None:
         (directory / (TABLE_FILE + suffix)).unlink(missing_ok=True)
     if created_dir:
         try:
-            directory.rmdir()          # only when empty
+            directory.rmdir()  # only when empty
         except OSError:
             pass
 
@@ -292,8 +330,11 @@ class _Best:
 
     def value(self, row: dict) -> float:
         v = (row.get("final") or {}).get(self.metric)
-        return float("inf") if v is None or (isinstance(v, float) and math.isnan(v)) or row["status"] != "done" \
+        return (
+            float("inf")
+            if v is None or (isinstance(v, float) and math.isnan(v)) or row["status"] != "done"
             else float(v)
+        )
 
     def consider(self, row: dict) -> None:
         group = group_of(row["config"], self.options.group_by)
@@ -313,17 +354,21 @@ def run_sweep(spec: GridSpec, options: SweepOptions, *, on_progress=None) -> Swe
     if options.keep not in ("best", "all", "none"):
         raise ConfigError(f"--keep must be best, all or none, got {options.keep!r}")
     records = records_of(spec)
-    spec_record = {"grid": spec.to_dict(), "select": options.select, "halving": options.halving,
-                   "halving_rate": options.halving_rate if options.halving else None,
-                   # Halving ranks within a chunk from min_rung on: both shape the results.
-                   "min_rung": options.min_rung if options.halving else None,
-                   "max_configs": options.max_configs if options.halving else None,
-                   "group_by": list(options.group_by)}
+    spec_record = {
+        "grid": spec.to_dict(),
+        "select": options.select,
+        "halving": options.halving,
+        "halving_rate": options.halving_rate if options.halving else None,
+        # Halving ranks within a chunk from min_rung on: both shape the results.
+        "min_rung": options.min_rung if options.halving else None,
+        "max_configs": options.max_configs if options.halving else None,
+        "group_by": list(options.group_by),
+    }
     directory = Path(options.directory)
     fresh = not (directory / "results.sqlite").exists()
     if not fresh and not options.resume:
         raise ConfigError(f"{directory} already holds a sweep; add --resume to continue it, or give a new -o")
-    check_plan(records, options)             # refusals before anything is written
+    check_plan(records, options)  # refusals before anything is written
     created_dir = not directory.exists()
     table = ResultsTable(directory, spec=spec_record)
     try:
@@ -355,12 +400,23 @@ def run_sweep(spec: GridSpec, options: SweepOptions, *, on_progress=None) -> Swe
         csv_path = table.export_csv(directory / "results.csv")
         seconds = time.perf_counter() - started
         summary = SweepSummary(
-            directory=str(directory), configurations=len(records), skipped=len(records) - len(todo),
-            trained=counts["trained"], failed=counts["failed"], stopped=counts["stopped"], select=options.select,
-            protocol=protocol_label(options.select), device=_device_name(options), backend=options.backend,
-            seconds=seconds, config_epochs=config_epochs,
+            directory=str(directory),
+            configurations=len(records),
+            skipped=len(records) - len(todo),
+            trained=counts["trained"],
+            failed=counts["failed"],
+            stopped=counts["stopped"],
+            select=options.select,
+            protocol=protocol_label(options.select),
+            device=_device_name(options),
+            backend=options.backend,
+            seconds=seconds,
+            config_epochs=config_epochs,
             config_epochs_per_second=config_epochs / seconds if seconds > 0 else 0.0,
-            best=_best_summary(table, best), table=str(table.path), csv=str(csv_path))
+            best=_best_summary(table, best),
+            table=str(table.path),
+            csv=str(csv_path),
+        )
         _write_summary(directory, summary)
         return summary
     except BaseException:
@@ -373,7 +429,7 @@ def run_sweep(spec: GridSpec, options: SweepOptions, *, on_progress=None) -> Swe
 
 def _device_name(options: SweepOptions) -> str:
     if options.backend == "ray" and options.address:
-        return f"{options.device} (Ray cluster {options.address})"     # not this machine's device
+        return f"{options.device} (Ray cluster {options.address})"  # not this machine's device
     # Lazy: the batched trainer imports torch (extra "train").
     from bnc_deploy.train.bnc_batched import describe_device
 
@@ -389,7 +445,7 @@ def _write_outcome(table, best: _Best, task: ChunkTask, outcome, models: Path, o
     """
     rows = outcome.rows
     written: dict[str, Path] = {}
-    replaced: list[tuple[str, str]] = []        # (id, model_path) of stored rows that lose their file
+    replaced: list[tuple[str, str]] = []  # (id, model_path) of stored rows that lose their file
     for row in rows:
         artifact = outcome.artifacts.get(row["id"])
         if artifact is None:
@@ -402,7 +458,7 @@ def _write_outcome(table, best: _Best, task: ChunkTask, outcome, models: Path, o
             if old is not None and old[2] and old[1] not in written:
                 replaced.append((old[1], old[2]))
         models.mkdir(parents=True, exist_ok=True)
-        path = models / f"{row['id']}.bnc"          # BN and DNN model files share the container format
+        path = models / f"{row['id']}.bnc"  # BN and DNN model files share the container format
         save_artifact(artifact, path)
         row["model_path"] = str(path.relative_to(table.directory))
         written[row["id"]] = path
@@ -412,7 +468,7 @@ def _write_outcome(table, best: _Best, task: ChunkTask, outcome, models: Path, o
     if options.keep == "best":
         winners = {entry[1] for entry in best.best.values()}
         for row in rows:
-            if row["id"] in written and row["id"] not in winners:      # beaten later in the same chunk
+            if row["id"] in written and row["id"] not in winners:  # beaten later in the same chunk
                 superseded.append(written[row["id"]])
                 row["model_path"] = None
     # Stored rows lose their path *before* the new rows land: a kill between the two steps then
@@ -438,8 +494,13 @@ def _best_summary(table, best: _Best) -> dict:
         row = rows.get(rid)
         if row is None:
             continue
-        out[group] = {"id": rid, "config": row["config"], "final": row["final"], "model_path": row["model_path"],
-                      "size_bits": row["size_bits"]}
+        out[group] = {
+            "id": rid,
+            "config": row["config"],
+            "final": row["final"],
+            "model_path": row["model_path"],
+            "size_bits": row["size_bits"],
+        }
     return out
 
 
@@ -452,7 +513,7 @@ class _Progress:
 
     def __init__(self, total_configs: int, done: int, total_epochs: int, options: SweepOptions, best: _Best):
         self.total_configs, self.done, self.best = total_configs, done, best
-        self.counted = 0                  # configuration-epochs reported by on_epoch since the last chunk
+        self.counted = 0  # configuration-epochs reported by on_epoch since the last chunk
         self.bar = None
         if options.progress:
             from tqdm.auto import tqdm  # lazy: tqdm comes with the "train" extra, not the base install

@@ -63,8 +63,22 @@ _FINAL_COLUMN = {"train": "train_error", "val": "val_error", "test": "test_error
 _FINAL_FIRST = ("train_error", "val_error", "test_error")
 SCHEMA_VERSION = 1
 
-_FIELDS = ("id", "config", "status", "error", "checkpoints", "final", "size_bits", "n_parameters", "ops", "seconds",
-           "model_path", "device", "backend", "select")
+_FIELDS = (
+    "id",
+    "config",
+    "status",
+    "error",
+    "checkpoints",
+    "final",
+    "size_bits",
+    "n_parameters",
+    "ops",
+    "seconds",
+    "model_path",
+    "device",
+    "backend",
+    "select",
+)
 # "select" is an SQL keyword; the column is named "selection".
 _COLUMNS = tuple("selection" if f == "select" else f for f in _FIELDS)
 _SCHEMA = f"""
@@ -140,13 +154,16 @@ class ResultsTable:
         schema = self._meta("schema")
         if schema != SCHEMA_VERSION:
             self.close()
-            raise ConfigError(f"sweep results table {self.path} has schema version {schema}; this version of "
-                              f"bnc-deploy reads version {SCHEMA_VERSION}")
+            raise ConfigError(
+                f"sweep results table {self.path} has schema version {schema}; this version of "
+                f"bnc-deploy reads version {SCHEMA_VERSION}"
+            )
         if spec is not None:
             if self._meta("spec") is None:
                 with self._transaction():
-                    self._db.execute("INSERT OR REPLACE INTO sweep VALUES ('spec', ?)",
-                                     (_dumps(_spec_dict(spec), allow_nan=False),))
+                    self._db.execute(
+                        "INSERT OR REPLACE INTO sweep VALUES ('spec', ?)", (_dumps(_spec_dict(spec), allow_nan=False),)
+                    )
             else:
                 try:
                     self.check_spec(spec)
@@ -159,8 +176,9 @@ class ResultsTable:
         """The table of an existing sweep directory; ConfigError when there is none."""
         path = Path(directory) / TABLE_FILE
         if not path.is_file():
-            raise ConfigError(f"no sweep results in {directory} (expected {path}); start the sweep with this "
-                              "directory first")
+            raise ConfigError(
+                f"no sweep results in {directory} (expected {path}); start the sweep with this directory first"
+            )
         return cls(directory, timeout=timeout)
 
     # -- housekeeping ------------------------------------------------------------------------------
@@ -219,8 +237,10 @@ class ResultsTable:
             return
         differences = _differences(stored, given)
         shown = "; ".join(differences[:6]) + (f"; and {len(differences) - 6} more" if len(differences) > 6 else "")
-        raise ConfigError(f"sweep directory {self.directory} holds results of another grid ({shown}); resume with "
-                          "the same grid, or give a new directory")
+        raise ConfigError(
+            f"sweep directory {self.directory} holds results of another grid ({shown}); resume with "
+            "the same grid, or give a new directory"
+        )
 
     # -- rows --------------------------------------------------------------------------------------
     def done_ids(self) -> set[str]:
@@ -251,8 +271,10 @@ class ResultsTable:
                     db.execute(f"INSERT INTO results ({', '.join(_COLUMNS)}) VALUES ({placeholders})", value)
                 except sqlite3.IntegrityError:
                     # The with-block rolls the whole batch back.
-                    raise DuplicateResultError(f"result id {value[0]} is already in {self.path}; nothing of this "
-                                               f"batch of {len(values)} rows was written") from None
+                    raise DuplicateResultError(
+                        f"result id {value[0]} is already in {self.path}; nothing of this "
+                        f"batch of {len(values)} rows was written"
+                    ) from None
 
     def rows(self) -> list[dict]:
         """Every row, decoded, in insertion order."""
@@ -292,7 +314,7 @@ class ResultsTable:
         config_keys = sorted({k for row in rows for k in row["config"]})
         final_keys = sorted({k for row in rows for k in row["final"]}, key=_final_order)
         final_columns = [_FINAL_COLUMN.get(k, k) for k in final_keys]
-        if len(set(final_columns)) < len(final_columns):     # e.g. both "test" and "test_error": keep both apart
+        if len(set(final_columns)) < len(final_columns):  # e.g. both "test" and "test_error": keep both apart
             final_columns = list(final_keys)
         epochs = sorted({c["epoch"] for row in rows for c in row["checkpoints"]})
         checkpoint_columns = [f"{name}@{epoch}" for epoch in epochs for name in _CSV_CHECKPOINT_ERRORS]
@@ -305,10 +327,15 @@ class ResultsTable:
         writer.writerow(header)
         for row in rows:
             by_epoch = {c["epoch"]: c for c in row["checkpoints"]}
-            cells = [row["id"], *(row["config"].get(k) for k in config_keys), row["status"], row["error"],
-                     *(row["final"].get(k) for k in final_keys),
-                     *(by_epoch.get(epoch, {}).get(name) for epoch in epochs for name in _CSV_CHECKPOINT_ERRORS),
-                     *(row[k] for k in tail)]
+            cells = [
+                row["id"],
+                *(row["config"].get(k) for k in config_keys),
+                row["status"],
+                row["error"],
+                *(row["final"].get(k) for k in final_keys),
+                *(by_epoch.get(epoch, {}).get(name) for epoch in epochs for name in _CSV_CHECKPOINT_ERRORS),
+                *(row[k] for k in tail),
+            ]
             writer.writerow(["" if cell is None else _cell(cell) for cell in cells])
         atomic_write_bytes(path, out.getvalue().encode("utf-8"))
         return Path(path)
@@ -323,7 +350,7 @@ def _cell(value) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float):
-        return repr(value)      # full precision, and nan as "nan"
+        return repr(value)  # full precision, and nan as "nan"
     return str(value)
 
 
@@ -388,8 +415,9 @@ def _row_values(row: dict, index: int) -> tuple:
     epochs = set()
     for c in checkpoints:
         if not isinstance(c, dict) or set(c) - set(CHECKPOINT_KEYS) or "epoch" not in c:
-            raise ConfigError(f"{where}: a checkpoint is a dict with epoch and some of {', '.join(CHECKPOINT_KEYS[1:])}"
-                              f", got {c!r}")
+            raise ConfigError(
+                f"{where}: a checkpoint is a dict with epoch and some of {', '.join(CHECKPOINT_KEYS[1:])}, got {c!r}"
+            )
         epoch = c["epoch"]
         if isinstance(epoch, bool) or not isinstance(epoch, numbers.Integral):
             raise ConfigError(f"{where}: checkpoint epoch must be an integer, got {epoch!r}")
@@ -424,8 +452,17 @@ def _row_values(row: dict, index: int) -> tuple:
         final_json = _dumps(final, allow_nan=True)
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"{where}: not JSON-serializable ({exc})") from None
-    return (ident, config_json, status, error, checkpoints_json, final_json, *ints,
-            None if seconds is None else float(seconds), *texts)
+    return (
+        ident,
+        config_json,
+        status,
+        error,
+        checkpoints_json,
+        final_json,
+        *ints,
+        None if seconds is None else float(seconds),
+        *texts,
+    )
 
 
 def _check_number(value, where: str):

@@ -35,18 +35,18 @@ from bnc_deploy.train.dnn_cli import parse_hidden
 class ChunkTask:
     """One unit of work; every field is plain data."""
 
-    family: str                          # "bnc", "learn" or "dnn"
-    data: dict                           # {"spec", "fold", "validation", "seed", "data_dir"}
-    records: list[dict]                  # complete records, each with "id"
-    groups: list[str]                    # selection group of each record (halving ranks within one)
-    parents: list[int] | None = None     # bnc: the structure (None: resolve from the record)
+    family: str  # "bnc", "learn" or "dnn"
+    data: dict  # {"spec", "fold", "validation", "seed", "data_dir"}
+    records: list[dict]  # complete records, each with "id"
+    groups: list[str]  # selection group of each record (halving ranks within one)
+    parents: list[int] | None = None  # bnc: the structure (None: resolve from the record)
     structure_source: str | None = None
     device: str = "cpu"
     checkpoints: list[int] = field(default_factory=list)
-    halving: dict | None = None          # {"rate": 3, "rungs": [epochs], "metric": "val_error"|"test_error"}
-    metric: str = "val_error"            # the selection metric
-    keep: str = "best"                   # "best", "all" or "none"
-    thresholds: dict = field(default_factory=dict)   # group -> best metric so far (keep="best")
+    halving: dict | None = None  # {"rate": 3, "rungs": [epochs], "metric": "val_error"|"test_error"}
+    metric: str = "val_error"  # the selection metric
+    keep: str = "best"  # "best", "all" or "none"
+    thresholds: dict = field(default_factory=dict)  # group -> best metric so far (keep="best")
     select: str = "validation"
     backend: str = "local"
 
@@ -54,14 +54,19 @@ class ChunkTask:
 @dataclass
 class ChunkOutcome:
     rows: list[dict]
-    artifacts: dict                      # id -> artifact (model files the keep policy wants)
+    artifacts: dict  # id -> artifact (model files the keep policy wants)
     seconds: float
-    config_epochs: int                   # configuration-epochs trained
+    config_epochs: int  # configuration-epochs trained
 
 
 def load_task_data(data: dict):
-    return load_dataset(data["spec"], fold=data["fold"], seed=data["seed"], validation_fraction=data["validation"],
-                        data_dir=data.get("data_dir"))
+    return load_dataset(
+        data["spec"],
+        fold=data["fold"],
+        seed=data["seed"],
+        validation_fraction=data["validation"],
+        data_dir=data.get("data_dir"),
+    )
 
 
 def run_chunk(task: ChunkTask, *, on_epoch=None) -> ChunkOutcome:
@@ -108,6 +113,7 @@ def _halving_callback(task: ChunkTask):
             order = sorted(members, key=lambda j: (float(values[j]), j))
             keep[order[:n_keep]] = True
         return keep
+
     return on_checkpoint
 
 
@@ -115,11 +121,7 @@ def _run_bnc(task: ChunkTask, dataset, on_epoch):
     # Lazy, like every trainer import here: the trainers import torch (extra "train"), and the
     # driver imports this module in the base install.
     from bnc_deploy.train.bnc import resolve_parents
-    from bnc_deploy.train.bnc_batched import (
-        finish_artifact,
-        resolve_device,
-        train_bnc_batched,
-    )
+    from bnc_deploy.train.bnc_batched import finish_artifact, resolve_device, train_bnc_batched
 
     configs = [bnc_config(r) for r in task.records]
     if task.parents is not None:
@@ -127,13 +129,23 @@ def _run_bnc(task: ChunkTask, dataset, on_epoch):
     else:
         parents, source = resolve_parents(configs[0], dataset)
 
-    runs = train_bnc_batched(dataset, configs, device=task.device, checkpoints=task.checkpoints,
-                             on_checkpoint=_halving_callback(task), build=False, parents=parents,
-                             structure_source=source, on_epoch=on_epoch)
+    runs = train_bnc_batched(
+        dataset,
+        configs,
+        device=task.device,
+        checkpoints=task.checkpoints,
+        on_checkpoint=_halving_callback(task),
+        build=False,
+        parents=parents,
+        structure_source=source,
+        on_epoch=on_epoch,
+    )
     # Model files only where the keep policy wants them: with "best", the chunk's best of each group
     # if it beats the best so far (building a file costs more than a configuration-epoch).
-    values = [_metric_value(run.checkpoints[-1] if run.checkpoints and run.stopped_at is None else None,
-                            task.metric) for run in runs]
+    values = [
+        _metric_value(run.checkpoints[-1] if run.checkpoints and run.stopped_at is None else None, task.metric)
+        for run in runs
+    ]
     wanted = set()
     if task.keep == "all":
         wanted = set(range(len(runs)))
@@ -153,21 +165,42 @@ def _run_bnc(task: ChunkTask, dataset, on_epoch):
         costs = bnc_cost_terms(dataset.cardinalities, parents, dataset.n_classes, bits if bits else 32)
         last = run.checkpoints[-1] if run.checkpoints else {}
         config_epochs += len(run.history["train_loss"])
-        row = _row(task, record, run.checkpoints, last, costs, run.seconds, device,
-                   status="stopped" if run.stopped_at is not None else "done")
+        row = _row(
+            task,
+            record,
+            run.checkpoints,
+            last,
+            costs,
+            run.seconds,
+            device,
+            status="stopped" if run.stopped_at is not None else "done",
+        )
         if run.result is not None:
             artifacts[record["id"]] = run.result.artifact
         rows.append(row)
     return rows, artifacts, config_epochs
 
 
-def _row(task: ChunkTask, record: dict, checkpoints: list, last: dict, costs, seconds: float, device: str,
-         status: str) -> dict:
+def _row(
+    task: ChunkTask, record: dict, checkpoints: list, last: dict, costs, seconds: float, device: str, status: str
+) -> dict:
     final = {key: last.get(key) for key in ("train_error", "val_error", "test_error")} if last else {}
-    return {"id": record["id"], "config": {k: v for k, v in record.items() if k != "id"}, "status": status,
-            "error": None, "checkpoints": checkpoints, "final": final, "size_bits": int(costs.size_bits),
-            "n_parameters": int(costs.n_parameters), "ops": int(costs.n_ops), "seconds": float(seconds),
-            "model_path": None, "device": device, "backend": task.backend, "select": task.select}
+    return {
+        "id": record["id"],
+        "config": {k: v for k, v in record.items() if k != "id"},
+        "status": status,
+        "error": None,
+        "checkpoints": checkpoints,
+        "final": final,
+        "size_bits": int(costs.size_bits),
+        "n_parameters": int(costs.n_parameters),
+        "ops": int(costs.n_ops),
+        "seconds": float(seconds),
+        "model_path": None,
+        "device": device,
+        "backend": task.backend,
+        "select": task.select,
+    }
 
 
 def bnc_config(record: dict):
@@ -177,7 +210,7 @@ def bnc_config(record: dict):
     names = {f.name for f in fields(TrainConfig)}
     values = {k: v for k, v in record.items() if k in names}
     if values.get("structure") == "authors":
-        values["structure"] = "chow-liu"   # parents are passed explicitly; the label stays in the record
+        values["structure"] = "chow-liu"  # parents are passed explicitly; the label stays in the record
     return TrainConfig(**values, progress=False)
 
 
@@ -189,12 +222,24 @@ def _run_single(task: ChunkTask, dataset, on_epoch):
         try:
             result, costs, device = _train_one(task.family, record, dataset, task.device)
         except (ConfigError, FloatingPointError, ValueError) as exc:
-            rows.append({**_row(task, record, [], {}, _NoCosts(), time.perf_counter() - started, task.device,
-                                status="failed"), "error": f"{type(exc).__name__}: {exc}"})
+            rows.append(
+                {
+                    **_row(
+                        task, record, [], {}, _NoCosts(), time.perf_counter() - started, task.device, status="failed"
+                    ),
+                    "error": f"{type(exc).__name__}: {exc}",
+                }
+            )
             continue
         except Exception:  # keep the sweep going; the row says what happened
-            rows.append({**_row(task, record, [], {}, _NoCosts(), time.perf_counter() - started, task.device,
-                                status="failed"), "error": traceback.format_exc(limit=3)})
+            rows.append(
+                {
+                    **_row(
+                        task, record, [], {}, _NoCosts(), time.perf_counter() - started, task.device, status="failed"
+                    ),
+                    "error": traceback.format_exc(limit=3),
+                }
+            )
             continue
         errors = result.artifact.metadata.get("errors", {})
         # A learned TAN's structure-learning epochs are in its own history; result.history holds
@@ -205,8 +250,13 @@ def _run_single(task: ChunkTask, dataset, on_epoch):
         epochs = len(learned_loss) + len(tuned_loss)
         config_epochs += epochs
         losses = learned_loss + tuned_loss
-        last = {"epoch": epochs, "train_loss": losses[-1] if losses else None,
-                "train_error": errors.get("train"), "val_error": errors.get("val"), "test_error": errors.get("test")}
+        last = {
+            "epoch": epochs,
+            "train_loss": losses[-1] if losses else None,
+            "train_error": errors.get("train"),
+            "val_error": errors.get("val"),
+            "test_error": errors.get("test"),
+        }
         row = _row(task, record, [last] if epochs else [], last, costs, result.seconds, device, status="done")
         if _wants_model(task, i, _metric_value(last, task.metric)):
             artifacts[record["id"]] = result.artifact

@@ -60,13 +60,33 @@ from bnc_deploy.targets import aarch64_root
 from bnc_deploy.targets.aarch64_root import TargetSetupError
 
 TARGET = "aarch64"
-METHOD = ("emulated: qemu-aarch64-static (user mode) in a Debian 12 arm64 root, the aarch64 wheels of the "
-          "runtimes from PyPI; results are the aarch64 kernels', timings are not an aarch64 CPU's (no latency)")
+METHOD = (
+    "emulated: qemu-aarch64-static (user mode) in a Debian 12 arm64 root, the aarch64 wheels of the "
+    "runtimes from PyPI; results are the aarch64 kernels', timings are not an aarch64 CPU's (no latency)"
+)
 SUFFIXES = (".bnc", ".onnx", ".ort", ".tflite", ".h")
 #: Per-file keys of the report (scripts rely on them; only ever added to).
-FILE_KEYS = ("file", "format", "runtime", "model_kind", "structure", "lowering", "bits", "exact_expected",
-             "rows_source", "n_rows", "test_error", "label_agreement", "label_mismatches", "exact",
-             "max_abs_score_diff", "reference", "check_set", "error", "ok")
+FILE_KEYS = (
+    "file",
+    "format",
+    "runtime",
+    "model_kind",
+    "structure",
+    "lowering",
+    "bits",
+    "exact_expected",
+    "rows_source",
+    "n_rows",
+    "test_error",
+    "label_agreement",
+    "label_mismatches",
+    "exact",
+    "max_abs_score_diff",
+    "reference",
+    "check_set",
+    "error",
+    "ok",
+)
 
 
 # ================================================================================================
@@ -125,10 +145,13 @@ def _integer_arithmetic(artifact) -> bool:
 def _compare(scores: np.ndarray, labels: np.ndarray, want_scores: np.ndarray, want_labels: np.ndarray) -> dict:
     same = labels == want_labels
     diff = np.abs(scores - want_scores)
-    return {"label_agreement": float(np.mean(same)) if same.size else None, "label_mismatches": int((~same).sum()),
-            # array_equal on the float64 widening of float32 scores: bit-identical float32 values
-            "exact": bool(np.array_equal(scores, want_scores) and same.all()),
-            "max_abs_score_diff": float(np.max(diff, initial=0.0)) if np.isfinite(diff).all() else float("inf")}
+    return {
+        "label_agreement": float(np.mean(same)) if same.size else None,
+        "label_mismatches": int((~same).sum()),
+        # array_equal on the float64 widening of float32 scores: bit-identical float32 values
+        "exact": bool(np.array_equal(scores, want_scores) and same.all()),
+        "max_abs_score_diff": float(np.max(diff, initial=0.0)) if np.isfinite(diff).all() else float("inf"),
+    }
 
 
 # ================================================================================================
@@ -172,13 +195,23 @@ def run_on_root(jobs: list[dict], root: Path, timeout: float) -> dict:
             shutil.copyfile(src, work / name)
             np.save(work / f"rows{i}.npy", job["rows"])
             inside = "/" + str(work.relative_to(root))
-            spec.append({"path": f"{inside}/{name}", "runtime": job.get("runtime"), "rows": f"{inside}/rows{i}.npy",
-                         "out": f"{inside}/out{i}.npz", "verify_integrity": job.get("verify_integrity", True)})
+            spec.append(
+                {
+                    "path": f"{inside}/{name}",
+                    "runtime": job.get("runtime"),
+                    "rows": f"{inside}/rows{i}.npy",
+                    "out": f"{inside}/out{i}.npz",
+                    "verify_integrity": job.get("verify_integrity", True),
+                }
+            )
         (work / "job.json").write_text(json.dumps({"files": spec}))
         inside = "/" + str(work.relative_to(root))
-        done = aarch64_root.run_in_root(root, [aarch64_root.VENV_PYTHON, "-m", "bnc_deploy.targets.aarch64_worker",
-                                               f"{inside}/job.json"], env={"PYTHONPATH": f"{inside}/src"},
-                                        timeout=timeout)
+        done = aarch64_root.run_in_root(
+            root,
+            [aarch64_root.VENV_PYTHON, "-m", "bnc_deploy.targets.aarch64_worker", f"{inside}/job.json"],
+            env={"PYTHONPATH": f"{inside}/src"},
+            timeout=timeout,
+        )
         try:
             result = json.loads(done.stdout.strip().splitlines()[-1])
         except (IndexError, ValueError):
@@ -196,8 +229,16 @@ def run_on_root(jobs: list[dict], root: Path, timeout: float) -> dict:
 # ================================================================================================
 # The check
 # ================================================================================================
-def check_files(files, *, data=None, cache=None, timeout: float = aarch64_root.RUN_TIMEOUT_S,
-                verify_integrity: bool = True, key: bytes | None = None, rows: dict | None = None) -> dict:
+def check_files(
+    files,
+    *,
+    data=None,
+    cache=None,
+    timeout: float = aarch64_root.RUN_TIMEOUT_S,
+    verify_integrity: bool = True,
+    key: bytes | None = None,
+    rows: dict | None = None,
+) -> dict:
     """Run ``files`` on aarch64 and on this host, compare; return the report (see the module docstring).
 
     ``data``: ``(x_test, y_test or None, name, fold)`` or None (then ``test_error``: the aarch64
@@ -233,22 +274,42 @@ def check_files(files, *, data=None, cache=None, timeout: float = aarch64_root.R
             h_scores, h_labels = rt.run(x)
         except InputError as exc:
             raise InputError(f"{p}: the rows do not fit this file: {exc}") from None
-        entries.append({"file": str(p), "format": p.suffix.lower().lstrip("."), "runtime": rt.name,
-                        "model_kind": meta.get("model_kind", "bnc"), "structure": meta.get("structure"),
-                        "lowering": meta.get("lowering"), "bits": meta.get("bits"),
-                        # a .bnc "is" the reference (metadata exact); across CPUs only integer arithmetic is
-                        "exact_expected": bool(meta.get("exact")) if p.suffix.lower() != ".bnc"
-                        else _integer_arithmetic(rt.artifact), "rows_source": source, "n_rows": int(len(x)),
-                        "test_error": None})
+        entries.append(
+            {
+                "file": str(p),
+                "format": p.suffix.lower().lstrip("."),
+                "runtime": rt.name,
+                "model_kind": meta.get("model_kind", "bnc"),
+                "structure": meta.get("structure"),
+                "lowering": meta.get("lowering"),
+                "bits": meta.get("bits"),
+                # a .bnc "is" the reference (metadata exact); across CPUs only integer arithmetic is
+                "exact_expected": bool(meta.get("exact"))
+                if p.suffix.lower() != ".bnc"
+                else _integer_arithmetic(rt.artifact),
+                "rows_source": source,
+                "n_rows": int(len(x)),
+                "test_error": None,
+            }
+        )
         on_test_split = data is not None and data[1] is not None and not rt.raw_inputs
         host.append((h_scores, h_labels, ref, rt.raw_inputs, data[1] if on_test_split else None))
-        jobs.append({"path": str(p), "runtime": rt.name, "rows": x,
-                     "verify_integrity": bool(verify_integrity and key is None)})
+        jobs.append(
+            {"path": str(p), "runtime": rt.name, "rows": x, "verify_integrity": bool(verify_integrity and key is None)}
+        )
     inside = run_on_root(jobs, root, timeout)
     for entry, (h_scores, h_labels, ref, raw, y), job, got in zip(entries, host, jobs, inside["files"]):
         if "error" in got:
-            entry.update(label_agreement=None, label_mismatches=None, exact=False, max_abs_score_diff=None,
-                         reference=None, check_set=None, error=got["error"], ok=False)
+            entry.update(
+                label_agreement=None,
+                label_mismatches=None,
+                exact=False,
+                max_abs_score_diff=None,
+                reference=None,
+                check_set=None,
+                error=got["error"],
+                ok=False,
+            )
             continue
         entry.update(_compare(got["scores"], got["labels"], h_scores, h_labels))
         if y is not None:
@@ -256,8 +317,10 @@ def check_files(files, *, data=None, cache=None, timeout: float = aarch64_root.R
         entry["reference"] = None
         if ref is not None:
             r_scores = _reference_scores(ref[1], job["rows"], raw)
-            entry["reference"] = {"file": str(ref[0]),
-                                  **_compare(got["scores"], got["labels"], r_scores, np.argmax(r_scores, axis=1))}
+            entry["reference"] = {
+                "file": str(ref[0]),
+                **_compare(got["scores"], got["labels"], r_scores, np.argmax(r_scores, axis=1)),
+            }
         entry["check_set"] = got.get("check_set")
         entry["error"] = None
         check_ok = entry["check_set"] in (None, "ok")
@@ -266,10 +329,19 @@ def check_files(files, *, data=None, cache=None, timeout: float = aarch64_root.R
         else:
             entry["ok"] = bool(check_ok and entry["label_mismatches"] == 0)
     stamp = aarch64_root.read_stamp(root) or {}
-    return {"target": TARGET, "method": METHOD, "root": str(root), "machine": inside.get("machine"),
-            "python": inside.get("python"), "versions": inside.get("versions"), "qemu": tools.get("qemu"),
-            "debian": stamp.get("recipe", {}).get("suite"), "host_versions": _host_versions(),
-            "files": entries, "ok": all(e["ok"] for e in entries)}
+    return {
+        "target": TARGET,
+        "method": METHOD,
+        "root": str(root),
+        "machine": inside.get("machine"),
+        "python": inside.get("python"),
+        "versions": inside.get("versions"),
+        "qemu": tools.get("qemu"),
+        "debian": stamp.get("recipe", {}).get("suite"),
+        "host_versions": _host_versions(),
+        "files": entries,
+        "ok": all(e["ok"] for e in entries),
+    }
 
 
 def _host_versions() -> dict:
@@ -293,33 +365,49 @@ def _g(value, spec=".3g") -> str:
 
 def format_report(r: dict) -> str:
     v = r.get("versions") or {}
-    lines = [f"aarch64 check ({r['method']})",
-             f"  root {r['root']}: {r.get('machine')}, Python {r.get('python')}, "
-             + ", ".join(f"{k} {v[k]}" for k in v if v[k]) + f"; {r.get('qemu') or 'qemu'}",
-             "",
-             (f"  {'file':<30} {'runtime':<11} {'exact?':>6} {'rows':>6} {'labels =':>9} {'bit-identical':>13} "
-              f"{'max |Δ score|':>13} {'vs model':>16} {'error %':>7}  check set")]
+    lines = [
+        f"aarch64 check ({r['method']})",
+        f"  root {r['root']}: {r.get('machine')}, Python {r.get('python')}, "
+        + ", ".join(f"{k} {v[k]}" for k in v if v[k])
+        + f"; {r.get('qemu') or 'qemu'}",
+        "",
+        (
+            f"  {'file':<30} {'runtime':<11} {'exact?':>6} {'rows':>6} {'labels =':>9} {'bit-identical':>13} "
+            f"{'max |Δ score|':>13} {'vs model':>16} {'error %':>7}  check set"
+        ),
+    ]
     for e in r["files"]:
         name = Path(e["file"]).name
         name = name if len(name) <= 30 else "…" + name[-29:]
         if e.get("error"):
-            lines.append(f"  {name:<30} {e['runtime']:<11} {'yes' if e['exact_expected'] else 'no':>6} "
-                         f"{e['n_rows']:>6}  FAIL: {e['error']}")
+            lines.append(
+                f"  {name:<30} {e['runtime']:<11} {'yes' if e['exact_expected'] else 'no':>6} "
+                f"{e['n_rows']:>6}  FAIL: {e['error']}"
+            )
             continue
         ref = e["reference"]
-        vs = ("-" if ref is None else "identical" if ref["exact"]
-              else f"{ref['label_agreement']:.4f}/{_g(ref['max_abs_score_diff'])}")
+        vs = (
+            "-"
+            if ref is None
+            else "identical"
+            if ref["exact"]
+            else f"{ref['label_agreement']:.4f}/{_g(ref['max_abs_score_diff'])}"
+        )
         err = None if e["test_error"] is None else 100 * e["test_error"]
-        lines.append(f"  {name:<30} {e['runtime']:<11} {'yes' if e['exact_expected'] else 'no':>6} {e['n_rows']:>6} "
-                     f"{e['label_agreement']:>9.4f} {'yes' if e['exact'] else 'no':>13} "
-                     f"{_g(e['max_abs_score_diff']):>13} {vs:>16} "
-                     f"{_g(err, '.2f'):>7}  {e['check_set'] or '-'}  "
-                     f"{'PASS' if e['ok'] else 'FAIL'}")
-    lines += ["",
-              "  labels =: share of rows with the same label on aarch64 as on x86_64; bit-identical: every score;",
-              "  vs model: against the .bnc's NumPy reference (labels agreement/max |Δ|); error %: of the aarch64",
-              "  labels on the --data test split. Emulated: no latency.",
-              f"  {'PASS' if r['ok'] else 'FAIL'}: {sum(e['ok'] for e in r['files'])} of {len(r['files'])} files"]
+        lines.append(
+            f"  {name:<30} {e['runtime']:<11} {'yes' if e['exact_expected'] else 'no':>6} {e['n_rows']:>6} "
+            f"{e['label_agreement']:>9.4f} {'yes' if e['exact'] else 'no':>13} "
+            f"{_g(e['max_abs_score_diff']):>13} {vs:>16} "
+            f"{_g(err, '.2f'):>7}  {e['check_set'] or '-'}  "
+            f"{'PASS' if e['ok'] else 'FAIL'}"
+        )
+    lines += [
+        "",
+        "  labels =: share of rows with the same label on aarch64 as on x86_64; bit-identical: every score;",
+        "  vs model: against the .bnc's NumPy reference (labels agreement/max |Δ|); error %: of the aarch64",
+        "  labels on the --data test split. Emulated: no latency.",
+        f"  {'PASS' if r['ok'] else 'FAIL'}: {sum(e['ok'] for e in r['files'])} of {len(r['files'])} files",
+    ]
     return "\n".join(lines)
 
 
@@ -327,43 +415,65 @@ def format_setup(s: dict) -> str:
     v = s.get("versions") or {}
     t = s.get("timings_s") or {}
     how = "cached (recipe unchanged)" if s["cached"] else "built: " + ", ".join(f"{k} {t[k]:.0f} s" for k in t)
-    return (f"aarch64 root {s['root']}: {how}; {s['seconds']:.1f} s in all\n"
-            f"  Debian {s['recipe']['suite']} arm64, Python {v.get('python')}, "
-            + ", ".join(f"{k} {v[k]}" for k in aarch64_root.PIP_PACKAGES if v.get(k)) + f"; {s.get('qemu')}")
+    return (
+        f"aarch64 root {s['root']}: {how}; {s['seconds']:.1f} s in all\n"
+        f"  Debian {s['recipe']['suite']} arm64, Python {v.get('python')}, "
+        + ", ".join(f"{k} {v[k]}" for k in aarch64_root.PIP_PACKAGES if v.get(k))
+        + f"; {s.get('qemu')}"
+    )
 
 
 # ================================================================================================
 # Command line
 # ================================================================================================
-def build_parser(prog: str = "python -m bnc_deploy.targets.aarch64",
-                 targets: tuple[str, ...] = ()) -> argparse.ArgumentParser:
+def build_parser(
+    prog: str = "python -m bnc_deploy.targets.aarch64", targets: tuple[str, ...] = ()
+) -> argparse.ArgumentParser:
     """The ``setup``/``run`` parser; ``targets``: choices of a required ``--target`` (``bnc-target``)."""
     p = argparse.ArgumentParser(
-        prog=prog, description="Run exported files on aarch64, emulated by qemu-user in a cached arm64 Debian "
-                               "root, and compare with this x86_64 host (labels, bit-identical scores, max "
-                               "|Δ score|). Needs root and the Debian packages "
-                               + ", ".join(aarch64_root.DEBIAN_PACKAGES)
-                               + ". Emulated: no latency.")
+        prog=prog,
+        description="Run exported files on aarch64, emulated by qemu-user in a cached arm64 Debian "
+        "root, and compare with this x86_64 host (labels, bit-identical scores, max "
+        "|Δ score|). Needs root and the Debian packages "
+        + ", ".join(aarch64_root.DEBIAN_PACKAGES)
+        + ". Emulated: no latency.",
+    )
     sub = p.add_subparsers(dest="command", required=True)
-    s = sub.add_parser("setup", help="build (or reuse) the cached arm64 root with Python, numpy, onnxruntime, "
-                                     "ai-edge-litert and gcc")
-    s.add_argument("--mirror", metavar="URL", help="Debian mirror for debootstrap (default "
-                                                   f"${aarch64_root.MIRROR_ENV}, else the first Debian 'deb' "
-                                                   "entry of this host's apt sources)")
+    s = sub.add_parser(
+        "setup", help="build (or reuse) the cached arm64 root with Python, numpy, onnxruntime, ai-edge-litert and gcc"
+    )
+    s.add_argument(
+        "--mirror",
+        metavar="URL",
+        help="Debian mirror for debootstrap (default "
+        f"${aarch64_root.MIRROR_ENV}, else the first Debian 'deb' "
+        "entry of this host's apt sources)",
+    )
     s.add_argument("--force", action="store_true", help="rebuild even if a root with this recipe is cached")
     r = sub.add_parser("run", help="run FILEs on aarch64 and compare with x86_64")
-    r.add_argument("files", nargs="+", metavar="FILE", help="exported files (.onnx .ort .tflite .h) and .bnc models "
-                                                            "(also the reference of the files exported from them)")
-    r.add_argument("--data", metavar="PATH_OR_NAME", help="rows: the TEST split of this data set (default: the "
-                                                          "check set stored in each file)")
+    r.add_argument(
+        "files",
+        nargs="+",
+        metavar="FILE",
+        help="exported files (.onnx .ort .tflite .h) and .bnc models "
+        "(also the reference of the files exported from them)",
+    )
+    r.add_argument(
+        "--data",
+        metavar="PATH_OR_NAME",
+        help="rows: the TEST split of this data set (default: the check set stored in each file)",
+    )
     r.add_argument("--fold", type=int, default=None, metavar="K", help="1-based fold of --data (default 1)")
     r.add_argument("--timeout", type=float, default=aarch64_root.RUN_TIMEOUT_S, help="seconds for the emulated run")
     r.add_argument("--no-integrity-check", action="store_true", help="run files whose seal does not verify")
     for q in (s, r):
         if targets:
             q.add_argument("--target", required=True, choices=targets, help="the target (emulated)")
-        q.add_argument("--cache", metavar="DIR", help="folder of the root (default $BNC_DEPLOY_TARGET_CACHE/aarch64 "
-                                                      "or ~/.cache/bnc-deploy/aarch64)")
+        q.add_argument(
+            "--cache",
+            metavar="DIR",
+            help="folder of the root (default $BNC_DEPLOY_TARGET_CACHE/aarch64 or ~/.cache/bnc-deploy/aarch64)",
+        )
         q.add_argument("--json", action="store_true", help="print the result as JSON")
     return p
 
@@ -379,15 +489,19 @@ def load_data(spec: str, fold: int | None):
     return ds.x_test, ds.y_test, ds.name, ds.fold
 
 
+def _progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
 def execute(args: argparse.Namespace) -> tuple[dict, str, int]:
     """Run a parsed command: ``(result, text, exit status)``; raises BncDeployError for usage errors."""
     if args.command == "setup":
-        progress = (lambda line: print(line, file=sys.stderr, flush=True))
-        result = aarch64_root.setup(args.cache, mirror=args.mirror, force=args.force, progress=progress)
+        result = aarch64_root.setup(args.cache, mirror=args.mirror, force=args.force, progress=_progress)
         return result, format_setup(result), 0
     data = load_data(args.data, args.fold) if args.data else None
-    report = check_files(args.files, data=data, cache=args.cache, timeout=args.timeout,
-                         verify_integrity=not args.no_integrity_check)
+    report = check_files(
+        args.files, data=data, cache=args.cache, timeout=args.timeout, verify_integrity=not args.no_integrity_check
+    )
     return report, format_report(report), 0 if report["ok"] else 1
 
 

@@ -114,8 +114,15 @@ def pip_pins() -> dict[str, str]:
 
 def recipe() -> dict:
     """Everything that decides the root's contents; its hash is the cache key."""
-    return {"revision": RECIPE_REVISION, "arch": "arm64", "suite": SUITE, "variant": "minbase",
-            "include": list(DEBIAN_INCLUDE), "pip": sorted(pip_pins().values()), "python": "3.11"}
+    return {
+        "revision": RECIPE_REVISION,
+        "arch": "arm64",
+        "suite": SUITE,
+        "variant": "minbase",
+        "include": list(DEBIAN_INCLUDE),
+        "pip": sorted(pip_pins().values()),
+        "python": "3.11",
+    }
 
 
 def recipe_hash(r: dict | None = None) -> str:
@@ -148,12 +155,17 @@ def check_host() -> dict:
     if os.geteuid() != 0:
         raise TargetSetupError("the aarch64 target needs root (debootstrap, chroot and mount do); run it as root")
     tools = {}
-    for tool, package in (("debootstrap", "debootstrap"), ("qemu-aarch64-static", "qemu-user-static"),
-                          ("chroot", "coreutils"), ("mount", "mount")):
+    for tool, package in (
+        ("debootstrap", "debootstrap"),
+        ("qemu-aarch64-static", "qemu-user-static"),
+        ("chroot", "coreutils"),
+        ("mount", "mount"),
+    ):
         found = shutil.which(tool)
         if found is None:
-            raise TargetSetupError(f"{tool} not found on PATH (Debian package {package}); on Debian/Ubuntu: "
-                                   f"{INSTALL_HINT}")
+            raise TargetSetupError(
+                f"{tool} not found on PATH (Debian package {package}); on Debian/Ubuntu: {INSTALL_HINT}"
+            )
         tools[tool] = found
     ensure_binfmt()
     tools["qemu"] = _first_line([tools["qemu-aarch64-static"], "--version"])
@@ -177,8 +189,10 @@ def ensure_binfmt() -> None:
     if not (BINFMT_DIR / "register").exists():
         done = _quiet(["mount", "-t", "binfmt_misc", "binfmt_misc", str(BINFMT_DIR)])
         if done is not None or not (BINFMT_DIR / "register").exists():
-            raise TargetSetupError(f"binfmt_misc is not mounted at {BINFMT_DIR} and mounting it failed ({done}); "
-                                   "a container must allow it (e.g. --privileged), or mount it on the host")
+            raise TargetSetupError(
+                f"binfmt_misc is not mounted at {BINFMT_DIR} and mounting it failed ({done}); "
+                "a container must allow it (e.g. --privileged), or mount it on the host"
+            )
     entry = _binfmt_entry()
     if entry is None or not entry.startswith("enabled"):
         if shutil.which("update-binfmts") and Path("/usr/share/binfmts", BINFMT_NAME).exists():
@@ -194,15 +208,19 @@ def ensure_binfmt() -> None:
                 raise TargetSetupError(f"cannot register {conf} with binfmt_misc: {exc}") from None
         entry = _binfmt_entry()
     if entry is None:
-        raise TargetSetupError(f"no {BINFMT_NAME} entry in {BINFMT_DIR} (qemu-user-static registers it); on "
-                               f"Debian/Ubuntu: {INSTALL_HINT}")
+        raise TargetSetupError(
+            f"no {BINFMT_NAME} entry in {BINFMT_DIR} (qemu-user-static registers it); on Debian/Ubuntu: {INSTALL_HINT}"
+        )
     if not entry.startswith("enabled"):
-        raise TargetSetupError(f"the {BINFMT_NAME} binfmt entry is disabled; run: update-binfmts --enable "
-                               f"{BINFMT_NAME}")
+        raise TargetSetupError(
+            f"the {BINFMT_NAME} binfmt entry is disabled; run: update-binfmts --enable {BINFMT_NAME}"
+        )
     flags = next((ln.split()[1] for ln in entry.splitlines() if ln.startswith("flags:") and len(ln.split()) > 1), "")
     if "F" not in flags:
-        raise TargetSetupError(f"the {BINFMT_NAME} binfmt entry lacks flag F (fix binary), so chroot cannot find "
-                               "the emulator; reinstall qemu-user-static (its entries have it)")
+        raise TargetSetupError(
+            f"the {BINFMT_NAME} binfmt entry lacks flag F (fix binary), so chroot cannot find "
+            "the emulator; reinstall qemu-user-static (its entries have it)"
+        )
 
 
 def _quiet(cmd: list[str]) -> str | None:
@@ -245,7 +263,8 @@ def debian_mirror(mirror: str | None = None, etc_apt: Path | None = None) -> tup
         f"no Debian mirror for debootstrap: the host's apt sources ({etc_apt / 'sources.list'}, "
         f"{etc_apt / 'sources.list.d'}/*.list and *.sources) have no 'deb' entry of the Debian archive (a suite "
         f"such as {SUITE}, component main); pass --mirror URL (or set ${MIRROR_ENV}), or add a Debian source "
-        "to the host's apt sources")
+        "to the host's apt sources"
+    )
 
 
 # ================================================================================================
@@ -377,9 +396,15 @@ def setup(cache=None, *, mirror: str | None = None, force: bool = False, progres
         try:
             _build(build, want, source, log, progress, timings)
             smoke = _smoke(build)
-            stamp = {"recipe": want, "recipe_sha256": recipe_hash(want), "machine": smoke,
-                     "versions": _versions(build), "qemu": tools["qemu"], "timings_s": timings,
-                     "built_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+            stamp = {
+                "recipe": want,
+                "recipe_sha256": recipe_hash(want),
+                "machine": smoke,
+                "versions": _versions(build),
+                "qemu": tools["qemu"],
+                "timings_s": timings,
+                "built_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            }
             (build / STAMP).write_text(json.dumps(stamp, indent=2) + "\n")  # last: the root is complete
             old = None
             if root.exists():
@@ -424,10 +449,27 @@ def _build(build: Path, want: dict, source: tuple[str, str] | None, log: Path, p
         timings["debootstrap"] = 0.0
         return _build_venv(build, want, log, progress, timings)
     mirror, origin = source
-    _say(progress, f"[1/3] debootstrap {SUITE} arm64 ({want['variant']}, + {', '.join(want['include'])}) "
-                   f"from {mirror} ({origin}) into {build}")
-    _stream(["debootstrap", "--arch=arm64", f"--variant={want['variant']}", "--include=" + ",".join(want["include"]),
-             SUITE, str(build), mirror], log, progress, "I: ", DEBOOTSTRAP_TIMEOUT_S, "debootstrap")
+    _say(
+        progress,
+        f"[1/3] debootstrap {SUITE} arm64 ({want['variant']}, + {', '.join(want['include'])}) "
+        f"from {mirror} ({origin}) into {build}",
+    )
+    _stream(
+        [
+            "debootstrap",
+            "--arch=arm64",
+            f"--variant={want['variant']}",
+            "--include=" + ",".join(want["include"]),
+            SUITE,
+            str(build),
+            mirror,
+        ],
+        log,
+        progress,
+        "I: ",
+        DEBOOTSTRAP_TIMEOUT_S,
+        "debootstrap",
+    )
     unmount_all(build)  # debootstrap unmounts what it mounted; be sure before anything else
     (build / BASE_MARKER).write_text(base_hash(want) + "\n")
     timings["debootstrap"] = round(time.monotonic() - step, 1)
@@ -440,22 +482,56 @@ def _build_venv(build: Path, want: dict, log: Path, progress, timings: dict) -> 
     shutil.copyfile("/etc/resolv.conf", build / "etc" / "resolv.conf")  # pip inside needs DNS
     pip_env = _pip_network_env(build)
     with proc_mounted(build):
-        _stream(_chroot(build, ["/usr/bin/python3", "-m", "venv", "/venv"]), log, progress, "", 600,
-                "python3 -m venv inside the root")
+        _stream(
+            _chroot(build, ["/usr/bin/python3", "-m", "venv", "/venv"]),
+            log,
+            progress,
+            "",
+            600,
+            "python3 -m venv inside the root",
+        )
         timings["venv"] = round(time.monotonic() - step, 1)
         step = time.monotonic()
         pins = want["pip"]
         _say(progress, f"[3/3] pip install {' '.join(pins)} inside the root (aarch64 wheels from PyPI, emulated)")
-        _stream(_chroot(build, [VENV_PYTHON, "-m", "pip", "install", "--no-cache-dir", "--only-binary=:all:",
-                                "--disable-pip-version-check", "--progress-bar", "off", *pins], pip_env),
-                log, progress, "Successfully", PIP_TIMEOUT_S, "pip install inside the root (needs PyPI access; "
-                "a package without an aarch64 wheel for Python 3.11 fails here)")
+        _stream(
+            _chroot(
+                build,
+                [
+                    VENV_PYTHON,
+                    "-m",
+                    "pip",
+                    "install",
+                    "--no-cache-dir",
+                    "--only-binary=:all:",
+                    "--disable-pip-version-check",
+                    "--progress-bar",
+                    "off",
+                    *pins,
+                ],
+                pip_env,
+            ),
+            log,
+            progress,
+            "Successfully",
+            PIP_TIMEOUT_S,
+            "pip install inside the root (needs PyPI access; "
+            "a package without an aarch64 wheel for Python 3.11 fails here)",
+        )
     timings["pip"] = round(time.monotonic() - step, 1)
 
 
 #: The host's network settings pip inside the root gets (proxies, a private index); nothing else leaks in.
-PIP_NETWORK_VARS = ("HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy",
-                    "PIP_INDEX_URL", "PIP_DEFAULT_TIMEOUT")
+PIP_NETWORK_VARS = (
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+    "PIP_INDEX_URL",
+    "PIP_DEFAULT_TIMEOUT",
+)
 #: Where the host's CA bundle is copied in the root (for pip only).
 HOST_CA_IN_ROOT = "/etc/ssl/certs/bnc-deploy-host-ca.crt"
 
@@ -465,8 +541,14 @@ def _pip_network_env(build: Path) -> dict:
     that intercepts TLS with its own CA (added to the host's trust store) is trusted inside too;
     Debian's stock ca-certificates in the root do not know it."""
     env = {k: os.environ[k] for k in PIP_NETWORK_VARS if os.environ.get(k)}
-    bundle = next((c for c in (os.environ.get("PIP_CERT"), os.environ.get("SSL_CERT_FILE"),
-                               "/etc/ssl/certs/ca-certificates.crt") if c and os.path.isfile(c)), None)
+    bundle = next(
+        (
+            c
+            for c in (os.environ.get("PIP_CERT"), os.environ.get("SSL_CERT_FILE"), "/etc/ssl/certs/ca-certificates.crt")
+            if c and os.path.isfile(c)
+        ),
+        None,
+    )
     if bundle is not None:
         shutil.copyfile(bundle, build / HOST_CA_IN_ROOT.lstrip("/"))
         env["PIP_CERT"] = HOST_CA_IN_ROOT
@@ -474,8 +556,13 @@ def _pip_network_env(build: Path) -> dict:
 
 
 #: The environment of programs run in the root (nothing of the host's leaks in).
-ROOT_ENV = {"PATH": "/venv/bin:/usr/local/bin:/usr/bin:/bin", "HOME": "/root", "LANG": "C.UTF-8",
-            "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONDONTWRITEBYTECODE": "1"}
+ROOT_ENV = {
+    "PATH": "/venv/bin:/usr/local/bin:/usr/bin:/bin",
+    "HOME": "/root",
+    "LANG": "C.UTF-8",
+    "TF_CPP_MIN_LOG_LEVEL": "2",
+    "PYTHONDONTWRITEBYTECODE": "1",
+}
 
 
 def _chroot(root: Path, argv: list[str], env: dict | None = None) -> list[str]:
@@ -483,16 +570,19 @@ def _chroot(root: Path, argv: list[str], env: dict | None = None) -> list[str]:
     return ["chroot", str(root), "/usr/bin/env", "-i", *(f"{k}={v}" for k, v in merged.items()), *argv]
 
 
-def run_in_root(root: Path, argv: list[str], *, env: dict | None = None,
-                timeout: float = RUN_TIMEOUT_S) -> subprocess.CompletedProcess:
+def run_in_root(
+    root: Path, argv: list[str], *, env: dict | None = None, timeout: float = RUN_TIMEOUT_S
+) -> subprocess.CompletedProcess:
     """Run ``argv`` inside the root (emulated aarch64), /proc mounted; return the finished process."""
     with proc_mounted(root):
         try:
-            return subprocess.run(_chroot(root, argv, env), capture_output=True, text=True, timeout=timeout,
-                                  stdin=subprocess.DEVNULL)
+            return subprocess.run(
+                _chroot(root, argv, env), capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+            )
         except subprocess.TimeoutExpired:
-            raise TargetSetupError(f"{' '.join(argv[:3])} inside the aarch64 root took more than "
-                                   f"{timeout:.0f} s") from None
+            raise TargetSetupError(
+                f"{' '.join(argv[:3])} inside the aarch64 root took more than {timeout:.0f} s"
+            ) from None
 
 
 def _smoke(root: Path) -> str:
@@ -500,23 +590,28 @@ def _smoke(root: Path) -> str:
     done = run_in_root(root, [VENV_PYTHON, "-c", "import platform; print(platform.machine())"], timeout=300)
     machine = done.stdout.strip()
     if done.returncode != 0 or machine != "aarch64":
-        raise TargetSetupError(f"the aarch64 root in {root} does not run ({machine or 'no output'}; "
-                               f"{(done.stderr.strip().splitlines() or [''])[-1]}); is qemu-aarch64 registered "
-                               "with binfmt_misc? (update-binfmts --display qemu-aarch64)")
+        raise TargetSetupError(
+            f"the aarch64 root in {root} does not run ({machine or 'no output'}; "
+            f"{(done.stderr.strip().splitlines() or [''])[-1]}); is qemu-aarch64 registered "
+            "with binfmt_misc? (update-binfmts --display qemu-aarch64)"
+        )
     return machine
 
 
 def _versions(root: Path) -> dict:
-    code = ("import json, sys, platform\nfrom importlib import metadata as m\n"
-            f"names = {list(PIP_PACKAGES)!r}\n"
-            "print(json.dumps({'python': platform.python_version(), 'machine': platform.machine(), "
-            "**{n: m.version(n) for n in names}}))")
+    code = (
+        "import json, sys, platform\nfrom importlib import metadata as m\n"
+        f"names = {list(PIP_PACKAGES)!r}\n"
+        "print(json.dumps({'python': platform.python_version(), 'machine': platform.machine(), "
+        "**{n: m.version(n) for n in names}}))"
+    )
     done = run_in_root(root, [VENV_PYTHON, "-c", code], timeout=300)
     try:
         return json.loads(done.stdout.strip().splitlines()[-1])
     except (IndexError, ValueError):
-        raise TargetSetupError(f"cannot read the package versions in {root}: "
-                               f"{(done.stderr.strip().splitlines() or [''])[-1]}") from None
+        raise TargetSetupError(
+            f"cannot read the package versions in {root}: {(done.stderr.strip().splitlines() or [''])[-1]}"
+        ) from None
 
 
 if __name__ == "__main__":  # pragma: no cover - the CLI is bnc-target / python -m bnc_deploy.targets.aarch64

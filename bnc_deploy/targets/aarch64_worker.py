@@ -35,8 +35,9 @@ def main(argv: list[str] | None = None) -> int:
     for item in job["files"]:
         entry = {"path": item["path"]}
         try:
-            rt = load_runtime(item["path"], item.get("runtime"), threads=1,
-                              verify_integrity=item.get("verify_integrity", True))
+            rt = load_runtime(
+                item["path"], item.get("runtime"), threads=1, verify_integrity=item.get("verify_integrity", True)
+            )
             entry["runtime"] = rt.name
             scores, labels = rt.run(np.load(item["rows"]))
             np.savez(item["out"], scores=scores, labels=labels)
@@ -53,8 +54,11 @@ def main(argv: list[str] | None = None) -> int:
             versions[name] = importlib_metadata.version(name)
         except importlib_metadata.PackageNotFoundError:
             versions[name] = None
-    print(json.dumps({"machine": platform.machine(), "python": platform.python_version(), "versions": versions,
-                      "files": results}))
+    print(
+        json.dumps(
+            {"machine": platform.machine(), "python": platform.python_version(), "versions": versions, "files": results}
+        )
+    )
     return 0
 
 

@@ -27,8 +27,22 @@ __all__ = [
 #: component ``main`` is a Debian mirror. ``bookworm-security``, ``-updates`` and ``-backports`` are
 #: not whole archives (debootstrap cannot start from them), Ubuntu's and third-party suites are not
 #: Debian: none is listed. A release newer than these needs adding (or --mirror).
-DEBIAN_SUITES = frozenset({"buster", "bullseye", "bookworm", "trixie", "forky", "duke", "sid",
-                           "oldoldstable", "oldstable", "stable", "testing", "unstable"})
+DEBIAN_SUITES = frozenset(
+    {
+        "buster",
+        "bullseye",
+        "bookworm",
+        "trixie",
+        "forky",
+        "duke",
+        "sid",
+        "oldoldstable",
+        "oldstable",
+        "stable",
+        "testing",
+        "unstable",
+    }
+)
 #: URI schemes debootstrap downloads from (apt's ``mirror+``, ``cdrom:`` and ``tor+`` methods are apt's own).
 DEBOOTSTRAP_SCHEMES = ("http://", "https://", "ftp://", "file:/")
 #: apt's configuration folder: ``sources.list`` and ``sources.list.d/`` in it.
@@ -52,12 +66,13 @@ def parse_one_line_sources(text: str) -> list[dict]:
             closed = rest.find("]")
             if closed < 0:
                 continue
-            rest = rest[closed + 1:]
+            rest = rest[closed + 1 :]
         fields = rest.split()
         if len(fields) < 2:
             continue
-        entries.append({"types": [kind], "uris": fields[:1], "suites": fields[1:2], "components": fields[2:],
-                        "enabled": True})
+        entries.append(
+            {"types": [kind], "uris": fields[:1], "suites": fields[1:2], "components": fields[2:], "enabled": True}
+        )
     return entries
 
 
@@ -85,18 +100,28 @@ def parse_deb822_sources(text: str) -> list[dict]:
             name = key.strip().lower() if colon else None
             if name is not None:
                 fields[name] = value.strip()
-    return [{"types": p.get("types", "").split(), "uris": p.get("uris", "").split(),
-             "suites": p.get("suites", "").split(), "components": p.get("components", "").split(),
-             "enabled": p.get("enabled", "yes").strip().lower() not in ("no", "false", "0")}
-            for p in paragraphs]
+    return [
+        {
+            "types": p.get("types", "").split(),
+            "uris": p.get("uris", "").split(),
+            "suites": p.get("suites", "").split(),
+            "components": p.get("components", "").split(),
+            "enabled": p.get("enabled", "yes").strip().lower() not in ("no", "false", "0"),
+        }
+        for p in paragraphs
+    ]
 
 
 def debian_uri(entries: list[dict]) -> str | None:
     """The first URI debootstrap can use of the first enabled ``deb`` entry of the Debian archive
     (a suite in :data:`DEBIAN_SUITES`, the component ``main``), or None."""
     for entry in entries:
-        if (entry["enabled"] and "deb" in entry["types"] and "main" in entry["components"]
-                and DEBIAN_SUITES.intersection(entry["suites"])):
+        if (
+            entry["enabled"]
+            and "deb" in entry["types"]
+            and "main" in entry["components"]
+            and DEBIAN_SUITES.intersection(entry["suites"])
+        ):
             uri = next((u for u in entry["uris"] if u.startswith(DEBOOTSTRAP_SCHEMES)), None)
             if uri is not None:
                 return uri
@@ -110,8 +135,10 @@ def apt_source_files(etc_apt: Path | None = None) -> list[Path]:
     etc_apt = ETC_APT if etc_apt is None else etc_apt
     files = [etc_apt / "sources.list"]
     with contextlib.suppress(OSError):
-        files += sorted((p for p in (etc_apt / "sources.list.d").iterdir() if p.suffix in (".list", ".sources")),
-                        key=lambda p: p.name)
+        files += sorted(
+            (p for p in (etc_apt / "sources.list.d").iterdir() if p.suffix in (".list", ".sources")),
+            key=lambda p: p.name,
+        )
     return [p for p in files if p.is_file()]
 
 

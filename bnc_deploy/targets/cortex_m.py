@@ -88,36 +88,37 @@ import numpy as np
 
 from bnc_deploy.errors import BncDeployError, ConfigError, InputError, MetadataError
 from bnc_deploy.formats.checkset import N_RANDOM_ROWS, verification_rows
-from bnc_deploy.targets.cortex_m_sources import FAULT_EXIT
 from bnc_deploy.targets.cortex_m_build import (
-    _copy,
-    _output,
     BOARDS,
-    build_image,
-    BuildError,
     CFLAGS,
-    CheckRows,
     DEBIAN_PACKAGES,
     DEFAULT_BOARDS,
-    find_tools,
-    image_sizes,
     LDFLAGS,
     MAX_DETAILED,
-    model_footprint,
-    parse_size_a,
     QEMU_FLAGS,
     ROW_BYTES_PER_IMAGE,
-    run_image,
     RUN_TIMEOUT_S,
+    BuildError,
+    CheckRows,
     Tools,
+    _copy,
+    _output,
+    build_image,
+    find_tools,
+    image_sizes,
+    model_footprint,
+    parse_size_a,
+    run_image,
 )
+from bnc_deploy.targets.cortex_m_sources import FAULT_EXIT
 
 
 # ================================================================================================
 # What to check: rows and the reference's values
 # ================================================================================================
-def check_rows(artifact, rows=None, *, source: str | None = None, n_random: int = N_RANDOM_ROWS,
-               raw_inputs: bool = False) -> CheckRows:
+def check_rows(
+    artifact, rows=None, *, source: str | None = None, n_random: int = N_RANDOM_ROWS, raw_inputs: bool = False
+) -> CheckRows:
     """Rows (the given ones, else the model's check set, then ``n_random`` seeded random rows:
     :func:`~bnc_deploy.formats.checkset.verification_rows`) and the reference's integer sums and
     labels for them; invalid rows; raw rows when ``raw_inputs``."""
@@ -141,8 +142,9 @@ def check_rows(artifact, rows=None, *, source: str | None = None, n_random: int 
     invalid = np.array(invalid, dtype=np.int64).reshape(-1, len(cards))
     if source is None:
         source = "check set stored in the model" if rows is None and n_given else ("given rows" if n_given else "none")
-    out = CheckRows(x=x, sums=sums, labels=labels, invalid=invalid, n_given=n_given, n_random=int(n_random),
-                    source=source)
+    out = CheckRows(
+        x=x, sums=sums, labels=labels, invalid=invalid, n_given=n_given, n_random=int(n_random), source=source
+    )
     if raw_inputs:
         from bnc_deploy.formats.bnc import raw_representatives
 
@@ -176,15 +178,27 @@ def _header_facts(header: Path, artifact, verify_integrity: bool, key: bytes | N
     check_c_name(prefix, "c_name")
     expected = artifact_hash(artifact)
     if meta.get("artifact_sha256") != expected:
-        raise ConfigError(f"{header} was not exported from this model (its artifact_sha256 "
-                          f"{str(meta.get('artifact_sha256'))[:12]}... differs from the model's {expected[:12]}...); "
-                          "pass the .bnc it was exported from")
+        raise ConfigError(
+            f"{header} was not exported from this model (its artifact_sha256 "
+            f"{str(meta.get('artifact_sha256'))[:12]}... differs from the model's {expected[:12]}...); "
+            "pass the .bnc it was exported from"
+        )
     return meta
 
 
-def check_header(header, artifact, *, boards=DEFAULT_BOARDS, rows: CheckRows | None = None,
-                 tools: Tools | None = None, verify_integrity: bool = True, key: bytes | None = None,
-                 workdir=None, timeout: float = RUN_TIMEOUT_S, footprint: bool = True) -> dict:
+def check_header(
+    header,
+    artifact,
+    *,
+    boards=DEFAULT_BOARDS,
+    rows: CheckRows | None = None,
+    tools: Tools | None = None,
+    verify_integrity: bool = True,
+    key: bytes | None = None,
+    workdir=None,
+    timeout: float = RUN_TIMEOUT_S,
+    footprint: bool = True,
+) -> dict:
     """Cross-compile ``header`` for each board, run the check rows in QEMU, return the report.
 
     ``artifact``: the model the header was exported from (the ground truth). ``rows``: from
@@ -214,24 +228,45 @@ def check_header(header, artifact, *, boards=DEFAULT_BOARDS, rows: CheckRows | N
     report = {
         "target": "cortex-m",
         "method": "emulated: arm-none-eabi-gcc -Os, bare metal on QEMU MPS2 boards (semihosting); QEMU is not "
-                  "cycle-accurate: instruction counts, no latency",
-        "header": str(header), "header_sha256": hashlib.sha256(header.read_bytes()).hexdigest(),
-        "c_name": prefix, "model_kind": artifact.kind, "structure": artifact.structure,
-        "n_features": d, "n_classes": c, "bits": bits, "n_parameters": artifact.n_parameters,
-        "size_bits": artifact.size_bits, "size_bytes": math.ceil(artifact.size_bits / 8),
-        "table_bytes": meta.get("table_bytes"), "table_storage": meta.get("table_storage"),
+        "cycle-accurate: instruction counts, no latency",
+        "header": str(header),
+        "header_sha256": hashlib.sha256(header.read_bytes()).hexdigest(),
+        "c_name": prefix,
+        "model_kind": artifact.kind,
+        "structure": artifact.structure,
+        "n_features": d,
+        "n_classes": c,
+        "bits": bits,
+        "n_parameters": artifact.n_parameters,
+        "size_bits": artifact.size_bits,
+        "size_bytes": math.ceil(artifact.size_bits / 8),
+        "table_bytes": meta.get("table_bytes"),
+        "table_storage": meta.get("table_storage"),
         "input": meta.get("input", "codes"),
-        "rows": {"source": rows.source, "n_given": rows.n_given, "n_random": rows.n_random, "n_rows": int(n),
-                 "n_invalid": int(rows.invalid.shape[0]), "n_raw": rows.n_raw, "n_programs": len(bounds)},
-        "toolchain": {"gcc": tools.gcc_version, "qemu": tools.qemu_version, "cflags": list(CFLAGS),
-                      "ldflags": list(LDFLAGS), "qemu_flags": list(QEMU_FLAGS)},
+        "rows": {
+            "source": rows.source,
+            "n_given": rows.n_given,
+            "n_random": rows.n_random,
+            "n_rows": int(n),
+            "n_invalid": int(rows.invalid.shape[0]),
+            "n_raw": rows.n_raw,
+            "n_programs": len(bounds),
+        },
+        "toolchain": {
+            "gcc": tools.gcc_version,
+            "qemu": tools.qemu_version,
+            "cflags": list(CFLAGS),
+            "ldflags": list(LDFLAGS),
+            "qemu_flags": list(QEMU_FLAGS),
+        },
         "boards": [],
     }
     with tempfile.TemporaryDirectory(prefix="bnc-cortex-m-") as tmp:
         root = Path(workdir) if workdir is not None else Path(tmp)
         for board in boards:
-            report["boards"].append(_check_board(header, prefix, artifact, rows, bounds, board, tools, root,
-                                                 timeout, footprint))
+            report["boards"].append(
+                _check_board(header, prefix, artifact, rows, bounds, board, tools, root, timeout, footprint)
+            )
     report["ok"] = all(b["ok"] for b in report["boards"])
     return report
 
@@ -240,15 +275,29 @@ def _check_board(header, prefix, artifact, rows, bounds, board, tools, root, tim
     cpu = BOARDS[board][0]
     folder = root / board
     folder.mkdir(parents=True, exist_ok=True)
-    entry = {"board": board, "cpu": cpu, "description": BOARDS[board][1], "n_rows": int(rows.x.shape[0]),
-             "passed": 0, "failed": 0, "failed_rows": [], "failures": [], "invalid_failed": 0, "raw_failed": 0,
-             "exit_codes": [], "errors": [], "compiler_warnings": [], "wall_s": 0.0}
+    entry = {
+        "board": board,
+        "cpu": cpu,
+        "description": BOARDS[board][1],
+        "n_rows": int(rows.x.shape[0]),
+        "passed": 0,
+        "failed": 0,
+        "failed_rows": [],
+        "failures": [],
+        "invalid_failed": 0,
+        "raw_failed": 0,
+        "exit_codes": [],
+        "errors": [],
+        "compiler_warnings": [],
+        "wall_s": 0.0,
+    }
     _copy(header, folder / "model.h")
     if footprint:
         try:
             entry["model"] = model_footprint(folder / "model.h", prefix, cpu, tools, folder)
-            entry["model"]["with_log_joint"] = model_footprint(folder / "model.h", prefix, cpu, tools, folder,
-                                                               with_log_joint=True)
+            entry["model"]["with_log_joint"] = model_footprint(
+                folder / "model.h", prefix, cpu, tools, folder, with_log_joint=True
+            )
         except BuildError as exc:
             entry["errors"].append(str(exc))
     calib = [0, 0]
@@ -260,8 +309,17 @@ def _check_board(header, prefix, artifact, rows, bounds, board, tools, root, tim
         sub.mkdir(exist_ok=True)
         _copy(header, sub / "model.h")
         try:
-            elf, warnings = build_image(sub / "model.h", prefix, part, cpu, tools, sub, artifact.n_features,
-                                        artifact.n_classes, artifact.bits_per_parameter)
+            elf, warnings = build_image(
+                sub / "model.h",
+                prefix,
+                part,
+                cpu,
+                tools,
+                sub,
+                artifact.n_features,
+                artifact.n_classes,
+                artifact.bits_per_parameter,
+            )
         except BuildError as exc:
             entry["errors"].append(str(exc))
             entry["failed"] += int(part.x.shape[0])
@@ -275,10 +333,17 @@ def _check_board(header, prefix, artifact, rows, bounds, board, tools, root, tim
         entry["wall_s"] += res.wall_s
         entry["exit_codes"].append(res.exit_code)
         if res.timed_out or res.result is None:
-            why = ("timed out after %.0f s" % timeout if res.timed_out else
-                   "took an exception (fault)" if res.fault or res.exit_code == FAULT_EXIT else f"ended without a result (exit code {res.exit_code})")
-            entry["errors"].append(f"rows {start}..{stop - 1}: the program {why}; output tail: "
-                                   + " | ".join(res.stdout.strip().splitlines()[-3:]))
+            why = (
+                f"timed out after {timeout:.0f} s"
+                if res.timed_out
+                else "took an exception (fault)"
+                if res.fault or res.exit_code == FAULT_EXIT
+                else f"ended without a result (exit code {res.exit_code})"
+            )
+            entry["errors"].append(
+                f"rows {start}..{stop - 1}: the program {why}; output tail: "
+                + " | ".join(res.stdout.strip().splitlines()[-3:])
+            )
             entry["failed"] += int(part.x.shape[0])
             entry["failed_rows"] += list(range(start, stop))
             continue
@@ -289,21 +354,33 @@ def _check_board(header, prefix, artifact, rows, bounds, board, tools, root, tim
         entry["raw_failed"] += raw_failed
         expected_exit = min(failed + invalid_failed + raw_failed, 254)
         if res.exit_code != expected_exit:
-            entry["errors"].append(f"rows {start}..{stop - 1}: exit code {res.exit_code}, the program reported "
-                                   f"{expected_exit} failures")
+            entry["errors"].append(
+                f"rows {start}..{stop - 1}: exit code {res.exit_code}, the program reported {expected_exit} failures"
+            )
         for tag, r, rc, label, scores in res.failures:
-            detail = {"kind": {"FAIL": "row", "INVALID": "invalid", "RAW": "raw"}[tag], "rc": rc, "label": label,
-                      "scores": scores}
+            detail = {
+                "kind": {"FAIL": "row", "INVALID": "invalid", "RAW": "raw"}[tag],
+                "rc": rc,
+                "label": label,
+                "scores": scores,
+            }
             if tag == "FAIL":
-                detail.update(row=start + r, x=rows.x[start + r].tolist(),
-                              expected_label=int(rows.labels[start + r]),
-                              expected_scores=(-rows.sums[start + r]).tolist())
+                detail.update(
+                    row=start + r,
+                    x=rows.x[start + r].tolist(),
+                    expected_label=int(rows.labels[start + r]),
+                    expected_scores=(-rows.sums[start + r]).tolist(),
+                )
                 entry["failed_rows"].append(start + r)
             elif tag == "INVALID":
                 detail.update(row=r, x=part.invalid[r].tolist(), expected_label=-1, expected_scores="untouched")
             else:
-                detail.update(row=r, x=[float(v) for v in part.raw_x[r]], expected_label=int(part.raw_labels[r]),
-                              expected_scores=(-part.raw_sums[r]).tolist() if part.raw_labels[r] >= 0 else "untouched")
+                detail.update(
+                    row=r,
+                    x=[float(v) for v in part.raw_x[r]],
+                    expected_label=int(part.raw_labels[r]),
+                    expected_scores=(-part.raw_sums[r]).tolist() if part.raw_labels[r] >= 0 else "untouched",
+                )
             if len(entry["failures"]) < MAX_DETAILED:
                 entry["failures"].append(detail)
         if res.timing is not None:
@@ -312,22 +389,35 @@ def _check_board(header, prefix, artifact, rows, bounds, board, tools, root, tim
             ticks += np.array(res.timing[2:], dtype=float)
             timed_rows += n_check
     entry["instructions"] = _instructions(calib, ticks, timed_rows)
-    entry["ok"] = (entry["failed"] == 0 and entry["invalid_failed"] == 0 and entry["raw_failed"] == 0
-                   and not entry["errors"] and entry["passed"] == entry["n_rows"])
+    entry["ok"] = (
+        entry["failed"] == 0
+        and entry["invalid_failed"] == 0
+        and entry["raw_failed"] == 0
+        and not entry["errors"]
+        and entry["passed"] == entry["n_rows"]
+    )
     return entry
 
 
 def _instructions(calib, ticks, n_rows) -> dict:
-    base = {"method": "QEMU -icount shift=0 (1 instruction = 1 ns of virtual time), CMSDK timer at 25 MHz, "
-                      "calibrated with a 2 x 100,000-instruction loop; executed instructions, not cycles"}
+    base = {
+        "method": "QEMU -icount shift=0 (1 instruction = 1 ns of virtual time), CMSDK timer at 25 MHz, "
+        "calibrated with a 2 x 100,000-instruction loop; executed instructions, not cycles"
+    }
     if not calib[1] or not n_rows:
         return {**base, "available": False}
     per_tick = calib[0] / calib[1]
     baseline, predict, log_joint = ticks * per_tick / n_rows
-    return {**base, "available": True, "instructions_per_tick": round(per_tick, 3), "n_rows": int(n_rows),
-            "predict_per_row": round(predict - baseline, 1), "log_joint_per_row": round(log_joint - baseline, 1),
-            "call_overhead_per_row": round(baseline, 1),
-            "resolution_per_row": round(per_tick / n_rows, 2)}
+    return {
+        **base,
+        "available": True,
+        "instructions_per_tick": round(per_tick, 3),
+        "n_rows": int(n_rows),
+        "predict_per_row": round(predict - baseline, 1),
+        "log_joint_per_row": round(log_joint - baseline, 1),
+        "call_overhead_per_row": round(baseline, 1),
+        "resolution_per_row": round(per_tick / n_rows, 2),
+    }
 
 
 # ================================================================================================
@@ -351,26 +441,31 @@ def format_report(r: dict) -> str:
     for b in r["boards"]:
         m = b.get("model")
         flash = f"{m['code_bytes']:,} + {m['table_bytes']:,} B" if m else "-"
-        ram = (f"{m['data_bss_bytes']} + {m['stack_bytes']} B" if m and m["stack_bytes"] is not None else "-")
+        ram = f"{m['data_bss_bytes']} + {m['stack_bytes']} B" if m and m["stack_bytes"] is not None else "-"
         ins = b["instructions"]
         pred = f"{ins['predict_per_row']:,.0f}" if ins.get("available") else "n/a"
         lj = f"{ins['log_joint_per_row']:,.0f}" if ins.get("available") else "n/a"
         inv = f"{rows['n_invalid'] - b['invalid_failed']}/{rows['n_invalid']}"
-        lines.append(f"  {b['board']:<11} {b['cpu']:<10} {b['passed']:>6,}/{b['n_rows']:<7,} {inv:>8}  {flash:>22}  "
-                     f"{ram:>19}  {pred:>17} {lj:>9}  {'PASS' if b['ok'] else 'FAIL'}")
+        lines.append(
+            f"  {b['board']:<11} {b['cpu']:<10} {b['passed']:>6,}/{b['n_rows']:<7,} {inv:>8}  {flash:>22}  "
+            f"{ram:>19}  {pred:>17} {lj:>9}  {'PASS' if b['ok'] else 'FAIL'}"
+        )
     for b in r["boards"]:
         if rows["n_raw"]:
             lines.append(f"  {b['board']}: raw-input rows passed {rows['n_raw'] - b['raw_failed']}/{rows['n_raw']}")
         for f in b["failures"]:
-            lines.append(f"  {b['board']}: {f['kind']} row {f['row']}: got label {f['label']} (rc {f['rc']}), "
-                         f"expected {f['expected_label']}; scores {f['scores']} vs {f['expected_scores']}")
+            lines.append(
+                f"  {b['board']}: {f['kind']} row {f['row']}: got label {f['label']} (rc {f['rc']}), "
+                f"expected {f['expected_label']}; scores {f['scores']} vs {f['expected_scores']}"
+            )
         more = b["failed"] + b["invalid_failed"] + b["raw_failed"] - len(b["failures"])
         if more > 0:
             lines.append(f"  {b['board']}: ... {more} more failing rows (--json lists them)")
         for e in b["errors"]:
             lines.append(f"  {b['board']}: error: {e}")
-        for w in b["compiler_warnings"] + ([b["model"]["compiler_warnings"]] if b.get("model") and
-                                           b["model"]["compiler_warnings"] else []):
+        for w in b["compiler_warnings"] + (
+            [b["model"]["compiler_warnings"]] if b.get("model") and b["model"]["compiler_warnings"] else []
+        ):
             lines.append(f"  {b['board']}: compiler warnings: {w.splitlines()[0]}")
     first = r["boards"][0] if r["boards"] else None
     lines += [
@@ -380,14 +475,20 @@ def format_report(r: dict) -> str:
     ]
     if first and first.get("model"):
         m = first["model"]
-        lines.append(f"  Tables on {first['board']}: {m['codes_bytes']:,} B of codes + {m['index_bytes']:,} B of index "
-                     f"arrays (largest codes, row offsets, parents, strides); B*|theta| = {r['size_bytes']:,} B.")
+        lines.append(
+            f"  Tables on {first['board']}: {m['codes_bytes']:,} B of codes + {m['index_bytes']:,} B of index "
+            f"arrays (largest codes, row offsets, parents, strides); B*|theta| = {r['size_bytes']:,} B."
+        )
     if first and first.get("image"):
         img = first["image"]
-        lines.append(f"  Whole test program on {first['board']} (harness, newlib-nano, semihosting, check rows): "
-                     f"FLASH {img['flash_bytes']:,} B, RAM {img['ram_bytes']:,} B "
-                     f"(+ {img['heap_bytes']:,} B heap).")
-    lines.append("  QEMU is not cycle-accurate: instructions are executed instructions (-icount), net of the call loop;")
+        lines.append(
+            f"  Whole test program on {first['board']} (harness, newlib-nano, semihosting, check rows): "
+            f"FLASH {img['flash_bytes']:,} B, RAM {img['ram_bytes']:,} B "
+            f"(+ {img['heap_bytes']:,} B heap)."
+        )
+    lines.append(
+        "  QEMU is not cycle-accurate: instructions are executed instructions (-icount), net of the call loop;"
+    )
     lines.append("  cycles and latency on a real chip differ by core, clock and memory wait states.")
     lines.append(f"  {'PASS' if r['ok'] else 'FAIL'}: {sum(b['ok'] for b in r['boards'])} of {len(r['boards'])} boards")
     return "\n".join(lines)
@@ -400,18 +501,27 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m bnc_deploy.targets.cortex_m",
         description="Cross-compile an exported C classifier (.h) for Cortex-M, run it on emulated MPS2 boards "
-                    "(qemu-system-arm, semihosting) against the NumPy reference, report rows passed, FLASH/RAM "
-                    "and instruction counts (QEMU is not cycle-accurate). Needs the Debian packages "
-                    + ", ".join(DEBIAN_PACKAGES) + ".")
+        "(qemu-system-arm, semihosting) against the NumPy reference, report rows passed, FLASH/RAM "
+        "and instruction counts (QEMU is not cycle-accurate). Needs the Debian packages "
+        + ", ".join(DEBIAN_PACKAGES)
+        + ".",
+    )
     p.add_argument("file", help="MODEL.h (a C export; then --model is required) or MODEL.bnc (exported to C here)")
     p.add_argument("--model", metavar="MODEL.bnc", help="the model the .h was exported from (the ground truth)")
-    p.add_argument("--board", action="append", choices=[*BOARDS, "all"],
-                   help="board to run on (repeatable; default: all three)")
-    p.add_argument("--data", metavar="PATH_OR_NAME", help="check the TEST split of this data set instead of the "
-                                                          "model's check set")
+    p.add_argument(
+        "--board", action="append", choices=[*BOARDS, "all"], help="board to run on (repeatable; default: all three)"
+    )
+    p.add_argument(
+        "--data", metavar="PATH_OR_NAME", help="check the TEST split of this data set instead of the model's check set"
+    )
     p.add_argument("--fold", type=int, default=None, metavar="K", help="1-based fold of --data (default 1)")
-    p.add_argument("--random", type=int, default=N_RANDOM_ROWS, metavar="N",
-                   help=f"seeded random valid rows added (default {N_RANDOM_ROWS})")
+    p.add_argument(
+        "--random",
+        type=int,
+        default=N_RANDOM_ROWS,
+        metavar="N",
+        help=f"seeded random valid rows added (default {N_RANDOM_ROWS})",
+    )
     p.add_argument("--pack-bits", action="store_true", help="MODEL.bnc: export with --pack-bits")
     p.add_argument("--name", default=None, help="MODEL.bnc: C prefix of the export (default bnc)")
     p.add_argument("--raw-inputs", action="store_true", help="MODEL.bnc: export with --raw-inputs")
@@ -450,8 +560,10 @@ def run(args: argparse.Namespace) -> dict:
     with tempfile.TemporaryDirectory(prefix="bnc-cortex-m-export-") as tmp:
         if is_header:
             if not args.model:
-                raise ConfigError(f"{path} is a C header: pass --model MODEL.bnc, the model it was exported from "
-                                  "(the expected values come from the model's NumPy reference)")
+                raise ConfigError(
+                    f"{path} is a C header: pass --model MODEL.bnc, the model it was exported from "
+                    "(the expected values come from the model's NumPy reference)"
+                )
             if args.pack_bits or args.raw_inputs or args.name:
                 raise ConfigError("--pack-bits, --raw-inputs and --name apply when exporting a .bnc, not to a .h")
             artifact = load_artifact(args.model)
@@ -477,9 +589,17 @@ def run(args: argparse.Namespace) -> dict:
         workdir = Path(args.keep) if args.keep else None
         if workdir is not None:
             workdir.mkdir(parents=True, exist_ok=True)
-        report = check_header(header, artifact, boards=boards, rows=rows, tools=tools,
-                              verify_integrity=not args.no_integrity_check, key=key, workdir=workdir,
-                              timeout=args.timeout)
+        report = check_header(
+            header,
+            artifact,
+            boards=boards,
+            rows=rows,
+            tools=tools,
+            verify_integrity=not args.no_integrity_check,
+            key=key,
+            workdir=workdir,
+            timeout=args.timeout,
+        )
         report["header"] = str(path) if is_header else f"{path} (exported to C here)"
         report["model"] = str(args.model or path)
     return report

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from bnc_deploy.errors import BncDeployError, InputError
-from bnc_deploy.targets.cortex_m_sources import FLASH_LENGTH, RAM_LENGTH, DRIVER_C, FOOTPRINT_C, LINK_LD, STARTUP_C
+from bnc_deploy.targets.cortex_m_sources import DRIVER_C, FLASH_LENGTH, FOOTPRINT_C, LINK_LD, RAM_LENGTH, STARTUP_C
 
 #: board -> (``-mcpu``, description). Memory map: ``cortex_m_sources.FLASH_ORIGIN``/``RAM_ORIGIN``.
 BOARDS: dict[str, tuple[str, str]] = {
@@ -35,8 +35,18 @@ INSTALL_HINT = "apt-get install --no-install-recommends " + " ".join(DEBIAN_PACK
 #: Compiler flags of every build (``-mcpu`` is the board's).
 CFLAGS = ("-mthumb", "-Os", "-std=c99", "-Wall", "-Wextra", "-ffunction-sections", "-fdata-sections")
 LDFLAGS = ("-nostartfiles", "--specs=nano.specs", "--specs=rdimon.specs", "-Wl,--gc-sections")
-QEMU_FLAGS = ("-nographic", "-monitor", "none", "-serial", "none", "-no-reboot",
-              "-semihosting-config", "enable=on,target=native", "-icount", "shift=0")
+QEMU_FLAGS = (
+    "-nographic",
+    "-monitor",
+    "none",
+    "-serial",
+    "none",
+    "-no-reboot",
+    "-semihosting-config",
+    "enable=on,target=native",
+    "-icount",
+    "shift=0",
+)
 #: Bytes of check-row arrays per test program; more rows are split over several programs.
 ROW_BYTES_PER_IMAGE = 1 << 20
 #: Failing rows the program prints (all are counted).
@@ -81,13 +91,19 @@ class CheckRows:
     def n_raw(self) -> int:
         return 0 if self.raw_x is None else int(self.raw_x.shape[0])
 
-    def chunk(self, start: int, stop: int) -> "CheckRows":
+    def chunk(self, start: int, stop: int) -> CheckRows:
         """Rows ``start:stop`` (invalid and raw rows go with the first chunk only)."""
         first = start == 0
-        return replace(self, x=self.x[start:stop], sums=self.sums[start:stop], labels=self.labels[start:stop],
-                       invalid=self.invalid if first else self.invalid[:0],
-                       raw_x=self.raw_x if first else None, raw_sums=self.raw_sums if first else None,
-                       raw_labels=self.raw_labels if first else None)
+        return replace(
+            self,
+            x=self.x[start:stop],
+            sums=self.sums[start:stop],
+            labels=self.labels[start:stop],
+            invalid=self.invalid if first else self.invalid[:0],
+            raw_x=self.raw_x if first else None,
+            raw_sums=self.raw_sums if first else None,
+            raw_labels=self.raw_labels if first else None,
+        )
 
 
 # ================================================================================================
@@ -105,23 +121,37 @@ class Tools:
 def find_tools(boards=DEFAULT_BOARDS) -> Tools:
     """The cross toolchain and emulator on PATH; ToolchainError naming the Debian packages if not."""
     gcc, size, qemu = (shutil.which(n) for n in ("arm-none-eabi-gcc", "arm-none-eabi-size", "qemu-system-arm"))
-    missing = [name for name, path in (("arm-none-eabi-gcc (gcc-arm-none-eabi)", gcc),
-                                       ("arm-none-eabi-size (binutils-arm-none-eabi)", size),
-                                       ("qemu-system-arm (qemu-system-arm)", qemu)) if path is None]
+    missing = [
+        name
+        for name, path in (
+            ("arm-none-eabi-gcc (gcc-arm-none-eabi)", gcc),
+            ("arm-none-eabi-size (binutils-arm-none-eabi)", size),
+            ("qemu-system-arm (qemu-system-arm)", qemu),
+        )
+        if path is None
+    ]
     if missing:
         raise ToolchainError(f"{', '.join(missing)} not found on PATH; on Debian/Ubuntu: {INSTALL_HINT}")
     for specs in ("nano.specs", "rdimon.specs"):
         found = _output([gcc, f"-print-file-name={specs}"]).strip()
         if not found or not os.path.isabs(found):
-            raise ToolchainError(f"arm-none-eabi-gcc cannot find {specs} (newlib with semihosting); on "
-                                 f"Debian/Ubuntu: {INSTALL_HINT}")
+            raise ToolchainError(
+                f"arm-none-eabi-gcc cannot find {specs} (newlib with semihosting); on Debian/Ubuntu: {INSTALL_HINT}"
+            )
     machines = _output([qemu, "-machine", "help"])
     absent = [b for b in boards if not re.search(rf"^{re.escape(b)}\s", machines, re.M)]
     if absent:
-        raise ToolchainError(f"{qemu} has no machine {', '.join(absent)} (QEMU 6.0 or newer models AN385, "
-                             f"AN386 and AN500); on Debian/Ubuntu: {INSTALL_HINT}")
-    return Tools(gcc=gcc, size=size, qemu=qemu, gcc_version=_output([gcc, "--version"]).splitlines()[0].strip(),
-                 qemu_version=_output([qemu, "--version"]).splitlines()[0].strip())
+        raise ToolchainError(
+            f"{qemu} has no machine {', '.join(absent)} (QEMU 6.0 or newer models AN385, "
+            f"AN386 and AN500); on Debian/Ubuntu: {INSTALL_HINT}"
+        )
+    return Tools(
+        gcc=gcc,
+        size=size,
+        qemu=qemu,
+        gcc_version=_output([gcc, "--version"]).splitlines()[0].strip(),
+        qemu_version=_output([qemu, "--version"]).splitlines()[0].strip(),
+    )
 
 
 def tools_available() -> str | None:
@@ -145,7 +175,7 @@ def _output(cmd: list[str]) -> str:
 # ================================================================================================
 def _uint_type(max_value: int) -> str:
     for bits in (8, 16, 32):
-        if max_value < 2 ** bits:
+        if max_value < 2**bits:
             return f"uint{bits}_t"
     raise InputError(f"value {max_value} does not fit 32 bits")
 
@@ -177,7 +207,7 @@ def _float_literal(value) -> str:
 
 def rows_header(rows: CheckRows, n_features: int, n_classes: int, bits: int) -> str:
     """``rows.h``: the rows and the expected values as constant arrays (they live in flash)."""
-    max_sum = (n_features + 1) * (2 ** bits - 1)
+    max_sum = (n_features + 1) * (2**bits - 1)
     sum_type = _uint_type(max_sum)
     label_type = _uint_type(max(n_classes - 1, 0))
     d = n_features
@@ -201,8 +231,13 @@ def rows_header(rows: CheckRows, n_features: int, n_classes: int, bits: int) -> 
 
 
 def driver_source(prefix: str) -> str:
-    return DRIVER_C.substitute(P=prefix, M=prefix.upper(), sentinel=f"{SENTINEL:08X}", max_printed=MAX_PRINTED,
-                               calibration=CALIBRATION_ITERATIONS)
+    return DRIVER_C.substitute(
+        P=prefix,
+        M=prefix.upper(),
+        sentinel=f"{SENTINEL:08X}",
+        max_printed=MAX_PRINTED,
+        calibration=CALIBRATION_ITERATIONS,
+    )
 
 
 # ================================================================================================
@@ -211,16 +246,19 @@ def driver_source(prefix: str) -> str:
 def _compile(cmd: list[str], cwd: Path, what: str) -> str:
     """Run a compiler command in ``cwd``; return its warnings (stderr); BuildError when it fails."""
     try:
-        done = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S,
-                              stdin=subprocess.DEVNULL)
+        done = subprocess.run(
+            cmd, cwd=cwd, capture_output=True, text=True, timeout=COMPILE_TIMEOUT_S, stdin=subprocess.DEVNULL
+        )
     except subprocess.TimeoutExpired:
         raise BuildError(f"{what}: the compiler ran longer than {COMPILE_TIMEOUT_S} s") from None
     if done.returncode != 0:
         errors = [line for line in done.stderr.splitlines() if "error" in line] or done.stderr.splitlines()
         hint = ""
         if "will not fit in region" in done.stderr or "overflowed by" in done.stderr:
-            hint = (f" (the program does not fit the board's {FLASH_LENGTH // 2**20} MiB code memory / "
-                    f"{RAM_LENGTH // 2**20} MiB RAM)")
+            hint = (
+                f" (the program does not fit the board's {FLASH_LENGTH // 2**20} MiB code memory / "
+                f"{RAM_LENGTH // 2**20} MiB RAM)"
+            )
         raise BuildError(f"{what} failed{hint}: {errors[0] if errors else done.returncode}")
     return done.stderr.strip()
 
@@ -249,8 +287,12 @@ def image_sizes(sections: dict[str, int]) -> dict:
     get = sections.get
     flash = get(".text", 0) + get(".rodata", 0) + get(".ARM.exidx", 0) + get(".data", 0)
     ram = get(".data", 0) + get(".bss", 0) + get(".stack", 0)
-    return {"flash_bytes": flash, "ram_bytes": ram, "heap_bytes": get(".heap", 0),
-            "sections": {k: v for k, v in sections.items() if not k.startswith((".debug", ".comment", ".ARM.attr"))}}
+    return {
+        "flash_bytes": flash,
+        "ram_bytes": ram,
+        "heap_bytes": get(".heap", 0),
+        "sections": {k: v for k, v in sections.items() if not k.startswith((".debug", ".comment", ".ARM.attr"))},
+    }
 
 
 def _stack_from_callgraph(ci_text: str, entry: str) -> tuple[int | None, list[str], bool]:
@@ -284,15 +326,26 @@ def _stack_from_callgraph(ci_text: str, entry: str) -> tuple[int | None, list[st
     return total, sorted(set(external)), bounded
 
 
-def model_footprint(header: Path, prefix: str, cpu: str, tools: Tools, workdir: Path,
-                    with_log_joint: bool = False) -> dict:
+def model_footprint(
+    header: Path, prefix: str, cpu: str, tools: Tools, workdir: Path, with_log_joint: bool = False
+) -> dict:
     """The header's own FLASH/RAM on ``cpu`` (see the module docstring, Sizes)."""
     tag = "both" if with_log_joint else "predict"
     src = workdir / f"footprint_{tag}.c"
     src.write_text(FOOTPRINT_C.substitute(P=prefix), encoding="ascii")
     obj = workdir / f"footprint_{tag}.o"
-    cmd = [tools.gcc, f"-mcpu={cpu}", *CFLAGS, "-fstack-usage", "-fcallgraph-info=su",
-           f"-DWITH_LOG_JOINT={int(with_log_joint)}", "-c", src.name, "-o", obj.name]
+    cmd = [
+        tools.gcc,
+        f"-mcpu={cpu}",
+        *CFLAGS,
+        "-fstack-usage",
+        "-fcallgraph-info=su",
+        f"-DWITH_LOG_JOINT={int(with_log_joint)}",
+        "-c",
+        src.name,
+        "-o",
+        obj.name,
+    ]
     warnings = _compile(cmd, workdir, "compiling the model header")
     sections = parse_size_a(_output([tools.size, "-A", str(obj)]))
     code = sum(v for k, v in sections.items() if k.startswith(".text"))
@@ -304,7 +357,7 @@ def model_footprint(header: Path, prefix: str, cpu: str, tools: Tools, workdir: 
     if ci.is_file():
         ci_text = ci.read_text(encoding="utf-8", errors="replace")
         stacks = []
-        for entry in (["bnc_target_predict"] + (["bnc_target_log_joint"] if with_log_joint else [])):
+        for entry in ["bnc_target_predict"] + (["bnc_target_log_joint"] if with_log_joint else []):
             s, ext, b = _stack_from_callgraph(ci_text, entry)
             stacks.append(s)
             external += ext
@@ -312,18 +365,32 @@ def model_footprint(header: Path, prefix: str, cpu: str, tools: Tools, workdir: 
         stack = None if any(s is None for s in stacks) else max(stacks)
     return {
         "entry_points": ["predict", "log_joint"] if with_log_joint else ["predict"],
-        "code_bytes": code, "table_bytes": tables, "codes_bytes": codes, "index_bytes": tables - codes,
+        "code_bytes": code,
+        "table_bytes": tables,
+        "codes_bytes": codes,
+        "index_bytes": tables - codes,
         "flash_bytes": code + tables,
-        "data_bss_bytes": static, "stack_bytes": stack, "stack_bounded": bounded,
+        "data_bss_bytes": static,
+        "stack_bytes": stack,
+        "stack_bounded": bounded,
         "ram_bytes": None if stack is None else static + stack,
-        "external_calls": sorted(set(external)), "compiler_warnings": warnings,
-        "sections": {k: v for k, v in sections.items() if k.startswith((".text", ".rodata", ".data", ".bss"))
-                     and v},
+        "external_calls": sorted(set(external)),
+        "compiler_warnings": warnings,
+        "sections": {k: v for k, v in sections.items() if k.startswith((".text", ".rodata", ".data", ".bss")) and v},
     }
 
 
-def build_image(header: Path, prefix: str, rows: CheckRows, cpu: str, tools: Tools, workdir: Path,
-                n_features: int, n_classes: int, bits: int) -> tuple[Path, str]:
+def build_image(
+    header: Path,
+    prefix: str,
+    rows: CheckRows,
+    cpu: str,
+    tools: Tools,
+    workdir: Path,
+    n_features: int,
+    n_classes: int,
+    bits: int,
+) -> tuple[Path, str]:
     """Write the sources into ``workdir`` and link ``image.elf``; return (path, compiler warnings)."""
     (workdir / "startup.c").write_text(STARTUP_C, encoding="ascii")
     (workdir / "link.ld").write_text(LINK_LD, encoding="ascii")
@@ -331,8 +398,19 @@ def build_image(header: Path, prefix: str, rows: CheckRows, cpu: str, tools: Too
     (workdir / "rows.h").write_text(rows_header(rows, n_features, n_classes, bits), encoding="ascii")
     _copy(header, workdir / "model.h")
     elf = workdir / "image.elf"
-    cmd = [tools.gcc, f"-mcpu={cpu}", *CFLAGS, *LDFLAGS, "-T", "link.ld", "-Wl,-Map=image.map",
-           "startup.c", "driver.c", "-o", elf.name]
+    cmd = [
+        tools.gcc,
+        f"-mcpu={cpu}",
+        *CFLAGS,
+        *LDFLAGS,
+        "-T",
+        "link.ld",
+        "-Wl,-Map=image.map",
+        "startup.c",
+        "driver.c",
+        "-o",
+        elf.name,
+    ]
     warnings = _compile(cmd, workdir, f"building the test program for {cpu}")
     return elf, warnings
 
@@ -354,8 +432,9 @@ def run_image(elf: Path, board: str, tools: Tools, timeout: float = RUN_TIMEOUT_
     cmd = [tools.qemu, "-M", board, *QEMU_FLAGS, "-kernel", str(elf)]
     start = time.perf_counter()
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL,
-                              errors="replace")
+        done = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, errors="replace"
+        )
         out, code, timed_out = done.stdout + done.stderr, done.returncode, False
     except subprocess.TimeoutExpired as exc:
         raw = exc.stdout or b""
@@ -368,8 +447,9 @@ def run_image(elf: Path, board: str, tools: Tools, timeout: float = RUN_TIMEOUT_
             continue
         if parts[0] in ("FAIL", "INVALID", "RAW") and len(parts) >= 4:
             try:
-                res.failures.append((parts[0], int(parts[1]), int(parts[2]), int(parts[3]),
-                                     [int(v) for v in parts[4:]]))
+                res.failures.append(
+                    (parts[0], int(parts[1]), int(parts[2]), int(parts[3]), [int(v) for v in parts[4:]])
+                )
             except ValueError:
                 pass
         elif parts[0] == "RESULT" and len(parts) == 7:
@@ -379,5 +459,3 @@ def run_image(elf: Path, board: str, tools: Tools, timeout: float = RUN_TIMEOUT_
         elif parts[0] == "FAULT":
             res.fault = True
     return res
-
-

@@ -52,20 +52,30 @@ import numpy as np
 EDGETPU_SUPPORTED_OPS: dict[str, tuple[str, str, str]] = {
     "ADD": ("Add", "all", ""),
     "AVERAGE_POOL_2D": ("AveragePool2d", "all", "No fused activation function."),
-    "CONCATENATION": ("Concatenation", "all", "No fused activation function. If any input is a compile-time "
-                      "constant tensor, there must be only 2 inputs, and this constant tensor must be all zeroes."),
+    "CONCATENATION": (
+        "Concatenation",
+        "all",
+        "No fused activation function. If any input is a compile-time "
+        "constant tensor, there must be only 2 inputs, and this constant tensor must be all zeroes.",
+    ),
     "CONV_2D": ("Conv2d", "all", "Must use the same dilation in x and y dimensions."),
     "DEPTHWISE_CONV_2D": ("DepthwiseConv2d", "all", "Must use the same dilation in x and y dimensions (13+)."),
     "EXPAND_DIMS": ("ExpandDims", "13+", ""),
-    "FULLY_CONNECTED": ("FullyConnected", "all", "Only the default format is supported for fully-connected "
-                        "weights. Output tensor is one-dimensional."),
+    "FULLY_CONNECTED": (
+        "FullyConnected",
+        "all",
+        "Only the default format is supported for fully-connected weights. Output tensor is one-dimensional.",
+    ),
     "L2_NORMALIZATION": ("L2Normalization", "all", ""),
     "LOGISTIC": ("Logistic", "all", ""),
     "UNIDIRECTIONAL_SEQUENCE_LSTM": ("LSTM", "14+", "Unidirectional LSTM only."),
     "MAXIMUM": ("Maximum", "all", ""),
     "MAX_POOL_2D": ("MaxPool2d", "all", "No fused activation function."),
-    "MEAN": ("Mean", "all", "No reduction in batch dimension. If a z-reduction, the z-dimension must be "
-             "multiple of 4 (13+)."),
+    "MEAN": (
+        "Mean",
+        "all",
+        "No reduction in batch dimension. If a z-reduction, the z-dimension must be multiple of 4 (13+).",
+    ),
     "MINIMUM": ("Minimum", "all", ""),
     "MUL": ("Mul", "all", ""),
     "PACK": ("Pack", "13+", "No packing in batch dimension."),
@@ -86,8 +96,11 @@ EDGETPU_SUPPORTED_OPS: dict[str, tuple[str, str, str]] = {
     "SPACE_TO_DEPTH": ("SpaceToDepth", "all", ""),
     "SPLIT": ("Split", "all", "No splitting in batch dimension."),
     "SQUEEZE": ("Squeeze", "all", "Before runtime 13: only when the squeezed dimensions are leading 1s."),
-    "STRIDED_SLICE": ("StridedSlice", "all", "Supported only when all strides are equal to 1, with "
-                      "ellipsis-axis-mask == 0 and new-axis-mask == 0."),
+    "STRIDED_SLICE": (
+        "StridedSlice",
+        "all",
+        "Supported only when all strides are equal to 1, with ellipsis-axis-mask == 0 and new-axis-mask == 0.",
+    ),
     "SUB": ("Sub", "all", ""),
     "SUM": ("Sum", "13+", "Cannot operate on the batch dimension."),
     "SQUARED_DIFFERENCE": ("SquaredDifference", "14+", ""),
@@ -106,10 +119,23 @@ STATUS_LIMITATION = "Operation is otherwise supported, but not mapped (documente
 EIGHT_BIT = ("INT8", "UINT8")
 #: Operand positions that may hold int32 constants (bias; shape/axis/begin/end/stride parameters).
 _INT32_PARAM_OPERANDS = {
-    "FULLY_CONNECTED": {2}, "CONV_2D": {2}, "DEPTHWISE_CONV_2D": {2}, "TRANSPOSE_CONV": {0, 3},
-    "RESHAPE": {1}, "STRIDED_SLICE": {1, 2, 3}, "SLICE": {1, 2}, "SUM": {1}, "MEAN": {1}, "REDUCE_MAX": {1},
-    "REDUCE_MIN": {1}, "PAD": {1}, "EXPAND_DIMS": {1}, "SPLIT": {0}, "TRANSPOSE": {1},
-    "RESIZE_BILINEAR": {1}, "RESIZE_NEAREST_NEIGHBOR": {1},
+    "FULLY_CONNECTED": {2},
+    "CONV_2D": {2},
+    "DEPTHWISE_CONV_2D": {2},
+    "TRANSPOSE_CONV": {0, 3},
+    "RESHAPE": {1},
+    "STRIDED_SLICE": {1, 2, 3},
+    "SLICE": {1, 2},
+    "SUM": {1},
+    "MEAN": {1},
+    "REDUCE_MAX": {1},
+    "REDUCE_MIN": {1},
+    "PAD": {1},
+    "EXPAND_DIMS": {1},
+    "SPLIT": {0},
+    "TRANSPOSE": {1},
+    "RESIZE_BILINEAR": {1},
+    "RESIZE_NEAREST_NEIGHBOR": {1},
 }
 #: TF Lite runtime paired with Edge TPU runtime 14 / compiler 16 (``tflite_runtime`` 2.5.0).
 EDGETPU_TFLITE_RUNTIME = "2.5.0"
@@ -131,8 +157,7 @@ OP_VERSION_MIN_RUNTIME: dict[str, tuple[str, ...]] = {
     "DEQUANTIZE": ("1.13.1", "1.14.0", "1.15.0", "2.2.0", "2.7.0"),
     "EQUAL": ("1.14.0", "1.14.0", "2.3.0"),
     "EXPAND_DIMS": ("1.10.0",),
-    "FULLY_CONNECTED": ("1.5.0", "1.10.0", "1.14.0", "1.14.0", "2.0.0", "2.1.0", "2.3.0", "2.3.0", "2.3.0",
-                        "2.11.0"),
+    "FULLY_CONNECTED": ("1.5.0", "1.10.0", "1.14.0", "1.14.0", "2.0.0", "2.1.0", "2.3.0", "2.3.0", "2.3.0", "2.11.0"),
     "GATHER": ("1.6.0", "1.14.0", "1.15.0", "2.4.0", "2.5.0"),
     "GREATER": ("1.14.0", "1.14.0"),
     "L2_NORMALIZATION": ("1.5.0", "1.14.0"),
@@ -229,15 +254,25 @@ def edgetpu_compatibility(tflite_path) -> dict:
         "dynamic_tensors": dynamic,
         "fully_8bit": all(t.dtype in EIGHT_BIT and t.scale for t in activations),
         "op_versions": (versions := op_versions(summary, entries)),
-        "op_versions_ok": (False if any(v["runtime_ok"] is False for v in versions) else
-                           None if any(v["runtime_ok"] is None for v in versions) else True),
+        "op_versions_ok": (
+            False
+            if any(v["runtime_ok"] is False for v in versions)
+            else None
+            if any(v["runtime_ok"] is None for v in versions)
+            else True
+        ),
         "runtime_reference": f"TF Lite {EDGETPU_TFLITE_RUNTIME} (Edge TPU runtime 14 / compiler 16); "
-                             f"per-version minimum runtimes from {RUNTIME_VERSION_SOURCE}",
+        f"per-version minimum runtimes from {RUNTIME_VERSION_SOURCE}",
         "min_runtime_version": _min_runtime_version(summary),
-        "boundary": [{"tensor": summary.tensors[i].name, "dtype": summary.tensors[i].dtype,
-                      "shape": list(summary.tensors[i].shape),
-                      "read_by": [op.index for op in summary.ops if i in op.inputs]}
-                     for i in boundary_tensors(summary, {"ops": entries})],
+        "boundary": [
+            {
+                "tensor": summary.tensors[i].name,
+                "dtype": summary.tensors[i].dtype,
+                "shape": list(summary.tensors[i].shape),
+                "read_by": [op.index for op in summary.ops if i in op.inputs],
+            }
+            for i in boundary_tensors(summary, {"ops": entries})
+        ],
     }
 
 
@@ -266,10 +301,18 @@ def op_versions(summary, entries: list[dict] | None = None) -> list[dict]:
             max_ok = max((v + 1 for v, r in enumerate(table) if _version_key(r) <= limit), default=0)
             min_runtime = table[version - 1] if 1 <= version <= len(table) else "> 2.13"
             ok = version <= max_ok
-        out.append({"op": name, "version": int(version), "count": count, "min_runtime": min_runtime,
-                    "runtime_max_version": max_ok, "runtime_ok": ok,
-                    "placement": "edgetpu" if "edgetpu" in placed.get(name, ()) else "cpu",
-                    "compiler_limit": "unknown"})
+        out.append(
+            {
+                "op": name,
+                "version": int(version),
+                "count": count,
+                "min_runtime": min_runtime,
+                "runtime_max_version": max_ok,
+                "runtime_ok": ok,
+                "placement": "edgetpu" if "edgetpu" in placed.get(name, ()) else "cpu",
+                "compiler_limit": "unknown",
+            }
+        )
     return out
 
 
@@ -286,12 +329,29 @@ def _check_op(summary, op) -> dict:
     limits = _op_limitations(summary, op) if documented else []
     table = [] if documented else [f"{op.name} is not in the Edge TPU supported-operations table"]
     # The first failing requirement names the status (table > data type > shapes > op limits).
-    status = (STATUS_NOT_IN_TABLE if table else STATUS_DTYPE if dtype else STATUS_DYNAMIC if shape
-              else STATUS_LIMITATION if limits else None)
+    status = (
+        STATUS_NOT_IN_TABLE
+        if table
+        else STATUS_DTYPE
+        if dtype
+        else STATUS_DYNAMIC
+        if shape
+        else STATUS_LIMITATION
+        if limits
+        else None
+    )
     problems = table + dtype + shape + limits
-    return {"index": op.index, "op": op.name, "edgetpu_name": documented[0] if documented else None,
-            "in_table": documented is not None, "problems": problems, "supported": not problems,
-            "status": status, "placement": None, "reason": None}
+    return {
+        "index": op.index,
+        "op": op.name,
+        "edgetpu_name": documented[0] if documented else None,
+        "in_table": documented is not None,
+        "problems": problems,
+        "supported": not problems,
+        "status": status,
+        "placement": None,
+        "reason": None,
+    }
 
 
 def _tensor_problems(summary, op) -> tuple[list[str], list[str]]:
@@ -347,8 +407,9 @@ def _op_limitations(summary, op) -> list[str]:
             problems.append(f"{op.name} reduces over the batch dimension")
     if op.name == "CONCATENATION":
         constants = [i for i in op.inputs if summary.tensors[i].is_constant]
-        if constants and (len(op.inputs) != 2 or any(np.frombuffer(summary.tensors[i].data, np.uint8).any()
-                                                      for i in constants)):
+        if constants and (
+            len(op.inputs) != 2 or any(np.frombuffer(summary.tensors[i].data, np.uint8).any() for i in constants)
+        ):
             problems.append("Concatenation with a constant input that is not an all-zero padding")
     return problems
 
@@ -370,28 +431,43 @@ def format_report(report: dict) -> str:
         first = report["ops"][report["first_cpu_op"]]
         lines.append(f"  first CPU operation: #{first['index']} {first['op']} ({first['reason']})")
     for b in report.get("boundary", []):
-        lines.append(f"  Edge TPU part hands to the CPU: {b['tensor']!r} {b['dtype']} {b['shape']} "
-                     f"(read by op{'s' if len(b['read_by']) > 1 else ''} "
-                     f"{', '.join('#' + str(k) for k in b['read_by'])})")
+        lines.append(
+            f"  Edge TPU part hands to the CPU: {b['tensor']!r} {b['dtype']} {b['shape']} "
+            f"(read by op{'s' if len(b['read_by']) > 1 else ''} "
+            f"{', '.join('#' + str(k) for k in b['read_by'])})"
+        )
     if "op_versions" in report:
         ok = {True: "yes", False: "NO", None: "unknown for some ops"}[report["op_versions_ok"]]
-        lines.append(f"  op versions run on TF Lite {EDGETPU_TFLITE_RUNTIME} (Edge TPU runtime 14's CPU side): {ok}; "
-                     f"converter's min_runtime_version: {report['min_runtime_version']}; "
-                     "Edge TPU compiler 16's own version limits: unknown")
+        lines.append(
+            f"  op versions run on TF Lite {EDGETPU_TFLITE_RUNTIME} (Edge TPU runtime 14's CPU side): {ok}; "
+            f"converter's min_runtime_version: {report['min_runtime_version']}; "
+            "Edge TPU compiler 16's own version limits: unknown"
+        )
         for v in report["op_versions"]:
             limit = "limit unknown" if v["runtime_max_version"] is None else f"<= v{v['runtime_max_version']} on 2.5.0"
-            lines.append(f"    {v['op']:<24} v{v['version']:<3} introduced in TF Lite {v['min_runtime'] or '?'}"
-                         f" ({limit}){'' if v['runtime_ok'] is not False else '  TOO NEW'}")
+            lines.append(
+                f"    {v['op']:<24} v{v['version']:<3} introduced in TF Lite {v['min_runtime'] or '?'}"
+                f" ({limit}){'' if v['runtime_ok'] is not False else '  TOO NEW'}"
+            )
     prefix = report.get("prefix")
     if prefix is not None:
-        verdict = "EXACT" if prefix["exact"] else "not exact" if prefix["exact_claimed"] else "compared (not claimed exact)"
-        lines.append(f"  mapped prefix on {prefix['runtime']} vs the reference, {prefix['rows']} rows "
-                     f"({prefix['rows_from']}): {verdict}; class scores from the prefix = reference: "
-                     f"{prefix['class_scores_equal']}; out-of-range rows flagged: {prefix['invalid_rows_flagged']}")
+        verdict = (
+            "EXACT" if prefix["exact"] else "not exact" if prefix["exact_claimed"] else "compared (not claimed exact)"
+        )
+        lines.append(
+            f"  mapped prefix on {prefix['runtime']} vs the reference, {prefix['rows']} rows "
+            f"({prefix['rows_from']}): {verdict}; class scores from the prefix = reference: "
+            f"{prefix['class_scores_equal']}; out-of-range rows flagged: {prefix['invalid_rows_flagged']}"
+        )
         for b in prefix["boundary"]:
-            lines.append(f"    TPU -> CPU tensor {b['tensor']!r} {b['dtype']} {b['shape']}: "
-                         + (f"{b['compared_as']}, max |diff| {b['max_abs_diff']:g} code units"
-                            if b["compared_as"] else "not compared"))
+            lines.append(
+                f"    TPU -> CPU tensor {b['tensor']!r} {b['dtype']} {b['shape']}: "
+                + (
+                    f"{b['compared_as']}, max |diff| {b['max_abs_diff']:g} code units"
+                    if b["compared_as"]
+                    else "not compared"
+                )
+            )
     lines += ["  (static, compiler not run)", "", f"  {'Operator':<24}{'Count':>6}  Status"]
     rows = Counter((e["op"], e["status"]) for e in report["ops"])
     for (name, status), count in sorted(rows.items(), key=lambda item: (item[0][1] != STATUS_MAPPED, item[0])):
@@ -404,13 +480,21 @@ def main(argv: list[str] | None = None) -> int:
     report; with ``--model``, also run the mapped prefix on the LiteRT CPU kernels against it."""
     from bnc_deploy.formats.checkset import N_RANDOM_ROWS
 
-    parser = argparse.ArgumentParser(description="Static Edge TPU compatibility report of a TFLite file "
-                                                 "(static, the Edge TPU compiler is not run).")
+    parser = argparse.ArgumentParser(
+        description="Static Edge TPU compatibility report of a TFLite file (static, the Edge TPU compiler is not run)."
+    )
     parser.add_argument("tflite", help="a .tflite file")
-    parser.add_argument("--model", help="the .bnc model file it was exported from: run the mapped prefix on the "
-                                        "LiteRT CPU int8 kernels and compare it with the reference")
-    parser.add_argument("--random-rows", type=int, default=N_RANDOM_ROWS,
-                        help=f"random valid rows added to the stored check rows for --model (default {N_RANDOM_ROWS})")
+    parser.add_argument(
+        "--model",
+        help="the .bnc model file it was exported from: run the mapped prefix on the "
+        "LiteRT CPU int8 kernels and compare it with the reference",
+    )
+    parser.add_argument(
+        "--random-rows",
+        type=int,
+        default=N_RANDOM_ROWS,
+        help=f"random valid rows added to the stored check rows for --model (default {N_RANDOM_ROWS})",
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     args = parser.parse_args(argv)
     try:

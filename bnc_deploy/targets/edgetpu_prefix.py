@@ -48,17 +48,18 @@ def boundary_tensors(summary, report: dict) -> list[int]:
 def expected_prefix(artifact, meta: dict, codes: np.ndarray) -> np.ndarray:
     """Reference values of the packed boundary, int64 [n, G * C + 1]: per-group code sums
     (group-major; the prior in group 0 when the file put it there), then the guard (0: valid)."""
-    rows = artifact.row_indices(codes)                                 # [n, D]
+    rows = artifact.row_indices(codes)  # [n, D]
     table = artifact.table_codes.astype(np.int64)
-    picked = table[rows]                                               # [n, D, C]
+    picked = table[rows]  # [n, D, C]
     parts = [picked[:, a:b].sum(axis=1) for a, b in meta["onehot_fc"]["groups"]]
     if meta["onehot_fc"].get("prior_in_group0"):
         parts[0] = parts[0] + artifact.class_codes.astype(np.int64)[None, :]
     return np.concatenate(parts + [np.zeros((codes.shape[0], 1), dtype=np.int64)], axis=1)
 
 
-def run_prefix(tflite_path, artifact, report: dict, *, rows=None, n_random: int = N_RANDOM_ROWS,
-               seed: int = RANDOM_ROWS_SEED) -> dict:
+def run_prefix(
+    tflite_path, artifact, report: dict, *, rows=None, n_random: int = N_RANDOM_ROWS, seed: int = RANDOM_ROWS_SEED
+) -> dict:
     """Run the file's Edge TPU part on the LiteRT CPU kernels and compare it with the reference.
 
     ``report``: the file's :func:`bnc_deploy.targets.edgetpu.edgetpu_compatibility` (which ops are
@@ -68,24 +69,23 @@ def run_prefix(tflite_path, artifact, report: dict, *, rows=None, n_random: int 
     max_abs_diff (code units), equal], "class_scores_equal", "exact_claimed", "exact", "note"}``;
     ``exact`` is True only when the file claims exactness and every compared value and the summed
     class scores equal the reference's; ``invalid_rows_flagged``: rows with one out-of-range code
-    (``|X_i|`` or -1) have a guard column > 0 (None when no boundary tensor carries the guard). InputError when the file is not an int8 ``onehot-fc`` BN
+    (``|X_i|`` or -1) have a guard column > 0 (None when no boundary tensor carries the guard). InputError when the
+    file is not an int8 ``onehot-fc`` BN
     file of this model, or the model is not quantized.
     """
     from bnc_deploy.formats.checkset import check_inputs
     from bnc_deploy.formats.metadata import artifact_hash
-    from bnc_deploy.formats.tflite import (
-        inspect_tflite,
-        model_bytes,
-        read_tflite_metadata,
-    )
+    from bnc_deploy.formats.tflite import inspect_tflite, model_bytes, read_tflite_metadata
     from bnc_deploy.reference.bnc import ReferencePredictor
 
     data = model_bytes(tflite_path)
     meta = read_tflite_metadata(data)
     plan = meta.get("onehot_fc") or {}
     if meta.get("model_kind", "bnc") != "bnc" or plan.get("builder") not in INT8_BUILDERS:
-        raise InputError("the prefix check runs BN onehot-fc files with an int8 one-hot builder "
-                         f"({', '.join(INT8_BUILDERS)}); this file has builder {plan.get('builder')!r}")
+        raise InputError(
+            "the prefix check runs BN onehot-fc files with an int8 one-hot builder "
+            f"({', '.join(INT8_BUILDERS)}); this file has builder {plan.get('builder')!r}"
+        )
     if artifact.quantizer is None:
         raise InputError("the prefix check compares integer code sums: the model must be quantized")
     if meta.get("artifact_sha256") not in (None, artifact_hash(artifact)):
@@ -103,22 +103,32 @@ def run_prefix(tflite_path, artifact, report: dict, *, rows=None, n_random: int 
     unit = float(plan["weight_scale"])
     # One group holding the prior: its "partial sums" are the class code sums themselves.
     sums = "class code sums" if g == 1 and plan.get("prior_in_group0") else "partial sums"
-    layouts = {g * c + 1: (f"{sums} + guard", slice(0, g * c + 1)), g * c: (sums, slice(0, g * c)),
-               1: ("guard", slice(g * c, g * c + 1))}
+    layouts = {
+        g * c + 1: (f"{sums} + guard", slice(0, g * c + 1)),
+        g * c: (sums, slice(0, g * c)),
+        1: ("guard", slice(g * c, g * c + 1)),
+    }
     entries, partials = [], None
     for index, values in zip(boundary, got):
         t = summary.tensors[index]
         flat = values.reshape(codes.shape[0], -1)
-        entry = {"tensor": t.name, "shape": list(t.shape), "dtype": t.dtype, "compared_as": None,
-                 "max_abs_diff": None, "equal": None}
+        entry = {
+            "tensor": t.name,
+            "shape": list(t.shape),
+            "dtype": t.dtype,
+            "compared_as": None,
+            "max_abs_diff": None,
+            "equal": None,
+        }
         layout = layouts.get(flat.shape[1]) if t.dtype in ("INT8", "UINT8") and t.scale else None
         if layout is not None:
             units = (flat.astype(np.float64) - t.zero_point[0]) * t.scale[0] / unit
             diff = np.abs(units - expected[:, layout[1]])
-            entry.update(compared_as=layout[0], max_abs_diff=float(diff.max(initial=0.0)),
-                         equal=bool(np.all(diff == 0)))
+            entry.update(
+                compared_as=layout[0], max_abs_diff=float(diff.max(initial=0.0)), equal=bool(np.all(diff == 0))
+            )
             if flat.shape[1] >= g * c:
-                partials = units[:, :g * c]
+                partials = units[:, : g * c]
         entries.append(entry)
     class_equal = None
     guard = _guard_check(data, summary, boundary, artifact, seed, g * c, layouts)
@@ -130,20 +140,30 @@ def run_prefix(tflite_path, artifact, report: dict, *, rows=None, n_random: int 
     compared = [e for e in entries if e["equal"] is not None]
     exact_claimed = bool(meta.get("exact"))
     exact = exact_claimed and bool(compared) and all(e["equal"] for e in compared) and bool(class_equal)
-    return {"runtime": _runtime_name(), "rows": int(codes.shape[0]),
-            "rows_from": f"{0 if stored is None else len(stored)} stored check rows, "
-                         f"{0 if rows is None else len(rows)} given, {n_random} random valid (seed {seed})",
-            "boundary": entries, "class_scores_equal": class_equal, "invalid_rows_flagged": guard, "exact_claimed": exact_claimed, "exact": exact,
-            "note": "the mapped prefix run on the LiteRT CPU int8 kernels (static: the Edge TPU compiler and "
-                    "runtime were not run)"}
+    return {
+        "runtime": _runtime_name(),
+        "rows": int(codes.shape[0]),
+        "rows_from": f"{0 if stored is None else len(stored)} stored check rows, "
+        f"{0 if rows is None else len(rows)} given, {n_random} random valid (seed {seed})",
+        "boundary": entries,
+        "class_scores_equal": class_equal,
+        "invalid_rows_flagged": guard,
+        "exact_claimed": exact_claimed,
+        "exact": exact,
+        "note": "the mapped prefix run on the LiteRT CPU int8 kernels (static: the Edge TPU compiler and "
+        "runtime were not run)",
+    }
 
 
 def _guard_check(data, summary, boundary, artifact, seed: int, width: int, layouts) -> bool | None:
     """Whether rows with one out-of-range code (cardinality, or -1) get a guard column > 0 in a
     boundary tensor that carries it (None: no boundary tensor carries the guard)."""
-    carriers = [k for k, i in enumerate(boundary)
-                if layouts.get(int(np.prod(summary.tensors[i].shape))) is not None
-                and int(np.prod(summary.tensors[i].shape)) in (width + 1, 1)]
+    carriers = [
+        k
+        for k, i in enumerate(boundary)
+        if layouts.get(int(np.prod(summary.tensors[i].shape))) is not None
+        and int(np.prod(summary.tensors[i].shape)) in (width + 1, 1)
+    ]
     if not carriers:
         return None
     bad = random_valid_codes(artifact.cardinalities, 2 * artifact.n_features, seed=seed + 1)
@@ -154,7 +174,7 @@ def _guard_check(data, summary, boundary, artifact, seed: int, width: int, layou
     flagged = True
     for k, values in zip(carriers, got):
         t = summary.tensors[boundary[k]]
-        guard = (values.reshape(bad.shape[0], -1)[:, -1].astype(np.int64) - t.zero_point[0])
+        guard = values.reshape(bad.shape[0], -1)[:, -1].astype(np.int64) - t.zero_point[0]
         flagged &= bool(np.all(guard > 0))
     return flagged
 
@@ -177,16 +197,19 @@ def _run_boundary(data: bytes, summary, boundary: list[int], codes: np.ndarray) 
 
         Interpreter, OpResolverType = tf.lite.Interpreter, tf.lite.experimental.OpResolverType
     # Builtin kernels without the default XNNPACK delegate: the int8 CPU kernels themselves.
-    interpreter = Interpreter(model_content=data, num_threads=1,
-                              experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
-                              experimental_preserve_all_tensors=True)
+    interpreter = Interpreter(
+        model_content=data,
+        num_threads=1,
+        experimental_op_resolver_type=OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES,
+        experimental_preserve_all_tensors=True,
+    )
     interpreter.allocate_tensors()
     x = interpreter.get_input_details()[0]
     if tuple(x["shape"]) != (1, codes.shape[1]) or np.dtype(x["dtype"]) != np.int8:
         raise InputError(f"expected an int8 [1, {codes.shape[1]}] input, the file has {x['dtype']} {x['shape']}")
     out = [np.empty((codes.shape[0], *summary.tensors[i].shape), dtype=np.int8) for i in boundary]
     for r in range(codes.shape[0]):
-        interpreter.set_tensor(x["index"], codes[r:r + 1].astype(np.int8))
+        interpreter.set_tensor(x["index"], codes[r : r + 1].astype(np.int8))
         interpreter.invoke()
         for k, i in enumerate(boundary):
             value = interpreter.get_tensor(i)

@@ -33,5 +33,7 @@ def refuse_random_model(epochs: int, init: str) -> None:
     written model would be the random initialization (``--epochs 0 --init ml`` is the
     maximum-likelihood model and stays allowed)."""
     if epochs == 0 and init == "uniform":
-        raise ConfigError("--epochs 0 trains nothing; with --init uniform the model would be random: "
-                          "use --init ml for the maximum-likelihood model, or --epochs >= 1")
+        raise ConfigError(
+            "--epochs 0 trains nothing; with --init uniform the model would be random: "
+            "use --init ml for the maximum-likelihood model, or --epochs >= 1"
+        )

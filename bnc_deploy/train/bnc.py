@@ -40,7 +40,6 @@ from bnc_deploy.train.loop import fit_epochs, run_epoch
 from bnc_deploy.train.losses import HybridLoss, exclusion_mask, make_loss
 
 
-
 def default_int_bits(total_bits: int) -> int:
     """Integer bits used when only ``--bits`` is given: 1 for B=1, 2 for B=2..3, else 3.
 
@@ -54,22 +53,22 @@ def default_int_bits(total_bits: int) -> int:
 class TrainConfig:
     """Everything that determines a training run (stored in the artifact's metadata)."""
 
-    model: str = "nb"                 # "nb" or "tan"
-    structure: str = "chow-liu"       # TAN only: "chow-liu" or a file with parents
-    bits: int | None = None           # None: float model
-    int_bits: int | None = None       # None: default_int_bits(bits)
-    init: str = "uniform"             # "uniform" or "ml"
-    smoothing: float = 1.0            # pseudo-counts for init="ml"
+    model: str = "nb"  # "nb" or "tan"
+    structure: str = "chow-liu"  # TAN only: "chow-liu" or a file with parents
+    bits: int | None = None  # None: float model
+    int_bits: int | None = None  # None: default_int_bits(bits)
+    init: str = "uniform"  # "uniform" or "ml"
+    smoothing: float = 1.0  # pseudo-counts for init="ml"
     epochs: int = 500
     batch_size: int = 100
     lr: float = 3e-3
-    lr_decay: float = 1e-3            # final learning rate = lr * lr_decay
-    loss: str = "hybrid"              # "hybrid", "nll" or "cll"
+    lr_decay: float = 1e-3  # final learning rate = lr * lr_decay
+    loss: str = "hybrid"  # "hybrid", "nll" or "cll"
     hybrid_lambda: float = 18.70
     hybrid_gamma: float = 0.1277
     hybrid_eta: float = 10.0
     seed: int = 0
-    adam_eps: float = 1e-7            # TensorFlow/Keras' default, as in the paper's reference code
+    adam_eps: float = 1e-7  # TensorFlow/Keras' default, as in the paper's reference code
     progress: bool = True
 
     def validate(self) -> None:
@@ -87,8 +86,9 @@ class TrainConfig:
         if self.int_bits is not None and self.bits is None:
             raise ConfigError("--int-bits needs --bits (a float model has no integer bits)")
         self.quantizer()  # raises UnsupportedBitWidth for bad widths
-        make_loss(self.loss, hybrid_lambda=self.hybrid_lambda, hybrid_gamma=self.hybrid_gamma,
-                  hybrid_eta=self.hybrid_eta)
+        make_loss(
+            self.loss, hybrid_lambda=self.hybrid_lambda, hybrid_gamma=self.hybrid_gamma, hybrid_eta=self.hybrid_eta
+        )
 
     def quantizer(self) -> FixedPointLogQuantizer | None:
         if self.bits is None:
@@ -113,9 +113,11 @@ def resolve_parents(config: TrainConfig, dataset: DiscreteDataset) -> tuple[np.n
 
 
 #: What ``--structure FILE`` accepts, for messages.
-STRUCTURE_FILE_HELP = ("a structure file is a .bnc model (its parents are reused), a JSON list of parents "
-                       "(or {\"parents\": [...]}), or integers separated by spaces or commas: one parent index "
-                       "per feature, -1 for none")
+STRUCTURE_FILE_HELP = (
+    "a structure file is a .bnc model (its parents are reused), a JSON list of parents "
+    '(or {"parents": [...]}), or integers separated by spaces or commas: one parent index '
+    "per feature, -1 for none"
+)
 
 
 def load_structure_file(path: str | Path, n_features: int) -> np.ndarray:
@@ -134,8 +136,10 @@ def load_structure_file(path: str | Path, n_features: int) -> np.ndarray:
         try:
             text = path.read_bytes().decode("utf-8")
         except UnicodeDecodeError:
-            raise ConfigError(f"structure file {path} is not a text file (an exported model such as .onnx or "
-                              f".tflite cannot give a structure); {STRUCTURE_FILE_HELP}") from None
+            raise ConfigError(
+                f"structure file {path} is not a text file (an exported model such as .onnx or "
+                f".tflite cannot give a structure); {STRUCTURE_FILE_HELP}"
+            ) from None
         except OSError as exc:
             raise ConfigError(f"structure file {path}: cannot read ({exc.strerror or exc})") from None
         try:
@@ -145,15 +149,18 @@ def load_structure_file(path: str | Path, n_features: int) -> np.ndarray:
             try:
                 parents = [int(tok) for tok in text.replace(",", " ").split()]
             except ValueError as exc:
-                raise ConfigError(f"structure file {path}: not JSON and not a list of integers ({exc}); "
-                                  f"{STRUCTURE_FILE_HELP}") from None
+                raise ConfigError(
+                    f"structure file {path}: not JSON and not a list of integers ({exc}); {STRUCTURE_FILE_HELP}"
+                ) from None
         except (KeyError, TypeError):
-            raise ConfigError(f"structure file {path}: JSON must be a list of parents or have a 'parents' key") \
-                from None
+            raise ConfigError(
+                f"structure file {path}: JSON must be a list of parents or have a 'parents' key"
+            ) from None
     parents = np.asarray(parents)
     if parents.shape != (n_features,) or not np.issubdtype(parents.dtype, np.integer):
-        raise ConfigError(f"structure file {path}: expected {n_features} integer parents, "
-                          f"got {parents.tolist()[:10]}...")
+        raise ConfigError(
+            f"structure file {path}: expected {n_features} integer parents, got {parents.tolist()[:10]}..."
+        )
     bad = (parents < -1) | (parents >= n_features) | (parents == np.arange(n_features))
     if bad.any():
         i = int(np.argmax(bad))
@@ -170,8 +177,14 @@ def _error(model: BayesNetClassifier, indices: torch.Tensor, labels: torch.Tenso
         return float((model(indices).argmax(dim=1) != labels).float().mean()) if len(labels) else float("nan")
 
 
-def train_bnc(dataset: DiscreteDataset, config: TrainConfig, *, parents: np.ndarray | None = None,
-              structure_source: str | None = None, init_rho: tuple | None = None) -> TrainResult:
+def train_bnc(
+    dataset: DiscreteDataset,
+    config: TrainConfig,
+    *,
+    parents: np.ndarray | None = None,
+    structure_source: str | None = None,
+    init_rho: tuple | None = None,
+) -> TrainResult:
     """Train a BN classifier on ``dataset`` and return its artifact and per-epoch history.
 
     Hooks for callers that found the structure themselves (``models.structure_learning``):
@@ -184,21 +197,30 @@ def train_bnc(dataset: DiscreteDataset, config: TrainConfig, *, parents: np.ndar
     init_generator = torch.Generator().manual_seed(config.seed)
     if parents is None:
         parents, structure_source = resolve_parents(config, dataset)
-    model = BayesNetClassifier(dataset.cardinalities, dataset.n_classes, parents, quantizer=config.quantizer(),
-                               init=config.init, data=(dataset.x_train, dataset.y_train),
-                               smoothing=config.smoothing, generator=init_generator)
+    model = BayesNetClassifier(
+        dataset.cardinalities,
+        dataset.n_classes,
+        parents,
+        quantizer=config.quantizer(),
+        init=config.init,
+        data=(dataset.x_train, dataset.y_train),
+        smoothing=config.smoothing,
+        generator=init_generator,
+    )
     if init_rho is not None:
         _load_rho(model, *init_rho)
-    loss_fn = make_loss(config.loss, hybrid_lambda=config.hybrid_lambda, hybrid_gamma=config.hybrid_gamma,
-                        hybrid_eta=config.hybrid_eta)
+    loss_fn = make_loss(
+        config.loss, hybrid_lambda=config.hybrid_lambda, hybrid_gamma=config.hybrid_gamma, hybrid_eta=config.hybrid_eta
+    )
     splits = {"train": (dataset.x_train, dataset.y_train), "test": (dataset.x_test, dataset.y_test)}
     if dataset.x_val is not None:
         splits["val"] = (dataset.x_val, dataset.y_val)
     tensors = {name: (model.flat_indices(x), torch.as_tensor(y, dtype=torch.int64)) for name, (x, y) in splits.items()}
     history = _fit(model, loss_fn, tensors, config)
 
-    artifact = _to_artifact(model, dataset, config, parents, structure_source, history,
-                            seconds=time.perf_counter() - started)
+    artifact = _to_artifact(
+        model, dataset, config, parents, structure_source, history, seconds=time.perf_counter() - started
+    )
     _check_reference_agrees(model, artifact, tensors["test"][0], dataset.x_test)
     return TrainResult(artifact=artifact, history=history, seconds=time.perf_counter() - started)
 
@@ -209,8 +231,10 @@ def _load_rho(model: BayesNetClassifier, class_rho, rho) -> None:
     rho, class_rho = torch.as_tensor(rho, dtype=torch.float32), torch.as_tensor(class_rho, dtype=torch.float32)
     if rho.shape != model.rho.shape or class_rho.shape != model.class_rho.shape:
         # A caller's bug (no flag reaches this), so a plain ValueError with its traceback.
-        raise ValueError(f"init_rho shapes {tuple(class_rho.shape)}, {tuple(rho.shape)} do not match the model's "
-                         f"{tuple(model.class_rho.shape)}, {tuple(model.rho.shape)}")
+        raise ValueError(
+            f"init_rho shapes {tuple(class_rho.shape)}, {tuple(rho.shape)} do not match the model's "
+            f"{tuple(model.class_rho.shape)}, {tuple(model.rho.shape)}"
+        )
     model.rho.copy_(torch.where(model.valid, rho, model.rho))
     model.class_rho.copy_(class_rho)
 
@@ -222,11 +246,13 @@ def bnc_step(model, optimizer, loss_fn):
     gradients, see ``models._kernels``); anything else goes through autograd.
     """
     if isinstance(model, BayesNetClassifier) and isinstance(loss_fn, HybridLoss):
+
         def step(indices, labels):
             loss, log_joint = closed_form_step(model, loss_fn, indices, labels)
             optimizer.step()
             return loss, log_joint
     else:
+
         def step(indices, labels):
             log_joint = model(indices)
             loss = loss_fn(log_joint, labels)
@@ -234,11 +260,13 @@ def bnc_step(model, optimizer, loss_fn):
             loss.backward()
             optimizer.step()
             return loss, log_joint
+
     return step
 
 
-def train_epoch(model, optimizer, loss_fn, indices: torch.Tensor, labels: torch.Tensor, order: torch.Tensor,
-                batch_size: int) -> tuple[float, int]:
+def train_epoch(
+    model, optimizer, loss_fn, indices: torch.Tensor, labels: torch.Tensor, order: torch.Tensor, batch_size: int
+) -> tuple[float, int]:
     """One pass over ``order`` in full batches (the last incomplete batch is dropped).
 
     Returns the summed batch losses and the number of misclassified training rows, both
@@ -272,20 +300,35 @@ def _fit(model, loss_fn, tensors, config: TrainConfig) -> dict:
     history = EpochHistory()
     optimizer = make_optimizer(model, config.adam_eps)
     # gather_per_epoch: the index tensors are small, and one gather per epoch is the fastest.
-    fit_epochs(*tensors["train"], step=bnc_step(model, optimizer, loss_fn),
-               record=history.recorder(partial(_error, model), tensors), optimizer=optimizer,
-               learning_rates=config.learning_rates(), batch_size=config.batch_size, seed=config.seed,
-               gather_per_epoch=True, progress=config.progress, postfix=history.postfix)
+    fit_epochs(
+        *tensors["train"],
+        step=bnc_step(model, optimizer, loss_fn),
+        record=history.recorder(partial(_error, model), tensors),
+        optimizer=optimizer,
+        learning_rates=config.learning_rates(),
+        batch_size=config.batch_size,
+        seed=config.seed,
+        gather_per_epoch=True,
+        progress=config.progress,
+        postfix=history.postfix,
+    )
     return history.finish()
 
 
-def _to_artifact(model, dataset: DiscreteDataset, config: TrainConfig, parents, structure_source,
-                 history, seconds) -> BNCArtifact:
+def _to_artifact(
+    model, dataset: DiscreteDataset, config: TrainConfig, parents, structure_source, history, seconds
+) -> BNCArtifact:
     discretizer = dataset.discretizer.to_dict() if dataset.discretizer is not None else None
     metadata = run_metadata(dataset, config, history, seconds, structure_source=structure_source)
     check_x, check_y = check_set(dataset, config.seed)
-    artifact = model.to_artifact(dataset.class_names, dataset.feature_names, discretizer=discretizer,
-                                 metadata=metadata, check_x=check_x, check_y=check_y)
+    artifact = model.to_artifact(
+        dataset.class_names,
+        dataset.feature_names,
+        discretizer=discretizer,
+        metadata=metadata,
+        check_x=check_x,
+        check_y=check_y,
+    )
     record_errors(artifact, ReferencePredictor(artifact), dataset)
     return artifact
 
@@ -302,5 +345,7 @@ def _check_reference_agrees(model, artifact, test_indices, x_test) -> None:
     agreement = float(np.mean(torch_labels == ref_labels)) if len(ref_labels) else 1.0
     artifact.metadata["torch_reference_agreement"] = agreement
     if artifact.is_quantized and agreement != 1.0:
-        raise AssertionError(f"internal error: quantized artifact disagrees with the torch model on "
-                             f"{int(np.sum(torch_labels != ref_labels))} test rows")
+        raise AssertionError(
+            f"internal error: quantized artifact disagrees with the torch model on "
+            f"{int(np.sum(torch_labels != ref_labels))} test rows"
+        )

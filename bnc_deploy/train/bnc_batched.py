@@ -48,20 +48,26 @@ import torch
 
 from bnc_deploy.datasets.base import DiscreteDataset
 from bnc_deploy.errors import ConfigError
-from bnc_deploy.train.bnc import (
-    TrainConfig,
-    _check_reference_agrees,
-    _to_artifact,
-    resolve_parents,
-)
+from bnc_deploy.train.bnc import TrainConfig, _check_reference_agrees, _to_artifact, resolve_parents
 from bnc_deploy.train.bnc_batched_step import Chunk, evaluate, run_epoch, template_model
 from bnc_deploy.train.common import TrainResult
 
 #: Fields of TrainConfig that configurations of one call must share (besides the data).
 SHARED_FIELDS = ("model", "structure", "epochs", "batch_size", "loss")
 #: Fields that may differ within one call.
-VARYING_FIELDS = ("bits", "int_bits", "init", "smoothing", "lr", "lr_decay", "hybrid_lambda", "hybrid_gamma",
-                  "hybrid_eta", "seed", "adam_eps")
+VARYING_FIELDS = (
+    "bits",
+    "int_bits",
+    "init",
+    "smoothing",
+    "lr",
+    "lr_decay",
+    "hybrid_lambda",
+    "hybrid_gamma",
+    "hybrid_eta",
+    "seed",
+    "adam_eps",
+)
 
 
 def chunk_key(config: TrainConfig) -> tuple:
@@ -79,8 +85,9 @@ def resolve_device(device: str | None) -> torch.device:
     except RuntimeError:
         raise ConfigError(f"unknown device {device!r}: use cpu, cuda, cuda:N or auto") from None
     if resolved.type == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"--device {device}: torch sees no CUDA GPU here (torch {torch.__version__}; "
-                          f"use --device cpu or auto)")
+        raise ConfigError(
+            f"--device {device}: torch sees no CUDA GPU here (torch {torch.__version__}; use --device cpu or auto)"
+        )
     if resolved.type not in ("cpu", "cuda"):
         raise ConfigError(f"unsupported device {device!r}: use cpu, cuda, cuda:N or auto")
     return resolved
@@ -100,11 +107,11 @@ class BatchedRun:
 
     config: TrainConfig
     history: dict
-    checkpoints: list[dict]          # {"epoch", "train_loss", "train_error", "val_error", "test_error"}
-    stopped_at: int | None           # epoch of an early stop (halving), else None
-    class_rho: np.ndarray            # (C,) float32, unnormalized
-    rho: np.ndarray                  # (D, P, K, C) float32, unnormalized, padded
-    seconds: float                   # this configuration's share of the chunk's wall time
+    checkpoints: list[dict]  # {"epoch", "train_loss", "train_error", "val_error", "test_error"}
+    stopped_at: int | None  # epoch of an early stop (halving), else None
+    class_rho: np.ndarray  # (C,) float32, unnormalized
+    rho: np.ndarray  # (D, P, K, C) float32, unnormalized, padded
+    seconds: float  # this configuration's share of the chunk's wall time
     result: TrainResult | None = None
 
 
@@ -113,7 +120,7 @@ class CheckpointView:
     """What ``on_checkpoint`` sees: the epoch and, per active configuration (input indices), its errors."""
 
     epoch: int
-    indices: np.ndarray              # input positions of the active configurations
+    indices: np.ndarray  # input positions of the active configurations
     train_error: np.ndarray
     train_loss: np.ndarray
     val_error: np.ndarray | None
@@ -121,13 +128,19 @@ class CheckpointView:
 
 
 # -- the loop -----------------------------------------------------------------------------------------
-def train_bnc_batched(dataset: DiscreteDataset, configs: Sequence[TrainConfig], *, device: str = "cpu",
-                      checkpoints: Sequence[int] | None = None,
-                      on_checkpoint: Callable[[CheckpointView], np.ndarray | None] | None = None,
-                      build: bool | Callable[[int, BatchedRun], bool] = True,
-                      max_configs: int | None = None, parents: np.ndarray | None = None,
-                      structure_source: str | None = None,
-                      on_epoch: Callable[[int, int], None] | None = None) -> list[BatchedRun]:
+def train_bnc_batched(
+    dataset: DiscreteDataset,
+    configs: Sequence[TrainConfig],
+    *,
+    device: str = "cpu",
+    checkpoints: Sequence[int] | None = None,
+    on_checkpoint: Callable[[CheckpointView], np.ndarray | None] | None = None,
+    build: bool | Callable[[int, BatchedRun], bool] = True,
+    max_configs: int | None = None,
+    parents: np.ndarray | None = None,
+    structure_source: str | None = None,
+    on_epoch: Callable[[int, int], None] | None = None,
+) -> list[BatchedRun]:
     """Train every configuration of ``configs`` (sharing :func:`chunk_key`) on ``dataset``.
 
     ``checkpoints``: epochs (1-based) at which validation and test error are measured (None: every
@@ -144,8 +157,11 @@ def train_bnc_batched(dataset: DiscreteDataset, configs: Sequence[TrainConfig], 
     first = chunk_key(configs[0])
     for i, c in enumerate(configs):
         if chunk_key(c) != first:
-            diff = [f"{n}={getattr(c, n)!r} (first: {getattr(configs[0], n)!r})"
-                    for n in SHARED_FIELDS if getattr(c, n) != getattr(configs[0], n)]
+            diff = [
+                f"{n}={getattr(c, n)!r} (first: {getattr(configs[0], n)!r})"
+                for n in SHARED_FIELDS
+                if getattr(c, n) != getattr(configs[0], n)
+            ]
             raise ConfigError(f"configuration {i} cannot be batched with configuration 0: {', '.join(diff)}")
     dev = resolve_device(device)
     if parents is None:
@@ -156,9 +172,10 @@ def train_bnc_batched(dataset: DiscreteDataset, configs: Sequence[TrainConfig], 
     order = sorted(range(len(configs)), key=lambda i: (configs[i].lr, configs[i].lr_decay, configs[i].adam_eps))
     runs: list[BatchedRun | None] = [None] * len(configs)
     for start in range(0, len(order), size):
-        positions = np.asarray(order[start:start + size])
-        ran = _train_chunk(dataset, [configs[i] for i in positions], parents, dev, checkpoints, on_checkpoint,
-                           positions, on_epoch)
+        positions = np.asarray(order[start : start + size])
+        ran = _train_chunk(
+            dataset, [configs[i] for i in positions], parents, dev, checkpoints, on_checkpoint, positions, on_epoch
+        )
         for pos, run in zip(positions, ran):
             wanted = build(int(pos), run) if callable(build) else build
             if wanted:
@@ -180,7 +197,7 @@ def _default_max_configs(config: TrainConfig, dataset: DiscreteDataset, parents,
         free, _ = torch.cuda.mem_get_info(device)
         budget = free * 0.5
     else:
-        budget = 2 << 30   # 2 GiB on the CPU: fits CI machines, and larger chunks gain nothing there
+        budget = 2 << 30  # 2 GiB on the CPU: fits CI machines, and larger chunks gain nothing there
     return max(1, int(budget // max(per_config, 1)))
 
 
@@ -206,16 +223,19 @@ def _block_size(n_params: int, device: torch.device, m: int) -> int:
 @dataclass
 class _Block:
     chunk: Chunk
-    active: np.ndarray          # chunk positions (0..M-1) of the block's configurations still training
+    active: np.ndarray  # chunk positions (0..M-1) of the block's configurations still training
 
 
-def _blocks(dataset: DiscreteDataset, configs: list[TrainConfig], parents: np.ndarray,
-            device: torch.device) -> list[_Block]:
+def _blocks(
+    dataset: DiscreteDataset, configs: list[TrainConfig], parents: np.ndarray, device: torch.device
+) -> list[_Block]:
     """The chunk's configurations in blocks of :func:`_block_size`, in order."""
     m0 = len(configs)
     size = _block_size(_table_size(dataset, parents), device, m0)
-    return [_Block(Chunk(configs[a:a + size], dataset, parents, device), np.arange(a, min(a + size, m0)))
-            for a in range(0, m0, size)]
+    return [
+        _Block(Chunk(configs[a : a + size], dataset, parents, device), np.arange(a, min(a + size, m0)))
+        for a in range(0, m0, size)
+    ]
 
 
 @dataclass
@@ -227,22 +247,33 @@ class _Plan:
     loss: str
     train_idx: torch.Tensor
     train_y: torch.Tensor
-    evals: dict                 # split name -> (flat indices, labels)
+    evals: dict  # split name -> (flat indices, labels)
     n_rows: int
     n_batches: int
-    wanted: set                 # epochs at which validation and test error are measured
+    wanted: set  # epochs at which validation and test error are measured
 
 
-def _plan(dataset: DiscreteDataset, configs: list[TrainConfig], template, device: torch.device,
-          checkpoints: Sequence[int] | None) -> _Plan:
+def _plan(
+    dataset: DiscreteDataset,
+    configs: list[TrainConfig],
+    template,
+    device: torch.device,
+    checkpoints: Sequence[int] | None,
+) -> _Plan:
     epochs, batch = configs[0].epochs, configs[0].batch_size
     train_idx = template.flat_indices(dataset.x_train).to(device)
     train_y = torch.as_tensor(dataset.y_train, dtype=torch.int64, device=device)
-    evals = {"test": (template.flat_indices(dataset.x_test).to(device),
-                      torch.as_tensor(dataset.y_test, dtype=torch.int64, device=device))}
+    evals = {
+        "test": (
+            template.flat_indices(dataset.x_test).to(device),
+            torch.as_tensor(dataset.y_test, dtype=torch.int64, device=device),
+        )
+    }
     if dataset.x_val is not None:
-        evals["val"] = (template.flat_indices(dataset.x_val).to(device),
-                        torch.as_tensor(dataset.y_val, dtype=torch.int64, device=device))
+        evals["val"] = (
+            template.flat_indices(dataset.x_val).to(device),
+            torch.as_tensor(dataset.y_val, dtype=torch.int64, device=device),
+        )
     n = train_y.shape[0]
     n_batches = n // batch
     if epochs and n_batches == 0:
@@ -259,12 +290,13 @@ class _History:
     built at the end (:meth:`runs`)."""
 
     def __init__(self, m0: int, plan: _Plan):
-        self.per_epoch = {key: np.full((m0, plan.epochs), np.nan)
-                          for key in ("lr", "train_loss", "train_error", "seconds")}
+        self.per_epoch = {
+            key: np.full((m0, plan.epochs), np.nan) for key in ("lr", "train_loss", "train_error", "seconds")
+        }
         self.last_epoch = np.zeros(m0, dtype=np.int64)
         self.check_epochs: list[int] = []
         self.per_check = {key: np.full((m0, len(plan.wanted)), np.nan) for key in ("val_error", "test_error")}
-        self.stopped: dict[int, tuple] = {}     # position -> (epoch, rho, class_rho) of an early stop
+        self.stopped: dict[int, tuple] = {}  # position -> (epoch, rho, class_rho) of an early stop
         self.has_val = "val" in plan.evals
 
     def record_epoch(self, blk: _Block, epoch: int, losses: np.ndarray, errors: np.ndarray) -> None:
@@ -283,21 +315,28 @@ class _History:
     def view(self, epoch: int, positions: np.ndarray, active: np.ndarray) -> CheckpointView:
         """What ``on_checkpoint`` sees at the last measured epoch."""
         k = len(self.check_epochs) - 1
-        return CheckpointView(epoch, positions[active], self.per_epoch["train_error"][active, epoch - 1],
-                              self.per_epoch["train_loss"][active, epoch - 1],
-                              self.per_check["val_error"][active, k] if self.has_val else None,
-                              self.per_check["test_error"][active, k])
+        return CheckpointView(
+            epoch,
+            positions[active],
+            self.per_epoch["train_error"][active, epoch - 1],
+            self.per_epoch["train_loss"][active, epoch - 1],
+            self.per_check["val_error"][active, k] if self.has_val else None,
+            self.per_check["test_error"][active, k],
+        )
 
     def stop(self, blocks: list[_Block], keep, epoch: int) -> list[_Block]:
         """Drop the configurations ``keep`` rejects (their state at ``epoch`` is kept); the blocks left."""
         keep = np.asarray(keep, dtype=bool)
         start = 0
         for blk in blocks:
-            part = keep[start:start + blk.chunk.m]
+            part = keep[start : start + blk.chunk.m]
             start += blk.chunk.m
             for j in np.flatnonzero(~part):
-                self.stopped[int(blk.active[j])] = (epoch, blk.chunk.rho[j].cpu().numpy().copy(),
-                                                    blk.chunk.class_rho[j].cpu().numpy().copy())
+                self.stopped[int(blk.active[j])] = (
+                    epoch,
+                    blk.chunk.rho[j].cpu().numpy().copy(),
+                    blk.chunk.class_rho[j].cpu().numpy().copy(),
+                )
             if not part.all():
                 blk.chunk.keep(part)
                 blk.active = blk.active[part]
@@ -305,24 +344,43 @@ class _History:
 
     def runs(self, configs: list[TrainConfig], blocks: list[_Block], checkpoints, total: float) -> list[BatchedRun]:
         """One :class:`BatchedRun` per configuration, in chunk order (``total``: the chunk's seconds)."""
-        final = {int(pos): (blk.chunk.rho[j].cpu().numpy(), blk.chunk.class_rho[j].cpu().numpy())
-                 for blk in blocks for j, pos in enumerate(blk.active)}
+        final = {
+            int(pos): (blk.chunk.rho[j].cpu().numpy(), blk.chunk.class_rho[j].cpu().numpy())
+            for blk in blocks
+            for j, pos in enumerate(blk.active)
+        }
         m0 = len(configs)
         out: list[BatchedRun] = []
         for pos in range(m0):
             n_epochs = int(self.last_epoch[pos])
             n_checks = sum(1 for e in self.check_epochs if e <= n_epochs)
             h = self._history(pos, n_epochs, n_checks, checkpoints)
-            points = [{"epoch": e, "train_loss": h["train_loss"][e - 1], "train_error": h["train_error"][e - 1],
-                       "val_error": h["val_error"][k] if self.has_val else None, "test_error": h["test_error"][k]}
-                      for k, e in enumerate(self.check_epochs[:n_checks])]
+            points = [
+                {
+                    "epoch": e,
+                    "train_loss": h["train_loss"][e - 1],
+                    "train_error": h["train_error"][e - 1],
+                    "val_error": h["val_error"][k] if self.has_val else None,
+                    "test_error": h["test_error"][k],
+                }
+                for k, e in enumerate(self.check_epochs[:n_checks])
+            ]
             if pos in self.stopped:
                 epoch_stopped, rho, class_rho = self.stopped[pos]
             else:
                 epoch_stopped = None
                 rho, class_rho = final[pos]
-            out.append(BatchedRun(config=configs[pos], history=h, checkpoints=points, stopped_at=epoch_stopped,
-                                  class_rho=class_rho, rho=rho, seconds=total / m0))
+            out.append(
+                BatchedRun(
+                    config=configs[pos],
+                    history=h,
+                    checkpoints=points,
+                    stopped_at=epoch_stopped,
+                    class_rho=class_rho,
+                    rho=rho,
+                    seconds=total / m0,
+                )
+            )
         return out
 
     def _history(self, pos: int, n_epochs: int, n_checks: int, checkpoints) -> dict:
@@ -337,20 +395,25 @@ class _History:
         return h
 
 
-def _train_block_epoch(blk: _Block, perms: dict, epoch: int, plan: _Plan, history: _History,
-                       positions: np.ndarray, device) -> None:
+def _train_block_epoch(
+    blk: _Block, perms: dict, epoch: int, plan: _Plan, history: _History, positions: np.ndarray, device
+) -> None:
     """One epoch of one block, recorded; FloatingPointError naming the first configuration whose loss is not finite."""
-    losses, errors = run_epoch(blk.chunk, perms, epoch, plan.train_idx, plan.train_y, plan.n_batches, plan.batch,
-                               plan.loss, device)
+    losses, errors = run_epoch(
+        blk.chunk, perms, epoch, plan.train_idx, plan.train_y, plan.n_batches, plan.batch, plan.loss, device
+    )
     if not np.all(np.isfinite(losses)):
         bad = int(blk.active[np.flatnonzero(~np.isfinite(losses))[0]])
-        raise FloatingPointError(f"configuration {int(positions[bad])}: training loss became "
-                                 f"{losses[~np.isfinite(losses)][0]} in epoch {epoch}; try a smaller lr")
+        raise FloatingPointError(
+            f"configuration {int(positions[bad])}: training loss became "
+            f"{losses[~np.isfinite(losses)][0]} in epoch {epoch}; try a smaller lr"
+        )
     history.record_epoch(blk, epoch, losses, errors)
 
 
-def _train_chunk(dataset, configs, parents, device, checkpoints, on_checkpoint, positions,
-                 on_epoch) -> list[BatchedRun]:
+def _train_chunk(
+    dataset, configs, parents, device, checkpoints, on_checkpoint, positions, on_epoch
+) -> list[BatchedRun]:
     """Train ``configs`` together (memory permitting) in blocks stepped one after another each epoch.
 
     All blocks advance epoch by epoch, so a checkpoint (and ``on_checkpoint``, e.g. halving)
@@ -383,8 +446,9 @@ def _train_chunk(dataset, configs, parents, device, checkpoints, on_checkpoint, 
     return history.runs(configs, blocks, checkpoints, time.perf_counter() - started)
 
 
-def finish_artifact(run: BatchedRun, dataset: DiscreteDataset, parents: np.ndarray,
-                    structure_source: str | None) -> TrainResult:
+def finish_artifact(
+    run: BatchedRun, dataset: DiscreteDataset, parents: np.ndarray, structure_source: str | None
+) -> TrainResult:
     """The configuration's model file, built by the single run's own code (reference check included)."""
     model = template_model(run.config, dataset, parents)
     with torch.no_grad():

@@ -28,8 +28,7 @@ __all__ = ["Chunk", "evaluate", "run_epoch", "template_model"]
 class Chunk:
     """Tensors of M configurations that share data, structure and schedule length."""
 
-    def __init__(self, configs: list[TrainConfig], dataset: DiscreteDataset, parents: np.ndarray,
-                 device: torch.device):
+    def __init__(self, configs: list[TrainConfig], dataset: DiscreteDataset, parents: np.ndarray, device: torch.device):
         self.configs = configs
         self.device = device
         m = len(configs)
@@ -45,7 +44,7 @@ class Chunk:
             else:
                 models.append(template_model(c, dataset, parents))
         t = models[0]
-        self.shape = tuple(t.rho.shape)                                      # (D, P, K, C)
+        self.shape = tuple(t.rho.shape)  # (D, P, K, C)
         self.n_rows = int(np.prod(self.shape[:3]))
         self.n_classes = t.n_classes
         self.template = t
@@ -61,7 +60,7 @@ class Chunk:
         # Quantizers: per-configuration scale 2**B_F and bound U, broadcast over (D, P, K, C).
         quantizers = [c.quantizer() for c in configs]
         self.quantized = np.array([q is not None for q in quantizers])
-        scale = [2.0 ** q.frac_bits if q is not None else 1.0 for q in quantizers]
+        scale = [2.0**q.frac_bits if q is not None else 1.0 for q in quantizers]
         bound = [q.max_magnitude if q is not None else 0.0 for q in quantizers]
         self.scale = torch.tensor(scale, dtype=torch.float32, device=device)
         self.neg_bound = -torch.tensor(bound, dtype=torch.float32, device=device)
@@ -86,7 +85,7 @@ class Chunk:
             for tensors in zip([self.rho, self.class_rho], self.grads, self.exp_avg, self.exp_avg_sq):
                 per_config = tensors[0][0].numel()
                 if self.device.type == "cuda" or per_config % _ADAM_UNIT == 0:
-                    pieces = [slice(a, b) for a, b in _runs(list(members))]   # one elementwise kernel: same math
+                    pieces = [slice(a, b) for a, b in _runs(list(members))]  # one elementwise kernel: same math
                 else:
                     pieces = list(members)
                 for k, tensor in enumerate(tensors):
@@ -131,9 +130,16 @@ class Chunk:
 def template_model(config: TrainConfig, dataset: DiscreteDataset, parents: np.ndarray) -> BayesNetClassifier:
     """The single run's model at initialisation (same seeds, same generator calls as ``train_bnc``)."""
     init_generator = torch.Generator().manual_seed(config.seed)
-    return BayesNetClassifier(dataset.cardinalities, dataset.n_classes, parents, quantizer=config.quantizer(),
-                              init=config.init, data=(dataset.x_train, dataset.y_train),
-                              smoothing=config.smoothing, generator=init_generator)
+    return BayesNetClassifier(
+        dataset.cardinalities,
+        dataset.n_classes,
+        parents,
+        quantizer=config.quantizer(),
+        init=config.init,
+        data=(dataset.x_train, dataset.y_train),
+        smoothing=config.smoothing,
+        generator=init_generator,
+    )
 
 
 # -- one step -----------------------------------------------------------------------------------------
@@ -186,7 +192,7 @@ def _hybrid(chunk: Chunk, log_joint: torch.Tensor, labels: torch.Tensor):
     with per-configuration λ, γ, η (the single run's Python floats become the same float32s).
     """
     m, n, c = log_joint.shape
-    true = log_joint.gather(2, labels[..., None])                                          # (M, n, 1)
+    true = log_joint.gather(2, labels[..., None])  # (M, n, 1)
     mask = _exclusion_mask(c, log_joint.device)
     # eta * lj rounded once, plus 0 or -inf: the single run's add_(lj, alpha=eta) gives the same bits.
     z = (log_joint * chunk.eta.view(m, 1, 1)).add_(mask.index_select(0, labels.reshape(-1)).view(m, n, c))
@@ -195,12 +201,14 @@ def _hybrid(chunk: Chunk, log_joint: torch.Tensor, labels: torch.Tensor):
     total = w.sum(dim=2, keepdim=True)
     smooth_max = total.log().add_(z_max).div_(chunk.eta.view(m, 1, 1)).add_(chunk.gamma.view(m, 1, 1)).sub_(true)
     active = smooth_max > 0
-    lam = chunk.constant("lam", lambda: torch.tensor(chunk.lam, dtype=torch.float32,
-                                                     device=log_joint.device).view(m, 1, 1))
+    lam = chunk.constant(
+        "lam", lambda: torch.tensor(chunk.lam, dtype=torch.float32, device=log_joint.device).view(m, 1, 1)
+    )
     loss = smooth_max.clamp_min_(0).mul_(lam).sub_(true).mean(dim=(1, 2))
     # hybrid_backward: coef = a * (lam / n); grad = w / total * coef, and -(coef + 1/n) at the label.
-    lam_over_n = chunk.constant(f"lam/{n}", lambda: torch.tensor(chunk.lam / n, dtype=torch.float32,
-                                                                 device=log_joint.device).view(m, 1, 1))
+    lam_over_n = chunk.constant(
+        f"lam/{n}", lambda: torch.tensor(chunk.lam / n, dtype=torch.float32, device=log_joint.device).view(m, 1, 1)
+    )
     coef = active.to(w.dtype).mul_(lam_over_n)
     grad = w.div_(total).mul_(coef)
     grad.scatter_(2, labels[..., None], coef.add(1.0 / n).neg_())
@@ -230,9 +238,6 @@ def _cll(log_joint: torch.Tensor, labels: torch.Tensor):
     return loss, grad.view(m, n, c)
 
 
-
-
-
 def _table_grad(chunk: Chunk, indices: torch.Tensor, grad: torch.Tensor, shared: bool) -> torch.Tensor:
     """dL/dtheta (M, R, C) from dL/dlog_joint (M, n, C): each table row sums the gradients of the rows that read it.
 
@@ -256,8 +261,7 @@ def _table_grad(chunk: Chunk, indices: torch.Tensor, grad: torch.Tensor, shared:
     offsets = (torch.arange(m, device=grad.device) * n_rows).view(m, 1, 1)
     table = torch.zeros(m * n_rows, n_classes, device=grad.device)
     for j in range(m):  # per configuration, in the single run's order of additions
-        table[j * n_rows:(j + 1) * n_rows].index_add_(0, indices[j].reshape(-1),
-                                                      grad[j].repeat_interleave(d, dim=0))
+        table[j * n_rows : (j + 1) * n_rows].index_add_(0, indices[j].reshape(-1), grad[j].repeat_interleave(d, dim=0))
     del offsets
     return table.view(m, n_rows, n_classes)
 
@@ -275,8 +279,17 @@ def _adam(chunk: Chunk, epoch: int) -> None:
     chunk.step += 1
     for first, eps, members in chunk.adam_groups():
         lists = chunk.adam_lists(members)
-        torch._fused_adam_(*lists, [chunk.step] * len(lists[0]), lr=float(chunk.rates[first, epoch - 1]), beta1=0.9,
-                           beta2=0.999, weight_decay=0.0, eps=float(eps), amsgrad=False, maximize=False)
+        torch._fused_adam_(
+            *lists,
+            [chunk.step] * len(lists[0]),
+            lr=float(chunk.rates[first, epoch - 1]),
+            beta1=0.9,
+            beta2=0.999,
+            weight_decay=0.0,
+            eps=float(eps),
+            amsgrad=False,
+            maximize=False,
+        )
 
 
 def _runs(members: list[int]) -> list[tuple[int, int]]:
@@ -291,8 +304,9 @@ def _runs(members: list[int]) -> list[tuple[int, int]]:
 
 
 # -- one epoch and an evaluation ------------------------------------------------------------------
-def run_epoch(chunk: Chunk, perms: dict, epoch: int, train_idx, train_y, n_batches: int, batch: int,
-               loss_name: str, device) -> tuple[np.ndarray, np.ndarray]:
+def run_epoch(
+    chunk: Chunk, perms: dict, epoch: int, train_idx, train_y, n_batches: int, batch: int, loss_name: str, device
+) -> tuple[np.ndarray, np.ndarray]:
     """One epoch of every configuration of ``chunk``: (mean batch loss, training error) per configuration."""
     seeds = chunk.seeds
     shared = len(set(seeds)) == 1
@@ -303,7 +317,7 @@ def run_epoch(chunk: Chunk, perms: dict, epoch: int, train_idx, train_y, n_batch
     loss_sum = torch.zeros(chunk.m, dtype=torch.float64, device=device)
     wrong = torch.zeros(chunk.m, dtype=torch.int64, device=device)
     for b in range(n_batches):
-        rows = order[:, b * batch:(b + 1) * batch]                           # (1 or M, batch)
+        rows = order[:, b * batch : (b + 1) * batch]  # (1 or M, batch)
         idx = train_idx[rows].expand(chunk.m, -1, -1) if shared else train_idx[rows]
         labels = train_y[rows].expand(chunk.m, -1) if shared else train_y[rows]
         theta, class_theta, q, cq = _log_tables(chunk)
@@ -320,8 +334,7 @@ def run_epoch(chunk: Chunk, perms: dict, epoch: int, train_idx, train_y, n_batch
         # log_softmax backward (g - softmax * sum g), written into the buffers fused Adam reads.
         torch.sub(grad_theta, theta.exp() * grad_theta.sum(dim=3, keepdim=True), out=chunk.grads[0])
         grad_class_theta = grad.sum(dim=1)
-        torch.sub(grad_class_theta, class_theta.exp() * grad_class_theta.sum(dim=1, keepdim=True),
-                  out=chunk.grads[1])
+        torch.sub(grad_class_theta, class_theta.exp() * grad_class_theta.sum(dim=1, keepdim=True), out=chunk.grads[1])
         _adam(chunk, epoch)
     return (loss_sum / n_batches).cpu().numpy(), wrong.cpu().numpy() / (n_batches * batch)
 
@@ -338,11 +351,14 @@ def evaluate(chunk: Chunk, evals: dict, budget: int = 1 << 28) -> dict:
         block = max(1, budget // (chunk.m * (chunk.n_classes * 4 + indices.shape[1] * 8)))
         wrong = torch.zeros(chunk.m, dtype=torch.int64, device=indices.device)
         for start in range(0, labels.shape[0], block):
-            idx = indices[start:start + block]
+            idx = indices[start : start + block]
             lj = _gather_sum(q, cq, idx[None].expand(chunk.m, -1, -1))
-            wrong += (lj.argmax(dim=2) != labels[start:start + block]).sum(dim=1)
+            wrong += (lj.argmax(dim=2) != labels[start : start + block]).sum(dim=1)
         n = labels.shape[0]
         # float32(count) / float32(n): the single run's float32 mean of 0/1 values, bit for bit.
-        out[name] = (wrong.cpu().numpy().astype(np.float32) / np.float32(n)) if n else \
-            np.full(chunk.m, np.nan, dtype=np.float32)
+        out[name] = (
+            (wrong.cpu().numpy().astype(np.float32) / np.float32(n))
+            if n
+            else np.full(chunk.m, np.nan, dtype=np.float32)
+        )
     return out

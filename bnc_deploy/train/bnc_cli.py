@@ -21,8 +21,16 @@ from bnc_deploy.train.arguments import applies_only, flag, refuse_random_model
 #: ``--structure`` when not given.
 DEFAULT_STRUCTURE = "chow-liu"
 #: Flags (attribute names) that apply only with ``--structure learn``.
-LEARN_FLAGS = ("candidates", "candidates_file", "size_penalty", "size_penalty_mode", "structure_lr", "tau_start",
-               "tau_end", "finetune_epochs")
+LEARN_FLAGS = (
+    "candidates",
+    "candidates_file",
+    "size_penalty",
+    "size_penalty_mode",
+    "structure_lr",
+    "tau_start",
+    "tau_end",
+    "finetune_epochs",
+)
 #: Flags of this family (besides ``--structure``) that another family's model refuses, in message order.
 OWN_FLAGS = ("bits", "int_bits", *LEARN_FLAGS)
 
@@ -31,8 +39,8 @@ OWN_FLAGS = ("bits", "int_bits", *LEARN_FLAGS)
 class BncPlan:
     """A validated BN run: the trainer's configuration, and structure learning's (or None)."""
 
-    config: object                 # bnc_deploy.train.bnc.TrainConfig
-    learn: object | None = None    # bnc_deploy.train.structure_learning.StructureLearningConfig
+    config: object  # bnc_deploy.train.bnc.TrainConfig
+    learn: object | None = None  # bnc_deploy.train.structure_learning.StructureLearningConfig
 
     @property
     def epochs(self) -> int:
@@ -48,49 +56,93 @@ class BncFamily:
 
         defaults = TrainConfig()
         model_group.add_argument(
-            "--structure", default=defaults.structure, metavar="{chow-liu,learn,FILE}",
+            "--structure",
+            default=defaults.structure,
+            metavar="{chow-liu,learn,FILE}",
             help="TAN structure: chow-liu (default), learn (differentiable, model-size-aware structure "
-                 "learning), or a file of parents (.bnc model, JSON list, or ints)")
+            "learning), or a file of parents (.bnc model, JSON list, or ints)",
+        )
         model_group.add_argument(
-            "--candidates", default=None, metavar="K",
+            "--candidates",
+            default=None,
+            metavar="K",
             help="--structure learn: at most K random candidate parents per feature among its "
-                 "predecessors (default 8); 0 or 'all' for every predecessor")
+            "predecessors (default 8); 0 or 'all' for every predecessor",
+        )
         model_group.add_argument(
-            "--candidates-file", default=None, metavar="FILE[#DATASET]",
+            "--candidates-file",
+            default=None,
+            metavar="FILE[#DATASET]",
             help="--structure learn: a fixed feature ordering and candidate parent sets from a JSON file, "
-                 "{\"ordering\": [...], \"candidates\": [[...], ...]} (per feature, -1 = class only), or the "
-                 "authors' pgm2020_tan_subset_settings.json (the entry of the loaded dataset, or #DATASET); "
-                 "not with --candidates")
+            '{"ordering": [...], "candidates": [[...], ...]} (per feature, -1 = class only), or the '
+            "authors' pgm2020_tan_subset_settings.json (the entry of the loaded dataset, or #DATASET); "
+            "not with --candidates",
+        )
         model_group.add_argument(
-            "--size-penalty", type=float, default=None, metavar="LAMBDA",
-            help="--structure learn: weight lambda_MS of the expected model size (default 1e-3)")
+            "--size-penalty",
+            type=float,
+            default=None,
+            metavar="LAMBDA",
+            help="--structure learn: weight lambda_MS of the expected model size (default 1e-3)",
+        )
         model_group.add_argument(
-            "--size-penalty-mode", choices=("added", "absolute"), default=None,
-            help="--structure learn: count parameters added over naive Bayes (default) or all")
+            "--size-penalty-mode",
+            choices=("added", "absolute"),
+            default=None,
+            help="--structure learn: count parameters added over naive Bayes (default) or all",
+        )
         model_group.add_argument(
-            "--structure-lr", type=float, default=None, metavar="X",
-            help="--structure learn: constant Adam learning rate of the structure logits (default 1e-3)")
+            "--structure-lr",
+            type=float,
+            default=None,
+            metavar="X",
+            help="--structure learn: constant Adam learning rate of the structure logits (default 1e-3)",
+        )
         model_group.add_argument(
-            "--tau-start", type=float, default=None, metavar="T",
-            help="--structure learn: Gumbel-softmax temperature of the first epoch (default 10)")
+            "--tau-start",
+            type=float,
+            default=None,
+            metavar="T",
+            help="--structure learn: Gumbel-softmax temperature of the first epoch (default 10)",
+        )
         model_group.add_argument(
-            "--tau-end", type=float, default=None, metavar="T",
-            help="--structure learn: temperature of the last epoch, log-linear in between (default 0.1)")
+            "--tau-end",
+            type=float,
+            default=None,
+            metavar="T",
+            help="--structure learn: temperature of the last epoch, log-linear in between (default 0.1)",
+        )
         model_group.add_argument(
-            "--finetune-epochs", type=int, default=None, metavar="N",
+            "--finetune-epochs",
+            type=int,
+            default=None,
+            metavar="N",
             help="--structure learn: epochs of (quantization-aware with --bits) training of the "
-                 "learned TAN, starting from its jointly trained tables (default 0)")
+            "learned TAN, starting from its jointly trained tables (default 0)",
+        )
         model_group.add_argument(
-            "--bits", type=int, default=None, metavar="B",
-            help="bits per parameter B = B_I + B_F in 1..8; omit for a float32 model")
+            "--bits",
+            type=int,
+            default=None,
+            metavar="B",
+            help="bits per parameter B = B_I + B_F in 1..8; omit for a float32 model",
+        )
         model_group.add_argument(
-            "--int-bits", type=int, default=None, metavar="I",
-            help="integer bits B_I in 1..6 (B_F = B - B_I may be negative); default 1 for B=1, 2 for B<=3, else 3")
+            "--int-bits",
+            type=int,
+            default=None,
+            metavar="I",
+            help="integer bits B_I in 1..6 (B_F = B - B_I may be negative); default 1 for B=1, 2 for B<=3, else 3",
+        )
         model_group.add_argument(
-            "--init", choices=("uniform", "ml"), default=defaults.init,
-            help="uniform: rho ~ U(-0.1, 0.1) (paper); ml: maximum likelihood counts + smoothing")
+            "--init",
+            choices=("uniform", "ml"),
+            default=defaults.init,
+            help="uniform: rho ~ U(-0.1, 0.1) (paper); ml: maximum likelihood counts + smoothing",
+        )
         model_group.add_argument(
-            "--smoothing", type=float, default=defaults.smoothing, help="pseudo-counts for --init ml (default 1)")
+            "--smoothing", type=float, default=defaults.smoothing, help="pseudo-counts for --init ml (default 1)"
+        )
 
     def flags_given(self, args) -> list[str]:
         used = [flag(name) for name in OWN_FLAGS if getattr(args, name) is not None]
@@ -105,11 +157,24 @@ class BncFamily:
         from bnc_deploy.train.bnc import TrainConfig
 
         config = TrainConfig(
-            model=args.model, structure=args.structure, bits=args.bits, int_bits=args.int_bits, init=args.init,
-            smoothing=args.smoothing, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
-            lr_decay=args.lr_decay if args.lr_decay is not None else TrainConfig().lr_decay, loss=args.loss,
-            hybrid_lambda=args.hybrid_lambda, hybrid_gamma=args.hybrid_gamma, hybrid_eta=args.hybrid_eta,
-            seed=args.seed, adam_eps=args.adam_eps, progress=progress)
+            model=args.model,
+            structure=args.structure,
+            bits=args.bits,
+            int_bits=args.int_bits,
+            init=args.init,
+            smoothing=args.smoothing,
+            epochs=args.epochs,
+            batch_size=args.batch_size,
+            lr=args.lr,
+            lr_decay=args.lr_decay if args.lr_decay is not None else TrainConfig().lr_decay,
+            loss=args.loss,
+            hybrid_lambda=args.hybrid_lambda,
+            hybrid_gamma=args.hybrid_gamma,
+            hybrid_eta=args.hybrid_eta,
+            seed=args.seed,
+            adam_eps=args.adam_eps,
+            progress=progress,
+        )
         config.validate()
         refuse_random_model(args.epochs, args.init)
         return BncPlan(config, structure_learning_config(args))
@@ -142,8 +207,8 @@ class BncFamily:
             "int_bits": q.int_bits if q else None,
             "frac_bits": q.frac_bits if q else None,
             "structure_source": artifact.metadata.get("structure_source"),
-            "n_parameters_nb_multiple": artifact.n_parameters / (dataset.n_classes
-                                                                 * (1 + int(dataset.cardinalities.sum()))),
+            "n_parameters_nb_multiple": artifact.n_parameters
+            / (dataset.n_classes * (1 + int(dataset.cardinalities.sum()))),
         }
 
     def format_summary(self, r: dict) -> str:
@@ -179,8 +244,10 @@ def structure_learning_config(args):
     from bnc_deploy.train.structure_learning import StructureLearningConfig, parse_candidates
 
     if args.candidates_file is not None and args.candidates is not None:
-        raise ConfigError(f"--candidates-file {args.candidates_file} gives every feature's candidate parents; "
-                          f"--candidates {args.candidates} cannot also be given")
+        raise ConfigError(
+            f"--candidates-file {args.candidates_file} gives every feature's candidate parents; "
+            f"--candidates {args.candidates} cannot also be given"
+        )
     sl = StructureLearningConfig()
     if args.candidates is not None:
         sl.candidates = parse_candidates(args.candidates)

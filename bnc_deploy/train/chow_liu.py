@@ -8,8 +8,9 @@ from __future__ import annotations
 import numpy as np
 
 
-def conditional_mutual_information(x: np.ndarray, y: np.ndarray, cardinalities: np.ndarray,
-                                   n_classes: int) -> np.ndarray:
+def conditional_mutual_information(
+    x: np.ndarray, y: np.ndarray, cardinalities: np.ndarray, n_classes: int
+) -> np.ndarray:
     """Empirical ``I(X_i; X_j | C)`` for every feature pair, in nats.
 
     Parameters
@@ -37,8 +38,8 @@ def conditional_mutual_information(x: np.ndarray, y: np.ndarray, cardinalities: 
             continue
         onehot = np.zeros((n_c, width), dtype=np.float32)
         onehot[np.arange(n_c)[:, None], offsets[None, :] + rows] = 1.0
-        joint = (onehot.T @ onehot).astype(np.float64)          # counts N(x_i=a, x_j=b, c)
-        marginal = onehot.sum(axis=0).astype(np.float64)       # counts N(x_i=a, c)
+        joint = (onehot.T @ onehot).astype(np.float64)  # counts N(x_i=a, x_j=b, c)
+        marginal = onehot.sum(axis=0).astype(np.float64)  # counts N(x_i=a, c)
         # p(a,b,c) * log( p(a,b|c) / (p(a|c) p(b|c)) ) = N_abc/n * log(N_abc * N_c / (N_ac N_bc))
         with np.errstate(divide="ignore", invalid="ignore"):
             terms = joint / n * np.log(joint * n_c / np.outer(marginal, marginal))
@@ -76,8 +77,9 @@ def maximum_spanning_tree_parents(weights: np.ndarray, root: int = 0) -> np.ndar
     return parents
 
 
-def chow_liu_parents(x: np.ndarray, y: np.ndarray, cardinalities: np.ndarray, n_classes: int,
-                     root: int = 0) -> np.ndarray:
+def chow_liu_parents(
+    x: np.ndarray, y: np.ndarray, cardinalities: np.ndarray, n_classes: int, root: int = 0
+) -> np.ndarray:
     """Chow-Liu TAN parents (Friedman et al. 1997): ``-1`` for the root, else the parent feature."""
     cmi = conditional_mutual_information(x, y, cardinalities, n_classes)
     return maximum_spanning_tree_parents(cmi, root=root)

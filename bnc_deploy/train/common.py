@@ -56,8 +56,17 @@ class EpochHistory:
     def __init__(self) -> None:
         self.data: dict[str, list] = {key: [] for key in HISTORY_KEYS}
 
-    def record(self, epoch: int, *, lr: float, train_loss: float, train_error: float, test_error: float,
-               val_error: float | None, seconds: float) -> None:
+    def record(
+        self,
+        epoch: int,
+        *,
+        lr: float,
+        train_loss: float,
+        train_error: float,
+        test_error: float,
+        val_error: float | None,
+        seconds: float,
+    ) -> None:
         """Append one epoch. Raises FloatingPointError naming the epoch if the loss diverged."""
         if not math.isfinite(train_loss):
             raise FloatingPointError(f"training loss became {train_loss} in epoch {epoch}; try a smaller --lr")
@@ -72,17 +81,27 @@ class EpochHistory:
     def recorder(self, error, tensors: dict):
         """A ``record`` for :func:`~bnc_deploy.train.loop.fit_epochs`: the loop's figures plus the
         model's errors ``error(x, y)`` on ``tensors["test"]`` (and ``tensors["val"]`` if present)."""
+
         def record(stats) -> None:
-            self.record(stats.epoch, lr=stats.lr, train_loss=stats.train_loss, train_error=stats.train_error,
-                        test_error=error(*tensors["test"]),
-                        val_error=error(*tensors["val"]) if "val" in tensors else None,
-                        seconds=stats.seconds())
+            self.record(
+                stats.epoch,
+                lr=stats.lr,
+                train_loss=stats.train_loss,
+                train_error=stats.train_error,
+                test_error=error(*tensors["test"]),
+                val_error=error(*tensors["val"]) if "val" in tensors else None,
+                seconds=stats.seconds(),
+            )
+
         return record
 
     def postfix(self) -> dict:
         """The progress bar's live figures of the last epoch."""
-        return {"loss": f"{self.data['train_loss'][-1]:.4g}", "train_err": f"{self.data['train_error'][-1]:.4f}",
-                "test_err": f"{self.data['test_error'][-1]:.4f}"}
+        return {
+            "loss": f"{self.data['train_loss'][-1]:.4g}",
+            "train_err": f"{self.data['train_error'][-1]:.4f}",
+            "test_err": f"{self.data['test_error'][-1]:.4f}",
+        }
 
     def finish(self) -> dict:
         if not self.data["val_error"]:
@@ -115,6 +134,7 @@ def run_metadata(dataset, config, history: dict, seconds: float, **extra) -> dic
 
 def record_errors(artifact, reference, dataset) -> None:
     """``metadata["errors"]``: train/test(/val) error of the artifact's reference predictor."""
+
     def error(x, y) -> float:
         return float(np.mean(reference.predict(x) != y)) if len(y) else float("nan")
 

@@ -53,13 +53,13 @@ class DNNConfig:
     Exactly one of ``hidden`` (explicit widths/channels), ``match_bits`` or ``match_ops``.
     """
 
-    architecture: str = "fc"           # "fc" or "cnn"
+    architecture: str = "fc"  # "fc" or "cnn"
     layers: int = 2
     weight_bits: int = 2
-    activation: str = "relu"           # "relu" or "sign"
+    activation: str = "relu"  # "relu" or "sign"
     batch_norm: bool = False
     one_hot: bool = False
-    hidden: list | None = None         # explicit widths (FC: L-1 values, or 1 repeated) / channels
+    hidden: list | None = None  # explicit widths (FC: L-1 values, or 1 repeated) / channels
     match_bits: int | None = None
     match_ops: int | None = None
     epochs: int = 100
@@ -71,7 +71,7 @@ class DNNConfig:
     image_shape: tuple | None = None
     pixel_order: str | None = None
     progress: bool = True
-    sizing: dict = field(default_factory=dict)   # filled in by resolve_widths
+    sizing: dict = field(default_factory=dict)  # filled in by resolve_widths
 
     def validate(self) -> None:
         if self.architecture not in ("fc", "cnn"):
@@ -80,13 +80,15 @@ class DNNConfig:
         if not lo <= self.layers <= hi:
             what = "weight layers" if self.architecture == "fc" else "convolution layers"
             raise ConfigError(f"--layers {self.layers}: a {self.architecture} network has {lo}..{hi} {what}")
-        DoReFaWeightQuantizer(self.weight_bits)     # UnsupportedBitWidth names the value
+        DoReFaWeightQuantizer(self.weight_bits)  # UnsupportedBitWidth names the value
         if self.activation not in ("relu", "sign"):
             raise ConfigError(f"unknown activation {self.activation!r}: use relu or sign")
         given = [name for name in ("hidden", "match_bits", "match_ops") if getattr(self, name) is not None]
         if len(given) != 1:
-            raise ConfigError("give exactly one of explicit widths (--hidden), --match-bits or --match-ops"
-                              + (f" (got {', '.join(given)})" if given else ""))
+            raise ConfigError(
+                "give exactly one of explicit widths (--hidden), --match-bits or --match-ops"
+                + (f" (got {', '.join(given)})" if given else "")
+            )
         if self.hidden is not None:
             widths = list(self.hidden)
             if not widths or any(int(w) < 1 for w in widths):
@@ -126,9 +128,15 @@ class InputSpec:
 
     def encode(self, x: np.ndarray) -> torch.Tensor:
         """Float32 network inputs (exact: integers times a power of two)."""
-        ints = encode_integer(x, architecture=self.architecture, encoding=self.encoding,
-                              cardinalities=self.cardinalities, input_codes=self.input_codes,
-                              image_shape=self.image_shape, pixel_order=self.pixel_order)
+        ints = encode_integer(
+            x,
+            architecture=self.architecture,
+            encoding=self.encoding,
+            cardinalities=self.cardinalities,
+            input_codes=self.input_codes,
+            image_shape=self.image_shape,
+            pixel_order=self.pixel_order,
+        )
         return torch.from_numpy((ints * self.input_scale).astype(np.float32))
 
 
@@ -137,11 +145,21 @@ def input_spec(dataset: DiscreteDataset, config: DNNConfig) -> InputSpec:
     if config.architecture == "cnn":
         shape, order = image_layout(dataset.name, dataset.n_features, config.image_shape, config.pixel_order)
     if config.one_hot:
-        return InputSpec("onehot", dataset.cardinalities, None, 1.0, None, None, config.architecture, shape,
-                         order or "row-major")
+        return InputSpec(
+            "onehot", dataset.cardinalities, None, 1.0, None, None, config.architecture, shape, order or "row-major"
+        )
     table = fit_standardized_table(dataset.x_train, dataset.cardinalities)
-    return InputSpec("standardized", dataset.cardinalities, table["input_codes"], table["input_scale"],
-                     table["mean"], table["std"], config.architecture, shape, order or "row-major")
+    return InputSpec(
+        "standardized",
+        dataset.cardinalities,
+        table["input_codes"],
+        table["input_scale"],
+        table["mean"],
+        table["std"],
+        config.architecture,
+        shape,
+        order or "row-major",
+    )
 
 
 def resolve_widths(config: DNNConfig, spec: InputSpec, n_classes: int) -> list[int]:
@@ -158,22 +176,47 @@ def resolve_widths(config: DNNConfig, spec: InputSpec, n_classes: int) -> list[i
         config.sizing = {"target_kind": None, "widths": widths}
         return widths
     if config.architecture == "fc":
-        result = sizing.match_fc(spec.n_inputs, n_classes, config.layers, config.weight_bits, config.batch_norm,
-                                 target_bits=config.match_bits, target_ops=config.match_ops)
+        result = sizing.match_fc(
+            spec.n_inputs,
+            n_classes,
+            config.layers,
+            config.weight_bits,
+            config.batch_norm,
+            target_bits=config.match_bits,
+            target_ops=config.match_ops,
+        )
     else:
-        result = sizing.match_cnn(spec.image_shape, spec.channels, n_classes, config.layers, config.weight_bits,
-                                  config.batch_norm, target_bits=config.match_bits, target_ops=config.match_ops)
+        result = sizing.match_cnn(
+            spec.image_shape,
+            spec.channels,
+            n_classes,
+            config.layers,
+            config.weight_bits,
+            config.batch_norm,
+            target_bits=config.match_bits,
+            target_ops=config.match_ops,
+        )
     config.sizing = result.to_dict()
     return list(result.widths)
 
 
-def build_model(config: DNNConfig, spec: InputSpec, n_classes: int, widths: list[int],
-                generator: torch.Generator | None = None):
+def build_model(
+    config: DNNConfig, spec: InputSpec, n_classes: int, widths: list[int], generator: torch.Generator | None = None
+):
     if config.architecture == "fc":
-        return QuantMLP(spec.n_inputs, n_classes, widths, config.weight_bits, config.activation,
-                        config.batch_norm, generator)
-    return QuantCNN(spec.channels, spec.image_shape, n_classes, widths, config.weight_bits, config.activation,
-                    config.batch_norm, generator)
+        return QuantMLP(
+            spec.n_inputs, n_classes, widths, config.weight_bits, config.activation, config.batch_norm, generator
+        )
+    return QuantCNN(
+        spec.channels,
+        spec.image_shape,
+        n_classes,
+        widths,
+        config.weight_bits,
+        config.activation,
+        config.batch_norm,
+        generator,
+    )
 
 
 def train_dnn(dataset: DiscreteDataset, config: DNNConfig) -> TrainResult:
@@ -184,8 +227,10 @@ def train_dnn(dataset: DiscreteDataset, config: DNNConfig) -> TrainResult:
     torch.manual_seed(config.seed)
     sign_generator = torch.Generator().manual_seed(config.seed + 2)
     model = build_model(config, spec, dataset.n_classes, widths, sign_generator)
-    tensors = {"train": (spec.encode(dataset.x_train), torch.from_numpy(dataset.y_train)),
-               "test": (spec.encode(dataset.x_test), torch.from_numpy(dataset.y_test))}
+    tensors = {
+        "train": (spec.encode(dataset.x_train), torch.from_numpy(dataset.y_train)),
+        "test": (spec.encode(dataset.x_test), torch.from_numpy(dataset.y_test)),
+    }
     if dataset.x_val is not None:
         tensors["val"] = (spec.encode(dataset.x_val), torch.from_numpy(dataset.y_val))
     tick = time.perf_counter()
@@ -213,10 +258,18 @@ def _fit(model, tensors, config: DNNConfig) -> dict:
     # Evaluation puts the net in eval mode, so every epoch starts by switching back to training
     # (batch statistics, stochastic sign). Batches are gathered one at a time: a CNN's encoded
     # inputs can be large, and a per-epoch shuffled copy would double them.
-    fit_epochs(*tensors["train"], step=step, record=history.recorder(partial(_error, model), tensors),
-               optimizer=optimizer, learning_rates=config.learning_rates(), batch_size=config.batch_size,
-               seed=config.seed, start_epoch=lambda epoch: model.train(), progress=config.progress,
-               postfix=history.postfix)
+    fit_epochs(
+        *tensors["train"],
+        step=step,
+        record=history.recorder(partial(_error, model), tensors),
+        optimizer=optimizer,
+        learning_rates=config.learning_rates(),
+        batch_size=config.batch_size,
+        seed=config.seed,
+        start_epoch=lambda epoch: model.train(),
+        progress=config.progress,
+        postfix=history.postfix,
+    )
     return history.finish()
 
 
@@ -225,7 +278,7 @@ def predict_torch(model, x: torch.Tensor) -> np.ndarray:
     """Eval-mode labels of the torch model (first maximum), in chunks."""
     was_training = model.training
     model.eval()
-    out = [model(x[i:i + EVAL_ROWS]).argmax(dim=1) for i in range(0, x.shape[0], EVAL_ROWS)]
+    out = [model(x[i : i + EVAL_ROWS]).argmax(dim=1) for i in range(0, x.shape[0], EVAL_ROWS)]
     model.train(was_training)
     return torch.cat(out).numpy() if out else np.zeros(0, dtype=np.int64)
 
@@ -238,19 +291,32 @@ def _to_artifact(model, spec: InputSpec, dataset: DiscreteDataset, config: DNNCo
     metadata = run_metadata(dataset, config, history, seconds, sizing=config.sizing)
     check_x, check_y = check_set(dataset, config.seed)
     artifact = DNNArtifact(
-        architecture=config.architecture, cardinalities=dataset.cardinalities, class_names=dataset.class_names,
-        feature_names=dataset.feature_names, weight_bits=config.weight_bits, activation=config.activation,
-        input_encoding=spec.encoding, layers=model.to_layers(), input_codes=spec.input_codes,
-        input_scale=spec.input_scale, image_shape=spec.image_shape, pixel_order=spec.pixel_order,
-        input_mean=spec.mean, input_std=spec.std,
+        architecture=config.architecture,
+        cardinalities=dataset.cardinalities,
+        class_names=dataset.class_names,
+        feature_names=dataset.feature_names,
+        weight_bits=config.weight_bits,
+        activation=config.activation,
+        input_encoding=spec.encoding,
+        layers=model.to_layers(),
+        input_codes=spec.input_codes,
+        input_scale=spec.input_scale,
+        image_shape=spec.image_shape,
+        pixel_order=spec.pixel_order,
+        input_mean=spec.mean,
+        input_std=spec.std,
         discretizer=dataset.discretizer.to_dict() if dataset.discretizer is not None else None,
-        metadata=metadata, check_x=check_x, check_y=check_y)
+        metadata=metadata,
+        check_x=check_x,
+        check_y=check_y,
+    )
     record_errors(artifact, DNNReferencePredictor(artifact), dataset)
     return artifact
 
 
-def _check_reference_agrees(model, artifact: DNNArtifact, x_test_encoded: torch.Tensor, x_test: np.ndarray,
-                            y_test: np.ndarray) -> None:
+def _check_reference_agrees(
+    model, artifact: DNNArtifact, x_test_encoded: torch.Tensor, x_test: np.ndarray, y_test: np.ndarray
+) -> None:
     """Record how often the artifact's reference predicts what the eval-mode torch net predicts.
 
     Not bit-exact by nature: torch applies batch norm as ``(z - mean) / sqrt(var + eps) * gamma +
@@ -264,6 +330,7 @@ def _check_reference_agrees(model, artifact: DNNArtifact, x_test_encoded: torch.
     artifact.metadata["torch_reference_agreement"] = agreement
     artifact.metadata["torch_test_error"] = float(np.mean(torch_labels != y_test)) if len(y_test) else None
     if agreement < 0.99:
-        raise AssertionError(f"internal error: the artifact agrees with the trained torch model on only "
-                             f"{100 * agreement:.2f} % of the test rows")
-
+        raise AssertionError(
+            f"internal error: the artifact agrees with the trained torch model on only "
+            f"{100 * agreement:.2f} % of the test rows"
+        )

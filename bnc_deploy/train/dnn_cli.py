@@ -16,8 +16,18 @@ from bnc_deploy.errors import ConfigError
 from bnc_deploy.train.arguments import flag
 
 #: This family's flags (attribute names), in the order a refusal names them.
-OWN_FLAGS = ("layers", "weight_bits", "activation", "batch_norm", "one_hot", "match_bits", "match_ops", "hidden",
-             "image_shape", "pixel_order")
+OWN_FLAGS = (
+    "layers",
+    "weight_bits",
+    "activation",
+    "batch_norm",
+    "one_hot",
+    "match_bits",
+    "match_ops",
+    "hidden",
+    "image_shape",
+    "pixel_order",
+)
 #: ``--lr-decay`` when not given (the paper's DNN schedule decays to lr0 * 1e-4).
 DEFAULT_LR_DECAY = 1e-4
 
@@ -27,30 +37,68 @@ class DnnFamily:
 
     def add_arguments(self, parser, model_group) -> None:
         dnn = parser.add_argument_group("DNN baselines (--model fc or cnn)")
-        dnn.add_argument("--layers", type=int, default=None, metavar="L",
-                         help="fc: weight layers L in 2..5 (default 2); cnn: convolution layers 1..2 (default 2)")
-        dnn.add_argument("--weight-bits", type=int, default=None, metavar="B",
-                         help="bits per weight B in 1..8 (DoReFa; 1 = sign); default 2")
-        dnn.add_argument("--activation", choices=("relu", "sign"), default=None,
-                         help="hidden activation (default relu); sign is stochastic in training, +1 for >= 0 at "
-                              "inference")
-        dnn.add_argument("--batch-norm", action="store_true",
-                         help="batch norm after every hidden affine map / convolution")
-        dnn.add_argument("--one-hot", action="store_true",
-                         help="one-hot encode the discrete features (default: standardize them with the training "
-                              "mean/std)")
+        dnn.add_argument(
+            "--layers",
+            type=int,
+            default=None,
+            metavar="L",
+            help="fc: weight layers L in 2..5 (default 2); cnn: convolution layers 1..2 (default 2)",
+        )
+        dnn.add_argument(
+            "--weight-bits",
+            type=int,
+            default=None,
+            metavar="B",
+            help="bits per weight B in 1..8 (DoReFa; 1 = sign); default 2",
+        )
+        dnn.add_argument(
+            "--activation",
+            choices=("relu", "sign"),
+            default=None,
+            help="hidden activation (default relu); sign is stochastic in training, +1 for >= 0 at inference",
+        )
+        dnn.add_argument(
+            "--batch-norm", action="store_true", help="batch norm after every hidden affine map / convolution"
+        )
+        dnn.add_argument(
+            "--one-hot",
+            action="store_true",
+            help="one-hot encode the discrete features (default: standardize them with the training mean/std)",
+        )
         size = dnn.add_mutually_exclusive_group()
-        size.add_argument("--match-bits", type=int, default=None, metavar="T",
-                          help="choose widths/channels so the model needs about T bits (the paper's accounting)")
-        size.add_argument("--match-ops", type=int, default=None, metavar="T",
-                          help="choose widths/channels so the model needs about T operations per row")
-        size.add_argument("--hidden", default=None, metavar="W[,W...]",
-                          help="explicit hidden widths (fc, one per hidden layer or one for all) or channels "
-                               "(cnn: C1 or C1,C2; one value gives C1,2*C1)")
-        dnn.add_argument("--image-shape", default=None, metavar="HxW",
-                         help="cnn: image shape of the features (known for usps, mnist, digits)")
-        dnn.add_argument("--pixel-order", choices=("row-major", "column-major"), default=None,
-                         help="cnn: how features map to pixels (known for usps, mnist, digits)")
+        size.add_argument(
+            "--match-bits",
+            type=int,
+            default=None,
+            metavar="T",
+            help="choose widths/channels so the model needs about T bits (the paper's accounting)",
+        )
+        size.add_argument(
+            "--match-ops",
+            type=int,
+            default=None,
+            metavar="T",
+            help="choose widths/channels so the model needs about T operations per row",
+        )
+        size.add_argument(
+            "--hidden",
+            default=None,
+            metavar="W[,W...]",
+            help="explicit hidden widths (fc, one per hidden layer or one for all) or channels "
+            "(cnn: C1 or C1,C2; one value gives C1,2*C1)",
+        )
+        dnn.add_argument(
+            "--image-shape",
+            default=None,
+            metavar="HxW",
+            help="cnn: image shape of the features (known for usps, mnist, digits)",
+        )
+        dnn.add_argument(
+            "--pixel-order",
+            choices=("row-major", "column-major"),
+            default=None,
+            help="cnn: how features map to pixels (known for usps, mnist, digits)",
+        )
 
     def flags_given(self, args) -> list[str]:
         # "Given" means neither None nor False (store_true flags default to False).
@@ -66,14 +114,25 @@ class DnnFamily:
         if args.model != "cnn" and (args.image_shape or args.pixel_order):
             raise ConfigError("--image-shape and --pixel-order apply only to --model cnn")
         config = DNNConfig(
-            architecture=args.model, layers=args.layers if args.layers is not None else 2,
+            architecture=args.model,
+            layers=args.layers if args.layers is not None else 2,
             weight_bits=args.weight_bits if args.weight_bits is not None else 2,
-            activation=args.activation or "relu", batch_norm=args.batch_norm, one_hot=args.one_hot,
-            hidden=parse_hidden(args.hidden), match_bits=args.match_bits, match_ops=args.match_ops,
-            epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
-            lr_decay=args.lr_decay if args.lr_decay is not None else DEFAULT_LR_DECAY, adam_eps=args.adam_eps,
-            seed=args.seed, image_shape=parse_image_shape(args.image_shape) if args.image_shape else None,
-            pixel_order=args.pixel_order, progress=progress)
+            activation=args.activation or "relu",
+            batch_norm=args.batch_norm,
+            one_hot=args.one_hot,
+            hidden=parse_hidden(args.hidden),
+            match_bits=args.match_bits,
+            match_ops=args.match_ops,
+            epochs=args.epochs,
+            batch_size=args.batch_size,
+            lr=args.lr,
+            lr_decay=args.lr_decay if args.lr_decay is not None else DEFAULT_LR_DECAY,
+            adam_eps=args.adam_eps,
+            seed=args.seed,
+            image_shape=parse_image_shape(args.image_shape) if args.image_shape else None,
+            pixel_order=args.pixel_order,
+            progress=progress,
+        )
         config.validate()
         return config
 
@@ -128,7 +187,7 @@ class DnnFamily:
         if r["val_error"] is not None:
             lines.append(f"  val error   {100 * r['val_error']:.2f} %")
         lines.append(f"  test error  {100 * r['test_error']:.2f} %")
-        if r["epochs"] == 0:   # allowed (sizing, export checks), but never silently
+        if r["epochs"] == 0:  # allowed (sizing, export checks), but never silently
             lines.append("  untrained   --epochs 0: the weights are the random initialization")
         lines.append(f"  wrote       {r['model']}")
         return "\n".join(lines)

@@ -11,7 +11,8 @@ Contract
   epochs to run and no full batch, :class:`~bnc_deploy.errors.ConfigError`; with no epochs
   nothing is checked or run.
 * ``step(inputs, labels) -> (loss, scores)`` updates the model on one batch. The loop sums
-  the loss values (``loss.item()``, in batch order, from 0.0) and counts rows whose ``scores.argmax(1)`` is not the label, both measured on
+  the loss values (``loss.item()``, in batch order, from 0.0) and counts rows whose ``scores.argmax(1)`` is not the
+  label, both measured on
   the fly (before the update), as the paper's reference code reported them.
 * After every epoch, ``record(EpochStats)``: the trainer evaluates and stores what it wants
   (usually into :class:`~bnc_deploy.train.common.EpochHistory`); then the progress bar shows
@@ -26,8 +27,8 @@ against memory.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import numpy as np
 import torch
@@ -43,19 +44,20 @@ Step = Callable[[torch.Tensor, torch.Tensor], tuple]
 class EpochStats:
     """What the loop measured in one epoch, handed to the trainer's ``record``."""
 
-    epoch: int            # 1-based
-    lr: float             # this epoch's rate, as the schedule gave it
-    train_loss: float     # mean batch loss, measured on the fly
-    train_error: float    # misclassified training rows / rows seen
-    started: float        # time.perf_counter() at the start of the epoch
+    epoch: int  # 1-based
+    lr: float  # this epoch's rate, as the schedule gave it
+    train_loss: float  # mean batch loss, measured on the fly
+    train_error: float  # misclassified training rows / rows seen
+    started: float  # time.perf_counter() at the start of the epoch
 
     def seconds(self) -> float:
         """Seconds since the epoch started (read when recording, so evaluation counts too)."""
         return time.perf_counter() - self.started
 
 
-def epoch_batches(inputs: torch.Tensor, labels: torch.Tensor, order: torch.Tensor, batch_size: int, *,
-                  gather_per_epoch: bool):
+def epoch_batches(
+    inputs: torch.Tensor, labels: torch.Tensor, order: torch.Tensor, batch_size: int, *, gather_per_epoch: bool
+):
     """Yield ``(inputs, labels)`` of each full batch of ``order`` (the last incomplete one dropped)."""
     n_batches = order.shape[0] // batch_size
     if gather_per_epoch:
@@ -66,16 +68,24 @@ def epoch_batches(inputs: torch.Tensor, labels: torch.Tensor, order: torch.Tenso
             yield inputs[rows], labels[rows]
     else:
         for b in range(n_batches):
-            rows = order[b * batch_size:(b + 1) * batch_size]
+            rows = order[b * batch_size : (b + 1) * batch_size]
             yield inputs[rows], labels[rows]
 
 
-def run_epoch(step: Step, inputs: torch.Tensor, labels: torch.Tensor, order: torch.Tensor, batch_size: int, *,
-              gather_per_epoch: bool = False) -> tuple[float, int]:
+def run_epoch(
+    step: Step,
+    inputs: torch.Tensor,
+    labels: torch.Tensor,
+    order: torch.Tensor,
+    batch_size: int,
+    *,
+    gather_per_epoch: bool = False,
+) -> tuple[float, int]:
     """One pass over ``order`` in full batches: ``(summed batch losses, misclassified rows)``."""
     loss_sum, wrong = 0.0, 0
-    for batch_inputs, batch_labels in epoch_batches(inputs, labels, order, batch_size,
-                                                     gather_per_epoch=gather_per_epoch):
+    for batch_inputs, batch_labels in epoch_batches(
+        inputs, labels, order, batch_size, gather_per_epoch=gather_per_epoch
+    ):
         loss, scores = step(batch_inputs, batch_labels)
         # .item(): the exact float of a (float32) loss tensor, without float()'s requires-grad warning.
         loss_sum += loss.item() if isinstance(loss, torch.Tensor) else float(loss)
@@ -83,10 +93,21 @@ def run_epoch(step: Step, inputs: torch.Tensor, labels: torch.Tensor, order: tor
     return loss_sum, wrong
 
 
-def fit_epochs(inputs: torch.Tensor, labels: torch.Tensor, *, step: Step, record: Callable[[EpochStats], None],
-               optimizer: torch.optim.Optimizer, learning_rates: np.ndarray, batch_size: int, seed: int,
-               start_epoch: Callable[[int], None] | None = None, gather_per_epoch: bool = False,
-               progress: bool = False, postfix: Callable[[], dict] | None = None) -> None:
+def fit_epochs(
+    inputs: torch.Tensor,
+    labels: torch.Tensor,
+    *,
+    step: Step,
+    record: Callable[[EpochStats], None],
+    optimizer: torch.optim.Optimizer,
+    learning_rates: np.ndarray,
+    batch_size: int,
+    seed: int,
+    start_epoch: Callable[[int], None] | None = None,
+    gather_per_epoch: bool = False,
+    progress: bool = False,
+    postfix: Callable[[], dict] | None = None,
+) -> None:
     """Run ``len(learning_rates)`` epochs of ``step`` over ``(inputs, labels)`` (see the module docstring).
 
     ``start_epoch(epoch)`` runs after the rate is set and before the shuffle (e.g. ``model.train()``,

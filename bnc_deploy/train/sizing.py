@@ -145,13 +145,18 @@ def cnn_layers(image_hw, in_channels: int, channels, n_classes: int, batch_norm:
         raise ConfigError(f"the paper's CNNs have 1 or 2 convolutions, got {len(chans)} channel counts")
     pooled = _pooled(hw, len(chans))
     if min(pooled) < 1:
-        raise ConfigError(f"a {hw[0]}x{hw[1]} image is too small for {len(chans)} 2x2 max-pooling(s) "
-                          f"(size after pooling: {pooled[0]}x{pooled[1]})")
+        raise ConfigError(
+            f"a {hw[0]}x{hw[1]} image is too small for {len(chans)} 2x2 max-pooling(s) "
+            f"(size after pooling: {pooled[0]}x{pooled[1]})"
+        )
     layers, previous, size = [], e, hw
     for ch in chans:
         # 'same' padding, stride 1: the convolution outputs one position per input pixel.
-        layers += [Conv2D(previous, ch, KERNEL, size, batch_norm=bool(batch_norm), bias=False),
-                   Free("activation"), Free("maxpool 2x2")]
+        layers += [
+            Conv2D(previous, ch, KERNEL, size, batch_norm=bool(batch_norm), bias=False),
+            Free("activation"),
+            Free("maxpool 2x2"),
+        ]
         previous, size = ch, _pooled(size, 1)
     layers += [Free("flatten"), Dense(previous * size[0] * size[1], c, batch_norm=False, bias=True)]
     return layers
@@ -203,8 +208,9 @@ class CostPolynomial:
         return n
 
 
-def fc_polynomial(n_inputs: int, n_classes: int, n_layers: int, bits: int, batch_norm: bool,
-                  kind: str) -> CostPolynomial:
+def fc_polynomial(
+    n_inputs: int, n_classes: int, n_layers: int, bits: int, batch_norm: bool, kind: str
+) -> CostPolynomial:
     """Bits or ops of the equal-width FC NN as a polynomial in the hidden width ``H``."""
     d, c, L, b = n_inputs, n_classes, n_layers, bits
     bn = 1 if batch_norm else 0
@@ -217,8 +223,9 @@ def fc_polynomial(n_inputs: int, n_classes: int, n_layers: int, bits: int, batch
     raise ConfigError(f"kind must be one of {TARGET_KINDS}, got {kind!r}")
 
 
-def cnn_polynomial(image_hw, in_channels: int, n_classes: int, n_conv: int, bits: int, batch_norm: bool,
-                   kind: str) -> CostPolynomial:
+def cnn_polynomial(
+    image_hw, in_channels: int, n_classes: int, n_conv: int, bits: int, batch_norm: bool, kind: str
+) -> CostPolynomial:
     """Bits or ops of the CNN as a polynomial in the first layer's channels ``C1`` (``C2 = 2 C1``)."""
     (sh, sw), e, c, b = _image_hw(image_hw), in_channels, n_classes, bits
     bn = 1 if batch_norm else 0
@@ -296,8 +303,19 @@ class SizingResult:
         return d
 
 
-def _match(architecture: str, polynomial_for, layers_for, factors: tuple, input_shape: tuple,
-           n_classes: int, bits: int, batch_norm: bool, target_bits, target_ops, what: str) -> SizingResult:
+def _match(
+    architecture: str,
+    polynomial_for,
+    layers_for,
+    factors: tuple,
+    input_shape: tuple,
+    n_classes: int,
+    bits: int,
+    batch_norm: bool,
+    target_bits,
+    target_ops,
+    what: str,
+) -> SizingResult:
     kind, target = _target(target_bits, target_ops)
     poly = polynomial_for(kind)
     smallest = poly(Fraction(1, 2))  # the root must reach 1/2 to round to one unit
@@ -307,20 +325,39 @@ def _match(architecture: str, polynomial_for, layers_for, factors: tuple, input_
         raise ConfigError(
             f"target_{kind}={target:,} is too small for {what}: the width would round to 0 units; "
             f"the smallest admissible budget is {math.ceil(smallest):,} {kind} "
-            f"(widths {tuple(factors)} cost {one_unit.size_bits if kind == 'bits' else one_unit.n_ops:,} {kind})")
+            f"(widths {tuple(factors)} cost {one_unit.size_bits if kind == 'bits' else one_unit.n_ops:,} {kind})"
+        )
     real = poly.solve(target)
     # root >= 1/2 here, so every factor >= 1 gives at least one unit (max() only guards the invariant).
     widths = tuple(max(1, poly.rounded_root(target, f)) for f in factors)
     report = dnn_costs(layers_for(list(widths)), bits)
     achieved = report.size_bits if kind == "bits" else report.n_ops
-    return SizingResult(architecture=architecture, widths=widths, real_solution=real, target_kind=kind,
-                        target=target, achieved_bits=report.size_bits, achieved_ops=report.n_ops,
-                        absolute_error=achieved - target, relative_error=(achieved - target) / target,
-                        input_shape=input_shape, n_classes=n_classes, bits=bits, batch_norm=bool(batch_norm))
+    return SizingResult(
+        architecture=architecture,
+        widths=widths,
+        real_solution=real,
+        target_kind=kind,
+        target=target,
+        achieved_bits=report.size_bits,
+        achieved_ops=report.n_ops,
+        absolute_error=achieved - target,
+        relative_error=(achieved - target) / target,
+        input_shape=input_shape,
+        n_classes=n_classes,
+        bits=bits,
+        batch_norm=bool(batch_norm),
+    )
 
 
-def match_fc(n_inputs: int, n_classes: int, n_layers: int, bits: int, batch_norm: bool,
-             target_bits: int | None = None, target_ops: int | None = None) -> SizingResult:
+def match_fc(
+    n_inputs: int,
+    n_classes: int,
+    n_layers: int,
+    bits: int,
+    batch_norm: bool,
+    target_bits: int | None = None,
+    target_ops: int | None = None,
+) -> SizingResult:
     """Equal hidden width ``H`` of an ``L``-layer FC NN matching a bit or an operation budget.
 
     Parameters
@@ -344,13 +381,31 @@ def match_fc(n_inputs: int, n_classes: int, n_layers: int, bits: int, batch_norm
     """
     d, c = _positive_int("n_inputs", n_inputs), _positive_int("n_classes", n_classes)
     L, b = _positive_int("n_layers", n_layers, minimum=2), _positive_int("bits", bits)
-    return _match("fc", lambda kind: fc_polynomial(d, c, L, b, batch_norm, kind),
-                  lambda widths: fc_layers(d, widths, c, batch_norm), (1,) * (L - 1), (d,), c, b,
-                  batch_norm, target_bits, target_ops, f"an FC NN with L={L} layers")
+    return _match(
+        "fc",
+        lambda kind: fc_polynomial(d, c, L, b, batch_norm, kind),
+        lambda widths: fc_layers(d, widths, c, batch_norm),
+        (1,) * (L - 1),
+        (d,),
+        c,
+        b,
+        batch_norm,
+        target_bits,
+        target_ops,
+        f"an FC NN with L={L} layers",
+    )
 
 
-def match_cnn(image_hw, in_channels: int, n_classes: int, n_conv: int, bits: int, batch_norm: bool,
-              target_bits: int | None = None, target_ops: int | None = None) -> SizingResult:
+def match_cnn(
+    image_hw,
+    in_channels: int,
+    n_classes: int,
+    n_conv: int,
+    bits: int,
+    batch_norm: bool,
+    target_bits: int | None = None,
+    target_ops: int | None = None,
+) -> SizingResult:
     """Channels of a 1- or 2-convolution CNN matching a bit or an operation budget.
 
     Parameters
@@ -381,6 +436,16 @@ def match_cnn(image_hw, in_channels: int, n_classes: int, n_conv: int, bits: int
     if min(pooled) < 1:
         raise ConfigError(f"a {hw[0]}x{hw[1]} image is too small for {n_conv} 2x2 max-pooling(s)")
     factors = (1,) if n_conv == 1 else (1, 2)
-    return _match("cnn", lambda kind: cnn_polynomial(hw, e, c, n_conv, b, batch_norm, kind),
-                  lambda widths: cnn_layers(hw, e, widths, c, batch_norm), factors, (e, *hw), c, b,
-                  batch_norm, target_bits, target_ops, f"a CNN with {n_conv} convolution(s)")
+    return _match(
+        "cnn",
+        lambda kind: cnn_polynomial(hw, e, c, n_conv, b, batch_norm, kind),
+        lambda widths: cnn_layers(hw, e, widths, c, batch_norm),
+        factors,
+        (e, *hw),
+        c,
+        b,
+        batch_norm,
+        target_bits,
+        target_ops,
+        f"a CNN with {n_conv} convolution(s)",
+    )

@@ -28,6 +28,7 @@ from bnc_deploy.models.structure_learning import (
 )
 from bnc_deploy.train.loop import fit_epochs
 
+
 # -- candidate sets and their costs -----------------------------------------------------------------
 def feature_order(n_features: int, how: str = "identity", seed: int = 0, data=None) -> np.ndarray:
     """A fixed ordering of the features, shape (D,).
@@ -53,8 +54,9 @@ def feature_order(n_features: int, how: str = "identity", seed: int = 0, data=No
     raise ConfigError(f"unknown feature order {how!r}: use 'identity', 'random' or 'chow-liu'")
 
 
-def candidate_parents(order: np.ndarray, max_candidates: int | None = 8, seed: int = 0,
-                      cardinalities: np.ndarray | None = None) -> np.ndarray:
+def candidate_parents(
+    order: np.ndarray, max_candidates: int | None = 8, seed: int = 0, cardinalities: np.ndarray | None = None
+) -> np.ndarray:
     """Candidate parents per feature, shape (D, J) with ``J = 1 + min(K, D - 1)``.
 
     Row ``i`` belongs to feature ``i`` (not to its position). Slot 0 is :data:`NO_PARENT`; slots
@@ -74,13 +76,13 @@ def candidate_parents(order: np.ndarray, max_candidates: int | None = 8, seed: i
     k = d - 1 if max_candidates is None else min(max_candidates, max(d - 1, 0))
     position = np.empty(d, dtype=np.int64)
     position[order] = np.arange(d)
-    is_predecessor = position[None, :] < position[:, None]                      # (D, D): j before i
+    is_predecessor = position[None, :] < position[:, None]  # (D, D): j before i
     if cardinalities is not None:
         informative = np.asarray(cardinalities) > 1
         is_predecessor &= informative[None, :] & informative[:, None]
     # Random keys for predecessors, +inf elsewhere; the K smallest keys are a uniform subset.
     keys = np.where(is_predecessor, np.random.default_rng(seed).random((d, d)), np.inf)
-    chosen = np.argsort(keys, axis=1, kind="stable")[:, :k]                      # (D, k) feature ids
+    chosen = np.argsort(keys, axis=1, kind="stable")[:, :k]  # (D, k) feature ids
     # Valid ids first (ascending), non-predecessors (fewer than k exist) last, then marked unused.
     chosen = np.sort(np.where(np.take_along_axis(is_predecessor, chosen, axis=1), chosen, d + chosen), axis=1)
     slots = np.where(chosen < d, chosen, UNUSED_SLOT)
@@ -112,7 +114,7 @@ class CandidateSets:
         out = np.full((d, j), UNUSED_SLOT, dtype=np.int64)
         out[:, 0] = NO_PARENT
         for f, parents in enumerate(self.parents):
-            out[f, 1:1 + len(parents)] = parents
+            out[f, 1 : 1 + len(parents)] = parents
         return out
 
     def describe(self) -> dict:
@@ -184,10 +186,13 @@ def read_candidates_file(spec: str, dataset_name: str, n_features: int) -> Candi
         wanted = entry if entry is not None else settings_entry_name(dataset_name)
         if wanted not in names:
             if entry is not None:
-                raise ConfigError(f"{where} has no settings for dataset {entry!r} (named by #{entry}); "
-                                  f"it has {', '.join(names)}")
-            raise ConfigError(f"{where} has no settings for the loaded dataset {dataset_name!r} (entry {wanted!r}); "
-                              f"it has {', '.join(names)}; name an entry with {path}#NAME")
+                raise ConfigError(
+                    f"{where} has no settings for dataset {entry!r} (named by #{entry}); it has {', '.join(names)}"
+                )
+            raise ConfigError(
+                f"{where} has no settings for the loaded dataset {dataset_name!r} (entry {wanted!r}); "
+                f"it has {', '.join(names)}; name an entry with {path}#NAME"
+            )
         setting = settings[names.index(wanted)]
         where, entry = f"{where}#{wanted}", wanted
         if "ordering" not in setting or "candidates_original" not in setting:
@@ -195,16 +200,21 @@ def read_candidates_file(spec: str, dataset_name: str, n_features: int) -> Candi
         ordering, candidates = setting["ordering"], setting["candidates_original"]
     elif isinstance(data, dict) and "ordering" in data and "candidates" in data:
         if entry is not None:
-            raise ConfigError(f"{where}: '#{entry}' picks a dataset of a settings file (one with a 'settings' "
-                              "list); this file holds a single ordering")
+            raise ConfigError(
+                f"{where}: '#{entry}' picks a dataset of a settings file (one with a 'settings' "
+                "list); this file holds a single ordering"
+            )
         ordering, candidates = data["ordering"], data["candidates"]
     else:
-        raise ConfigError(f"{where}: expected a JSON object with 'ordering' and 'candidates' (per feature, "
-                          "-1 = class only), or the authors' settings file (a 'settings' list of datasets)")
+        raise ConfigError(
+            f"{where}: expected a JSON object with 'ordering' and 'candidates' (per feature, "
+            "-1 = class only), or the authors' settings file (a 'settings' list of datasets)"
+        )
     order = _check_ordering(ordering, n_features, where, dataset_name)
     parents = _check_candidates(candidates, order, where, dataset_name)
-    return CandidateSets(path=str(path), entry=entry, sha256=hashlib.sha256(raw).hexdigest(),
-                         ordering=tuple(order), parents=parents)
+    return CandidateSets(
+        path=str(path), entry=entry, sha256=hashlib.sha256(raw).hexdigest(), ordering=tuple(order), parents=parents
+    )
 
 
 def _is_index(value) -> bool:
@@ -222,8 +232,10 @@ def _check_ordering(ordering, d: int, where: str, dataset_name: str) -> list[int
         if not 0 <= f < d:
             raise ConfigError(f"{where}: ordering position {p} is feature {f}, outside 0..{d - 1}")
         if f in first_at:
-            raise ConfigError(f"{where}: ordering is not a permutation of 0..{d - 1}: feature {f} is at positions "
-                              f"{first_at[f]} and {p}")
+            raise ConfigError(
+                f"{where}: ordering is not a permutation of 0..{d - 1}: feature {f} is at positions "
+                f"{first_at[f]} and {p}"
+            )
         first_at[f] = p
     return list(ordering)
 
@@ -233,8 +245,10 @@ def _check_candidates(candidates, order: list[int], where: str, dataset_name: st
     if not isinstance(candidates, list) or not all(isinstance(c, list) for c in candidates):
         raise ConfigError(f"{where}: candidates must be a list with one list of parents per feature")
     if len(candidates) != d:
-        raise ConfigError(f"{where}: candidates has {len(candidates)} lists, but {dataset_name} has {d} features "
-                          "(one list per feature, by original index)")
+        raise ConfigError(
+            f"{where}: candidates has {len(candidates)} lists, but {dataset_name} has {d} features "
+            "(one list per feature, by original index)"
+        )
     position = {f: p for p, f in enumerate(order)}
     parents = []
     for f, given in enumerate(candidates):
@@ -252,9 +266,11 @@ def _check_candidates(candidates, order: list[int], where: str, dataset_name: st
             if v == f:
                 raise ConfigError(f"{where}: feature {f}: candidate {v} is the feature itself")
             if position[v] > position[f]:
-                raise ConfigError(f"{where}: feature {f}: candidate {v} comes after it in the ordering (position "
-                                  f"{position[v]} > {position[f]}); a parent must precede its child, so that "
-                                  "every structure is acyclic")
+                raise ConfigError(
+                    f"{where}: feature {f}: candidate {v} comes after it in the ordering (position "
+                    f"{position[v]} > {position[f]}); a parent must precede its child, so that "
+                    "every structure is acyclic"
+                )
         parents.append(tuple(sorted(seen - {NO_PARENT})))
     return tuple(parents)
 
@@ -273,8 +289,9 @@ def parse_candidates(text) -> int | None:
     return k
 
 
-def candidate_parameter_counts(cardinalities: np.ndarray, candidates: np.ndarray, n_classes: int,
-                               mode: str = "added") -> np.ndarray:
+def candidate_parameter_counts(
+    cardinalities: np.ndarray, candidates: np.ndarray, n_classes: int, mode: str = "added"
+) -> np.ndarray:
     """Parameters ``n_ij`` of every (feature, slot), shape (D, J), float64; 0 for unused slots.
 
     ``"added"``: what slot j adds over naive Bayes, ``|X_i|*|X_j|*C - |X_i|*C`` (0 for no parent).
@@ -287,7 +304,7 @@ def candidate_parameter_counts(cardinalities: np.ndarray, candidates: np.ndarray
     card = np.asarray(cardinalities, dtype=np.float64)
     used = candidates != UNUSED_SLOT
     parent_card = np.where(candidates >= 0, card[np.maximum(candidates, 0)], 1.0)
-    own = card[:, None] * parent_card * n_classes                                # (D, J)
+    own = card[:, None] * parent_card * n_classes  # (D, J)
     counts = own - card[:, None] * n_classes if mode == "added" else own
     return np.where(used, counts, 0.0)
 
@@ -309,7 +326,6 @@ def temperatures(epochs: int, start: float = 10.0, end: float = 0.1) -> np.ndarr
     if epochs <= 1:
         return np.full(epochs, start)
     return start * (end / start) ** (np.arange(epochs) / (epochs - 1))
-
 
 
 # -- training ---------------------------------------------------------------------------------------
@@ -362,8 +378,10 @@ class StructureLearningConfig:
         for name in ("candidates", "order"):
             value = getattr(self, name)
             if value != defaults[name]:
-                raise ConfigError(f"--candidates-file {self.candidates_file} gives the ordering and candidate sets; "
-                                  f"--{name} {'all' if value is None else value} cannot be given with it")
+                raise ConfigError(
+                    f"--candidates-file {self.candidates_file} gives the ordering and candidate sets; "
+                    f"--{name} {'all' if value is None else value} cannot be given with it"
+                )
         path, _ = split_candidates_spec(self.candidates_file)
         if not Path(path).is_file():
             raise ConfigError(f"candidates file {path} does not exist")
@@ -378,20 +396,31 @@ def structure_candidates(dataset, config, sl: StructureLearningConfig) -> tuple[
     if sl.candidates_file is not None:
         sets = read_candidates_file(sl.candidates_file, dataset.name, dataset.n_features)
         return sets.array(), sets
-    order = feature_order(dataset.n_features, sl.order, seed=config.seed,
-                          data=(dataset.x_train, dataset.y_train, dataset.cardinalities, dataset.n_classes))
+    order = feature_order(
+        dataset.n_features,
+        sl.order,
+        seed=config.seed,
+        data=(dataset.x_train, dataset.y_train, dataset.cardinalities, dataset.n_classes),
+    )
     return candidate_parents(order, sl.candidates, seed=config.seed, cardinalities=dataset.cardinalities), None
 
 
-def build_structure_model(dataset, config, sl: StructureLearningConfig,
-                          candidates: np.ndarray | None = None) -> StructureLearningTAN:
+def build_structure_model(
+    dataset, config, sl: StructureLearningConfig, candidates: np.ndarray | None = None
+) -> StructureLearningTAN:
     """The structure-learning model for ``dataset`` (seeded by ``config.seed``); ``candidates``
     (D, J) default to :func:`structure_candidates`."""
     if candidates is None:
         candidates, _ = structure_candidates(dataset, config, sl)
-    return StructureLearningTAN(dataset.cardinalities, dataset.n_classes, candidates, init=config.init,
-                                data=(dataset.x_train, dataset.y_train), smoothing=config.smoothing,
-                                generator=torch.Generator().manual_seed(config.seed))
+    return StructureLearningTAN(
+        dataset.cardinalities,
+        dataset.n_classes,
+        candidates,
+        init=config.init,
+        data=(dataset.x_train, dataset.y_train),
+        smoothing=config.smoothing,
+        generator=torch.Generator().manual_seed(config.seed),
+    )
 
 
 def fit_structure(model: StructureLearningTAN, dataset, config, sl: StructureLearningConfig) -> dict:
@@ -402,44 +431,89 @@ def fit_structure(model: StructureLearningTAN, dataset, config, sl: StructureLea
     """
     from bnc_deploy.train.losses import make_loss
 
-    loss_fn = make_loss(config.loss, hybrid_lambda=config.hybrid_lambda, hybrid_gamma=config.hybrid_gamma,
-                        hybrid_eta=config.hybrid_eta)
-    counts = torch.as_tensor(candidate_parameter_counts(model.cardinalities, model.candidates, model.n_classes,
-                                                        sl.size_penalty_mode), dtype=torch.float32)
-    added = torch.as_tensor(candidate_parameter_counts(model.cardinalities, model.candidates, model.n_classes),
-                            dtype=torch.float32)
+    loss_fn = make_loss(
+        config.loss, hybrid_lambda=config.hybrid_lambda, hybrid_gamma=config.hybrid_gamma, hybrid_eta=config.hybrid_eta
+    )
+    counts = torch.as_tensor(
+        candidate_parameter_counts(model.cardinalities, model.candidates, model.n_classes, sl.size_penalty_mode),
+        dtype=torch.float32,
+    )
+    added = torch.as_tensor(
+        candidate_parameter_counts(model.cardinalities, model.candidates, model.n_classes), dtype=torch.float32
+    )
     idx_train, y_train = model.flat_indices(dataset.x_train), torch.as_tensor(dataset.y_train, dtype=torch.int64)
     idx_test, y_test = model.flat_indices(dataset.x_test), torch.as_tensor(dataset.y_test, dtype=torch.int64)
     # Two optimizers: the CPTs follow the decaying schedule (the loop sets their rate), the
     # structure logits keep a constant one.
     cpt_opt = torch.optim.Adam([model.rho, model.class_rho], lr=config.lr, eps=config.adam_eps, fused=True)
     phi_opt = torch.optim.Adam([model.phi], lr=sl.structure_lr, eps=config.adam_eps)
-    step = _StructureStep(model, loss_fn, counts, sl.size_penalty, (cpt_opt, phi_opt),
-                          gumbel=torch.Generator().manual_seed(config.seed + 2))
+    step = _StructureStep(
+        model,
+        loss_fn,
+        counts,
+        sl.size_penalty,
+        (cpt_opt, phi_opt),
+        gumbel=torch.Generator().manual_seed(config.seed + 2),
+    )
     taus = temperatures(config.epochs, sl.tau_start, sl.tau_end)
-    history = {key: [] for key in ("lr", "tau", "train_loss", "train_error", "test_error",
-                                   "expected_added_parameters", "n_parameters", "n_with_parent", "seconds")}
+    history = {
+        key: []
+        for key in (
+            "lr",
+            "tau",
+            "train_loss",
+            "train_error",
+            "test_error",
+            "expected_added_parameters",
+            "n_parameters",
+            "n_with_parent",
+            "seconds",
+        )
+    }
 
     def start_epoch(epoch: int) -> None:
         step.tau = float(taus[epoch - 1])
 
     def record(stats) -> None:
         if not math.isfinite(stats.train_loss):
-            raise FloatingPointError(f"structure learning loss became {stats.train_loss} at tau={step.tau:.3g}; "
-                                     "try a smaller --lr")
+            raise FloatingPointError(
+                f"structure learning loss became {stats.train_loss} at tau={step.tau:.3g}; try a smaller --lr"
+            )
         # Measured before the evaluation below, as this history always has been.
         seconds = stats.seconds()
-        _record_epoch(history, model, added, idx_test, y_test, lr=stats.lr, tau=taus[stats.epoch - 1],
-                      loss=stats.train_loss, train_error=stats.train_error, seconds=seconds)
+        _record_epoch(
+            history,
+            model,
+            added,
+            idx_test,
+            y_test,
+            lr=stats.lr,
+            tau=taus[stats.epoch - 1],
+            loss=stats.train_loss,
+            train_error=stats.train_error,
+            seconds=seconds,
+        )
         if config.progress and stats.epoch % max(1, config.epochs // 10) == 0:
-            print(f"  epoch {stats.epoch}: loss {history['train_loss'][-1]:.4g}, test error "
-                  f"{history['test_error'][-1]:.4f}, {history['n_parameters'][-1]} parameters",
-                  file=sys.stderr, flush=True)
+            print(
+                f"  epoch {stats.epoch}: loss {history['train_loss'][-1]:.4g}, test error "
+                f"{history['test_error'][-1]:.4f}, {history['n_parameters'][-1]} parameters",
+                file=sys.stderr,
+                flush=True,
+            )
 
     # This trainer reports progress as a line every tenth of the run (as it always has), not as a bar.
-    fit_epochs(idx_train, y_train, step=step, record=record, optimizer=cpt_opt,
-               learning_rates=config.learning_rates(), batch_size=config.batch_size, seed=config.seed,
-               start_epoch=start_epoch, progress=False)
+    fit_epochs(
+        idx_train,
+        y_train,
+        step=step,
+        record=record,
+        optimizer=cpt_opt,
+        learning_rates=config.learning_rates(),
+        batch_size=config.batch_size,
+        seed=config.seed,
+        start_epoch=start_epoch,
+        progress=False,
+    )
     return history
 
 
@@ -449,7 +523,7 @@ class _StructureStep:
     def __init__(self, model, loss_fn, counts, size_penalty: float, optimizers, gumbel: torch.Generator) -> None:
         self.model, self.loss_fn, self.counts, self.size_penalty = model, loss_fn, counts, size_penalty
         self.optimizers, self.gumbel = optimizers, gumbel
-        self.tau = float("nan")   # set by the loop's start_epoch
+        self.tau = float("nan")  # set by the loop's start_epoch
 
     def __call__(self, indices, labels):
         """Returns (loss value, detached log_joint (n, C)) of one sampled structure."""
@@ -506,8 +580,13 @@ def train_learned_tan(dataset, config, sl: StructureLearningConfig | None = None
     parents = model.parents()
     extracted = model.to_classifier()
     finetune = replace(config, epochs=sl.finetune_epochs, structure="learn")
-    result = train_bnc(dataset, finetune, parents=parents, structure_source="learned",
-                       init_rho=(extracted.class_rho.detach(), extracted.rho.detach()))
+    result = train_bnc(
+        dataset,
+        finetune,
+        parents=parents,
+        structure_source="learned",
+        init_rho=(extracted.class_rho.detach(), extracted.rho.detach()),
+    )
     probabilities = model.structure_probabilities().detach().numpy()
     result.artifact.metadata["structure_learning"] = {
         "settings": asdict(sl),

@@ -21,8 +21,18 @@ import numpy as np
 
 from bnc_deploy.errors import ArtifactError, ConfigError
 
-CSV_COLUMNS = ("lambda", "n_parameters", "nb_multiple", "test_error", "train_error", "n_with_parent",
-               "n_features_with_candidates", "seconds", "model", "structure")
+CSV_COLUMNS = (
+    "lambda",
+    "n_parameters",
+    "nb_multiple",
+    "test_error",
+    "train_error",
+    "n_with_parent",
+    "n_features_with_candidates",
+    "seconds",
+    "model",
+    "structure",
+)
 
 
 # -- lambda grids -----------------------------------------------------------------------------------
@@ -148,25 +158,42 @@ def check_resumable(path: Path, expected: dict, data_name: str | None = None, fo
 
     artifact = load_artifact(path)
     if "structure_learning" not in artifact.metadata or "config" not in artifact.metadata:
-        raise ConfigError(f"--resume: {path} is not a learned TAN of bnc-structure-sweep (no structure-learning "
-                          "metadata); remove it or drop --resume")
+        raise ConfigError(
+            f"--resume: {path} is not a learned TAN of bnc-structure-sweep (no structure-learning "
+            "metadata); remove it or drop --resume"
+        )
     stored = artifact_settings(artifact)
     # A setting the file predates had its default then (e.g. candidates_file before it existed).
     learn_defaults = asdict(StructureLearningConfig())
-    differ = [f"{key}: {stored.get(key, learn_defaults.get(key))!r} in the file, {value!r} now"
-              for key, value in expected.items() if stored.get(key, learn_defaults.get(key)) != value]
+    differ = [
+        f"{key}: {stored.get(key, learn_defaults.get(key))!r} in the file, {value!r} now"
+        for key, value in expected.items()
+        if stored.get(key, learn_defaults.get(key)) != value
+    ]
     described = artifact.metadata.get("data", {})
     if data_name is not None and described.get("name") != data_name:
         differ.append(f"dataset: {described.get('name')!r} in the file, {data_name!r} now")
     if fold is not None and described.get("fold") not in (None, fold):
         differ.append(f"fold: {described.get('fold')!r} in the file, {fold!r} now")
     if differ:
-        raise ConfigError(f"--resume: {path} was trained with other settings ({'; '.join(differ)}); "
-                          "use another output folder, or drop --resume to retrain every lambda")
+        raise ConfigError(
+            f"--resume: {path} was trained with other settings ({'; '.join(differ)}); "
+            "use another output folder, or drop --resume to retrain every lambda"
+        )
 
 
-def sweep(data: str, fold: int, config, sl, lambdas, outdir: str | Path, jobs: int = 1, log=print,
-          resume: bool = False, dataset=None) -> list[dict]:
+def sweep(
+    data: str,
+    fold: int,
+    config,
+    sl,
+    lambdas,
+    outdir: str | Path,
+    jobs: int = 1,
+    log=print,
+    resume: bool = False,
+    dataset=None,
+) -> list[dict]:
     """Run every lambda (``jobs`` processes side by side); rows sorted by lambda.
 
     With ``resume``, model files already in ``outdir`` are reused, after checking, before any
@@ -186,9 +213,12 @@ def sweep(data: str, fold: int, config, sl, lambdas, outdir: str | Path, jobs: i
             dataset = load_dataset(data, fold=fold, seed=config.seed)
         sets = structure_candidates(dataset, config, sl)[1] if sl.candidates_file is not None else None
         for lam in existing:
-            check_resumable(model_path(outdir, lam),
-                            point_settings(config, sl, lam, None if sets is None else sets.describe()),
-                            dataset.name, dataset.fold)
+            check_resumable(
+                model_path(outdir, lam),
+                point_settings(config, sl, lam, None if sets is None else sets.describe()),
+                dataset.name,
+                dataset.fold,
+            )
     rows = []
     if jobs <= 1:
         for lam in lambdas:
@@ -204,9 +234,11 @@ def sweep(data: str, fold: int, config, sl, lambdas, outdir: str | Path, jobs: i
 
 
 def _row_line(row: dict) -> str:
-    return (f"lambda {row['lambda']:.3g}: test error {100 * row['test_error']:.2f} %, {row['n_parameters']:,} "
-            f"parameters ({row['nb_multiple']:.2f} x NB), {row['n_with_parent']}/{row['n_features_with_candidates']} "
-            f"features with a parent, {row['seconds']:.0f} s")
+    return (
+        f"lambda {row['lambda']:.3g}: test error {100 * row['test_error']:.2f} %, {row['n_parameters']:,} "
+        f"parameters ({row['nb_multiple']:.2f} x NB), {row['n_with_parent']}/{row['n_features_with_candidates']} "
+        f"features with a parent, {row['seconds']:.0f} s"
+    )
 
 
 def pareto_front(rows: list[dict]) -> list[dict]:
@@ -268,11 +300,20 @@ def plot_pareto(rows: list[dict], stem: Path, references=(), title: str = "") ->
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 4))
-    ax.scatter([r["nb_multiple"] for r in rows], [100 * r["test_error"] for r in rows], color="tab:gray",
-               label=r"learned TAN (each $\lambda_{MS}$)")
+    ax.scatter(
+        [r["nb_multiple"] for r in rows],
+        [100 * r["test_error"] for r in rows],
+        color="tab:gray",
+        label=r"learned TAN (each $\lambda_{MS}$)",
+    )
     front = pareto_front(rows)
-    ax.plot([r["nb_multiple"] for r in front], [100 * r["test_error"] for r in front], "o-", color="tab:blue",
-            label="Pareto front")
+    ax.plot(
+        [r["nb_multiple"] for r in front],
+        [100 * r["test_error"] for r in front],
+        "o-",
+        color="tab:blue",
+        label="Pareto front",
+    )
     colors = ("tab:green", "tab:orange", "tab:purple", "tab:brown", "tab:pink", "tab:olive")
     for ref, marker, color in zip(references, "^vD*Px", colors):
         ax.scatter([ref["nb_multiple"]], [100 * ref["test_error"]], marker=marker, s=70, color=color, label=ref["name"])
@@ -291,7 +332,7 @@ def _save(fig, stem: Path, key: str) -> dict:
 
     fig.tight_layout()
     paths = {}
-    for ext in ("png", "svg"):   # each file atomically: a reader never sees half a plot
+    for ext in ("png", "svg"):  # each file atomically: a reader never sees half a plot
         atomic_write_with(f"{stem}.{ext}", lambda tmp, ext=ext: fig.savefig(tmp, format=ext, dpi=120))
         paths[f"{key}_{ext}"] = f"{stem}.{ext}"
     plt.close(fig)
@@ -309,14 +350,26 @@ def reference_point(path: str | Path, nb_parameters: int) -> dict:
     source = artifact.metadata.get("structure_source", artifact.structure)
     epochs = artifact.metadata.get("config", {}).get("epochs")
     name = f"{Path(path).stem} ({source}, {epochs} epochs)"
-    return {"name": name, "model": str(path), "test_error": float(error), "n_parameters": artifact.n_parameters,
-            "nb_multiple": artifact.n_parameters / nb_parameters}
+    return {
+        "name": name,
+        "model": str(path),
+        "test_error": float(error),
+        "n_parameters": artifact.n_parameters,
+        "nb_multiple": artifact.n_parameters / nb_parameters,
+    }
 
 
 def sweep_meta(data: str, fold: int, config, sl, lambdas, seconds: float, candidates_file: dict | None = None) -> dict:
     """``trajectory.json``'s settings: data, lambdas, every training and structure-learning setting,
     and ``candidates_file`` (path, entry, sha256, ordering of explicit candidate sets, or None)."""
-    return {"data": data, "fold": fold, "lambdas": list(lambdas), "train_config": asdict(config),
-            "structure_learning": asdict(sl), "candidates_file": candidates_file, "seconds": round(seconds, 1),
-            "title": f"{data} (fold {fold}): learned TAN, {config.epochs} epochs",
-            "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    return {
+        "data": data,
+        "fold": fold,
+        "lambdas": list(lambdas),
+        "train_config": asdict(config),
+        "structure_learning": asdict(sl),
+        "candidates_file": candidates_file,
+        "seconds": round(seconds, 1),
+        "title": f"{data} (fold {fold}): learned TAN, {config.epochs} epochs",
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }

@@ -2,7 +2,8 @@
 file system.
 
 Not a ``conftest.py``: the suite's other tests import ``tests/conftest.py`` as ``conftest``, and a
-second module of that name here would shadow it. Test modules import the fixtures they use.
+second module of that name here would shadow it. ``tests/conftest.py`` registers it as a plugin,
+so the fixtures are available to every test without an import.
 """
 
 from __future__ import annotations
@@ -20,10 +21,19 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def cli(module: str, *args, timeout: int = 300) -> subprocess.CompletedProcess:
     """Run ``python -m bnc_deploy.cli.MODULE ARGS`` from the checkout; returns the completed process."""
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", OMP_NUM_THREADS="1",
-               PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    return subprocess.run([sys.executable, "-m", f"bnc_deploy.cli.{module}", *map(str, args)],
-                          capture_output=True, text=True, env=env, timeout=timeout)
+    env = dict(
+        os.environ,
+        TF_CPP_MIN_LOG_LEVEL="3",
+        OMP_NUM_THREADS="1",
+        PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
+    )
+    return subprocess.run(
+        [sys.executable, "-m", f"bnc_deploy.cli.{module}", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
 
 
 def fill(folder: Path, leave_bytes: int = 4096) -> None:
@@ -41,8 +51,22 @@ def fill(folder: Path, leave_bytes: int = 4096) -> None:
 def digits_model(tmp_path_factory) -> Path:
     """A small quantized BN (digits, 3 bits, maximum likelihood) written by bnc-train."""
     path = tmp_path_factory.mktemp("model") / "digits-nb3.bnc"
-    done = cli("train", "--data", "digits", "--model", "nb", "--init", "ml", "--epochs", "0", "--bits", "3",
-               "-o", path, "--quiet")
+    done = cli(
+        "train",
+        "--data",
+        "digits",
+        "--model",
+        "nb",
+        "--init",
+        "ml",
+        "--epochs",
+        "0",
+        "--bits",
+        "3",
+        "-o",
+        path,
+        "--quiet",
+    )
     assert done.returncode == 0, done.stderr
     return path
 
@@ -76,8 +100,9 @@ def full_disk(tmp_path):
     """
     mount = tmp_path / "tiny"
     mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], capture_output=True,
-                          text=True)
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], capture_output=True, text=True
+    )
     if done.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {done.stderr.strip()}")
     try:

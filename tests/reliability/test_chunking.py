@@ -47,8 +47,15 @@ def files(tmp_path_factory):
     rng = np.random.default_rng(11)
     nb = random_bnc_artifact(rng, d=5, n_classes=4, tan=False, bits=3, int_bits=2)
     tan_float = random_bnc_artifact(rng, d=4, n_classes=3, tan=True, bits=None)
-    raw = random_bnc_artifact(rng, n_classes=3, tan=True, bits=4, int_bits=2, cardinalities=[3, 2, 4],
-                              discretizer=discretizer_dict([[0.0, 1.5], [-1.0], [0.25, 0.5, 2.0]]))
+    raw = random_bnc_artifact(
+        rng,
+        n_classes=3,
+        tan=True,
+        bits=4,
+        int_bits=2,
+        cardinalities=[3, 2, 4],
+        discretizer=discretizer_dict([[0.0, 1.5], [-1.0], [0.25, 0.5, 2.0]]),
+    )
     dnn = random_dnn_artifact(5, architecture="fc", activation="sign", bits=2)
     out = {}
     for name, art in {"nb": nb, "tan-float": tan_float, "dnn": dnn}.items():
@@ -66,8 +73,17 @@ def files(tmp_path_factory):
     return out
 
 
-CASES = ["nb.bnc", "tan-float.bnc", "dnn.bnc", "nb-gather.onnx", "nb-onehot.onnx", "raw.onnx", "dnn.onnx",
-         "nb-gather.tflite", "nb-onehot.tflite"]
+CASES = [
+    "nb.bnc",
+    "tan-float.bnc",
+    "dnn.bnc",
+    "nb-gather.onnx",
+    "nb-onehot.onnx",
+    "raw.onnx",
+    "dnn.onnx",
+    "nb-gather.tflite",
+    "nb-onehot.tflite",
+]
 
 
 def _get(files, name):
@@ -98,7 +114,7 @@ def test_chunked_run_is_one_call(files, name):
             x = _rows(artifact, n, seed, dtype, raw=whole.raw_inputs)
             calls.clear()
             scores, label = chunked.run(x)
-            assert calls == [min(K, n - i) for i in range(0, n, K)]        # really chunked
+            assert calls == [min(K, n - i) for i in range(0, n, K)]  # really chunked
             want_scores, want_label = whole.run(x)
             assert scores.dtype == np.float64 and label.dtype == np.int64
             np.testing.assert_array_equal(scores, want_scores)
@@ -136,8 +152,12 @@ def test_chunked_errors_name_the_row_of_the_whole_input(files, name):
 def test_shape_and_dtype_errors_are_those_of_the_whole_input(files):
     path, artifact = _get(files, "nb.bnc")
     whole, chunked = load_runtime(path, chunk_rows=None), load_runtime(path, chunk_rows=K)
-    bad_inputs = [np.zeros((3 * K, artifact.n_features)), np.zeros((3 * K, artifact.n_features + 1), dtype=int),
-                  np.zeros((3 * K, artifact.n_features), dtype=bool), np.zeros((2, 3 * K, 1), dtype=int)]
+    bad_inputs = [
+        np.zeros((3 * K, artifact.n_features)),
+        np.zeros((3 * K, artifact.n_features + 1), dtype=int),
+        np.zeros((3 * K, artifact.n_features), dtype=bool),
+        np.zeros((2, 3 * K, 1), dtype=int),
+    ]
     for x in bad_inputs:
         with pytest.raises(InputError) as expected:
             whole.run(x)
@@ -172,8 +192,12 @@ def test_auto_chunk_rows_is_bounded(files):
 
 # -- reference predictors ----------------------------------------------------------------------------
 @settings(max_examples=40, deadline=None)
-@given(n=st.integers(0, 40), chunk=st.integers(1, 9), seed=st.integers(0, 2**16),
-       which=st.sampled_from(["nb-3bit", "tan-7bit", "tan-float", "dnn-sign", "dnn-relu"]))
+@given(
+    n=st.integers(0, 40),
+    chunk=st.integers(1, 9),
+    seed=st.integers(0, 2**16),
+    which=st.sampled_from(["nb-3bit", "tan-7bit", "tan-float", "dnn-sign", "dnn-relu"]),
+)
 def test_reference_predictors_chunk_exactly(n, chunk, seed, which):
     rng = np.random.default_rng(seed)
     artifact = {
@@ -214,8 +238,9 @@ def test_dnn_reference_is_the_same_across_its_inner_chunks(monkeypatch):
     """The DNN predictor also runs CHUNK_ROWS rows at a time through its layers."""
     import bnc_deploy.reference.dnn as dnn
 
-    artifact = random_dnn_artifact(6, architecture="cnn", activation="sign", bits=3, encoding="onehot",
-                                   max_cardinality=3)
+    artifact = random_dnn_artifact(
+        6, architecture="cnn", activation="sign", bits=3, encoding="onehot", max_cardinality=3
+    )
     x = _rows(artifact, 50, 0, "int64")
     want = reference_predictor(artifact).log_joint(x)
     monkeypatch.setattr(dnn, "CHUNK_ROWS", 3)

@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import pytest
-
-from rel_support import digits_model  # noqa: F401 - a fixture
 from writers import export_trial, make_export_model, train_trial
 
 TRIALS = 2
@@ -44,7 +42,7 @@ def test_replaced_writer_is_told(tmp_path, capsys, monkeypatch, digits_model):
 
     def publish_then_replaced(tmp, path, **kwargs):
         published = real_publish(tmp, path, **kwargs)
-        fileio.atomic_write_bytes(path, b"another writer's file")   # lands right after this one
+        fileio.atomic_write_bytes(path, b"another writer's file")  # lands right after this one
         return published
 
     monkeypatch.setattr("bnc_deploy.verify.publish", publish_then_replaced)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bnc_deploy.artifacts import ArtifactError, load_artifact, save_artifact
@@ -25,8 +25,9 @@ from bnc_deploy.errors import DatasetError, RuntimeLoadError
 from bnc_deploy.runtimes.base import load_runtime, runtime_class
 from bnc_deploy.testing import random_bnc_artifact
 
-FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                        HealthCheck.too_slow])
+FUZZ = settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 
 
 def _available(runtime: str) -> bool:
@@ -56,9 +57,11 @@ def valid_files(folder):
         files[".onnx"] = export_path(artifact, folder / "valid.onnx", "onnx").read_bytes()
     try:
         import tensorflow  # noqa: F401 - the converter
+
         if _available("litert"):
-            files[".tflite"] = export_path(artifact, folder / "valid.tflite", "tflite",
-                                           lowering="onehot-fc").read_bytes()
+            files[".tflite"] = export_path(
+                artifact, folder / "valid.tflite", "tflite", lowering="onehot-fc"
+            ).read_bytes()
     except ImportError:
         pass
     return files, artifact
@@ -75,7 +78,7 @@ def mutate(data: bytes, draw_ops) -> bytes:
         elif kind == "set":
             b[at] = value % 256
         elif kind == "zero":
-            b[at:at + 1 + value % 64] = bytes(len(b[at:at + 1 + value % 64]))
+            b[at : at + 1 + value % 64] = bytes(len(b[at : at + 1 + value % 64]))
         elif kind == "cut":
             del b[at:]
         elif kind == "insert":
@@ -83,8 +86,11 @@ def mutate(data: bytes, draw_ops) -> bytes:
     return bytes(b)
 
 
-OPS = st.lists(st.tuples(st.sampled_from(["flip", "set", "zero", "cut", "insert"]), st.integers(0, 2**20),
-                         st.integers(0, 255)), min_size=1, max_size=4)
+OPS = st.lists(
+    st.tuples(st.sampled_from(["flip", "set", "zero", "cut", "insert"]), st.integers(0, 2**20), st.integers(0, 255)),
+    min_size=1,
+    max_size=4,
+)
 
 
 # -- load_runtime ------------------------------------------------------------------------------------
@@ -122,7 +128,7 @@ def test_load_runtime_mutated_files(folder, valid_files, ops, ext):
             with pytest.raises(RuntimeLoadError):
                 load_runtime(path)
         return
-    rt = load_runtime(path)                         # unchanged bytes: loads and is exact
+    rt = load_runtime(path)  # unchanged bytes: loads and is exact
     x = np.random.default_rng(0).integers(0, artifact.cardinalities, size=(20, artifact.n_features))
     from bnc_deploy.reference import reference_predictor
 
@@ -158,11 +164,11 @@ def test_zip_damage_found_by_fuzzing_is_an_artifact_error(folder, valid_files):
     files, _ = valid_files
     data = files[".bnc"]
     header = data.index(b"PK\x03\x04")
-    for offset, value in ((6, data[header + 6] | 1), (8, 99)):       # flag bit 0: encrypted; method 99
+    for offset, value in ((6, data[header + 6] | 1), (8, 99)):  # flag bit 0: encrypted; method 99
         damaged = bytearray(data)
         damaged[header + offset] = value
         central = bytes(damaged).index(b"PK\x01\x02")
-        damaged[central + offset + 2] = value                      # the central directory's copy
+        damaged[central + offset + 2] = value  # the central directory's copy
         path = folder / "zip-damage.bnc"
         path.write_bytes(bytes(damaged))
         with pytest.raises(ArtifactError, match="corrupt"):
@@ -197,15 +203,23 @@ def test_read_csv_any_text(folder, text):
 
 
 @FUZZ
-@given(rows=st.integers(1, 40), cols=st.integers(1, 5), seed=st.integers(0, 2**16),
-       header=st.booleans(), labels=st.sampled_from(["int", "text", "float", "mixed"]))
+@given(
+    rows=st.integers(1, 40),
+    cols=st.integers(1, 5),
+    seed=st.integers(0, 2**16),
+    header=st.booleans(),
+    labels=st.sampled_from(["int", "text", "float", "mixed"]),
+)
 def test_read_csv_number_grids(folder, rows, cols, seed, header, labels):
     rng = np.random.default_rng(seed)
     x = rng.normal(size=(rows, cols)).round(3)
-    y = {"int": rng.integers(0, 3, rows).astype(str), "text": rng.choice(["a", "b", "c"], rows),
-         "float": rng.normal(size=rows).round(2).astype(str),
-         "mixed": rng.choice(["1", "b", "2.5"], rows)}[labels]
-    lines = ([",".join([f"f{j}" for j in range(cols)] + ["label"])] if header else [])
+    y = {
+        "int": rng.integers(0, 3, rows).astype(str),
+        "text": rng.choice(["a", "b", "c"], rows),
+        "float": rng.normal(size=rows).round(2).astype(str),
+        "mixed": rng.choice(["1", "b", "2.5"], rows),
+    }[labels]
+    lines = [",".join([f"f{j}" for j in range(cols)] + ["label"])] if header else []
     lines += [",".join([*map(str, x[i]), y[i]]) for i in range(rows)]
     dataset = _load_csv(folder, "\n".join(lines) + "\n", "grid.csv")
     if dataset is not None:

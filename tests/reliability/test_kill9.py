@@ -17,7 +17,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from rel_support import ROOT
 
 KILLS = 8
@@ -57,8 +56,7 @@ while True:
 
 def _kill_at_random(code: str, args: list, seed: int, window: float) -> int:
     """Start the writer, wait until it is ready, SIGKILL it after a random delay; versions written."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""),
-               OMP_NUM_THREADS="1")
+    env = dict(os.environ, PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""), OMP_NUM_THREADS="1")
     proc = subprocess.Popen([sys.executable, "-c", code, *map(str, args)], stdout=subprocess.PIPE, text=True, env=env)
     assert proc.stdout.readline().strip() == "ready"
     time.sleep(random.Random(seed).uniform(0.0, window))
@@ -89,7 +87,7 @@ def test_kill9_while_writing_model_files(tmp_path):
     for k in range(KILLS):
         _kill_at_random(MODEL_WRITER, [target], seed=k, window=1.0)
         if target.exists():
-            artifact = load_artifact(target)          # ArtifactError (a failure here) if partial or mixed
+            artifact = load_artifact(target)  # ArtifactError (a failure here) if partial or mixed
             assert artifact.feature_names[0].startswith("version")
             seen_complete += 1
         else:
@@ -104,8 +102,7 @@ def small_model(tmp_path_factory):
     from bnc_deploy.testing import random_bnc_artifact
 
     path = tmp_path_factory.mktemp("kill9") / "m.bnc"
-    save_artifact(random_bnc_artifact(np.random.default_rng(3), d=12, n_classes=5, tan=True, bits=3, int_bits=2),
-                  path)
+    save_artifact(random_bnc_artifact(np.random.default_rng(3), d=12, n_classes=5, tan=True, bits=3, int_bits=2), path)
     return path
 
 
@@ -124,7 +121,7 @@ def test_kill9_while_exporting(tmp_path, small_model):
     for k in range(KILLS):
         _kill_at_random(EXPORT_WRITER, [small_model, target], seed=100 + k, window=1.0)
         if target.exists():
-            rt = load_runtime(target, threads=1)      # RuntimeLoadError (a failure here) if partial
+            rt = load_runtime(target, threads=1)  # RuntimeLoadError (a failure here) if partial
             scores, label = rt.run(x)
             np.testing.assert_array_equal(scores, reference)
             np.testing.assert_array_equal(label, np.argmax(reference, axis=1))

@@ -14,8 +14,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
-
-from rel_support import cli, digits_model, fill, full_disk, immutable_folder  # noqa: F401 - fixtures
+from rel_support import cli, fill
 
 
 def _one_error_line(stderr: str, prog: str) -> str:
@@ -34,7 +33,7 @@ def test_train_into_read_only_folder_fails_first(immutable_folder):
     assert done.returncode == 2
     line = _one_error_line(done.stderr, "bnc-train")
     assert "not writable" in line and str(immutable_folder) in line
-    assert done.stdout == ""                                    # nothing trained, nothing reported
+    assert done.stdout == ""  # nothing trained, nothing reported
 
 
 def test_export_into_read_only_folder_fails_first(immutable_folder, digits_model):
@@ -132,8 +131,9 @@ def test_export_enospc_mocked(tmp_path, monkeypatch, capsys, digits_model, where
     old.write_bytes(b"previous")
     if where == "write":
         real = Path.write_bytes
-        monkeypatch.setattr(Path, "write_bytes",
-                            lambda self, data: _enospc() if ".tmp" in self.name else real(self, data))
+        monkeypatch.setattr(
+            Path, "write_bytes", lambda self, data: _enospc() if ".tmp" in self.name else real(self, data)
+        )
     else:
         monkeypatch.setattr(os, "fsync", _enospc)
     assert main([str(digits_model), "--format", "onnx", "-o", str(old)]) == 2

@@ -38,8 +38,7 @@ FORMATS = ("onnx", "tflite")
 
 def tamper_artifact():
     """The BN model of the test: TAN, 8 features, 4 classes, 3-bit tables (exact gather lowering)."""
-    return random_bnc_artifact(np.random.default_rng(SEED), d=8, n_classes=4, tan=True, bits=3, max_card=6,
-                               n_check=64)
+    return random_bnc_artifact(np.random.default_rng(SEED), d=8, n_classes=4, tan=True, bits=3, max_card=6, n_check=64)
 
 
 def random_edits(size: int, n: int, seed: int, data: bytes) -> list[tuple[int, int]]:
@@ -82,13 +81,22 @@ def run_checked(path: Path, edits, x, reference, folder: Path) -> dict:
             messages[reason] = messages.get(reason, 0) + 1
             continue
         scores, label = rt.run(x)  # undetected: it must compute exactly what the original computes
-        assert np.array_equal(scores, reference[0]) and np.array_equal(label, reference[1]), \
+        assert np.array_equal(scores, reference[0]) and np.array_equal(label, reference[1]), (
             f"{path.suffix} edit at byte {edit[0]} was not detected and changes the outputs"
+        )
         harmless += 1
     seconds = time.perf_counter() - start
-    return {"format": path.suffix.lstrip("."), "runtime": runtime, "file_bytes": len(data), "edits": len(edits),
-            "detected": detected, "undetected_harmless": harmless, "seconds": round(seconds, 3),
-            "ms_per_refused_load": round(1000 * loading / max(detected, 1), 3), "reasons": messages}
+    return {
+        "format": path.suffix.lstrip("."),
+        "runtime": runtime,
+        "file_bytes": len(data),
+        "edits": len(edits),
+        "detected": detected,
+        "undetected_harmless": harmless,
+        "seconds": round(seconds, 3),
+        "ms_per_refused_load": round(1000 * loading / max(detected, 1), 3),
+        "reasons": messages,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -102,9 +110,13 @@ def _available(format: str) -> bool:
     return ("bnc", format) in exporters() and bool(runtimes_for(exporter_for("bnc", format).extension))
 
 
-@pytest.mark.parametrize("format", [pytest.param(f, marks=pytest.mark.skipif(not _available(f),
-                                                                              reason=f"no {f} exporter or runtime"))
-                                    for f in FORMATS])
+@pytest.mark.parametrize(
+    "format",
+    [
+        pytest.param(f, marks=pytest.mark.skipif(not _available(f), reason=f"no {f} exporter or runtime"))
+        for f in FORMATS
+    ],
+)
 def test_every_single_byte_edit_is_detected_on_load(case, format):
     artifact, x, folder = case
     folder = folder / format
@@ -113,9 +125,11 @@ def test_every_single_byte_edit_is_detected_on_load(case, format):
     reference = load_runtime(path, threads=1).run(x)
     data = path.read_bytes()
     result = run_checked(path, random_edits(len(data), N_EDITS, SEED, data), x, reference, folder)
-    print(f"\n{format}: {result['detected']}/{result['edits']} single-byte edits detected on load "
-          f"({result['file_bytes']} bytes, {result['ms_per_refused_load']} ms per refused load, {result['seconds']} s "
-          f"in all); reasons {result['reasons']}")
+    print(
+        f"\n{format}: {result['detected']}/{result['edits']} single-byte edits detected on load "
+        f"({result['file_bytes']} bytes, {result['ms_per_refused_load']} ms per refused load, {result['seconds']} s "
+        f"in all); reasons {result['reasons']}"
+    )
     assert result["detected"] + result["undetected_harmless"] == N_EDITS
     assert result["detected"] == N_EDITS  # a digest over every byte detects every edit
 
@@ -144,8 +158,11 @@ def _unchecked_worker(conn, runtime: str, x, reference) -> None:  # pragma: no c
         try:
             scores, label = rt.run(x)
         except Exception as exc:  # noqa: BLE001 - the in-graph guard, wrong shapes, runtime errors
-            conn.send("fails when run (guard or runtime error)" if isinstance(exc, RuntimeError)
-                      else f"fails when run ({type(exc).__name__})")
+            conn.send(
+                "fails when run (guard or runtime error)"
+                if isinstance(exc, RuntimeError)
+                else f"fails when run ({type(exc).__name__})"
+            )
             continue
         if np.array_equal(scores, reference[0]) and np.array_equal(label, reference[1]):
             conn.send("runs, outputs identical (harmless)")
@@ -235,10 +252,13 @@ def main(argv=None) -> int:  # pragma: no cover - the closing note's numbers
         print(json.dumps(results, indent=2))
     else:
         for r in results:
-            print(f"{r['format']} ({r['file_bytes']} bytes, BN TAN 3-bit gather, {r['runtime']}): "
-                  f"{r['detected']}/{r['edits']} single-byte edits detected on load, "
-                  f"{r['undetected_harmless']} undetected (all harmless), {r['ms_per_refused_load']} ms per refused load, "
-                  f"{r['seconds']} s for all (writing the copies included)")
+            print(
+                f"{r['format']} ({r['file_bytes']} bytes, BN TAN 3-bit gather, {r['runtime']}): "
+                f"{r['detected']}/{r['edits']} single-byte edits detected on load, "
+                f"{r['undetected_harmless']} undetected (all harmless), "
+                f"{r['ms_per_refused_load']} ms per refused load, "
+                f"{r['seconds']} s for all (writing the copies included)"
+            )
             for reason, n in r["reasons"].items():
                 print(f"    {n:5d}  {reason}")
             if "without_check" in r:

@@ -44,7 +44,7 @@ REPLACED = "was replaced by another writer after this one"
 class Trial:
     ok: bool = True
     problems: list = field(default_factory=list)
-    warned: int = 0            # processes that said their file was replaced
+    warned: int = 0  # processes that said their file was replaced
     overwritten_later: int = 0  # processes that reported owned, replaced after their report
     seconds: float = 0.0
 
@@ -61,8 +61,9 @@ def _env() -> dict:
 
 
 def _launch(commands: list[list[str]]) -> list[tuple[int, str, str]]:
-    procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
-             for cmd in commands]
+    procs = [
+        subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env()) for cmd in commands
+    ]
     return [(p.wait(), *p.communicate()) for p in procs]
 
 
@@ -115,9 +116,28 @@ def train_trial(folder: Path, n_procs: int = 2) -> Trial:
 
     trial, start = Trial(), time.perf_counter()
     target = folder / "same.bnc"
-    commands = [[sys.executable, "-m", "bnc_deploy.cli.train", "--data", "digits", "--model", "nb", "--init", "ml",
-                 "--epochs", "0", "--bits", str(BITS[i % len(BITS)]), "-o", str(target), "--json", "--quiet"]
-                for i in range(n_procs)]
+    commands = [
+        [
+            sys.executable,
+            "-m",
+            "bnc_deploy.cli.train",
+            "--data",
+            "digits",
+            "--model",
+            "nb",
+            "--init",
+            "ml",
+            "--epochs",
+            "0",
+            "--bits",
+            str(BITS[i % len(BITS)]),
+            "-o",
+            str(target),
+            "--json",
+            "--quiet",
+        ]
+        for i in range(n_procs)
+    ]
     final, reports = _check_reports(trial, _launch(commands), "file_sha256", target)
     if final is not None:
         try:
@@ -135,9 +155,29 @@ def train_trial(folder: Path, n_procs: int = 2) -> Trial:
 
 def make_export_model(path: Path) -> Path:
     """A small quantized BN (digits, 3 bits) to export."""
-    subprocess.run([sys.executable, "-m", "bnc_deploy.cli.train", "--data", "digits", "--model", "nb", "--init", "ml",
-                    "--epochs", "0", "--bits", "3", "-o", str(path), "--quiet"], check=True, env=_env(),
-                   stdout=subprocess.DEVNULL)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bnc_deploy.cli.train",
+            "--data",
+            "digits",
+            "--model",
+            "nb",
+            "--init",
+            "ml",
+            "--epochs",
+            "0",
+            "--bits",
+            "3",
+            "-o",
+            str(path),
+            "--quiet",
+        ],
+        check=True,
+        env=_env(),
+        stdout=subprocess.DEVNULL,
+    )
     return path
 
 
@@ -151,8 +191,22 @@ def export_trial(folder: Path, model: Path, n_procs: int = 2) -> Trial:
 
     trial, start = Trial(), time.perf_counter()
     target = folder / "same.onnx"
-    commands = [[sys.executable, "-m", "bnc_deploy.cli.export", str(model), "--format", "onnx", "--lowering",
-                 LOWERINGS[i % len(LOWERINGS)], "-o", str(target), "--json"] for i in range(n_procs)]
+    commands = [
+        [
+            sys.executable,
+            "-m",
+            "bnc_deploy.cli.export",
+            str(model),
+            "--format",
+            "onnx",
+            "--lowering",
+            LOWERINGS[i % len(LOWERINGS)],
+            "-o",
+            str(target),
+            "--json",
+        ]
+        for i in range(n_procs)
+    ]
     final, reports = _check_reports(trial, _launch(commands), "sha256", target)
     for i, r in enumerate(reports):
         if r is not None and not (r["published"] and r["exact"]):
@@ -165,8 +219,9 @@ def export_trial(folder: Path, model: Path, n_procs: int = 2) -> Trial:
         else:
             winners = [r for r in reports if r is not None and r["sha256"] == final]
             if winners and any(w["lowering"] != rt.metadata["lowering"] for w in winners):
-                trial.fail(f"the file is the {rt.metadata['lowering']} lowering, its writer reported "
-                           f"{winners[0]['lowering']}")
+                trial.fail(
+                    f"the file is the {rt.metadata['lowering']} lowering, its writer reported {winners[0]['lowering']}"
+                )
             artifact = load_artifact(model)
             x, _ = verification_rows(artifact)
             scores, label = rt.run(x)
@@ -180,8 +235,17 @@ def export_trial(folder: Path, model: Path, n_procs: int = 2) -> Trial:
 def run_trials(what: str, trials: int, n_procs: int, folder: Path, log=None) -> dict:
     folder.mkdir(parents=True, exist_ok=True)
     model = make_export_model(folder / "model.bnc") if what == "export" else None
-    summary = {"what": what, "trials": trials, "procs": n_procs, "passed": 0, "false_reports": 0,
-               "warned": 0, "overwritten_later": 0, "seconds": 0.0, "problems": []}
+    summary = {
+        "what": what,
+        "trials": trials,
+        "procs": n_procs,
+        "passed": 0,
+        "false_reports": 0,
+        "warned": 0,
+        "overwritten_later": 0,
+        "seconds": 0.0,
+        "problems": [],
+    }
     for k in range(trials):
         work = folder / f"{what}-{k}"
         work.mkdir()
@@ -193,8 +257,10 @@ def run_trials(what: str, trials: int, n_procs: int, folder: Path, log=None) -> 
         summary["seconds"] += trial.seconds
         summary["problems"] += [f"trial {k}: {p}" for p in trial.problems]
         if log:
-            log(f"{what} trial {k + 1}/{trials}: {'ok' if trial.ok else 'FAILED ' + '; '.join(trial.problems)} "
-                f"({trial.seconds:.1f} s)")
+            log(
+                f"{what} trial {k + 1}/{trials}: {'ok' if trial.ok else 'FAILED ' + '; '.join(trial.problems)} "
+                f"({trial.seconds:.1f} s)"
+            )
     summary["seconds"] = round(summary["seconds"], 1)
     return summary
 
@@ -211,11 +277,19 @@ def main(argv=None) -> int:
     failed = False
     with tempfile.TemporaryDirectory() as tmp:
         for what in args.what:
-            s = run_trials(what, args.trials, args.procs, Path(tmp) / what,
-                           log=(lambda text: print(text, flush=True)) if args.verbose else None)
-            print(f"{what}: {s['trials']} trials x {s['procs']} processes: {s['passed']} passed, "
-                  f"{s['false_reports']} false reports / corrupt files, {s['warned']} 'replaced' warnings, "
-                  f"{s['overwritten_later']} reported-then-overwritten, {s['seconds']} s", flush=True)
+            s = run_trials(
+                what,
+                args.trials,
+                args.procs,
+                Path(tmp) / what,
+                log=(lambda text: print(text, flush=True)) if args.verbose else None,
+            )
+            print(
+                f"{what}: {s['trials']} trials x {s['procs']} processes: {s['passed']} passed, "
+                f"{s['false_reports']} false reports / corrupt files, {s['warned']} 'replaced' warnings, "
+                f"{s['overwritten_later']} reported-then-overwritten, {s['seconds']} s",
+                flush=True,
+            )
             for problem in s["problems"]:
                 print("  " + problem)
             failed |= s["passed"] != s["trials"]

@@ -30,11 +30,7 @@ from typing import Self
 import numpy as np
 
 from bnc_deploy.artifacts import save_artifact
-from bnc_deploy.testing import (
-    discretizer_dict,
-    random_bnc_artifact,
-    random_dnn_artifact,
-)
+from bnc_deploy.testing import discretizer_dict, random_bnc_artifact, random_dnn_artifact
 from bnc_deploy.verify import export_path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -53,9 +49,16 @@ class ModelFile:
 def bn_artifacts() -> dict[str, object]:
     """Small BN artifacts: 3-bit NB, 4-bit TAN, and a 3-bit NB with a discretizer (raw inputs)."""
     rng = np.random.default_rng(13)
-    raw = random_bnc_artifact(rng, d=3, n_classes=3, tan=False, bits=3, int_bits=2,
-                              cardinalities=[3, 2, 4],
-                              discretizer=discretizer_dict([[-1.0, 0.5], [0.25], [-2.0, 0.0, 2.0]]))
+    raw = random_bnc_artifact(
+        rng,
+        d=3,
+        n_classes=3,
+        tan=False,
+        bits=3,
+        int_bits=2,
+        cardinalities=[3, 2, 4],
+        discretizer=discretizer_dict([[-1.0, 0.5], [0.25], [-2.0, 0.0, 2.0]]),
+    )
     raw.check_x = None  # the discretizer's codes define the rows here; the check set comes from random rows
     raw.check_y = None
     return {
@@ -100,11 +103,18 @@ def build_repository(folder, *, tflite: bool = True) -> dict[str, ModelFile]:
 def _export_all(folder: Path, tflite: bool) -> dict[str, ModelFile]:
     bn = bn_artifacts()
     dnn = dnn_artifact()
-    plan = [("nb_onnx", bn["nb"], "onnx", {}), ("tan_onnx", bn["tan"], "onnx", {}),
-            ("raw_onnx", bn["raw"], "onnx", {"raw_inputs": True}), ("dnn_onnx", dnn, "onnx", {})]
+    plan = [
+        ("nb_onnx", bn["nb"], "onnx", {}),
+        ("tan_onnx", bn["tan"], "onnx", {}),
+        ("raw_onnx", bn["raw"], "onnx", {"raw_inputs": True}),
+        ("dnn_onnx", dnn, "onnx", {}),
+    ]
     if tflite and _has_tensorflow():
-        plan += [("nb_tflite", bn["nb"], "tflite", {}), ("tan_tflite", bn["tan"], "tflite", {}),
-                 ("dnn_tflite", dnn, "tflite", {})]
+        plan += [
+            ("nb_tflite", bn["nb"], "tflite", {}),
+            ("tan_tflite", bn["tan"], "tflite", {}),
+            ("dnn_tflite", dnn, "tflite", {}),
+        ]
     out = {}
     for name, art, fmt, options in plan:
         path = export_path(art, folder / f"{name}.{fmt}", fmt, **options)
@@ -147,8 +157,18 @@ class ServerProcess:
     (None without gRPC); ``stderr_path`` holds the server's log, ``stdout_path`` its JSON access log.
     """
 
-    def __init__(self, repository, *, http: bool = True, grpc: bool = False, args=(), env=None,
-                 log_dir=None, ready_timeout: float = 60.0, wait_ready: bool = True) -> None:
+    def __init__(
+        self,
+        repository,
+        *,
+        http: bool = True,
+        grpc: bool = False,
+        args=(),
+        env=None,
+        log_dir=None,
+        ready_timeout: float = 60.0,
+        wait_ready: bool = True,
+    ) -> None:
         self.repository = Path(repository)
         self.http_port = free_port() if http else None
         self.grpc_port = free_port() if grpc else None
@@ -169,8 +189,7 @@ class ServerProcess:
         self._stdout = open(self.stdout_path, "wb")  # noqa: SIM115
         full_env = dict(os.environ, **(env or {}))
         full_env.setdefault("PYTHONUNBUFFERED", "1")
-        self.proc = subprocess.Popen(cmd, stdout=self._stdout, stderr=self._stderr, env=full_env,
-                                     cwd=str(REPO_ROOT))
+        self.proc = subprocess.Popen(cmd, stdout=self._stdout, stderr=self._stderr, env=full_env, cwd=str(REPO_ROOT))
         if wait_ready:
             self.wait_until(ready_timeout)
 
@@ -180,8 +199,11 @@ class ServerProcess:
 
     def access_log(self) -> list[dict]:
         """The JSON access log lines the server wrote to stdout so far."""
-        return [json.loads(line) for line in self.stdout_path.read_text(errors="replace").splitlines()
-                if line.startswith("{")]
+        return [
+            json.loads(line)
+            for line in self.stdout_path.read_text(errors="replace").splitlines()
+            if line.startswith("{")
+        ]
 
     def wait_until(self, timeout: float, path: str = "/v2/health/live") -> None:
         """Wait until the server answers (HTTP: ``path`` returns 200; gRPC only: the port accepts)."""

@@ -47,10 +47,18 @@ def test_every_route_but_liveness_needs_the_token(tmp_path):
     ss.build_repository(tmp_path / "repo", tflite=False)
     repo = ModelRepository(tmp_path / "repo")
     repo.load_all()
-    routes = [("GET", "/v2/health/ready"), ("GET", "/v2"), ("GET", "/v2/models/nb_onnx"),
-              ("GET", "/v2/models/nb_onnx/ready"), ("POST", "/v2/models/nb_onnx/infer"),
-              ("POST", "/v2/repository/index"), ("POST", "/v2/repository/models/nb_onnx/load"),
-              ("POST", "/v2/repository/models/nope/unload"), ("GET", "/metrics"), ("GET", "/nope")]
+    routes = [
+        ("GET", "/v2/health/ready"),
+        ("GET", "/v2"),
+        ("GET", "/v2/models/nb_onnx"),
+        ("GET", "/v2/models/nb_onnx/ready"),
+        ("POST", "/v2/models/nb_onnx/infer"),
+        ("POST", "/v2/repository/index"),
+        ("POST", "/v2/repository/models/nb_onnx/load"),
+        ("POST", "/v2/repository/models/nope/unload"),
+        ("GET", "/metrics"),
+        ("GET", "/nope"),
+    ]
     with TestClient(create_app(repo, api_keys=[KEY.encode()], access_log=False)) as client:
         assert client.get("/v2/health/live").status_code == 200
         for method, path in routes:

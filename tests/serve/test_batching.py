@@ -24,8 +24,10 @@ def repo_files(tmp_path_factory):
 
 def batch_rows_sum(name: str) -> tuple[float, float]:
     reg = metrics.REGISTRY
-    return (reg.get_sample_value("bnc_serve_batch_rows_sum", {"model": name}) or 0.0,
-            reg.get_sample_value("bnc_serve_batch_rows_count", {"model": name}) or 0.0)
+    return (
+        reg.get_sample_value("bnc_serve_batch_rows_sum", {"model": name}) or 0.0,
+        reg.get_sample_value("bnc_serve_batch_rows_count", {"model": name}) or 0.0,
+    )
 
 
 def test_batched_results_equal_unbatched(repo_files):

@@ -14,6 +14,7 @@ import pytest
 pytest.importorskip("uvicorn", reason="bnc-serve needs the 'serve' extra")
 
 import serve_support as ss
+
 from bnc_deploy.runtimes.base import load_runtime
 
 
@@ -24,11 +25,25 @@ def repo_files(tmp_path_factory):
 
 def binary_infer(server, name, x, headers=None):
     data = np.ascontiguousarray(x, dtype=np.int64).tobytes()
-    head = json.dumps({"inputs": [{"name": "x", "datatype": "INT64", "shape": list(x.shape),
-                                   "parameters": {"binary_data_size": len(data)}}],
-                       "parameters": {"binary_data_output": True}}).encode()
-    return server.request("POST", f"/v2/models/{name}/infer", head + data,
-                          {"Inference-Header-Content-Length": str(len(head)), **(headers or {})})
+    head = json.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "x",
+                    "datatype": "INT64",
+                    "shape": list(x.shape),
+                    "parameters": {"binary_data_size": len(data)},
+                }
+            ],
+            "parameters": {"binary_data_output": True},
+        }
+    ).encode()
+    return server.request(
+        "POST",
+        f"/v2/models/{name}/infer",
+        head + data,
+        {"Inference-Header-Content-Length": str(len(head)), **(headers or {})},
+    )
 
 
 def test_serves_logs_and_stops_on_sigterm(repo_files):
@@ -42,8 +57,8 @@ def test_serves_logs_and_stops_on_sigterm(repo_files):
         head = json.loads(body[:n])
         scores, labels = load_runtime(repo_files["nb_onnx"].path).run(x)
         sizes = [o["parameters"]["binary_data_size"] for o in head["outputs"]]
-        got_scores = np.frombuffer(body[n:n + sizes[0]], "<f4").reshape(head["outputs"][0]["shape"])
-        got_labels = np.frombuffer(body[n + sizes[0]:], "<i8")
+        got_scores = np.frombuffer(body[n : n + sizes[0]], "<f4").reshape(head["outputs"][0]["shape"])
+        got_labels = np.frombuffer(body[n + sizes[0] :], "<i8")
         np.testing.assert_array_equal(got_scores.astype(np.float64), scores)
         np.testing.assert_array_equal(got_labels, labels)
         assert server.json("POST", "/v2/models/nope/infer", {})[0] == 404
@@ -63,8 +78,9 @@ def test_sigterm_drains_a_request_in_flight(repo_files, tmp_path):
     keys = tmp_path / "keys"
     keys.write_text("a-long-enough-api-key-123\n")
     auth = {"Authorization": "Bearer a-long-enough-api-key-123"}
-    server = ss.start_server(folder, args=["--max-batch", "1000", "--max-queue-delay-ms", "1500",
-                                           "--api-key-file", keys])
+    server = ss.start_server(
+        folder, args=["--max-batch", "1000", "--max-queue-delay-ms", "1500", "--api-key-file", keys]
+    )
     try:
         assert server.request("GET", "/v2/health/live")[0] == 200
         assert server.request("GET", "/v2/health/ready")[0] == 401
@@ -92,11 +108,14 @@ def test_bad_arguments_exit_2_with_one_line(tmp_path):
     taken.bind(("127.0.0.1", 0))
     taken.listen()
     port = taken.getsockname()[1]
-    for args, match in [(["--repository", str(tmp_path), "--http", f"127.0.0.1:{port}"], "cannot listen"),(["--repository", str(tmp_path / "missing")], "must be a directory"),
-                        (["--repository", str(tmp_path), "--workers", "2", "--grpc", "127.0.0.1:0"], "--workers"),
-                        (["--repository", str(tmp_path), "--runtime", "nope"], "nope"),
-                        (["--repository", str(tmp_path), "--http", "host:port"], "bad address"),
-                        (["--repository", str(tmp_path), "--api-key-file", str(tmp_path / "none")], "cannot read")]:
+    for args, match in [
+        (["--repository", str(tmp_path), "--http", f"127.0.0.1:{port}"], "cannot listen"),
+        (["--repository", str(tmp_path / "missing")], "must be a directory"),
+        (["--repository", str(tmp_path), "--workers", "2", "--grpc", "127.0.0.1:0"], "--workers"),
+        (["--repository", str(tmp_path), "--runtime", "nope"], "nope"),
+        (["--repository", str(tmp_path), "--http", "host:port"], "bad address"),
+        (["--repository", str(tmp_path), "--api-key-file", str(tmp_path / "none")], "cannot read"),
+    ]:
         r = subprocess.run([*ss.BNC_SERVE, *args], check=False, capture_output=True, text=True, timeout=120)
         assert r.returncode == 2, (args, r.stderr)
         lines = [ln for ln in r.stderr.splitlines() if ln.strip()]
@@ -114,9 +133,12 @@ def test_two_workers_answer_behind_one_port(repo_files):
         _, labels = load_runtime(repo_files["dnn_onnx"].path).run(x)
         for _ in range(10):
             status, _, body = server.request(
-                "POST", "/v2/models/dnn_onnx/infer",
-                json.dumps({"inputs": [{"name": "x", "datatype": "INT64", "shape": list(x.shape),
-                                        "data": x.ravel().tolist()}]}).encode())
+                "POST",
+                "/v2/models/dnn_onnx/infer",
+                json.dumps(
+                    {"inputs": [{"name": "x", "datatype": "INT64", "shape": list(x.shape), "data": x.ravel().tolist()}]}
+                ).encode(),
+            )
             assert status == 200 and json.loads(body)["outputs"][1]["data"] == labels.tolist()
         code = server.stop()
     assert code == 0, server.log()

@@ -21,8 +21,9 @@ def _fds(pid: int) -> int:
 
 def _infer_body(model, n: int = 2) -> bytes:
     x = valid_rows(model, n)
-    return json.dumps({"inputs": [{"name": "x", "datatype": "INT64", "shape": list(x.shape),
-                                   "data": x.ravel().tolist()}]}).encode()
+    return json.dumps(
+        {"inputs": [{"name": "x", "datatype": "INT64", "shape": list(x.shape), "data": x.ravel().tolist()}]}
+    ).encode()
 
 
 def _wait_fds(pid: int, most: int, timeout: float) -> int:
@@ -104,12 +105,11 @@ def test_slow_header_and_body_senders_are_cut_off_with_408(repo):
         baseline = _fds(proc.proc.pid)
         # A body trickled at 10 B/s: 408 once the body timeout has passed, then the connection closes.
         slow = socket.create_connection(("127.0.0.1", proc.http_port))
-        slow.sendall(b"POST /v2/models/nb_onnx/infer HTTP/1.1\r\nHost: x\r\n"
-                     b"Content-Length: %d\r\n\r\n" % len(body))
+        slow.sendall(b"POST /v2/models/nb_onnx/infer HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % len(body))
         t0 = time.monotonic()
         try:
             for i in range(40):
-                slow.sendall(body[i:i + 1])
+                slow.sendall(body[i : i + 1])
                 time.sleep(0.1)
         except OSError:
             pass  # closed by the server mid-way
@@ -159,8 +159,9 @@ def test_keep_alive_connections_close_after_the_keep_alive_timeout(repo):
 def test_grpc_idle_sockets_are_closed_by_the_handshake_timeout(repo):
     grpc = pytest.importorskip("grpc")
     folder, _ = repo
-    with ServerProcess(folder, http=False, grpc=True,
-                       args=["--header-timeout", "1", "--max-connections", "50"]) as proc:
+    with ServerProcess(
+        folder, http=False, grpc=True, args=["--header-timeout", "1", "--max-connections", "50"]
+    ) as proc:
         time.sleep(0.5)
         baseline = _fds(proc.proc.pid)
         idle = [socket.create_connection(("127.0.0.1", proc.grpc_port), timeout=5) for _ in range(300)]
@@ -197,10 +198,12 @@ def test_bad_limits_are_refused_naming_the_flag(field, value):
 def test_rows_over_the_limit_are_refused_before_decoding(repo):
     folder, model = repo
     x = valid_rows(model, 3)
-    body = json.dumps({"inputs": [{"name": "x", "datatype": "INT64", "shape": [3, x.shape[1]],
-                                   "data": x.ravel().tolist()}]}).encode()
-    many = json.dumps({"inputs": [{"name": f"x{i}", "datatype": "INT64", "shape": [1], "data": [0]}
-                                  for i in range(200_000)]}).encode()
+    body = json.dumps(
+        {"inputs": [{"name": "x", "datatype": "INT64", "shape": [3, x.shape[1]], "data": x.ravel().tolist()}]}
+    ).encode()
+    many = json.dumps(
+        {"inputs": [{"name": f"x{i}", "datatype": "INT64", "shape": [1], "data": [0]} for i in range(200_000)]}
+    ).encode()
     with ServerProcess(folder, args=["--max-rows", "2"]) as proc:
         status, _, out = proc.request("POST", "/v2/models/nb_onnx/infer", body)
         assert status == 413 and b"--max-rows" in out, out
@@ -216,10 +219,12 @@ def test_a_client_that_leaves_early_is_logged_as_499_not_500(repo):
     with ServerProcess(folder) as proc:
         for path in ("/v2/models/nb_onnx/infer", "/v2/repository/index"):
             s = socket.create_connection(("127.0.0.1", proc.http_port))
-            s.sendall(b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (path.encode(), len(body))
-                      + body[:5])
+            s.sendall(
+                b"POST %s HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n" % (path.encode(), len(body)) + body[:5]
+            )
             time.sleep(0.3)
             s.close()
+
         def statuses():
             return [(line["path"], line["status"]) for line in proc.access_log() if "/health/" not in line["path"]]
 

@@ -15,10 +15,10 @@ import pytest
 pytest.importorskip("starlette", reason="bnc-serve needs the 'serve' extra")
 
 import serve_support as ss
-from bnc_deploy.runtimes.base import load_runtime
 
 from bnc_deploy.errors import InputError
 from bnc_deploy.formats.checkset import CHECK_KEY
+from bnc_deploy.runtimes.base import load_runtime
 from bnc_deploy.serve.errors import BadRequest, ModelNotFound, ModelNotReady, status_of
 from bnc_deploy.serve.model import ModelLoadError, ServedModel
 from bnc_deploy.serve.repository import ModelRepository
@@ -61,8 +61,10 @@ def test_metadata_describes_tensors_and_model_facts(repository, repo_files):
     art = repo_files["nb_onnx"].artifact
     assert meta["name"] == "nb_onnx" and meta["versions"] == [repository.get("nb_onnx").version]
     assert meta["inputs"] == [{"name": "x", "datatype": "INT64", "shape": [-1, art.n_features]}]
-    assert meta["outputs"] == [{"name": "log_joint", "datatype": "FP32", "shape": [-1, art.n_classes]},
-                               {"name": "label", "datatype": "INT64", "shape": [-1]}]
+    assert meta["outputs"] == [
+        {"name": "log_joint", "datatype": "FP32", "shape": [-1, art.n_classes]},
+        {"name": "label", "datatype": "INT64", "shape": [-1]},
+    ]
     p = meta["parameters"]
     assert p["class_names"] == list(art.class_names) and p["cardinalities"] == [int(c) for c in art.cardinalities]
     assert p["bits"] == 3 and p["n_ops"] == art.n_ops and p["runtime"] == "onnxruntime"
@@ -89,11 +91,14 @@ def test_output_subset_and_classification(repository, repo_files):
         assert np.float32(second[0]) <= np.float32(value)
 
 
-@pytest.mark.parametrize(("inputs", "match"), [
-    ({"x": np.zeros((2, 3), np.int64)}, "expected shape"),          # wrong feature count
-    ({"x": np.zeros(6, np.int64)}, "expected shape"),                # 1-D
-    ({"y": np.zeros((1, 6), np.int64)}, "takes one input"),          # wrong name
-])
+@pytest.mark.parametrize(
+    ("inputs", "match"),
+    [
+        ({"x": np.zeros((2, 3), np.int64)}, "expected shape"),  # wrong feature count
+        ({"x": np.zeros(6, np.int64)}, "expected shape"),  # 1-D
+        ({"y": np.zeros((1, 6), np.int64)}, "takes one input"),  # wrong name
+    ],
+)
 def test_bad_requests_are_bad_request(repository, inputs, match):
     with pytest.raises(BadRequest, match=match):
         repository.get("nb_onnx").infer(inputs)

@@ -33,7 +33,7 @@ def _junk(rng: random.Random, depth: int = 0):
     """A random JSON value."""
     kind = rng.randrange(9 if depth < 4 else 6)
     if kind == 0:
-        return rng.randint(-2**70, 2**70)
+        return rng.randint(-(2**70), 2**70)
     if kind == 1:
         return rng.choice([0.5, -1.0, 1e308, -1e-300, float("nan"), float("inf")])
     if kind == 2:
@@ -47,9 +47,25 @@ def _junk(rng: random.Random, depth: int = 0):
     if kind == 6:
         return [_junk(rng, depth + 1) for _ in range(rng.randrange(5))]
     if kind == 7:
-        return {rng.choice(["name", "shape", "datatype", "data", "parameters", "inputs", "outputs", "id",
-                            "binary_data_size", "binary_data", "classification", "zz"]): _junk(rng, depth + 1)
-                for _ in range(rng.randrange(5))}
+        return {
+            rng.choice(
+                [
+                    "name",
+                    "shape",
+                    "datatype",
+                    "data",
+                    "parameters",
+                    "inputs",
+                    "outputs",
+                    "id",
+                    "binary_data_size",
+                    "binary_data",
+                    "classification",
+                    "zz",
+                ]
+            ): _junk(rng, depth + 1)
+            for _ in range(rng.randrange(5))
+        }
     return [[_junk(rng, depth + 2) for _ in range(3)] for _ in range(2)]
 
 
@@ -105,8 +121,14 @@ def _one_request(rng: random.Random, models) -> tuple[str, str, bytes, dict]:
             _mutate(req, rng)
         header = json.dumps(req, allow_nan=True).encode()
         choice = rng.randrange(6)
-        length = {0: len(header), 1: len(header) + rng.randint(1, 50), 2: max(0, len(header) - rng.randint(1, 10)),
-                  3: 2**63, 4: -5, 5: len(header) + len(data) + 100}[choice]
+        length = {
+            0: len(header),
+            1: len(header) + rng.randint(1, 50),
+            2: max(0, len(header) - rng.randint(1, 10)),
+            3: 2**63,
+            4: -5,
+            5: len(header) + len(data) + 100,
+        }[choice]
         if rng.random() < 0.3:
             data = data[: rng.randrange(len(data) + 1)] + bytes(rng.randrange(9))
         body = header + data
@@ -120,27 +142,41 @@ def _one_request(rng: random.Random, models) -> tuple[str, str, bytes, dict]:
         if r == 0:
             body = (b"[" * 50000) + (b"]" * 50000)
         elif r == 1:
-            body = json.dumps({"inputs": [{"name": "x", "datatype": "INT64", "shape": [2**40, 2**40],
-                                           "data": [1, 2]}]}).encode()
+            body = json.dumps(
+                {"inputs": [{"name": "x", "datatype": "INT64", "shape": [2**40, 2**40], "data": [1, 2]}]}
+            ).encode()
         elif r == 2:
-            body = json.dumps({"inputs": [{"name": "x", "datatype": "INT64", "shape": [5000, 6],
-                                           "data": [0] * 30000}]}).encode()
+            body = json.dumps(
+                {"inputs": [{"name": "x", "datatype": "INT64", "shape": [5000, 6], "data": [0] * 30000}]}
+            ).encode()
         else:
-            body = b'{"inputs": [' + b'{"name": "x"},' * 20000 + b'{}]}'
+            body = b'{"inputs": [' + b'{"name": "x"},' * 20000 + b"{}]}"
     elif kind == 7:  # over the size limit
         body = b"{" + b" " * (MAX_REQUEST_BYTES + rng.randrange(1, 1000)) + b"}"
     elif kind == 8:  # other routes, unknown names, odd versions
-        path = rng.choice([f"/v2/models/{_junk_name(rng)}/infer", f"/v2/models/{name}/versions/{_junk_name(rng)}/infer",
-                           f"/v2/models/{_junk_name(rng)}", f"/v2/models/{name}/ready", "/v2/repository/index",
-                           f"/v2/repository/models/{_junk_name(rng)}/load",
-                           f"/v2/repository/models/{_junk_name(rng)}/unload", "/v2", "/v2/health/ready",
-                           "/" + _junk_name(rng), "/metrics"])
+        path = rng.choice(
+            [
+                f"/v2/models/{_junk_name(rng)}/infer",
+                f"/v2/models/{name}/versions/{_junk_name(rng)}/infer",
+                f"/v2/models/{_junk_name(rng)}",
+                f"/v2/models/{name}/ready",
+                "/v2/repository/index",
+                f"/v2/repository/models/{_junk_name(rng)}/load",
+                f"/v2/repository/models/{_junk_name(rng)}/unload",
+                "/v2",
+                "/v2/health/ready",
+                "/" + _junk_name(rng),
+                "/metrics",
+            ]
+        )
         body = json.dumps(_junk(rng)).encode() if rng.random() < 0.7 else b""
     else:  # a valid request with random extra headers
         req, _ = _valid_request(model, rng, binary=False)
         body = json.dumps(req).encode()
         for _ in range(rng.randrange(1, 6)):
-            headers[_header_name(rng)] = "".join(rng.choice(string.ascii_letters + " ;=,") for _ in range(rng.randrange(300)))
+            headers[_header_name(rng)] = "".join(
+                rng.choice(string.ascii_letters + " ;=,") for _ in range(rng.randrange(300))
+            )
         if rng.random() < 0.3:
             headers["Content-Encoding"] = rng.choice(["gzip", "br", "identity"])
     method = rng.choice(["POST"] * 8 + ["GET", "PUT", "DELETE"])
@@ -218,30 +254,39 @@ def test_rest_fuzz_no_5xx_still_serving_memory_flat(tmp_path):
                 method, path, body, headers = _one_request(rng, models)
                 status = _send(conn, port, method, path, body, headers)
                 statuses[status] = statuses.get(status, 0) + 1
-                assert status < 500, (f"request {i} of seed {seed}: {method} {path} headers={headers} "
-                                      f"body={body[:300]!r}... -> {status}\n{proc.log()[-3000:]}")
+                assert status < 500, (
+                    f"request {i} of seed {seed}: {method} {path} headers={headers} "
+                    f"body={body[:300]!r}... -> {status}\n{proc.log()[-3000:]}"
+                )
             for data in RAW_REQUESTS:
                 answer = _raw_http(port, data)
                 assert not answer.startswith(b"HTTP/1.1 5"), (data[:200], answer[:300])
 
-        fuzz_pass(SEED)                   # warm-up: every code path and buffer size seen
+        fuzz_pass(SEED)  # warm-up: every code path and buffer size seen
         fuzz_pass(SEED + 1)
         rss_warm = proc_rss(proc)
-        for k in range(2, 5):             # new random requests: nothing may accumulate
+        for k in range(2, 5):  # new random requests: nothing may accumulate
             fuzz_pass(SEED + k)
         rss_after = proc_rss(proc)
         # Still serving, and correctly.
         status, _, body = proc.request("GET", "/v2/health/ready")
         assert status == 200
         x = valid_rows(models["nb_onnx"], n=3)
-        status, _, body = proc.request("POST", "/v2/models/nb_onnx/infer", json.dumps(
-            {"inputs": [{"name": "x", "shape": [3, x.shape[1]], "datatype": "INT64", "data": x.ravel().tolist()}]}
-        ).encode(), {"Content-Type": "application/json"})
+        status, _, body = proc.request(
+            "POST",
+            "/v2/models/nb_onnx/infer",
+            json.dumps(
+                {"inputs": [{"name": "x", "shape": [3, x.shape[1]], "datatype": "INT64", "data": x.ravel().tolist()}]}
+            ).encode(),
+            {"Content-Type": "application/json"},
+        )
         assert status == 200, body
         assert proc.stop() == 0
     print(f"statuses: {dict(sorted(statuses.items()))}; RSS {rss_warm} -> {rss_after} KiB")
     assert sum(v for k, v in statuses.items() if k == 200) > 0 and sum(v for k, v in statuses.items() if k >= 400) > 0
-    assert rss_after - rss_warm <= RSS_GROWTH_KIB, f"RSS grew {rss_after - rss_warm} KiB over {3 * REQUESTS_PER_PASS} requests"
+    assert rss_after - rss_warm <= RSS_GROWTH_KIB, (
+        f"RSS grew {rss_after - rss_warm} KiB over {3 * REQUESTS_PER_PASS} requests"
+    )
 
 
 def proc_rss(proc: ServerProcess) -> int:

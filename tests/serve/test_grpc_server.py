@@ -13,9 +13,9 @@ import pytest
 
 grpc = pytest.importorskip("grpc", reason="the 'serve' extra (grpcio) is not installed")
 
-from bnc_deploy.runtimes.base import load_runtime
 from serve_support import build_repository, valid_rows
 
+from bnc_deploy.runtimes.base import load_runtime
 from bnc_deploy.serve.grpc_server import start_grpc_server
 from bnc_deploy.serve.proto import grpc_service_pb2 as pb
 from bnc_deploy.serve.proto import grpc_service_pb2_grpc as pb_grpc
@@ -33,12 +33,17 @@ def stub(tmp_path_factory):
     repo.load_all()
     server = start_grpc_server(repo, "127.0.0.1:0", max_message_bytes=1 << 20)
     secured = start_grpc_server(repo, "127.0.0.1:0", api_keys=[KEY])
-    channel = grpc.insecure_channel(f"127.0.0.1:{server.bound_port}",
-                                    options=[("grpc.max_send_message_length", 8 << 20)])
+    channel = grpc.insecure_channel(
+        f"127.0.0.1:{server.bound_port}", options=[("grpc.max_send_message_length", 8 << 20)]
+    )
     secured_channel = grpc.insecure_channel(f"127.0.0.1:{secured.bound_port}")
     try:
-        yield (pb_grpc.GRPCInferenceServiceStub(channel), pb_grpc.GRPCInferenceServiceStub(secured_channel),
-               channel, models)
+        yield (
+            pb_grpc.GRPCInferenceServiceStub(channel),
+            pb_grpc.GRPCInferenceServiceStub(secured_channel),
+            channel,
+            models,
+        )
     finally:
         channel.close()
         secured_channel.close()
@@ -62,8 +67,10 @@ def _request(model, x, *, raw=True, datatype="INT64", outputs=()):
 
 def _outputs(response):
     types = {"FP32": np.float32, "FP64": np.float64, "INT64": np.int64}
-    return {t.name: np.frombuffer(raw, types[t.datatype]).reshape(tuple(t.shape))
-            for t, raw in zip(response.outputs, response.raw_output_contents)}
+    return {
+        t.name: np.frombuffer(raw, types[t.datatype]).reshape(tuple(t.shape))
+        for t, raw in zip(response.outputs, response.raw_output_contents)
+    }
 
 
 def _code(call):
@@ -90,8 +97,9 @@ def test_raw_and_typed_contents_give_the_local_runtime_outputs(stub):
             assert np.array_equal(out["label"], label), name
     # INT32 typed contents of codes: the same answer
     x = valid_rows(models["nb_onnx"], n=4)
-    out = _outputs(client.ModelInfer(_request("nb_onnx", x.astype(np.int32), raw=False, datatype="INT32",
-                                              outputs=["label"])))
+    out = _outputs(
+        client.ModelInfer(_request("nb_onnx", x.astype(np.int32), raw=False, datatype="INT32", outputs=["label"]))
+    )
     assert list(out) == ["label"] and np.array_equal(out["label"], load_runtime(models["nb_onnx"].path).run(x)[1])
 
 
@@ -123,8 +131,9 @@ def test_malformed_requests_are_invalid_argument_with_a_reason(stub):
     bad = x.copy()
     bad[1, 2] = 1000
     code, details = _code(lambda: client.ModelInfer(_request("nb_onnx", bad)))
-    assert code == grpc.StatusCode.INVALID_ARGUMENT and "feature 2" in details and "row 1" in details \
-        and "1000" in details
+    assert (
+        code == grpc.StatusCode.INVALID_ARGUMENT and "feature 2" in details and "row 1" in details and "1000" in details
+    )
 
     req = _request("nb_onnx", x.astype(np.int32), raw=False, datatype="INT32")
     req.inputs[0].contents.int_contents[0] = 2**31 - 1  # fits INT32, far outside the feature's range
@@ -181,8 +190,10 @@ def test_health_metadata_and_repository_rpcs(stub):
     meta = client.ServerMetadata(pb.ServerMetadataRequest())
     assert meta.name == "bnc-serve" and "model_repository" in meta.extensions
     m = client.ModelMetadata(pb.ModelMetadataRequest(name="dnn_onnx"))
-    assert [(t.name, t.datatype, list(t.shape)) for t in m.outputs] == [("logits", "FP32", [-1, 3]),
-                                                                        ("label", "INT64", [-1])]
+    assert [(t.name, t.datatype, list(t.shape)) for t in m.outputs] == [
+        ("logits", "FP32", [-1, 3]),
+        ("label", "INT64", [-1]),
+    ]
     index = {e.name: e for e in client.RepositoryIndex(pb.RepositoryIndexRequest()).models}
     assert set(index) == set(models) and all(e.state == "READY" for e in index.values())
     assert client.ModelReady(pb.ModelReadyRequest(name="tan_onnx", version=index["tan_onnx"].version)).ready
@@ -202,8 +213,11 @@ def test_health_metadata_and_repository_rpcs(stub):
 
 def test_rpcs_left_out_are_unimplemented_and_big_messages_exhausted(stub):
     client, _, channel, models = stub
-    call = channel.unary_unary("/inference.GRPCInferenceService/ModelStatistics",
-                               request_serializer=lambda m: b"", response_deserializer=lambda b: b)
+    call = channel.unary_unary(
+        "/inference.GRPCInferenceService/ModelStatistics",
+        request_serializer=lambda m: b"",
+        response_deserializer=lambda b: b,
+    )
     code, _ = _code(lambda: call(None))
     assert code == grpc.StatusCode.UNIMPLEMENTED
     d = len(models["nb_onnx"].artifact.cardinalities)
@@ -217,9 +231,11 @@ def test_bearer_token_on_every_rpc_but_liveness(stub):
     _, secured, _, models = stub
     assert secured.ServerLive(pb.ServerLiveRequest()).live
     x = valid_rows(models["nb_onnx"], n=2)
-    for call in (lambda md: secured.ServerReady(pb.ServerReadyRequest(), metadata=md),
-                 lambda md: secured.ModelInfer(_request("nb_onnx", x), metadata=md),
-                 lambda md: secured.RepositoryIndex(pb.RepositoryIndexRequest(), metadata=md)):
+    for call in (
+        lambda md: secured.ServerReady(pb.ServerReadyRequest(), metadata=md),
+        lambda md: secured.ModelInfer(_request("nb_onnx", x), metadata=md),
+        lambda md: secured.RepositoryIndex(pb.RepositoryIndexRequest(), metadata=md),
+    ):
         for md in (None, [("authorization", "Bearer wrong-wrong-wrong-wrong")], [("authorization", KEY.decode())]):
             code, _ = _code(lambda call=call, md=md: call(md))
             assert code == grpc.StatusCode.UNAUTHENTICATED

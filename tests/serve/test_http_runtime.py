@@ -10,11 +10,11 @@ import pytest
 
 pytest.importorskip("uvicorn", reason="the 'serve' extra is not installed")
 
-from bnc_deploy.runtimes.base import EXTENSIONS, load_runtime, runtime_class
-from bnc_deploy.runtimes.http_adapter import HttpAdapter, parse_url
 from serve_support import ServerProcess, build_repository, valid_rows
 
 from bnc_deploy.errors import ConfigError, InputError, RuntimeLoadError
+from bnc_deploy.runtimes.base import EXTENSIONS, load_runtime, runtime_class
+from bnc_deploy.runtimes.http_adapter import HttpAdapter, parse_url
 from bnc_deploy.testing import runtimes_for
 
 KEY = "http-runtime-test-key-0123456789"
@@ -93,8 +93,27 @@ def test_bnc_profile_runtime_http_measures_the_served_model(server, capsys, monk
     assert info.value.code == 2
     # A server with --api-key-file: the token comes from BNC_DEPLOY_API_KEY.
     monkeypatch.setenv("BNC_DEPLOY_API_KEY", KEY)
-    assert main([str(nb), "--runtime", "http", "--url", proc.url, "--json", "--runs", "5", "--repeats", "1",
-                 "--warmup", "1", "--throughput-repeats", "0"]) == 0
+    assert (
+        main(
+            [
+                str(nb),
+                "--runtime",
+                "http",
+                "--url",
+                proc.url,
+                "--json",
+                "--runs",
+                "5",
+                "--repeats",
+                "1",
+                "--warmup",
+                "1",
+                "--throughput-repeats",
+                "0",
+            ]
+        )
+        == 0
+    )
     (row,) = json.loads(capsys.readouterr().out)
     assert row["runtime"] == "http" and row["latency_us_p50_batch1"] > 0
 
@@ -105,8 +124,24 @@ def test_bnc_profile_against_an_open_server(tmp_path, capsys):
     models = build_repository(tmp_path / "repo", tflite=False)
     with ServerProcess(tmp_path / "repo") as proc:
         nb = models["nb_onnx"].path
-        code = main([str(nb), "--runtime", "http,onnxruntime", "--url", proc.url, "--json", "--runs", "20",
-                     "--repeats", "1", "--warmup", "5", "--throughput-repeats", "1"])
+        code = main(
+            [
+                str(nb),
+                "--runtime",
+                "http,onnxruntime",
+                "--url",
+                proc.url,
+                "--json",
+                "--runs",
+                "20",
+                "--repeats",
+                "1",
+                "--warmup",
+                "5",
+                "--throughput-repeats",
+                "1",
+            ]
+        )
         assert code == 0
         rows = json.loads(capsys.readouterr().out)
         by_runtime = {(r["runtime"], r["threads"]): r for r in rows}
@@ -117,8 +152,9 @@ def test_bnc_profile_against_an_open_server(tmp_path, capsys):
         # --model: the served name when the local file's stem differs
         renamed = tmp_path / "renamed.onnx"
         renamed.write_bytes(nb.read_bytes())
-        code = main([str(renamed), "--runtime", "http", "--url", proc.url, "--model", "nb_onnx", "--no-latency",
-                     "--json"])
+        code = main(
+            [str(renamed), "--runtime", "http", "--url", proc.url, "--model", "nb_onnx", "--no-latency", "--json"]
+        )
         assert code == 0
         (row,) = json.loads(capsys.readouterr().out)
         assert row["runtime"] == "http" and row["file"] == str(renamed)

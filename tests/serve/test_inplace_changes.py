@@ -126,10 +126,23 @@ def test_long_lived_runtime_ignores_in_place_changes(tmp_path, suffix, how):
     path = tmp_path / f"m{suffix}"
     path.write_bytes(a)
     np.save(tmp_path / "x.npy", random_valid_codes(np.asarray(CARDS), 64, 3))
-    done = subprocess.run([sys.executable, "-c", _LONG_LIVED, str(path), how, str(tmp_path / "x.npy"),
-                           str(tmp_path / f"stage_b{suffix}")], capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            _LONG_LIVED,
+            str(path),
+            how,
+            str(tmp_path / "x.npy"),
+            str(tmp_path / f"stage_b{suffix}"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0 and "same outputs" in done.stdout, (
-        f"{suffix} {how}: exit {done.returncode}\n{done.stdout}\n{done.stderr[-3000:]}")
+        f"{suffix} {how}: exit {done.returncode}\n{done.stdout}\n{done.stderr[-3000:]}"
+    )
 
 
 def _digest(scores, labels, dtype) -> str:
@@ -144,8 +157,9 @@ class _Client(threading.Thread):
     def __init__(self, port: int, model: str, x: np.ndarray, expected: dict[str, str], dtype) -> None:
         super().__init__(daemon=True)
         self.port, self.model, self.expected, self.dtype = port, model, expected, dtype
-        self.body = json.dumps({"inputs": [{"name": "x", "datatype": "INT64", "shape": list(x.shape),
-                                            "data": x.ravel().tolist()}]}).encode()
+        self.body = json.dumps(
+            {"inputs": [{"name": "x", "datatype": "INT64", "shape": list(x.shape), "data": x.ravel().tolist()}]}
+        ).encode()
         self.stop = threading.Event()
         self.versions: dict[str, int] = {}
         self.problems: list[str] = []
@@ -202,8 +216,9 @@ def test_server_keeps_serving_through_in_place_changes(tmp_path):
         (repo / f"{name}{suffix}").write_bytes(a)
         plan[name] = (repo / f"{name}{suffix}", a, b, expected, dtype)
     with ServerProcess(repo, args=["--poll", "0.1"], ready_timeout=120) as proc:
-        clients = [_Client(proc.http_port, name, x, expected, dtype)
-                   for name, (_, _, _, expected, dtype) in plan.items()]
+        clients = [
+            _Client(proc.http_port, name, x, expected, dtype) for name, (_, _, _, expected, dtype) in plan.items()
+        ]
         for c in clients:
             c.start()
         try:

@@ -28,12 +28,17 @@ LIVENESS_BUDGET_S = 0.1
 def test_liveness_answers_within_100_ms_while_a_million_row_json_request_is_served(tmp_path):
     repo = tmp_path / "repo"
     repo.mkdir()
-    art = random_bnc_artifact(np.random.default_rng(3), n_classes=26, tan=False, bits=3, int_bits=2,
-                              cardinalities=CARDS)
+    art = random_bnc_artifact(
+        np.random.default_rng(3), n_classes=26, tan=False, bits=3, int_bits=2, cardinalities=CARDS
+    )
     path = export_path(art, repo / "big.onnx", "onnx")
     x = random_valid_codes(np.asarray(CARDS), ROWS, 5)
-    body = json.dumps({"inputs": [{"name": "x", "datatype": "INT64", "shape": list(x.shape),
-                                   "data": x.ravel().tolist()}], "outputs": [{"name": "label"}]}).encode()
+    body = json.dumps(
+        {
+            "inputs": [{"name": "x", "datatype": "INT64", "shape": list(x.shape), "data": x.ravel().tolist()}],
+            "outputs": [{"name": "label"}],
+        }
+    ).encode()
     assert len(body) > 40e6
     with ServerProcess(repo, args=["--threads", "2"]) as proc:
         result: dict = {}
@@ -69,7 +74,8 @@ def test_liveness_answers_within_100_ms_while_a_million_row_json_request_is_serv
         p99 = float(np.percentile(latencies, 99))
         assert p99 < LIVENESS_BUDGET_S and max(latencies) < 5 * LIVENESS_BUDGET_S, (
             f"liveness p99 {p99 * 1000:.0f} ms, max {max(latencies) * 1000:.0f} ms "
-            f"(p50 {np.median(latencies) * 1000:.1f} ms, {len(latencies)} probes)")
+            f"(p50 {np.median(latencies) * 1000:.1f} ms, {len(latencies)} probes)"
+        )
         labels = np.asarray(json.loads(result["body"])["outputs"][0]["data"])
         np.testing.assert_array_equal(labels, load_runtime(path).predict(x))
         assert proc.stop() == 0
@@ -87,14 +93,17 @@ def test_chunked_response_is_the_bytes_of_one_json_dumps(rows, binary_label):
     labels = np.argmax(scores, axis=1).astype(np.int64)
     request = InferRequest({}, has_id=True, id='tricky "data":null id', binary_of={"label": binary_label})
     status, chunks, headers = encode_infer_body("m", "abc", request, [("log_joint", scores), ("label", labels)])
-    outputs = [{"name": "log_joint", "datatype": "FP32", "shape": [rows, 26], "data": tensor_to_json_data(scores)},
-               {"name": "label", "datatype": datatype_of(labels.dtype), "shape": [rows]}]
+    outputs = [
+        {"name": "log_joint", "datatype": "FP32", "shape": [rows, 26], "data": tensor_to_json_data(scores)},
+        {"name": "label", "datatype": datatype_of(labels.dtype), "shape": [rows]},
+    ]
     if binary_label:
         outputs[1]["parameters"] = {"binary_data_size": labels.nbytes}
     else:
         outputs[1]["data"] = tensor_to_json_data(labels)
-    head = json.dumps({"model_name": "m", "model_version": "abc", "outputs": outputs, "id": request.id},
-                      separators=(",", ":")).encode()
+    head = json.dumps(
+        {"model_name": "m", "model_version": "abc", "outputs": outputs, "id": request.id}, separators=(",", ":")
+    ).encode()
     expected = head + (tensor_to_bytes(labels) if binary_label else b"")
     assert status == 200 and b"".join(chunks) == expected
     assert max(len(c) for c in chunks) <= 2 * RESPONSE_CHUNK_BYTES + labels.nbytes

@@ -19,7 +19,6 @@ pytest.importorskip("starlette", reason="bnc-serve needs the 'serve' extra")
 
 
 from bnc_deploy.runtimes.base import load_runtime
-
 from bnc_deploy.serve.model import ModelLoadError, file_version
 from bnc_deploy.serve.repository import ModelRepository
 from bnc_deploy.testing import random_bnc_artifact

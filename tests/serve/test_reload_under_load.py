@@ -10,10 +10,10 @@ import time
 
 import numpy as np
 import pytest
-from bnc_deploy.runtimes.base import load_runtime
 from serve_support import ServerProcess
 from tritonclient_support import client_python, read_result, run_plan
 
+from bnc_deploy.runtimes.base import load_runtime
 from bnc_deploy.testing import random_bnc_artifact
 from bnc_deploy.verify import export_path
 
@@ -54,11 +54,21 @@ def test_reload_twenty_times_under_load_never_fails_or_mixes(tmp_path):
     target.write_bytes(staged["a"])
     stop = tmp_path / "stop"
     with ServerProcess(repo, grpc=True) as proc:
-        loop = {"op": "loop", "model": "m", "clients": 2, "seconds": 60, "record": True, "stop_file": str(stop),
-                "inputs": [{"name": "x", "datatype": "INT64", "array": "x"}], "outputs": ["log_joint", "label"],
-                "digest_outputs": ["log_joint", "label"]}
-        runs = [run_plan([{**loop, "protocol": p}], tmp_path, server=proc, arrays={"x": x}, background=True)
-                for p in ("http", "grpc")]
+        loop = {
+            "op": "loop",
+            "model": "m",
+            "clients": 2,
+            "seconds": 60,
+            "record": True,
+            "stop_file": str(stop),
+            "inputs": [{"name": "x", "datatype": "INT64", "array": "x"}],
+            "outputs": ["log_joint", "label"],
+            "digest_outputs": ["log_joint", "label"],
+        }
+        runs = [
+            run_plan([{**loop, "protocol": p}], tmp_path, server=proc, arrays={"x": x}, background=True)
+            for p in ("http", "grpc")
+        ]
         time.sleep(3.0)  # the clients are up and requesting
         loads = []
         for k in range(RELOADS):

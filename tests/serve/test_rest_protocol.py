@@ -12,9 +12,9 @@ pytest.importorskip("starlette", reason="bnc-serve needs the 'serve' extra")
 pytest.importorskip("starlette.testclient", reason="Starlette's TestClient needs httpx2 (extra 'test')")
 
 import serve_support as ss
-from bnc_deploy.runtimes.base import load_runtime
 from starlette.testclient import TestClient
 
+from bnc_deploy.runtimes.base import load_runtime
 from bnc_deploy.serve.app import create_app
 from bnc_deploy.serve.repository import ModelRepository
 
@@ -38,7 +38,10 @@ def client(repo_files):
 
 
 def json_request(x: np.ndarray, datatype: str, outputs=None, **params) -> dict:
-    req = {"id": "r1", "inputs": [{"name": "x", "datatype": datatype, "shape": list(x.shape), "data": x.ravel().tolist()}]}
+    req = {
+        "id": "r1",
+        "inputs": [{"name": "x", "datatype": datatype, "shape": list(x.shape), "data": x.ravel().tolist()}],
+    }
     if outputs is not None:
         req["outputs"] = outputs
     if params:
@@ -49,8 +52,11 @@ def json_request(x: np.ndarray, datatype: str, outputs=None, **params) -> dict:
 def binary_request(x: np.ndarray, datatype: str, outputs=None, binary_output=True) -> tuple[bytes, dict]:
     """What tritonclient sends by default: JSON header + raw tensor bytes, no Content-Type."""
     data = np.ascontiguousarray(x).tobytes()
-    req = {"inputs": [{"name": "x", "datatype": datatype, "shape": list(x.shape),
-                       "parameters": {"binary_data_size": len(data)}}]}
+    req = {
+        "inputs": [
+            {"name": "x", "datatype": datatype, "shape": list(x.shape), "parameters": {"binary_data_size": len(data)}}
+        ]
+    }
     if outputs is not None:
         req["outputs"] = outputs
     else:
@@ -66,7 +72,7 @@ def decode_binary(response) -> dict:
     for o in head["outputs"]:
         dt = {"FP32": "<f4", "FP64": "<f8", "INT64": "<i8"}[o["datatype"]]
         size = o["parameters"]["binary_data_size"]
-        out[o["name"]] = np.frombuffer(response.content[pos:pos + size], dtype=dt).reshape(o["shape"])
+        out[o["name"]] = np.frombuffer(response.content[pos : pos + size], dtype=dt).reshape(o["shape"])
         pos += size
     assert pos == len(response.content)
     return head, out
@@ -123,8 +129,14 @@ def test_output_subset_mixed_binary_and_classification(client, repo_files):
     content, headers = binary_request(x, "INT64", outputs=[{"name": "label", "parameters": {"binary_data": True}}])
     head, arrays = decode_binary(client.post("/v2/models/tan_onnx/infer", content=content, headers=headers))
     assert [o["name"] for o in head["outputs"]] == ["label"] and arrays["label"].tolist() == labels.tolist()
-    req = json_request(x, "INT64", outputs=[{"name": "log_joint", "parameters": {"classification": 2}},
-                                            {"name": "label", "parameters": {"binary_data": False}}])
+    req = json_request(
+        x,
+        "INT64",
+        outputs=[
+            {"name": "log_joint", "parameters": {"classification": 2}},
+            {"name": "label", "parameters": {"binary_data": False}},
+        ],
+    )
     body = client.post("/v2/models/tan_onnx/infer", json=req).json()
     cls, lab = body["outputs"]
     assert cls["datatype"] == "BYTES" and cls["shape"] == [3, 2]
@@ -136,38 +148,94 @@ def test_output_subset_mixed_binary_and_classification(client, repo_files):
         assert np.float32(value) == np.float32(scores[r, labels[r]])
 
 
-@pytest.mark.parametrize(("body", "headers", "status", "match"), [
-    (b"{not json", {}, 400, "malformed JSON"),
-    (b"[]", {}, 400, "JSON object"),
-    (b'{"inputs": []}', {}, 400, "non-empty 'inputs'"),
-    (b'{"inputs": [{"name": "x", "datatype": "INT64", "shape": [1, 6], "data": [0, 0, 0]}]}', {}, 400, "needs 6 elements"),
-    (b'{"inputs": [{"name": "x", "datatype": "INT64", "shape": [1, 6], "data": [0, 0, 0, 0, 0, 1.5]}]}', {}, 400,
-     "needs integers"),
-    (b'{"inputs": [{"name": "x", "datatype": "INT8", "shape": [1, 6], "data": [0, 0, 0, 0, 0, 300]}]}', {}, 400,
-     "does not fit"),
-    (b'{"inputs": [{"name": "x", "datatype": "INT64", "shape": [1, 6], "data": [0, 0, 0, 0, 0, "a"]}]}', {}, 400,
-     "needs integers"),
-    (b'{"inputs": [{"name": "x", "datatype": "INT65", "shape": [1, 6], "data": [0, 0, 0, 0, 0, 0]}]}', {}, 400,
-     "unknown datatype"),
-    (b'{"inputs": [{"name": "x", "datatype": "INT64", "shape": [1, -6], "data": []}]}', {}, 400, "non-negative"),
-    (b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 6], "data": [0, 0, 0, 0, 0, 0]}]}', {}, 400,
-     "integer dtype"),
-    (b'{"inputs": [{"name": "x", "datatype": "INT64", "shape": [1, 6], "data": [0, 0, 0, 0, 0, -1]}]}', {}, 400,
-     r"feature 5 \('feat5'\) has value -1 in row 0"),
-    (b'{"inputs": [{"name": "x", "datatype": "INT64", "shape": [6], "data": [0, 0, 0, 0, 0, 0]}]}', {}, 400,
-     "expected shape"),
-    (b'{"inputs": [{"name": "x", "datatype": "INT64", "shape": [1, 6], "parameters": {"binary_data_size": 48}}]}',
-     {"Inference-Header-Content-Length": "200"}, 400, "does not fit a body"),
-    (BIN48 + b"xx", {"Inference-Header-Content-Length": str(len(BIN48))}, 400, "binary_data_size 48 does not fit"),
-    (BIN2 + b"xx", {"Inference-Header-Content-Length": str(len(BIN2))}, 400, "needs 48 bytes"),
-    (BIN48 + bytes(49), {"Inference-Header-Content-Length": str(len(BIN48))}, 400, "1 binary bytes after"),
-    ((b'{"inputs": [{"name": "x", "datatype": "INT64", "shape": [1, 6], "data": [0, 0, 0, 0, 0, 0]}], '
-     b'"outputs": [{"name": "nope"}]}'), {}, 400, "no output"),
-    (b'{"inputs": [{"name": "x", "datatype": "INT64", "shape": [1, 6], "data": [0, 0, 0, 0, 0, 0]}]}',
-     {"Inference-Header-Content-Length": "abc"}, 400, "Inference-Header-Content-Length"),
-    (b'{"inputs": [{"name": "x", "datatype": "INT64", "shape": [1, 6], "data": [0, 0, 0, 0, 0, 0]}]}',
-     {"Content-Encoding": "gzip"}, 400, "Content-Encoding"),
-])
+@pytest.mark.parametrize(
+    ("body", "headers", "status", "match"),
+    [
+        (b"{not json", {}, 400, "malformed JSON"),
+        (b"[]", {}, 400, "JSON object"),
+        (b'{"inputs": []}', {}, 400, "non-empty 'inputs'"),
+        (
+            b'{"inputs": [{"name": "x", "datatype": "INT64", "shape": [1, 6], "data": [0, 0, 0]}]}',
+            {},
+            400,
+            "needs 6 elements",
+        ),
+        (
+            b'{"inputs": [{"name": "x", "datatype": "INT64", "shape": [1, 6], "data": [0, 0, 0, 0, 0, 1.5]}]}',
+            {},
+            400,
+            "needs integers",
+        ),
+        (
+            b'{"inputs": [{"name": "x", "datatype": "INT8", "shape": [1, 6], "data": [0, 0, 0, 0, 0, 300]}]}',
+            {},
+            400,
+            "does not fit",
+        ),
+        (
+            b'{"inputs": [{"name": "x", "datatype": "INT64", "shape": [1, 6], "data": [0, 0, 0, 0, 0, "a"]}]}',
+            {},
+            400,
+            "needs integers",
+        ),
+        (
+            b'{"inputs": [{"name": "x", "datatype": "INT65", "shape": [1, 6], "data": [0, 0, 0, 0, 0, 0]}]}',
+            {},
+            400,
+            "unknown datatype",
+        ),
+        (b'{"inputs": [{"name": "x", "datatype": "INT64", "shape": [1, -6], "data": []}]}', {}, 400, "non-negative"),
+        (
+            b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 6], "data": [0, 0, 0, 0, 0, 0]}]}',
+            {},
+            400,
+            "integer dtype",
+        ),
+        (
+            b'{"inputs": [{"name": "x", "datatype": "INT64", "shape": [1, 6], "data": [0, 0, 0, 0, 0, -1]}]}',
+            {},
+            400,
+            r"feature 5 \('feat5'\) has value -1 in row 0",
+        ),
+        (
+            b'{"inputs": [{"name": "x", "datatype": "INT64", "shape": [6], "data": [0, 0, 0, 0, 0, 0]}]}',
+            {},
+            400,
+            "expected shape",
+        ),
+        (
+            b'{"inputs": [{"name": "x", "datatype": "INT64", "shape": [1, 6], '
+            b'"parameters": {"binary_data_size": 48}}]}',
+            {"Inference-Header-Content-Length": "200"},
+            400,
+            "does not fit a body",
+        ),
+        (BIN48 + b"xx", {"Inference-Header-Content-Length": str(len(BIN48))}, 400, "binary_data_size 48 does not fit"),
+        (BIN2 + b"xx", {"Inference-Header-Content-Length": str(len(BIN2))}, 400, "needs 48 bytes"),
+        (BIN48 + bytes(49), {"Inference-Header-Content-Length": str(len(BIN48))}, 400, "1 binary bytes after"),
+        (
+            (
+                b'{"inputs": [{"name": "x", "datatype": "INT64", "shape": [1, 6], "data": [0, 0, 0, 0, 0, 0]}], '
+                b'"outputs": [{"name": "nope"}]}'
+            ),
+            {},
+            400,
+            "no output",
+        ),
+        (
+            b'{"inputs": [{"name": "x", "datatype": "INT64", "shape": [1, 6], "data": [0, 0, 0, 0, 0, 0]}]}',
+            {"Inference-Header-Content-Length": "abc"},
+            400,
+            "Inference-Header-Content-Length",
+        ),
+        (
+            b'{"inputs": [{"name": "x", "datatype": "INT64", "shape": [1, 6], "data": [0, 0, 0, 0, 0, 0]}]}',
+            {"Content-Encoding": "gzip"},
+            400,
+            "Content-Encoding",
+        ),
+    ],
+)
 def test_malformed_requests_answer_400_naming_the_problem(client, body, headers, status, match):
     import re
 
@@ -177,7 +245,9 @@ def test_malformed_requests_answer_400_naming_the_problem(client, body, headers,
 
 
 def test_nan_raw_value_is_400_naming_feature_and_row(client):
-    req = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [2, 3], "data": [0.0, 0.0, 0.0, 0.0, float("nan"), 0.0]}]}
+    req = {
+        "inputs": [{"name": "x", "datatype": "FP32", "shape": [2, 3], "data": [0.0, 0.0, 0.0, 0.0, float("nan"), 0.0]}]
+    }
     r = client.post("/v2/models/raw_onnx/infer", content=json.dumps(req).encode())
     assert r.status_code == 400 and "feature 1" in r.json()["error"] and "row 1" in r.json()["error"]
 
@@ -205,7 +275,9 @@ def test_repository_extension(client):
     assert client.post("/v2/repository/models/dnn_onnx/unload").status_code == 200
     assert client.get("/v2/models/dnn_onnx/ready").status_code == 503
     assert client.get("/v2/health/ready").status_code == 200  # an unloaded model does not make the server unready
-    assert [e for e in client.post("/v2/repository/index", json={"ready": True}).json() if e["name"] == "dnn_onnx"] == []
+    assert [
+        e for e in client.post("/v2/repository/index", json={"ready": True}).json() if e["name"] == "dnn_onnx"
+    ] == []
     r = client.post("/v2/repository/models/dnn_onnx/load")
     assert r.status_code == 200, r.text
     assert client.get("/v2/models/dnn_onnx/ready").status_code == 200
@@ -214,15 +286,20 @@ def test_repository_extension(client):
     assert client.post("/v2/repository/models/nope/unload").status_code == 404
 
 
-@pytest.mark.parametrize(("body", "match"), [
-    (b"[" * 30_000 + b"]" * 30_000, "malformed JSON"),  # nesting deeper than the parser's recursion limit
-    (b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 3], "data": [1e999999, 0, 0]}]}', "finite"),
-    (b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 3], "data": [' + b"9" * 400 + b', 0, 0]}]}',
-     "does not fit"),
-    (b'{"inputs": [{"name": "x", "datatype": "INT64", "shape": [1, 3], "data": [[0, [0]], 0]}]}', "ragged"),
-    (b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [4294967296, 4294967296], "data": []}]}', "too many"),
-    (b'{"inputs": [{"name": "x", "datatype": ["FP32"], "shape": [1, 3], "data": [0, 0, 0]}]}', "unknown datatype"),
-])
+@pytest.mark.parametrize(
+    ("body", "match"),
+    [
+        (b"[" * 30_000 + b"]" * 30_000, "malformed JSON"),  # nesting deeper than the parser's recursion limit
+        (b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 3], "data": [1e999999, 0, 0]}]}', "finite"),
+        (
+            b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 3], "data": [' + b"9" * 400 + b", 0, 0]}]}",
+            "does not fit",
+        ),
+        (b'{"inputs": [{"name": "x", "datatype": "INT64", "shape": [1, 3], "data": [[0, [0]], 0]}]}', "ragged"),
+        (b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [4294967296, 4294967296], "data": []}]}', "too many"),
+        (b'{"inputs": [{"name": "x", "datatype": ["FP32"], "shape": [1, 3], "data": [0, 0, 0]}]}', "unknown datatype"),
+    ],
+)
 def test_hostile_bodies_are_400_not_500(client, body, match):
     r = client.post("/v2/models/raw_onnx/infer", content=body)
     assert r.status_code == 400, r.text

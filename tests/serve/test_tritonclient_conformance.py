@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from bnc_deploy.runtimes.base import load_runtime
 from serve_support import ModelFile, ServerProcess, build_repository, valid_rows
 from tritonclient_support import client_python, run_plan
 
 from bnc_deploy.artifacts import save_artifact
+from bnc_deploy.runtimes.base import load_runtime
 
 PROTOCOLS = ("http", "http-json", "grpc")
 API_KEY = "conformance-test-key-0123456789"
@@ -89,9 +89,14 @@ def test_every_endpoint_every_protocol_bit_identical(served):
             steps.append({**base, "op": "infer", "inputs": xin, "outputs": [label_name]})
             checks.append(("label-only", name, protocol, len(steps) - 1))
             # Another datatype of the same values: INT32 codes; raw values as FP64 (run as float32).
-            steps.append({**base, "op": "infer",
-                          "inputs": [{**xin[0], "datatype": "FP64" if raw_input else "INT32", "array": f"{name}_x32"}],
-                          "outputs": [scores_name, label_name]})
+            steps.append(
+                {
+                    **base,
+                    "op": "infer",
+                    "inputs": [{**xin[0], "datatype": "FP64" if raw_input else "INT32", "array": f"{name}_x32"}],
+                    "outputs": [scores_name, label_name],
+                }
+            )
             checks.append(("int32", name, protocol, len(steps) - 1))
             steps.append({**base, "op": "infer", "inputs": xin, "outputs": [scores_name], "classification": 2})
             checks.append(("top2", name, protocol, len(steps) - 1))
@@ -101,7 +106,7 @@ def test_every_endpoint_every_protocol_bit_identical(served):
     results, saved = run_plan(steps, tmp, server=server, arrays=arrays, headers=AUTH)
 
     for i in range(len(PROTOCOLS)):
-        live, ready, meta, index = results[4 * i: 4 * i + 4]
+        live, ready, meta, index = results[4 * i : 4 * i + 4]
         assert live == {"ok": True, "value": True} and ready == {"ok": True, "value": True}
         assert meta["ok"] and meta["value"]["name"] == "bnc-serve"
         assert {"binary_tensor_data", "classification", "model_repository"} <= set(meta["value"]["extensions"])
@@ -119,12 +124,18 @@ def test_every_endpoint_every_protocol_bit_identical(served):
         if what == "metadata":
             meta = r["value"]
             assert meta["name"] == name, where
-            assert [(t["name"], t["datatype"], [int(s) for s in t["shape"]]) for t in meta["inputs"]] == \
-                [("x", "FP32" if x.dtype.kind == "f" else rt.metadata.get("input_dtype", "int64").upper(),
-                  [-1, x.shape[1]])], where
+            assert [(t["name"], t["datatype"], [int(s) for s in t["shape"]]) for t in meta["inputs"]] == [
+                (
+                    "x",
+                    "FP32" if x.dtype.kind == "f" else rt.metadata.get("input_dtype", "int64").upper(),
+                    [-1, x.shape[1]],
+                )
+            ], where
             score_type = {"float32": "FP32", "float64": "FP64"}[raw.dtype.name]
-            assert [(t["name"], t["datatype"], [int(s) for s in t["shape"]]) for t in meta["outputs"]] == \
-                [(scores_name, score_type, [-1, rt.n_classes]), ("label", "INT64", [-1])], where
+            assert [(t["name"], t["datatype"], [int(s) for s in t["shape"]]) for t in meta["outputs"]] == [
+                (scores_name, score_type, [-1, rt.n_classes]),
+                ("label", "INT64", [-1]),
+            ], where
             continue
         out = {k: saved[v] for k, v in r["outputs"].items()}
         assert r["model_name"] == name, where
@@ -154,9 +165,14 @@ def test_every_endpoint_every_protocol_bit_identical(served):
     # Both front ends count their requests in the one Prometheus registry.
     status, _, body = server.request("GET", "/metrics", headers=AUTH)
     assert status == 200
-    counts = {protocol: sum(float(line.rsplit(" ", 1)[1]) for line in body.decode().splitlines()
-                            if line.startswith("bnc_serve_requests_total{") and f'protocol="{protocol}"' in line)
-              for protocol in ("rest", "grpc")}
+    counts = {
+        protocol: sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in body.decode().splitlines()
+            if line.startswith("bnc_serve_requests_total{") and f'protocol="{protocol}"' in line
+        )
+        for protocol in ("rest", "grpc")
+    }
     per_protocol = len(models) * 5  # five infer steps per model and protocol
     assert counts["grpc"] >= per_protocol and counts["rest"] >= 2 * per_protocol, counts
 
@@ -174,28 +190,72 @@ def _error_steps(models):
     bad = np.zeros((3, d), dtype=np.int64)
     bad[2, 1] = int(art.cardinalities[1])  # one past feature 1's range, in row 2
     cases = [
-        ({"model": name, "inputs": [{"name": "x", "datatype": "INT64", "array": "bad"}]},
-         "400", "INVALID_ARGUMENT", ["feature 1", "row 2", str(int(art.cardinalities[1]))]),
-        ({"model": name, "inputs": [{"name": "x", "datatype": "INT64", "array": "neg"}]},
-         "400", "INVALID_ARGUMENT", ["feature 0", "row 0", "-1"]),
-        ({"model": name, "inputs": [{"name": "x", "datatype": "INT64", "array": "wide"}]},
-         "400", "INVALID_ARGUMENT", [str(d)]),
-        ({"model": name, "inputs": [{"name": "x", "datatype": "FP32", "array": "float"}]},
-         "400", "INVALID_ARGUMENT", []),
-        ({"model": name, "inputs": [{"name": "y", "datatype": "INT64", "array": "ok"}]},
-         "400", "INVALID_ARGUMENT", ["'x'"]),
-        ({"model": name, "inputs": [{"name": "x", "datatype": "INT64", "array": "ok"}], "outputs": ["nope"]},
-         "400", "INVALID_ARGUMENT", ["nope"]),
-        ({"model": "no_such_model", "inputs": [{"name": "x", "datatype": "INT64", "array": "ok"}]},
-         "404", "NOT_FOUND", ["no_such_model"]),
-        ({"model": name, "version": "000000000000", "inputs": [{"name": "x", "datatype": "INT64", "array": "ok"}]},
-         "404", "NOT_FOUND", ["000000000000"]),
-        ({"model": name, "inputs": [{"name": "x", "datatype": "INT64", "array": "ok"}], "headers": {"Authorization": "Bearer wrong-key-wrong-key-wrong"}},
-         "401", "UNAUTHENTICATED", []),
+        (
+            {"model": name, "inputs": [{"name": "x", "datatype": "INT64", "array": "bad"}]},
+            "400",
+            "INVALID_ARGUMENT",
+            ["feature 1", "row 2", str(int(art.cardinalities[1]))],
+        ),
+        (
+            {"model": name, "inputs": [{"name": "x", "datatype": "INT64", "array": "neg"}]},
+            "400",
+            "INVALID_ARGUMENT",
+            ["feature 0", "row 0", "-1"],
+        ),
+        (
+            {"model": name, "inputs": [{"name": "x", "datatype": "INT64", "array": "wide"}]},
+            "400",
+            "INVALID_ARGUMENT",
+            [str(d)],
+        ),
+        (
+            {"model": name, "inputs": [{"name": "x", "datatype": "FP32", "array": "float"}]},
+            "400",
+            "INVALID_ARGUMENT",
+            [],
+        ),
+        (
+            {"model": name, "inputs": [{"name": "y", "datatype": "INT64", "array": "ok"}]},
+            "400",
+            "INVALID_ARGUMENT",
+            ["'x'"],
+        ),
+        (
+            {"model": name, "inputs": [{"name": "x", "datatype": "INT64", "array": "ok"}], "outputs": ["nope"]},
+            "400",
+            "INVALID_ARGUMENT",
+            ["nope"],
+        ),
+        (
+            {"model": "no_such_model", "inputs": [{"name": "x", "datatype": "INT64", "array": "ok"}]},
+            "404",
+            "NOT_FOUND",
+            ["no_such_model"],
+        ),
+        (
+            {"model": name, "version": "000000000000", "inputs": [{"name": "x", "datatype": "INT64", "array": "ok"}]},
+            "404",
+            "NOT_FOUND",
+            ["000000000000"],
+        ),
+        (
+            {
+                "model": name,
+                "inputs": [{"name": "x", "datatype": "INT64", "array": "ok"}],
+                "headers": {"Authorization": "Bearer wrong-key-wrong-key-wrong"},
+            },
+            "401",
+            "UNAUTHENTICATED",
+            [],
+        ),
     ]
-    arrays = {"bad": bad, "neg": np.where(np.arange(d) == 0, -1, 0)[None, :].astype(np.int64),
-              "wide": np.zeros((2, d + 1), dtype=np.int64), "float": np.zeros((2, d), dtype=np.float32),
-              "ok": np.zeros((2, d), dtype=np.int64)}
+    arrays = {
+        "bad": bad,
+        "neg": np.where(np.arange(d) == 0, -1, 0)[None, :].astype(np.int64),
+        "wide": np.zeros((2, d + 1), dtype=np.int64),
+        "float": np.zeros((2, d), dtype=np.float32),
+        "ok": np.zeros((2, d), dtype=np.int64),
+    }
     return cases, arrays
 
 
@@ -218,15 +278,15 @@ def test_errors_are_400_404_401_and_invalid_argument_not_found(served):
             assert r["error"]["status"] == expected, where
             for fragment in fragments:
                 assert fragment in r["error"]["message"], where
-    for protocol in PROTOCOLS:  # unknown model's metadata
+    for _protocol in PROTOCOLS:  # unknown model's metadata
         r = results[k]
         k += 1
         assert not r["ok"] and r["error"]["status"] in ("404", "StatusCode.NOT_FOUND"), r
-    for protocol in PROTOCOLS:  # a wrong token is refused everywhere but liveness
+    for _protocol in PROTOCOLS:  # a wrong token is refused everywhere but liveness
         r = results[k]
         k += 1
         assert not r["ok"] and r["error"]["status"] in ("401", "StatusCode.UNAUTHENTICATED"), r
-    for protocol in PROTOCOLS:
+    for _protocol in PROTOCOLS:
         assert results[k] == {"ok": True, "value": True}
         k += 1
 
@@ -254,7 +314,7 @@ def test_explicit_version_and_repository_unload_load(served):
     results, saved = run_plan(steps, tmp, server=server, arrays={"x": x}, headers=AUTH)
     raw, _, label, _ = _expected(models[name].path, x)
     for i, protocol in enumerate(PROTOCOLS):
-        pinned, unload, ready_after_unload, infer_unloaded, index, load, ready, infer = results[8 * i: 8 * i + 8]
+        pinned, unload, ready_after_unload, infer_unloaded, index, load, ready, infer = results[8 * i : 8 * i + 8]
         where = f"over {protocol}"
         assert pinned["ok"] and pinned["model_version"] == version, where
         assert np.array_equal(saved[pinned["outputs"]["label"]], label), where
@@ -284,7 +344,10 @@ def fields(m, prefix=""):
         out.update(fields(n, name + "."))
     return out
 '''
-_DUMP = "import json\nfrom tritonclient.grpc import service_pb2\n" + _FIELDS + r'''
+_DUMP = (
+    "import json\nfrom tritonclient.grpc import service_pb2\n"
+    + _FIELDS
+    + r"""
 d = service_pb2.DESCRIPTOR
 msgs = {}
 for m in d.message_types_by_name.values():
@@ -293,7 +356,8 @@ svc = d.services_by_name["GRPCInferenceService"]
 methods = {m.name: [m.input_type.full_name, m.output_type.full_name, m.client_streaming, m.server_streaming]
            for m in svc.methods}
 print(json.dumps({"package": d.package, "messages": msgs, "methods": methods}))
-'''
+"""
+)
 
 
 def test_proto_is_tritons_field_for_field():
@@ -318,6 +382,7 @@ def test_proto_is_tritons_field_for_field():
         assert fields == theirs["messages"].get(name), f"message {name} differs from tritonclient's"
     svc = d.services_by_name["GRPCInferenceService"]
     for m in svc.methods:
-        assert [m.input_type.full_name, m.output_type.full_name, m.client_streaming, m.server_streaming] == \
-            theirs["methods"][m.name], m.name
+        assert [m.input_type.full_name, m.output_type.full_name, m.client_streaming, m.server_streaming] == theirs[
+            "methods"
+        ][m.name], m.name
     assert len(svc.methods) == 9

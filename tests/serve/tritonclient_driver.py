@@ -23,7 +23,8 @@ Each step's result is a JSON object: ``ok`` and either the call's value (metadat
 (the HTTP status code, or the gRPC ``StatusCode.NAME``).
 
 ``latency``: ``n`` sequential batch-1 requests after ``warmup`` (``"call": "live"``: liveness
-requests instead, the client + transport floor); returns each round trip in seconds. ``loop``: ``clients`` threads, each with its own client, send requests for ``seconds``
+requests instead, the client + transport floor); returns each round trip in seconds. ``loop``: ``clients`` threads,
+each with its own client, send requests for ``seconds``
 (from ``start_at``, a ``time.time()``, when given, so that several driver processes run together);
 returns counts, failures (with their messages) and, with ``record``, every response's
 ``model_version`` and a digest of its outputs (for the reload test).
@@ -48,8 +49,9 @@ from tritonclient.utils import InferenceServerException
 def _client(step: dict, plan: dict, concurrency: int = 1):
     if step["protocol"] == "grpc":
         return grpcclient.InferenceServerClient(url=plan["grpc"])
-    return httpclient.InferenceServerClient(url=plan["http"], concurrency=concurrency, connection_timeout=30.0,
-                                            network_timeout=30.0)
+    return httpclient.InferenceServerClient(
+        url=plan["http"], concurrency=concurrency, connection_timeout=30.0, network_timeout=30.0
+    )
 
 
 def _headers(step: dict, plan: dict) -> dict | None:
@@ -92,8 +94,14 @@ def _error(exc: InferenceServerException) -> dict:
 
 def _infer(client, step: dict, plan: dict, arrays):
     inputs, outputs = _request(step, arrays)
-    return client.infer(step["model"], inputs, model_version=step.get("version", ""), outputs=outputs,
-                        headers=_headers(step, plan), parameters=step.get("parameters"))
+    return client.infer(
+        step["model"],
+        inputs,
+        model_version=step.get("version", ""),
+        outputs=outputs,
+        headers=_headers(step, plan),
+        parameters=step.get("parameters"),
+    )
 
 
 def _as_json(value, grpc: bool):
@@ -124,9 +132,15 @@ def run_step(step: dict, plan: dict, arrays, saved: dict, index: int) -> dict:
                 out[name] = key
             datatypes = {o["name"]: o["datatype"] for o in response.get("outputs", [])}
             shapes = {o["name"]: [int(s) for s in o["shape"]] for o in response.get("outputs", [])}
-            return {"ok": True, "model_name": response.get("model_name"),
-                    "model_version": response.get("model_version"), "outputs": out, "datatypes": datatypes,
-                    "shapes": shapes, "id": response.get("id")}
+            return {
+                "ok": True,
+                "model_name": response.get("model_name"),
+                "model_version": response.get("model_version"),
+                "outputs": out,
+                "datatypes": datatypes,
+                "shapes": shapes,
+                "id": response.get("id"),
+            }
         if op == "live":
             return {"ok": True, "value": client.is_server_live(headers=headers)}
         if op == "ready":
@@ -134,11 +148,14 @@ def run_step(step: dict, plan: dict, arrays, saved: dict, index: int) -> dict:
         if op == "server_metadata":
             return {"ok": True, "value": _as_json(client.get_server_metadata(headers=headers), grpc)}
         if op == "model_ready":
-            return {"ok": True, "value": client.is_model_ready(step["model"], step.get("version", ""),
-                                                               headers=headers)}
+            return {"ok": True, "value": client.is_model_ready(step["model"], step.get("version", ""), headers=headers)}
         if op == "model_metadata":
-            return {"ok": True, "value": _as_json(client.get_model_metadata(step["model"], step.get("version", ""),
-                                                                            headers=headers), grpc)}
+            return {
+                "ok": True,
+                "value": _as_json(
+                    client.get_model_metadata(step["model"], step.get("version", ""), headers=headers), grpc
+                ),
+            }
         if op == "index":
             value = client.get_model_repository_index(headers=headers)
             value = _as_json(value, grpc)
@@ -163,6 +180,7 @@ def _latency(step: dict, plan: dict, arrays) -> dict:
     try:
         headers = _headers(step, plan)
         if step.get("call") == "live":  # the transport + client floor: a round trip with no work
+
             def call():
                 client.is_server_live(headers=headers)
         else:
@@ -170,6 +188,7 @@ def _latency(step: dict, plan: dict, arrays) -> dict:
 
             def call():
                 client.infer(step["model"], inputs, outputs=outputs, headers=headers)
+
         for _ in range(int(step.get("warmup", 200))):
             call()
         times = []
@@ -217,8 +236,9 @@ def _loop(step: dict, plan: dict, arrays) -> dict:
                 slot["count"] += 1
                 if record:
                     response = result.get_response()
-                    version = response.model_version if hasattr(response, "model_version") else \
-                        response.get("model_version")
+                    version = (
+                        response.model_version if hasattr(response, "model_version") else response.get("model_version")
+                    )
                     slot["records"].append([version, _digest(result, names)])
         finally:
             client.close()
@@ -233,9 +253,13 @@ def _loop(step: dict, plan: dict, arrays) -> dict:
     for t in threads:
         t.join()
     elapsed = time.perf_counter() - t0
-    return {"ok": True, "elapsed": elapsed, "count": sum(s["count"] for s in per_client),
-            "failures": [f for s in per_client for f in s["failures"]],
-            "records": [r for s in per_client for r in s["records"]]}
+    return {
+        "ok": True,
+        "elapsed": elapsed,
+        "count": sum(s["count"] for s in per_client),
+        "failures": [f for s in per_client for f in s["failures"]],
+        "records": [r for s in per_client for r in s["records"]],
+    }
 
 
 def main(argv: list[str]) -> int:

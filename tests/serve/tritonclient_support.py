@@ -34,29 +34,48 @@ def client_python() -> Path:
     """The tritonclient venv's interpreter; skips (or fails under BNC_DEPLOY_REQUIRE_TRITONCLIENT=1)."""
     configured = os.environ.get("BNC_DEPLOY_TRITONCLIENT_PYTHON")
     path = Path(configured) if configured else ROOT / ".venv-tritonclient" / "bin" / "python"
-    ok = path.is_file() and subprocess.run([str(path), "-c", "import tritonclient.http, tritonclient.grpc"],
-                                           capture_output=True, check=False).returncode == 0
+    ok = (
+        path.is_file()
+        and subprocess.run(
+            [str(path), "-c", "import tritonclient.http, tritonclient.grpc"], capture_output=True, check=False
+        ).returncode
+        == 0
+    )
     if not ok:
-        reason = (f"tritonclient is not installed at {path} (python3 -m venv .venv-tritonclient && "
-                  f".venv-tritonclient/bin/pip install -r {REQUIREMENTS.relative_to(ROOT)}; or set "
-                  "BNC_DEPLOY_TRITONCLIENT_PYTHON)")
+        reason = (
+            f"tritonclient is not installed at {path} (python3 -m venv .venv-tritonclient && "
+            f".venv-tritonclient/bin/pip install -r {REQUIREMENTS.relative_to(ROOT)}; or set "
+            "BNC_DEPLOY_TRITONCLIENT_PYTHON)"
+        )
         if os.environ.get("BNC_DEPLOY_REQUIRE_TRITONCLIENT") == "1":
             pytest.fail(reason + " - required by BNC_DEPLOY_REQUIRE_TRITONCLIENT=1")
         pytest.skip(reason)
     return path
 
 
-def run_plan(steps: list[dict], tmp_path: Path, *, server, arrays: dict | None = None,
-             headers: dict | None = None, timeout: float = 300.0, background: bool = False):
+def run_plan(
+    steps: list[dict],
+    tmp_path: Path,
+    *,
+    server,
+    arrays: dict | None = None,
+    headers: dict | None = None,
+    timeout: float = 300.0,
+    background: bool = False,
+):
     """Run ``steps`` in the tritonclient driver against ``server`` (a ``serve_support.ServerProcess``);
     ``(results, saved arrays)`` (or the Popen and the result path when ``background``)."""
     python = client_python()
     tag = f"{time.monotonic_ns()}"
     arrays_path = tmp_path / f"plan-{tag}-inputs.npz"
     np.savez(arrays_path, **(arrays or {}))
-    plan = {"arrays": str(arrays_path), "http": f"127.0.0.1:{server.http_port}", "grpc": server.grpc_address,
-            "headers": headers or {},
-            "steps": steps}
+    plan = {
+        "arrays": str(arrays_path),
+        "http": f"127.0.0.1:{server.http_port}",
+        "grpc": server.grpc_address,
+        "headers": headers or {},
+        "steps": steps,
+    }
     plan_path = tmp_path / f"plan-{tag}.json"
     result_path = tmp_path / f"result-{tag}.json"
     plan_path.write_text(json.dumps(plan))

@@ -30,11 +30,16 @@ def one_thread():
 def test_planned_config_epochs_are_what_the_sweep_trains(tmp_path, halving, min_rung):
     # Two bit-width groups of 12 (uneven survivors at rate 3: 12 -> 4 -> 2), and a float group
     # of 4 in its own chunk.
-    spec = GridSpec(axes={"bits": [2, 3], "int_bits": [1, 2, 3], "lr": [3e-2, 3e-3]},
-                    draws={"n": 2, "seed": 0, "hybrid_lambda": {"log10_uniform": [1, 2]},
-                           "hybrid_gamma": {"log10_uniform": [-1, 1]}},
-                    fixed={"data": "digits", "model": "nb", "epochs": 7, "batch_size": 50, "validation": 0.2}
-                    ).normalized()
+    spec = GridSpec(
+        axes={"bits": [2, 3], "int_bits": [1, 2, 3], "lr": [3e-2, 3e-3]},
+        draws={
+            "n": 2,
+            "seed": 0,
+            "hybrid_lambda": {"log10_uniform": [1, 2]},
+            "hybrid_gamma": {"log10_uniform": [-1, 1]},
+        },
+        fixed={"data": "digits", "model": "nb", "epochs": 7, "batch_size": 50, "validation": 0.2},
+    ).normalized()
     options = SweepOptions(directory=tmp_path / "sweep", halving=halving, min_rung=min_rung, keep="none")
     planned = sum(planned_config_epochs(task) for task in check_plan(records_of(spec), options))
     summary = run_sweep(spec, options)
@@ -44,8 +49,12 @@ def test_planned_config_epochs_are_what_the_sweep_trains(tmp_path, halving, min_
 
 def test_estimate_probes_each_kind_and_writes_nothing(tmp_path, capsys):
     out = tmp_path / "figs"
-    assert reproduce(["fig3", "--data", "digits", "--protocol", "smoke", "--dry-run", "--estimate", "-o", str(out),
-                      "--json"]) == 0
+    assert (
+        reproduce(
+            ["fig3", "--data", "digits", "--protocol", "smoke", "--dry-run", "--estimate", "-o", str(out), "--json"]
+        )
+        == 0
+    )
     plan = json.loads(capsys.readouterr().out)
     assert not out.exists()
     estimate = plan["estimate"]

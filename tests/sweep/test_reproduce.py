@@ -32,7 +32,7 @@ def test_every_figure_is_written_with_points_csv_and_plot(smoke):
     for fig in ("fig3", "fig5", "fig6", "fig7"):
         for suffix in (".csv", ".json", ".png", ".svg"):
             assert (smoke / f"{fig}{suffix}").stat().st_size > 0, f"{fig}{suffix}"
-    assert not (smoke / "fig4.csv").exists()          # digits is not one of the paper's image datasets
+    assert not (smoke / "fig4.csv").exists()  # digits is not one of the paper's image datasets
     with open(smoke / "fig6.csv") as f:
         rows = list(csv.DictReader(f))
     groups = {r["group"] for r in rows}

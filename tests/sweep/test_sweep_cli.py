@@ -32,10 +32,36 @@ from bnc_deploy.sweep.records import config_id
 from bnc_deploy.sweep.table import TABLE_FILE, ResultsTable
 
 #: What a row must reproduce across runs (``seconds`` is a measurement, ``model_path`` a policy).
-SAME = ("config", "status", "error", "checkpoints", "final", "size_bits", "n_parameters", "ops", "device", "backend",
-        "select")
-JSON_KEYS = {"configurations", "trained", "skipped", "stopped", "failed", "select", "protocol", "device", "backend",
-             "seconds", "config_epochs", "config_epochs_per_second", "best", "table", "csv"}
+SAME = (
+    "config",
+    "status",
+    "error",
+    "checkpoints",
+    "final",
+    "size_bits",
+    "n_parameters",
+    "ops",
+    "device",
+    "backend",
+    "select",
+)
+JSON_KEYS = {
+    "configurations",
+    "trained",
+    "skipped",
+    "stopped",
+    "failed",
+    "select",
+    "protocol",
+    "device",
+    "backend",
+    "seconds",
+    "config_epochs",
+    "config_epochs_per_second",
+    "best",
+    "table",
+    "csv",
+}
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -77,12 +103,14 @@ def rows_by_id(directory) -> dict[str, dict]:
 
 
 def assert_same_rows(got: dict, expected: dict, fields=SAME) -> None:
-    assert set(got) == set(expected), f"ids differ: only in got {set(got) - set(expected)}, " \
-                                      f"only in expected {set(expected) - set(got)}"
+    assert set(got) == set(expected), (
+        f"ids differ: only in got {set(got) - set(expected)}, only in expected {set(expected) - set(got)}"
+    )
     for rid in expected:
         for name in fields:
-            assert got[rid][name] == expected[rid][name], f"row {rid}: {name} differs: {got[rid][name]!r} != " \
-                                                          f"{expected[rid][name]!r}"
+            assert got[rid][name] == expected[rid][name], (
+                f"row {rid}: {name} differs: {got[rid][name]!r} != {expected[rid][name]!r}"
+            )
 
 
 def grid_ids(*args) -> set[str]:
@@ -116,8 +144,15 @@ def sweep_env() -> dict:
 
 
 def run_cli(*args, timeout=300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "bnc_deploy.cli.bnc_sweep", *args], cwd=REPO_ROOT, env=sweep_env(),
-                          capture_output=True, text=True, timeout=timeout, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "bnc_deploy.cli.bnc_sweep", *args],
+        cwd=REPO_ROOT,
+        env=sweep_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 def count_rows(path) -> int:
@@ -128,7 +163,7 @@ def count_rows(path) -> int:
         return 0
     try:
         return db.execute("SELECT COUNT(*) FROM results").fetchone()[0]
-    except sqlite3.OperationalError:     # not created yet
+    except sqlite3.OperationalError:  # not created yet
         return 0
     finally:
         db.close()
@@ -136,17 +171,38 @@ def count_rows(path) -> int:
 
 # -- resume after kill -9 ---------------------------------------------------------------------------
 # 12 configurations, chunks of 2 (one commit each); enough epochs that a chunk takes ~0.3 s.
-KILL_GRID = ("--data", "digits", "--bits", "2,3", "--int-bits", "1..3", "--lr", "3e-2,3e-3", "--epochs", "12",
-             "--batch-size", "50", "--max-configs", "2", "--threads", "1")
+KILL_GRID = (
+    "--data",
+    "digits",
+    "--bits",
+    "2,3",
+    "--int-bits",
+    "1..3",
+    "--lr",
+    "3e-2,3e-3",
+    "--epochs",
+    "12",
+    "--batch-size",
+    "50",
+    "--max-configs",
+    "2",
+    "--threads",
+    "1",
+)
 
 
 def test_resume_after_kill_9_trains_every_configuration_exactly_once(tmp_path, capsys):
     ids = grid_ids(*KILL_GRID)
     assert len(ids) == 12
     killed, reference = tmp_path / "killed", tmp_path / "reference"
-    proc = subprocess.Popen([sys.executable, "-m", "bnc_deploy.cli.bnc_sweep", *KILL_GRID, "-o", str(killed),
-                             "--quiet"], cwd=REPO_ROOT, env=sweep_env(), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bnc_deploy.cli.bnc_sweep", *KILL_GRID, "-o", str(killed), "--quiet"],
+        cwd=REPO_ROOT,
+        env=sweep_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         deadline = time.monotonic() + 120
         while count_rows(killed / TABLE_FILE) < 2:
@@ -172,20 +228,23 @@ def test_resume_after_kill_9_trains_every_configuration_exactly_once(tmp_path, c
     done = run_cli(*KILL_GRID, "-o", str(killed), "--resume", "--json", "--quiet")
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout)
-    assert (summary["configurations"], summary["skipped"], summary["trained"]) == \
-        (12, len(committed), 12 - len(committed))
+    assert (summary["configurations"], summary["skipped"], summary["trained"]) == (
+        12,
+        len(committed),
+        12 - len(committed),
+    )
     full = run_cli(*KILL_GRID, "-o", str(reference), "--json", "--quiet")
     assert full.returncode == 0, full.stderr
 
     got, expected = rows_by_id(killed), rows_by_id(reference)
     assert set(got) == ids, "every configuration of the grid has exactly one row"
-    for rid, row in committed.items():           # rows committed before the kill are untouched
+    for rid, row in committed.items():  # rows committed before the kill are untouched
         assert got[rid]["checkpoints"] == row["checkpoints"] and got[rid]["final"] == row["final"]
-    assert_same_rows(got, expected, SAME + ("model_path",))   # deterministic: same rows, same kept models
+    assert_same_rows(got, expected, SAME + ("model_path",))  # deterministic: same rows, same kept models
     assert temporaries(killed) == [] and temporaries(reference) == []
     check_models_match_rows(killed, got)
     assert model_files(killed) == model_files(reference)
-    assert len(model_files(killed)) == 2                     # keep best: one per bits group
+    assert len(model_files(killed)) == 2  # keep best: one per bits group
 
     # A finished sweep: --resume trains nothing and changes nothing.
     again = run_json(capsys, *KILL_GRID, "-o", str(killed), "--resume")
@@ -212,12 +271,15 @@ def test_existing_directory_needs_resume(finished, capsys):
     assert_same_rows(rows_by_id(finished), before, SAME + ("seconds", "model_path"))
 
 
-@pytest.mark.parametrize("change, differs", [
-    (("--bits", "2,4"), "grid.axes.bits: stored [2, 3], given [2, 4]"),
-    (("--lr", "3e-2"), "grid.fixed.lr: not stored, given 0.03"),
-    (("--select", "test"), 'select: stored "validation", given "test"'),
-    (("--halving",), "halving: stored false, given true"),
-])
+@pytest.mark.parametrize(
+    "change, differs",
+    [
+        (("--bits", "2,4"), "grid.axes.bits: stored [2, 3], given [2, 4]"),
+        (("--lr", "3e-2"), "grid.fixed.lr: not stored, given 0.03"),
+        (("--select", "test"), 'select: stored "validation", given "test"'),
+        (("--halving",), "halving: stored false, given true"),
+    ],
+)
 def test_resume_with_another_grid_names_what_differs(finished, capsys, change, differs):
     line = refused(capsys, *TINY, *change, "-o", str(finished), "--resume")
     assert f"sweep directory {finished} holds results of another grid" in line
@@ -231,17 +293,18 @@ def test_resume_keeps_the_halving_protocol(tmp_path, capsys):
     directory = tmp_path / "sweep"
     halving = (*TINY, "--lr", "3e-2,3e-3", "--halving", "--min-rung", "1")
     assert run_json(capsys, *halving, "-o", str(directory))["stopped"] > 0
-    assert "min_rung: stored 1, given 2" in refused(capsys, *TINY, "--lr", "3e-2,3e-3", "--halving", "--min-rung", "2",
-                                                    "-o", str(directory), "--resume")
-    assert "max_configs: stored null, given 1" in refused(capsys, *halving, "--max-configs", "1", "-o",
-                                                          str(directory), "--resume")
+    assert "min_rung: stored 1, given 2" in refused(
+        capsys, *TINY, "--lr", "3e-2,3e-3", "--halving", "--min-rung", "2", "-o", str(directory), "--resume"
+    )
+    assert "max_configs: stored null, given 1" in refused(
+        capsys, *halving, "--max-configs", "1", "-o", str(directory), "--resume"
+    )
     assert run_json(capsys, *halving, "-o", str(directory), "--resume")["skipped"] == 4
 
 
 def test_grid_file_values_stay_unless_a_flag_overrides_them(tmp_path, capsys):
     grid = tmp_path / "grid.toml"
-    grid.write_text('[axes]\nbits = [2, 3]\n[fixed]\ndata = "digits"\nvalidation = 0.3\nepochs = 2\n'
-                    'batch_size = 50\n')
+    grid.write_text('[axes]\nbits = [2, 3]\n[fixed]\ndata = "digits"\nvalidation = 0.3\nepochs = 2\nbatch_size = 50\n')
     run_json(capsys, "--grid", str(grid), "-o", str(tmp_path / "file"))
     assert {row["config"]["validation"] for row in rows_by_id(tmp_path / "file").values()} == {0.3}
     run_json(capsys, "--grid", str(grid), "--validation", "0.25", "--bits", "4", "-o", str(tmp_path / "flags"))
@@ -249,19 +312,24 @@ def test_grid_file_values_stay_unless_a_flag_overrides_them(tmp_path, capsys):
     assert [(row["config"]["validation"], row["config"]["bits"]) for row in rows] == [(0.25, 4)]
 
 
-@pytest.mark.parametrize("args, message", [
-    (("--validation", "0"), "--select validation needs a validation split: give --validation F"),
-    (("--preset", "icpr2020-nope"), "unknown preset 'icpr2020-nope' (did you mean 'icpr2020-nb'?); presets: "),
-    (("--bits", "1..x"), "--bits '1..x': bad value '1..x': not an integer"),
-    (("--draws", "0"), "--draws: 0 draws out of range"),
-    (("--draws", "many"), "--draws: 'many' is not a number of draws"),
-    (("--bits", "2,9"), "bits=9, int_bits=3, lr=0.003, epochs=2): unsupported bit width B=9"),
-    (("--model", "fc", "--weight-bits", "1,2"), ("(model=fc, lr=0.003, weight_bits=1, epochs=2): give exactly one "
-                                                 "of explicit widths (--hidden)")),
-    (("--data", "no-such-dataset"), "unknown dataset 'no-such-dataset'"),
-    (("--max-configs", "0"), "--max-configs must be >= 1, got 0"),
-    (("--group-by", "model,bitz"), "--group-by 'model,bitz': unknown key 'bitz'"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (("--validation", "0"), "--select validation needs a validation split: give --validation F"),
+        (("--preset", "icpr2020-nope"), "unknown preset 'icpr2020-nope' (did you mean 'icpr2020-nb'?); presets: "),
+        (("--bits", "1..x"), "--bits '1..x': bad value '1..x': not an integer"),
+        (("--draws", "0"), "--draws: 0 draws out of range"),
+        (("--draws", "many"), "--draws: 'many' is not a number of draws"),
+        (("--bits", "2,9"), "bits=9, int_bits=3, lr=0.003, epochs=2): unsupported bit width B=9"),
+        (
+            ("--model", "fc", "--weight-bits", "1,2"),
+            ("(model=fc, lr=0.003, weight_bits=1, epochs=2): give exactly one of explicit widths (--hidden)"),
+        ),
+        (("--data", "no-such-dataset"), "unknown dataset 'no-such-dataset'"),
+        (("--max-configs", "0"), "--max-configs must be >= 1, got 0"),
+        (("--group-by", "model,bitz"), "--group-by 'model,bitz': unknown key 'bitz'"),
+    ],
+)
 def test_refusals_are_one_line_and_write_nothing(tmp_path, capsys, args, message):
     directory = tmp_path / "sweep"
     base = ("--epochs", "2", "--batch-size", "50") + (("--data", "digits") if "--data" not in args else ())
@@ -283,8 +351,19 @@ def test_cuda_without_a_gpu_is_refused(tmp_path, capsys):
 def test_a_ray_clusters_gpus_are_not_looked_for_on_this_machine(tmp_path, capsys):
     # With --address the chunks run on the cluster's machines: this one needs no GPU (a dry run
     # connects to nothing).
-    plan = run_json(capsys, *TINY, "--device", "cuda", "--backend", "ray", "--address", "auto", "--dry-run",
-                    "-o", str(tmp_path / "sweep"))
+    plan = run_json(
+        capsys,
+        *TINY,
+        "--device",
+        "cuda",
+        "--backend",
+        "ray",
+        "--address",
+        "auto",
+        "--dry-run",
+        "-o",
+        str(tmp_path / "sweep"),
+    )
     assert plan["configurations"] == 2 and "device cuda, backend ray" in plan["plan"]
     assert not (tmp_path / "sweep").exists()
 
@@ -294,11 +373,23 @@ def test_cpu_only_configurations_on_a_gpu_are_refused(tmp_path, capsys):
     # into "failed" rows that a resume would never retry. (Through a dry run on a Ray cluster, so the
     # check does not depend on this machine's GPU.)
     cluster = ("--backend", "ray", "--address", "auto", "--device", "cuda", "--dry-run")
-    line = refused(capsys, *TINY[:2], "--model", "fc", "--hidden", "16", "--epochs", "2", *cluster,
-                   "-o", str(tmp_path / "sweep"))
+    line = refused(
+        capsys, *TINY[:2], "--model", "fc", "--hidden", "16", "--epochs", "2", *cluster, "-o", str(tmp_path / "sweep")
+    )
     assert "--device cuda: fc configurations train on the CPU only" in line
-    line = refused(capsys, *TINY[:2], "--model", "tan", "--structure", "learn", "--epochs", "2", *cluster,
-                   "-o", str(tmp_path / "sweep"))
+    line = refused(
+        capsys,
+        *TINY[:2],
+        "--model",
+        "tan",
+        "--structure",
+        "learn",
+        "--epochs",
+        "2",
+        *cluster,
+        "-o",
+        str(tmp_path / "sweep"),
+    )
     assert "--device cuda: structure-learning configurations train on the CPU only" in line
 
 
@@ -311,10 +402,10 @@ def test_ray_tasks_ask_for_a_gpu_for_cuda_and_for_auto_on_a_gpu_cluster():
 
 def test_a_refused_sweep_leaves_the_directory_free_for_the_corrected_command(tmp_path, capsys):
     directory = tmp_path / "sweep"
-    directory.mkdir()                                # given by the user: kept
+    directory.mkdir()  # given by the user: kept
     refused(capsys, *TINY, "--data", "no-such-dataset", "-o", str(directory))
     assert directory.is_dir() and list(directory.iterdir()) == []
-    assert run_json(capsys, *TINY, "-o", str(directory))["trained"] == 2      # no --resume needed
+    assert run_json(capsys, *TINY, "-o", str(directory))["trained"] == 2  # no --resume needed
 
 
 # -- outputs ----------------------------------------------------------------------------------------
@@ -323,16 +414,21 @@ def test_json_summary_and_the_test_selected_protocol(tmp_path, capsys):
     summary = run_json(capsys, *TINY, "--lr", "3e-2,3e-3", "--select", "test", "-o", str(directory))
     assert JSON_KEYS <= set(summary), f"missing keys {JSON_KEYS - set(summary)}"
     assert summary["select"] == "test" and "TEST split" in summary["protocol"]
-    assert (summary["configurations"], summary["trained"], summary["skipped"], summary["failed"],
-            summary["stopped"]) == (4, 4, 0, 0, 0)
+    assert (
+        summary["configurations"],
+        summary["trained"],
+        summary["skipped"],
+        summary["failed"],
+        summary["stopped"],
+    ) == (4, 4, 0, 0, 0)
     assert summary["config_epochs"] == 4 * 2 and summary["config_epochs_per_second"] > 0
     assert summary["backend"] == "local" and summary["device"].startswith("cpu") and summary["seconds"] > 0
     assert summary["table"] == str(directory / TABLE_FILE) and summary["csv"] == str(directory / "results.csv")
     assert json.loads((directory / "summary.json").read_text()) == summary
     rows = rows_by_id(directory)
     assert {row["select"] for row in rows.values()} == {"test"}
-    assert all(row["config"]["validation"] == 0.0 for row in rows.values())     # --select test: no split needed
-    for row in rows.values():                                                    # no validation split
+    assert all(row["config"]["validation"] == 0.0 for row in rows.values())  # --select test: no split needed
+    for row in rows.values():  # no validation split
         assert row["final"]["val_error"] is None or math.isnan(row["final"]["val_error"])
     with open(directory / "results.csv", newline="") as f:
         table = list(csv.DictReader(f))
@@ -352,8 +448,24 @@ def test_validation_protocol_is_labelled(tmp_path, capsys):
 
 # 8 configurations in two bits groups; chunks of 3 mix the groups, so the keep-best hand-over
 # crosses chunks (a later chunk's better model replaces an earlier file).
-KEEP_GRID = ("--data", "digits", "--bits", "2,3", "--int-bits", "1..2", "--lr", "3e-2,3e-3", "--epochs", "4",
-             "--batch-size", "50", "--max-configs", "3", "--seeds", "0")
+KEEP_GRID = (
+    "--data",
+    "digits",
+    "--bits",
+    "2,3",
+    "--int-bits",
+    "1..2",
+    "--lr",
+    "3e-2,3e-3",
+    "--epochs",
+    "4",
+    "--batch-size",
+    "50",
+    "--max-configs",
+    "3",
+    "--seeds",
+    "0",
+)
 
 
 def test_keep_best_keeps_one_loadable_model_per_group_the_best_one(tmp_path, capsys):
@@ -373,7 +485,7 @@ def test_keep_best_keeps_one_loadable_model_per_group_the_best_one(tmp_path, cap
         assert kept["status"] == "done"
         best = min(r["final"]["val_error"] for r in members if r["status"] == "done")
         assert kept["final"]["val_error"] == best, f"bits {bits}: kept val {kept['final']['val_error']}, best {best}"
-        first = next(r for r in members if r["final"]["val_error"] == best)     # ties: the first one stays
+        first = next(r for r in members if r["final"]["val_error"] == best)  # ties: the first one stays
         assert kept["id"] == first["id"]
         artifact = load_artifact(directory / kept["model_path"])
         assert artifact.metadata["config"]["bits"] == bits
@@ -390,7 +502,7 @@ def test_interrupted_keep_best_hand_over_leaves_one_model_per_group(tmp_path, ca
 
     def interrupt(self, rid):
         calls.append(rid)
-        raise KeyboardInterrupt          # stands for a kill at this point: nothing after it runs
+        raise KeyboardInterrupt  # stands for a kill at this point: nothing after it runs
 
     monkeypatch.setattr(ResultsTable, "clear_model_path", interrupt)
     with pytest.raises(SystemExit) as info:
@@ -401,8 +513,9 @@ def test_interrupted_keep_best_hand_over_leaves_one_model_per_group(tmp_path, ca
     interrupted = rows_by_id(tmp_path / "stopped")
     named = Counter(row["config"]["bits"] for row in interrupted.values() if row["model_path"])
     assert interrupted and max(named.values()) == 1, f"model files per bits group: {dict(named)}"
-    assert all((tmp_path / "stopped" / row["model_path"]).is_file() for row in interrupted.values()
-               if row["model_path"])
+    assert all(
+        (tmp_path / "stopped" / row["model_path"]).is_file() for row in interrupted.values() if row["model_path"]
+    )
 
     run_json(capsys, *KEEP_GRID, "-o", str(tmp_path / "stopped"), "--resume")
     run_json(capsys, *KEEP_GRID, "-o", str(tmp_path / "reference"))
@@ -425,7 +538,7 @@ def test_keep_all_and_keep_none(tmp_path, capsys):
     run_json(capsys, *KEEP_GRID, "--keep", "none", "-o", str(tmp_path / "none"))
     none = rows_by_id(tmp_path / "none")
     assert all(row["model_path"] is None for row in none.values()) and model_files(tmp_path / "none") == set()
-    assert_same_rows(none, rows)         # the policy changes which files are written, not what is trained
+    assert_same_rows(none, rows)  # the policy changes which files are written, not what is trained
 
 
 def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path, capsys):
@@ -438,8 +551,24 @@ def test_dry_run_prints_the_plan_and_writes_nothing(tmp_path, capsys):
 
 # -- successive halving -----------------------------------------------------------------------------
 # Two bits groups of 12; rungs at round(6/3) = 2 and round(6/9) = 1 epochs: 12 -> 4 -> 2 per group.
-HALVING_GRID = ("--data", "digits", "--bits", "2,3", "--int-bits", "1..3", "--lr", "3e-2,3e-3", "--draws", "2",
-                "--epochs", "6", "--batch-size", "50", "--keep", "none")
+HALVING_GRID = (
+    "--data",
+    "digits",
+    "--bits",
+    "2,3",
+    "--int-bits",
+    "1..3",
+    "--lr",
+    "3e-2,3e-3",
+    "--draws",
+    "2",
+    "--epochs",
+    "6",
+    "--batch-size",
+    "50",
+    "--keep",
+    "none",
+)
 
 
 def test_halving_stops_weak_configurations_and_saves_epochs(tmp_path, capsys):
@@ -464,9 +593,11 @@ def test_halving_stops_weak_configurations_and_saves_epochs(tmp_path, capsys):
             assert row["checkpoints"] and row["checkpoints"][-1]["epoch"] in (1, 2)
     # The survivors of each group are the best at the last rung (epoch 2) among those that reached it.
     for bits in (2, 3):
-        at_two = {rid: next(c["val_error"] for c in r["checkpoints"] if c["epoch"] == 2)
-                  for rid, r in rows.items() if r["config"]["bits"] == bits and
-                  any(c["epoch"] == 2 for c in r["checkpoints"])}
+        at_two = {
+            rid: next(c["val_error"] for c in r["checkpoints"] if c["epoch"] == 2)
+            for rid, r in rows.items()
+            if r["config"]["bits"] == bits and any(c["epoch"] == 2 for c in r["checkpoints"])
+        }
         survivors = {rid for rid in at_two if rows[rid]["status"] == "done"}
         assert len(at_two) == 4 and len(survivors) == 2
         assert max(at_two[r] for r in survivors) <= min(at_two[r] for r in set(at_two) - survivors)
@@ -476,8 +607,26 @@ def test_halving_stops_weak_configurations_and_saves_epochs(tmp_path, capsys):
 def test_one_configuration_sweep_equals_bnc_train(tmp_path, capsys):
     from bnc_deploy.cli.train import main as train_main
 
-    common = ["--data", "digits", "--bits", "3", "--int-bits", "2", "--lr", "3e-2", "--epochs", "3",
-              "--batch-size", "50", "--validation", "0.2", "--hybrid-lambda", "30", "--hybrid-gamma", "0.5"]
+    common = [
+        "--data",
+        "digits",
+        "--bits",
+        "3",
+        "--int-bits",
+        "2",
+        "--lr",
+        "3e-2",
+        "--epochs",
+        "3",
+        "--batch-size",
+        "50",
+        "--validation",
+        "0.2",
+        "--hybrid-lambda",
+        "30",
+        "--hybrid-gamma",
+        "0.5",
+    ]
     run_json(capsys, *common, "--seeds", "1", "--keep", "all", "-o", str(tmp_path / "sweep"))
     (row,) = rows_by_id(tmp_path / "sweep").values()
     swept = load_artifact(tmp_path / "sweep" / row["model_path"])
@@ -496,8 +645,25 @@ def test_one_configuration_sweep_equals_bnc_train(tmp_path, capsys):
 # -- DNN and structure-learning configurations --------------------------------------------------------
 def test_dnn_configurations_run_through_the_runner(tmp_path, capsys):
     directory = tmp_path / "sweep"
-    summary = run_json(capsys, "--data", "digits", "--model", "fc", "--weight-bits", "1,2", "--hidden", "16",
-                       "--epochs", "2", "--batch-size", "50", "--keep", "all", "-o", str(directory))
+    summary = run_json(
+        capsys,
+        "--data",
+        "digits",
+        "--model",
+        "fc",
+        "--weight-bits",
+        "1,2",
+        "--hidden",
+        "16",
+        "--epochs",
+        "2",
+        "--batch-size",
+        "50",
+        "--keep",
+        "all",
+        "-o",
+        str(directory),
+    )
     assert (summary["trained"], summary["failed"], summary["config_epochs"]) == (2, 0, 4)
     rows = rows_by_id(directory)
     assert sorted(row["config"]["weight_bits"] for row in rows.values()) == [1, 2]
@@ -514,16 +680,49 @@ def test_dnn_configurations_run_through_the_runner(tmp_path, capsys):
 
 def test_progress_bar_counts_configurations_trained_one_after_another(tmp_path, capsys):
     # DNN (and structure-learning) chunks report no per-epoch progress; the bar must still reach the end.
-    assert main(["--data", "digits", "--model", "fc", "--weight-bits", "1,2", "--hidden", "16", "--epochs", "2",
-                 "--batch-size", "50", "--keep", "none", "-o", str(tmp_path / "sweep")]) == 0
+    assert (
+        main(
+            [
+                "--data",
+                "digits",
+                "--model",
+                "fc",
+                "--weight-bits",
+                "1,2",
+                "--hidden",
+                "16",
+                "--epochs",
+                "2",
+                "--batch-size",
+                "50",
+                "--keep",
+                "none",
+                "-o",
+                str(tmp_path / "sweep"),
+            ]
+        )
+        == 0
+    )
     err = capsys.readouterr().err
     assert err.startswith("2 configurations: weight_bits 2; 4 configuration-epochs; selected on the validation split")
     last_bar = [line for line in err.replace("\r", "\n").splitlines() if line.startswith("sweep:")][-1]
     assert "| 4/4 [" in last_bar and "configs=2/2" in last_bar, last_bar
 
 
-LEARN_GRID = ("--data", "digits", "--model", "tan", "--structure", "learn", "--size-penalty", "1e-3,1e-1",
-              "--epochs", "2", "--batch-size", "50")
+LEARN_GRID = (
+    "--data",
+    "digits",
+    "--model",
+    "tan",
+    "--structure",
+    "learn",
+    "--size-penalty",
+    "1e-3,1e-1",
+    "--epochs",
+    "2",
+    "--batch-size",
+    "50",
+)
 
 
 @pytest.fixture(scope="module")
@@ -544,7 +743,7 @@ def test_structure_learning_configurations_run_through_the_runner(learned):
         assert row["size_bits"] > 0 and row["ops"] > 0
         assert set(row["final"]) >= {"train_error", "val_error", "test_error"}
     check_models_match_rows(directory, rows)
-    assert len(model_files(directory)) == 1                  # one group (tan, learn, float)
+    assert len(model_files(directory)) == 1  # one group (tan, learn, float)
 
 
 def test_structure_learning_counts_its_epochs(learned):

@@ -25,8 +25,23 @@ from bnc_deploy.cli.bnc_sweep import main
 from bnc_deploy.sweep.table import ResultsTable
 
 #: 8 configurations in chunks of 2: four Ray tasks, two at a time on 2 CPUs. (--quiet last: the Ray run drops it.)
-GRID = ("--data", "digits", "--bits", "2,3", "--int-bits", "1..2", "--lr", "3e-2,3e-3", "--epochs", "3",
-        "--batch-size", "50", "--max-configs", "2", "--quiet")
+GRID = (
+    "--data",
+    "digits",
+    "--bits",
+    "2,3",
+    "--int-bits",
+    "1..2",
+    "--lr",
+    "3e-2,3e-3",
+    "--epochs",
+    "3",
+    "--batch-size",
+    "50",
+    "--max-configs",
+    "2",
+    "--quiet",
+)
 #: Everything a row reproduces whichever backend ran it.
 SAME = ("config", "status", "error", "checkpoints", "final", "size_bits", "n_parameters", "ops", "device", "select")
 
@@ -39,8 +54,9 @@ def _processes_mentioning(text: str) -> list[str]:
             continue
         try:
             cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-            state = next((line for line in (entry / "status").read_text().splitlines() if line.startswith("State:")),
-                         "")
+            state = next(
+                (line for line in (entry / "status").read_text().splitlines() if line.startswith("State:")), ""
+            )
         except OSError:
             continue
         if text in cmdline and "zombie" not in state:
@@ -57,7 +73,7 @@ def sweeps(tmp_path_factory):
     import torch
 
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)         # as Ray's workers run (one CPU each); tiny models gain nothing from more
+    torch.set_num_threads(1)  # as Ray's workers run (one CPU each); tiny models gain nothing from more
     root = tmp_path_factory.mktemp("ray")
     # Short: Ray's Unix socket paths live under it (at most ~107 characters).
     ray_tmp = tempfile.mkdtemp(prefix="bncray", dir="/tmp")
@@ -66,7 +82,7 @@ def sweeps(tmp_path_factory):
     try:
         started = time.perf_counter()
         stderr = io.StringIO()
-        with contextlib.redirect_stderr(stderr):         # the progress bar (no --quiet here)
+        with contextlib.redirect_stderr(stderr):  # the progress bar (no --quiet here)
             assert main([*GRID[:-1], "--backend", "ray", "--ray-cpus", "2", "-o", str(root / "ray")]) == 0
         ray_seconds = time.perf_counter() - started
         initialized_after = ray.is_initialized()
@@ -78,15 +94,20 @@ def sweeps(tmp_path_factory):
         while (stray := _processes_mentioning(ray_tmp)) and time.monotonic() < deadline:
             time.sleep(0.2)
         print(f"\nbnc-sweep --backend ray: {ray_seconds:.1f} s, local: {local_seconds:.1f} s")
-        yield {"root": root, "initialized_after": initialized_after, "stray": stray, "ray_seconds": ray_seconds,
-               "stderr": stderr.getvalue()}
+        yield {
+            "root": root,
+            "initialized_after": initialized_after,
+            "stray": stray,
+            "ray_seconds": ray_seconds,
+            "stderr": stderr.getvalue(),
+        }
     finally:
         torch.set_num_threads(threads)
         if saved is None:
             os.environ.pop("RAY_TMPDIR", None)
         else:
             os.environ["RAY_TMPDIR"] = saved
-        if ray.is_initialized():       # only if the CLI failed to shut it down
+        if ray.is_initialized():  # only if the CLI failed to shut it down
             ray.shutdown()
         shutil.rmtree(ray_tmp, ignore_errors=True)
 
@@ -103,8 +124,9 @@ def test_ray_and_local_backends_give_the_same_rows(sweeps):
     assert len(on_ray) == 8 and set(on_ray) == set(local)
     for rid, row in local.items():
         for name in SAME:
-            assert on_ray[rid][name] == row[name], f"row {rid}: {name} differs on Ray: {on_ray[rid][name]!r} != " \
-                                                   f"{row[name]!r}"
+            assert on_ray[rid][name] == row[name], (
+                f"row {rid}: {name} differs on Ray: {on_ray[rid][name]!r} != {row[name]!r}"
+            )
     assert {row["backend"] for row in on_ray.values()} == {"ray"}
     assert {row["backend"] for row in local.values()} == {"local"}
 
@@ -112,8 +134,12 @@ def test_ray_and_local_backends_give_the_same_rows(sweeps):
 def test_ray_summary_and_kept_models(sweeps):
     directory = sweeps["root"] / "ray"
     summary = json.loads((directory / "summary.json").read_text())
-    assert (summary["backend"], summary["configurations"], summary["trained"], summary["config_epochs"]) == \
-        ("ray", 8, 8, 8 * 3)
+    assert (summary["backend"], summary["configurations"], summary["trained"], summary["config_epochs"]) == (
+        "ray",
+        8,
+        8,
+        8 * 3,
+    )
     rows = _rows(directory)
     named = {row["model_path"] for row in rows.values() if row["model_path"]}
     assert named == {f"models/{p.name}" for p in (directory / "models").iterdir()}

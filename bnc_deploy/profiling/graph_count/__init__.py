@@ -64,5 +64,15 @@ from bnc_deploy.profiling.graph_count.op_counts import KINDS
 from bnc_deploy.profiling.graph_count.readers import load_graph
 from bnc_deploy.profiling.graph_count.results import CATEGORIES, GraphCount, NodeCount, ParamTensor
 
-__all__ = ["CATEGORIES", "KINDS", "GNode", "GTensor", "Graph", "GraphCount", "NodeCount", "ParamTensor",
-           "count_graph", "load_graph"]
+__all__ = [
+    "CATEGORIES",
+    "KINDS",
+    "GNode",
+    "GTensor",
+    "Graph",
+    "GraphCount",
+    "NodeCount",
+    "ParamTensor",
+    "count_graph",
+    "load_graph",
+]

@@ -32,7 +32,7 @@ def backward(state) -> dict:
         control = state.control_inputs.get(node.index, set())
         for k, name in enumerate(node.inputs):
             if not name or name not in used or name in control:
-                continue   # conditions and guard comparisons do not carry data
+                continue  # conditions and guard comparisons do not carry data
             mask = input_use(state, node, k, name, out_used)
             if mask is not None and mask.shape == used[name].shape:
                 used[name] |= mask
@@ -55,7 +55,7 @@ def input_use(state, node, k, name, out_used):
         if axis != len(out_rs) - 1:
             return everything
         start = sum(state.tensors[i].last_dim for i in node.inputs[:k] if i)
-        return out_used[start:start + n_in].copy()
+        return out_used[start : start + n_in].copy()
     if node.op in ("Slice", "StridedSlice") and k == 0:
         idx = np.arange(n_in).reshape((1,) * (len(in_rs) - 1) + (n_in,)) if in_rs else None
         if idx is None:
@@ -78,8 +78,15 @@ def input_use(state, node, k, name, out_used):
     if kind == "reduce_sum" or kind == "reduce_logic":
         axes, _ = reduce_axes(state, node)
         return out_used.copy() if len(in_rs) - 1 not in axes and n_in == n_out else everything
-    if kind in ("add", "mul", "unary", "clamp", "where", "compare", "logic", "activation", "batchnorm") or \
-            node.op in ("Cast", "Quantize", "Dequantize", "Identity", "Expand", "Squeeze", "Unsqueeze"):
+    if kind in ("add", "mul", "unary", "clamp", "where", "compare", "logic", "activation", "batchnorm") or node.op in (
+        "Cast",
+        "Quantize",
+        "Dequantize",
+        "Identity",
+        "Expand",
+        "Squeeze",
+        "Unsqueeze",
+    ):
         if n_in == n_out:
             return out_used.copy()
         return everything

@@ -83,8 +83,7 @@ class _LayerPass:
         meta = self.state.graph.metadata or {}
         specs = list(meta.get("layers") or [])
         if len(self.products) != len(specs):
-            msg = (f"the graph has {len(self.products)} products with constant weights, the metadata "
-                   f"{len(specs)} layers")
+            msg = f"the graph has {len(self.products)} products with constant weights, the metadata {len(specs)} layers"
             self.problems.append(msg)
             for node in self.products:
                 rec = self.state.records[node.index]
@@ -112,7 +111,7 @@ class _LayerPass:
     def tail(self, node, following) -> list:
         """Per-row nodes fed (through data) by a product, up to the next weight product."""
         reach, out = set(node.outputs), []
-        for n in self.state.graph.nodes[self.position[node.index] + 1:]:
+        for n in self.state.graph.nodes[self.position[node.index] + 1 :]:
             if following is not None and n.index == following.index:
                 break
             if n.index in self.state.load_time or not any(i in reach for i in n.inputs if i):
@@ -126,8 +125,11 @@ class _LayerPass:
         if KINDS.get(n.op) not in ("add", "mul", "compare") or self.state.records[n.index].category == "guard":
             return False
         data = self.state.data_inputs(n)
-        return len(data) == 1 and self.state.role.get(data[0]) == "value" and \
-            any(i and self.state.is_const(i) for i in n.inputs)
+        return (
+            len(data) == 1
+            and self.state.role.get(data[0]) == "value"
+            and any(i and self.state.is_const(i) for i in n.inputs)
+        )
 
     def constant_operand(self, n) -> str:
         """The constant of an affine node, or a product's bias."""
@@ -147,22 +149,38 @@ class _LayerPass:
         term = "batch_norm" if bn else ("bias" if bias else None)
         carrier, before, after = self.term_nodes(node, following)
 
-        fact = {"layer": k, "type": spec.get("type"), "node": node.index, "op": node.source_op,
-                "input_copies": copies, "graph_macs": graph_macs, "macs": macs, "outputs": n_out,
-                "batch_norm_outputs": 0, "bias_outputs": 0, "weights": None, "batch_norm_units": 0, "biases": 0,
-                "term_node": None}
+        fact = {
+            "layer": k,
+            "type": spec.get("type"),
+            "node": node.index,
+            "op": node.source_op,
+            "input_copies": copies,
+            "graph_macs": graph_macs,
+            "macs": macs,
+            "outputs": n_out,
+            "batch_norm_outputs": 0,
+            "bias_outputs": 0,
+            "weights": None,
+            "batch_norm_units": 0,
+            "biases": 0,
+            "term_node": None,
+        }
         fact["weights"] = self.weight_param(k, node, copies, bits, problems)
 
         if term is not None and carrier is None:
-            problems.append(f"the metadata says {term.replace('_', ' ')}, but no per-unit addition, threshold or "
-                            "bias follows the product")
+            problems.append(
+                f"the metadata says {term.replace('_', ' ')}, but no per-unit addition, threshold or "
+                "bias follows the product"
+            )
         elif term is not None:
             self.count_term(k, node, term, carrier, before, macs, n_out, fact, notes)
         elif carrier is not None and carrier is not node:
             self.count_unexplained(k, carrier)
         elif carrier is node:
-            notes.append("its bias is no paper term (the metadata has no batch norm or output bias here: a sign "
-                         "threshold, or the converter's bias): free")
+            notes.append(
+                "its bias is no paper term (the metadata has no batch norm or output bias here: a sign "
+                "threshold, or the converter's bias): free"
+            )
         self.count_scales(k, term, carrier, before, after)
         if problems:
             rec.ops = None
@@ -204,8 +222,10 @@ class _LayerPass:
         what = "conv" if node.op in CONV_OPS else "dense"
         notes = [f"layer {k} ({what}): {format_count(macs)} MACs"]
         if copies > 1:
-            notes.append(f"graph MACs {format_count(graph_macs)} = {copies} input copies (B = 8 split weights) "
-                         f"x {format_count(macs)} of the layer")
+            notes.append(
+                f"graph MACs {format_count(graph_macs)} = {copies} input copies (B = 8 split weights) "
+                f"x {format_count(macs)} of the layer"
+            )
         return copies, graph_macs, macs, notes
 
     def term_nodes(self, node, following) -> tuple:
@@ -217,7 +237,7 @@ class _LayerPass:
         candidates = [n for n in tail if self.affine(n)]
         shifts = [n for n in candidates if KINDS[n.op] in ("add", "compare")]
         carrier = shifts[-1] if shifts else (node if has_bias(node) else None)
-        for n in shifts[:-1]:               # nothing in the metadata explains a second addition
+        for n in shifts[:-1]:  # nothing in the metadata explains a second addition
             r = self.state.records[n.index]
             r.category, r.ops = "arithmetic", self.state.numel(n.outputs[0])
             r.note = "per-row addition on the data path that no metadata term explains (counted, so it shows)"
@@ -245,15 +265,25 @@ class _LayerPass:
             r.category, r.ops = "arithmetic", n_term
             r.note = f"layer {k} {label}: 1 op per output" + (
                 f" (with the scale #{', #'.join(str(n.index) for n in before)})"
-                if before and term == "batch_norm" else "")
+                if before and term == "batch_norm"
+                else ""
+            )
         # the batch norm's other half (scale / direction) is stored with it, not a parameter apart
         storage_names = storage_of(self.state, const)
         if term == "batch_norm":
             for n in before:
                 storage_names += storage_of(self.state, self.constant_operand(n))
-        self.params.append(ParamTensor(
-            const, self.state.shape(const), units, per_unit, None if units is None else units * per_unit,
-            storage_entries(self.state, storage_names), f"layer {k} {label} ({per_unit} bits per unit)"))
+        self.params.append(
+            ParamTensor(
+                const,
+                self.state.shape(const),
+                units,
+                per_unit,
+                None if units is None else units * per_unit,
+                storage_entries(self.state, storage_names),
+                f"layer {k} {label} ({per_unit} bits per unit)",
+            )
+        )
 
     def count_unexplained(self, k, carrier) -> None:
         """A per-unit node after a layer whose metadata has no term: a sign threshold (free) or an
@@ -290,11 +320,18 @@ class _LayerPass:
                 problems.append(f"{w_elements} weights do not split into {copies} input copies")
             w_elements //= copies
         w_bits = int(bits) if bits else np.dtype(self.state.tensors[weight].dtype).itemsize * 8
-        self.params.append(ParamTensor(
-            weight, self.state.shape(weight), w_elements, w_bits, None if w_elements is None else w_elements * w_bits,
-            storage_entries(self.state, storage_of(self.state, weight)),
-            f"layer {k} weights ({w_bits} bits each from the metadata)"
-            + (f"; {copies} int8 parts per weight" if copies > 1 else "")))
+        self.params.append(
+            ParamTensor(
+                weight,
+                self.state.shape(weight),
+                w_elements,
+                w_bits,
+                None if w_elements is None else w_elements * w_bits,
+                storage_entries(self.state, storage_of(self.state, weight)),
+                f"layer {k} weights ({w_bits} bits each from the metadata)"
+                + (f"; {copies} int8 parts per weight" if copies > 1 else ""),
+            )
+        )
         return w_elements
 
     def breakdown(self) -> dict:
@@ -305,10 +342,15 @@ class _LayerPass:
             values = [f[key] for f in facts]
             return None if any(v is None for v in values) else int(sum(values))
 
-        return {"layers": facts, "macs": total("macs"), "graph_macs": total("graph_macs"),
-                "batch_norm_outputs": total("batch_norm_outputs"), "bias_outputs": total("bias_outputs"),
-                "weights": total("weights"), "batch_norm_units": total("batch_norm_units"),
-                "biases": total("biases"), "weight_bits": (self.state.graph.metadata or {}).get("weight_bits"),
-                "problems": list(self.problems)}
-
-
+        return {
+            "layers": facts,
+            "macs": total("macs"),
+            "graph_macs": total("graph_macs"),
+            "batch_norm_outputs": total("batch_norm_outputs"),
+            "bias_outputs": total("bias_outputs"),
+            "weights": total("weights"),
+            "batch_norm_units": total("batch_norm_units"),
+            "biases": total("biases"),
+            "weight_bits": (self.state.graph.metadata or {}).get("weight_bits"),
+            "problems": list(self.problems),
+        }

@@ -48,8 +48,12 @@ class DnnOpRules(OpRules):
     def on_compare(self, node, rec, roles):
         data = self.state.data_inputs(node)
         consts = [i for i in node.inputs if i and self.state.is_const(i)]
-        if len(data) == 1 and consts and self.state.role.get(data[0]) == "value" \
-                and self.state.numel(node.outputs[0]) == self.state.numel(data[0]):
+        if (
+            len(data) == 1
+            and consts
+            and self.state.role.get(data[0]) == "value"
+            and self.state.numel(node.outputs[0]) == self.state.numel(data[0])
+        ):
             rec.category, rec.ops, rec.note = "free", 0, "threshold of a sign activation"
             self.state.set_role(node, "threshold")
             return
@@ -80,4 +84,3 @@ class DnnOpRules(OpRules):
     def on_mul(self, node, rec, roles):
         if not self._penalty(node, rec, roles):
             super().on_mul(node, rec, roles)
-

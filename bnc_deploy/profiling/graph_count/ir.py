@@ -24,8 +24,8 @@ class GTensor:
     name: str
     dtype: str
     shape: tuple | None
-    value: np.ndarray | None = None   # stored constant (initializer / TFLite buffer)
-    scale: tuple = ()                 # TFLite quantization scale(s): real = scale * (q - zero point)
+    value: np.ndarray | None = None  # stored constant (initializer / TFLite buffer)
+    scale: tuple = ()  # TFLite quantization scale(s): real = scale * (q - zero point)
 
     def real_value(self) -> np.ndarray | None:
         """The constant as real numbers (per-tensor scale applied; zero points of weights are 0)."""
@@ -53,9 +53,9 @@ class GNode:
     """An operator: canonical op name (the rule table's key), the file's name, tensor names."""
 
     index: int
-    op: str              # canonical op
-    source_op: str       # the file's op name
-    inputs: list         # tensor names ("" for an absent optional input)
+    op: str  # canonical op
+    source_op: str  # the file's op name
+    inputs: list  # tensor names ("" for an absent optional input)
     outputs: list
     attrs: dict = field(default_factory=dict)
 

@@ -97,8 +97,9 @@ def strided_slice(state, node, array):
         if (a.get("shrinkAxisMask", 0) >> d) & 1:
             index.append(b)
             continue
-        index.append(slice(None if (a.get("beginMask", 0) >> d) & 1 else b,
-                           None if (a.get("endMask", 0) >> d) & 1 else e, s))
+        index.append(
+            slice(None if (a.get("beginMask", 0) >> d) & 1 else b, None if (a.get("endMask", 0) >> d) & 1 else e, s)
+        )
     return array[tuple(index)]
 
 

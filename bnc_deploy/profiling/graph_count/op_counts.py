@@ -17,21 +17,53 @@ import numpy as np
 
 # ONNX names are canonical; TFLite builtins are mapped onto them by the reader.
 KINDS = {
-    **dict.fromkeys(["Cast", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity", "Transpose", "Slice",
-                     "StridedSlice", "Concat", "Pack", "Expand", "Quantize", "Dequantize", "QuantizeLinear",
-                     "DequantizeLinear", "Tile", "Pad", "Shape", "Size", "ConstantOfShape", "Split"], "move"),
+    **dict.fromkeys(
+        [
+            "Cast",
+            "Reshape",
+            "Squeeze",
+            "Unsqueeze",
+            "Flatten",
+            "Identity",
+            "Transpose",
+            "Slice",
+            "StridedSlice",
+            "Concat",
+            "Pack",
+            "Expand",
+            "Quantize",
+            "Dequantize",
+            "QuantizeLinear",
+            "DequantizeLinear",
+            "Tile",
+            "Pad",
+            "Shape",
+            "Size",
+            "ConstantOfShape",
+            "Split",
+        ],
+        "move",
+    ),
     "Gather": "gather",
     # GatherElements of a constant index map (ORT lookup graph: clipped code -> table row) and the
     # dequantizing lookup of com.microsoft GatherBlockQuantized (the ORT lookup graph's table)
-    "GatherElements": "gather", "com.microsoft:GatherBlockQuantized": "gather",
-    "Add": "add", "Sub": "add",
-    "Sum": "sum",          # n-ary elementwise sum (ONNX gather-grouped adds its G looked-up rows)
-    "Mul": "mul", "Div": "mul",
-    "Neg": "unary", "Abs": "unary",
-    "BitShift": "unary", "Mod": "mul",
+    "GatherElements": "gather",
+    "com.microsoft:GatherBlockQuantized": "gather",
+    "Add": "add",
+    "Sub": "add",
+    "Sum": "sum",  # n-ary elementwise sum (ONNX gather-grouped adds its G looked-up rows)
+    "Mul": "mul",
+    "Div": "mul",
+    "Neg": "unary",
+    "Abs": "unary",
+    "BitShift": "unary",
+    "Mod": "mul",
     "ReduceSum": "reduce_sum",
-    "MatMul": "matmul", "Gemm": "matmul", "FullyConnected": "matmul",
-    "Conv": "conv", "DepthwiseConv": "conv",
+    "MatMul": "matmul",
+    "Gemm": "matmul",
+    "FullyConnected": "matmul",
+    "Conv": "conv",
+    "DepthwiseConv": "conv",
     "BatchNormalization": "batchnorm",
     **dict.fromkeys(["Equal", "NotEqual", "Greater", "GreaterOrEqual", "Less", "LessOrEqual"], "compare"),
     **dict.fromkeys(["And", "Or", "Not", "Xor", "IsNaN", "IsInf"], "logic"),
@@ -40,10 +72,24 @@ KINDS = {
     **dict.fromkeys(["ReduceAny", "ReduceAll", "ReduceMax", "ReduceMin"], "reduce_logic"),
     "Where": "where",
     **dict.fromkeys(["Min", "Max", "Clip", "Relu", "Relu6"], "clamp"),
-    "ArgMax": "argmax", "ArgMin": "argmax",
+    "ArgMax": "argmax",
+    "ArgMin": "argmax",
     "OneHot": "onehot",
-    **dict.fromkeys(["Sigmoid", "Tanh", "Softmax", "LogSoftmax", "LeakyRelu", "MaxPool", "AveragePool",
-                     "GlobalAveragePool", "GlobalMaxPool", "ReduceMean"], "activation"),
+    **dict.fromkeys(
+        [
+            "Sigmoid",
+            "Tanh",
+            "Softmax",
+            "LogSoftmax",
+            "LeakyRelu",
+            "MaxPool",
+            "AveragePool",
+            "GlobalAveragePool",
+            "GlobalMaxPool",
+            "ReduceMean",
+        ],
+        "activation",
+    ),
 }
 
 #: The canonical name of com.microsoft GatherBlockQuantized (readers prefix custom domains).
@@ -81,14 +127,14 @@ def product_macs(state, node) -> int | None:
         k = None if a is None else (a[-2] if node.attrs.get("transA") else a[-1])
     elif node.op == "MatMul":
         k = None if a is None else a[-1]
-    elif node.op == "Conv":           # ONNX OIHW weights: K = C_in/groups * kh * kw
+    elif node.op == "Conv":  # ONNX OIHW weights: K = C_in/groups * kh * kw
         k = None if w is None else int(np.prod(w[1:]))
     elif node.op == "DepthwiseConv":  # TFLite [1, kh, kw, C_out]
         k = None if w is None else int(w[1] * w[2])
     else:
         k = None
     if node.op == "Conv" and state.graph.format == "tflite" and w is not None:
-        k = int(np.prod(w[1:]))       # TFLite OHWI
+        k = int(np.prod(w[1:]))  # TFLite OHWI
     return None if k is None else int(n_out * k)
 
 

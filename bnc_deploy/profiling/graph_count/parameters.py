@@ -13,7 +13,8 @@ Folded additions: a load-time broadcast ``Add``/``Sub`` of two parameter tensors
 different shapes: ONNX adds the class prior ``[C]`` to feature 0's rows ``[|X_0|, C]``; ONNX
 ``gather-grouped`` sums feature blocks ``[W, 1, C] + [1, W, C]``) stands for ``C`` (the result's
 last dimension) per-row additions, since every row reads exactly one row of the result, which
-folded one row of each operand; :func:`trace_param` records them as ``NodeCount.folded``. Load-time rearrangements (``Reshape``, ``Split``, ``Transpose``, a
+folded one row of each operand; :func:`trace_param` records them as ``NodeCount.folded``. Load-time rearrangements
+(``Reshape``, ``Split``, ``Transpose``, a
 ``Gather`` by constant indices such as the padded layout's pad map) are traced through to
 their source.
 
@@ -51,8 +52,12 @@ def find_params(state) -> list[ParamTensor]:
     quantized_tables = {}
     for node in state.graph.nodes:
         rec = state.records[node.index]
-        if node.op in ("Gather", GATHER_BLOCK_QUANTIZED) and node.index not in state.load_time and rec.lookups and \
-                state.is_const(node.inputs[0]):
+        if (
+            node.op in ("Gather", GATHER_BLOCK_QUANTIZED)
+            and node.index not in state.load_time
+            and rec.lookups
+            and state.is_const(node.inputs[0])
+        ):
             trace_param(state, node.inputs[0], None, sources, node)
             if node.op == GATHER_BLOCK_QUANTIZED:
                 quantized_tables[node.inputs[0]] = node
@@ -74,9 +79,17 @@ def find_params(state) -> list[ParamTensor]:
         elif elements is not None:
             elements = int(round(elements * frac_cols))
         bits = int(meta_bits) if meta_bits else np.dtype(t.dtype).itemsize * 8
-        params.append(ParamTensor(name, t.row_shape, elements, bits, None if elements is None else elements * bits,
-                                  storage_entries(state, storage_of(state, name)),
-                                  info["note"] if elements is not None else "size unknown (no shape)"))
+        params.append(
+            ParamTensor(
+                name,
+                t.row_shape,
+                elements,
+                bits,
+                None if elements is None else elements * bits,
+                storage_entries(state, storage_of(state, name)),
+                info["note"] if elements is not None else "size unknown (no shape)",
+            )
+        )
     folded = meta.get("prior_folded_into_feature")
     if folded is not None and quantized_tables and meta.get("n_classes"):
         # The ORT lookup graph stores feature 0's rows with the class prior added at export (the
@@ -88,9 +101,18 @@ def find_params(state) -> list[ParamTensor]:
         rec.folded += c
         rec.note += f"; feature {int(folded)}'s rows hold the class prior (folded at export: {c} additions)"
         bits = int(meta_bits) if meta_bits else 8
-        params.append(ParamTensor("class prior", (c,), c, bits, c * bits, [],
-                                  f"folded into feature {int(folded)}'s rows of the table at export "
-                                  "(declared in the metadata: prior_folded_into_feature)"))
+        params.append(
+            ParamTensor(
+                "class prior",
+                (c,),
+                c,
+                bits,
+                c * bits,
+                [],
+                f"folded into feature {int(folded)}'s rows of the table at export "
+                "(declared in the metadata: prior_folded_into_feature)",
+            )
+        )
     return params
 
 
@@ -104,7 +126,9 @@ def _block_quantized_elements(state, node, note):
         return None, note
     scales = np.asarray(scales, dtype=np.float64).reshape(scales.shape[0], -1)
     rows = int(np.isfinite(scales).all(axis=1).sum())
-    return rows * int(width), f"{note}; {rows} rows x {width} codes ({scales.shape[0] - rows} NaN-scale guard row(s) excluded)"
+    return rows * int(
+        width
+    ), f"{note}; {rows} rows x {width} codes ({scales.shape[0] - rows} NaN-scale guard row(s) excluded)"
 
 
 def trace_param(state, name, rows, sources, consumer) -> None:
@@ -113,12 +137,16 @@ def trace_param(state, name, rows, sources, consumer) -> None:
     if node is None or node.index not in state.load_time:
         if name not in sources:
             direct = state.producer.get(name) is None and rows is not None
-            sources[name] = {"rows": rows if direct else None, "fc": consumer.op == "FullyConnected",
-                             "note": f"read by {consumer.source_op} #{consumer.index}"}
+            sources[name] = {
+                "rows": rows if direct else None,
+                "fc": consumer.op == "FullyConnected",
+                "note": f"read by {consumer.source_op} #{consumer.index}",
+            }
         return
     op = node.op
-    if op in ("Slice", "StridedSlice", "Identity", "Squeeze", "Unsqueeze", "Reshape", "Split", "Transpose") or \
-            (op == "Gather" and state.is_const(node.inputs[1])):
+    if op in ("Slice", "StridedSlice", "Identity", "Squeeze", "Unsqueeze", "Reshape", "Split", "Transpose") or (
+        op == "Gather" and state.is_const(node.inputs[1])
+    ):
         # rearrangements of the table at load time (the padded layout is a Gather of the stacked
         # table by a constant pad map; merged groups split and reshape it): the parameters are
         # those of the source, whatever the copies and NaN rows
@@ -133,8 +161,12 @@ def trace_param(state, name, rows, sources, consumer) -> None:
             trace_param(state, i, None, sources, consumer)
         na, nb = state.numel(a), state.numel(b)
         rec = state.records[node.index]
-        if na is not None and nb is not None and (na != nb or state.shape(a) != state.shape(b)) and \
-                state.used[node.outputs[0]].any():
+        if (
+            na is not None
+            and nb is not None
+            and (na != nb or state.shape(a) != state.shape(b))
+            and state.used[node.outputs[0]].any()
+        ):
             # A broadcast sum of two tables: every row of the model reads one row of the result,
             # which folded one row of each operand, i.e. one addition per column (the prior [C]
             # into feature 0's rows [|X_0|, C]; merged feature groups [W, 1, C] + [1, W, C]).
@@ -142,7 +174,7 @@ def trace_param(state, name, rows, sources, consumer) -> None:
             rec.folded = width
             rec.note = f"folds one row of {width} into every looked-up row: {width} per-row additions done once at load"
     elif op in ("Expand", "ConstantOfShape", "Tile") and (state.numel(node.inputs[0]) or 0) <= 1:
-        return   # a fill (the NaN row), not a parameter
+        return  # a fill (the NaN row), not a parameter
     else:
         if name not in sources:
             sources[name] = {"rows": None, "fc": False, "note": f"decoded at load by {node.source_op}"}
@@ -164,5 +196,7 @@ def storage_of(state, name) -> list[str]:
 
 def storage_entries(state, names) -> list[tuple]:
     """``ParamTensor.storage`` rows: (initializer, dtype, elements, bits per element) of stored tensors."""
-    return [(s, state.tensors[s].dtype, int(state.tensors[s].value.size), np.dtype(state.tensors[s].dtype).itemsize * 8)
-            for s in names]
+    return [
+        (s, state.tensors[s].dtype, int(state.tensors[s].value.size), np.dtype(state.tensors[s].dtype).itemsize * 8)
+        for s in names
+    ]

@@ -27,24 +27,77 @@ from bnc_deploy.profiling.graph_count.ir import GNode, Graph, GTensor
 
 #: TFLite builtin -> canonical op.
 TFLITE_OPS = {
-    "ADD": "Add", "SUB": "Sub", "MUL": "Mul", "DIV": "Div", "SUM": "ReduceSum", "REDUCE_ANY": "ReduceAny",
-    "REDUCE_MAX": "ReduceMax", "REDUCE_MIN": "ReduceMin",
-    "GATHER": "Gather", "CAST": "Cast", "RESHAPE": "Reshape", "SQUEEZE": "Squeeze", "EXPAND_DIMS": "Unsqueeze",
-    "TRANSPOSE": "Transpose", "STRIDED_SLICE": "StridedSlice", "SLICE": "Slice", "CONCATENATION": "Concat",
-    "PACK": "Pack", "QUANTIZE": "Quantize", "DEQUANTIZE": "Dequantize", "SELECT": "Where", "SELECT_V2": "Where",
-    "MINIMUM": "Min", "MAXIMUM": "Max", "RELU": "Relu", "RELU6": "Relu6", "ARG_MAX": "ArgMax", "ARG_MIN": "ArgMin",
-    "EQUAL": "Equal", "NOT_EQUAL": "NotEqual", "GREATER": "Greater", "GREATER_EQUAL": "GreaterOrEqual",
-    "LESS": "Less", "LESS_EQUAL": "LessOrEqual", "LOGICAL_AND": "And", "LOGICAL_OR": "Or", "LOGICAL_NOT": "Not",
-    "FULLY_CONNECTED": "FullyConnected", "BATCH_MATMUL": "MatMul", "CONV_2D": "Conv",
-    "DEPTHWISE_CONV_2D": "DepthwiseConv", "ABS": "Abs", "NEG": "Neg", "ONE_HOT": "OneHot", "LOGISTIC": "Sigmoid",
-    "TANH": "Tanh", "SOFTMAX": "Softmax", "LOG_SOFTMAX": "LogSoftmax", "MAX_POOL_2D": "MaxPool",
-    "AVERAGE_POOL_2D": "AveragePool", "MEAN": "ReduceMean", "TILE": "Tile", "PAD": "Pad", "SHAPE": "Shape",
-    "FLOOR_MOD": "Mod", "LEAKY_RELU": "LeakyRelu",
+    "ADD": "Add",
+    "SUB": "Sub",
+    "MUL": "Mul",
+    "DIV": "Div",
+    "SUM": "ReduceSum",
+    "REDUCE_ANY": "ReduceAny",
+    "REDUCE_MAX": "ReduceMax",
+    "REDUCE_MIN": "ReduceMin",
+    "GATHER": "Gather",
+    "CAST": "Cast",
+    "RESHAPE": "Reshape",
+    "SQUEEZE": "Squeeze",
+    "EXPAND_DIMS": "Unsqueeze",
+    "TRANSPOSE": "Transpose",
+    "STRIDED_SLICE": "StridedSlice",
+    "SLICE": "Slice",
+    "CONCATENATION": "Concat",
+    "PACK": "Pack",
+    "QUANTIZE": "Quantize",
+    "DEQUANTIZE": "Dequantize",
+    "SELECT": "Where",
+    "SELECT_V2": "Where",
+    "MINIMUM": "Min",
+    "MAXIMUM": "Max",
+    "RELU": "Relu",
+    "RELU6": "Relu6",
+    "ARG_MAX": "ArgMax",
+    "ARG_MIN": "ArgMin",
+    "EQUAL": "Equal",
+    "NOT_EQUAL": "NotEqual",
+    "GREATER": "Greater",
+    "GREATER_EQUAL": "GreaterOrEqual",
+    "LESS": "Less",
+    "LESS_EQUAL": "LessOrEqual",
+    "LOGICAL_AND": "And",
+    "LOGICAL_OR": "Or",
+    "LOGICAL_NOT": "Not",
+    "FULLY_CONNECTED": "FullyConnected",
+    "BATCH_MATMUL": "MatMul",
+    "CONV_2D": "Conv",
+    "DEPTHWISE_CONV_2D": "DepthwiseConv",
+    "ABS": "Abs",
+    "NEG": "Neg",
+    "ONE_HOT": "OneHot",
+    "LOGISTIC": "Sigmoid",
+    "TANH": "Tanh",
+    "SOFTMAX": "Softmax",
+    "LOG_SOFTMAX": "LogSoftmax",
+    "MAX_POOL_2D": "MaxPool",
+    "AVERAGE_POOL_2D": "AveragePool",
+    "MEAN": "ReduceMean",
+    "TILE": "Tile",
+    "PAD": "Pad",
+    "SHAPE": "Shape",
+    "FLOOR_MOD": "Mod",
+    "LEAKY_RELU": "LeakyRelu",
 }
 
-_TFLITE_DTYPES = {"FLOAT32": "float32", "FLOAT16": "float16", "FLOAT64": "float64", "INT32": "int32",
-                  "INT64": "int64", "INT16": "int16", "INT8": "int8", "UINT8": "uint8", "BOOL": "bool",
-                  "UINT32": "uint32", "UINT16": "uint16"}
+_TFLITE_DTYPES = {
+    "FLOAT32": "float32",
+    "FLOAT16": "float16",
+    "FLOAT64": "float64",
+    "INT32": "int32",
+    "INT64": "int64",
+    "INT16": "int16",
+    "INT8": "int8",
+    "UINT8": "uint8",
+    "BOOL": "bool",
+    "UINT32": "uint32",
+    "UINT16": "uint16",
+}
 
 
 def load_graph(path) -> Graph:
@@ -54,7 +107,7 @@ def load_graph(path) -> Graph:
 
         return load_ort_graph(path) if is_ort(path) else load_tflite_graph(path)
     if not isinstance(path, (str, Path)):
-        return load_onnx_graph(path)            # an onnx.ModelProto
+        return load_onnx_graph(path)  # an onnx.ModelProto
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"{p}: no such file")
@@ -194,7 +247,7 @@ def load_tflite_graph(model) -> Graph:
         raise
     except Exception as exc:  # flatbuffer decoding errors have many types
         raise RuntimeLoadError(f"{path or 'model'}: not a readable TFLite model ({exc})") from None
-    _, model_t = load_model_t(data)     # inspect_tflite does not expose builtin options
+    _, model_t = load_model_t(data)  # inspect_tflite does not expose builtin options
     operators = model_t.subgraphs[0].operators or []
     options = [op.builtinOptions for op in operators]
     inputs = list(summary.inputs)
@@ -218,17 +271,26 @@ def load_tflite_graph(model) -> Graph:
                 value = None
         shape = tuple(None if int(d) == -1 else int(d) for d in sig)
         if value is None and static_batch is not None and shape and shape[0] == static_batch:
-            shape = (None,) + shape[1:]   # per-row tensors carry the static batch as dimension 0
+            shape = (None,) + shape[1:]  # per-row tensors carry the static batch as dimension 0
         tensors[name] = GTensor(name, dtype, shape, value, scale=tuple(t.scale or ()))
     nodes = []
     for op in summary.ops:
         canonical = TFLITE_OPS.get(op.name, op.name)
         opts = options[op.index] if op.index < len(options) else None
         attrs = {k: v for k, v in vars(opts).items()} if opts is not None else {}
-        nodes.append(GNode(op.index, canonical, op.name, [names[i] if i >= 0 else "" for i in op.inputs],
-                           [names[i] for i in op.outputs], attrs))
+        nodes.append(
+            GNode(
+                op.index,
+                canonical,
+                op.name,
+                [names[i] if i >= 0 else "" for i in op.inputs],
+                [names[i] for i in op.outputs],
+                attrs,
+            )
+        )
     metadata = None
     if "bnc_deploy" in summary.metadata:
         metadata = _metadata(summary.metadata["bnc_deploy"])
-    return Graph("tflite", nodes, tensors, [names[i] for i in inputs], [names[i] for i in summary.outputs],
-                 metadata, path)
+    return Graph(
+        "tflite", nodes, tensors, [names[i] for i in inputs], [names[i] for i in summary.outputs], metadata, path
+    )

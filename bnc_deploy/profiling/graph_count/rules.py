@@ -40,10 +40,22 @@ import numpy as np
 
 from bnc_deploy.profiling.graph_count.intervals import propagate_interval
 from bnc_deploy.profiling.graph_count.ir import FUSED_ACTIVATIONS, GNode
-from bnc_deploy.profiling.graph_count.op_counts import GATHER_BLOCK_QUANTIZED, KINDS, element_ops, has_bias, product_macs
+from bnc_deploy.profiling.graph_count.op_counts import (
+    GATHER_BLOCK_QUANTIZED,
+    KINDS,
+    element_ops,
+    has_bias,
+    product_macs,
+)
 from bnc_deploy.profiling.graph_count.results import NodeCount
 from bnc_deploy.profiling.graph_count.selectors import (
-    effective_additions, equal_onehot, onnx_onehot, product_select, propagate_select, selector, unknown_select,
+    effective_additions,
+    equal_onehot,
+    onnx_onehot,
+    product_select,
+    propagate_select,
+    selector,
+    unknown_select,
 )
 from bnc_deploy.profiling.graph_count.state import CountState
 
@@ -112,24 +124,35 @@ class OpRules:
         data, indices = node.inputs[0], node.inputs[1]
         rec.category, rec.ops = "free", 0
         table = self.state.value(data)
-        if node.op == "GatherElements" and table is not None and np.issubdtype(table.dtype, np.integer) and \
-                not self.state.is_const(indices):
+        if (
+            node.op == "GatherElements"
+            and table is not None
+            and np.issubdtype(table.dtype, np.integer)
+            and not self.state.is_const(indices)
+        ):
             # a constant index map (ORT lookup graph: clipped code of feature i -> its table row or
             # the NaN row): one lookup per index, no arithmetic; the result is again an index
             self.state.set_role(node, "index")
             rec.category, rec.note = "addressing", "index map lookup (code -> table row; no arithmetic)"
             rs = self.state.shape(node.outputs[0])
             if rs is not None:
-                self.state.interval[node.outputs[0]] = (np.full(rs, float(table.min())), np.full(rs, float(table.max())))
+                self.state.interval[node.outputs[0]] = (
+                    np.full(rs, float(table.min())),
+                    np.full(rs, float(table.max())),
+                )
             return
         if self.state.is_const(data) and not self.state.is_const(indices):
             self.state.set_role(node, "score")
             rec.lookups = self.state.numel(node.outputs[0]) or 0
             rows = self.state.numel(indices)
-            width = self.state.tensors[node.outputs[0]].last_dim if node.op == GATHER_BLOCK_QUANTIZED \
+            width = (
+                self.state.tensors[node.outputs[0]].last_dim
+                if node.op == GATHER_BLOCK_QUANTIZED
                 else self.state.tensors[data].last_dim
-            rec.note = f"table lookup: {rows} rows x {width} (no arithmetic)" + \
-                (" dequantized by the row's scale" if node.op == GATHER_BLOCK_QUANTIZED else "")
+            )
+            rec.note = f"table lookup: {rows} rows x {width} (no arithmetic)" + (
+                " dequantized by the row's scale" if node.op == GATHER_BLOCK_QUANTIZED else ""
+            )
         else:
             role = self.state.role.get(data, "value")
             self.state.set_role(node, role)
@@ -144,8 +167,7 @@ class OpRules:
         n = self.state.numel(node.outputs[0])
         sign = "subtractions" if node.op == "Sub" else "additions"
         if "score" in roles:
-            other = [self.state.role.get(i) for i in self.state.data_inputs(node)
-                     if self.state.role.get(i) != "score"]
+            other = [self.state.role.get(i) for i in self.state.data_inputs(node) if self.state.role.get(i) != "score"]
             if other and other[0] in ("penalty", "mask"):
                 rec.category, rec.ops, rec.note = "guard", n, "adds the invalid-row penalty (0 or NaN)"
             else:
@@ -255,19 +277,26 @@ class OpRules:
         thresholded = relu or bool(bias)
         # A one-hot x table FC may carry the class prior as its bias (TFLite onehot-fc ``edgetpu``:
         # group 0's int32 bias) - no fused ReLU, so it combines nothing: one addition per output.
-        table_with_prior = role == "select" and bool(bias) and not relu and \
-            node.attrs.get("fusedActivationFunction") in (None, 0)
+        table_with_prior = (
+            role == "select" and bool(bias) and not relu and node.attrs.get("fusedActivationFunction") in (None, 0)
+        )
         if role == "select" and (not thresholded or table_with_prior):
             info = self.state.select.get(node.inputs[0]) or unknown_select()
             rec.category = "arithmetic"
             ops = effective_additions(self.state, node, info)
             rec.effective_additions = rec.ops = None if ops is None else ops + (bias if table_with_prior else 0)
-            rec.note = "one-hot x table: MACs shown; ops = effective additions" + \
-                (" + one per bias (the prior)" if table_with_prior else "") + \
-                ("" if ops is not None else " (unknown: the one-hot's structure is not derivable)")
+            rec.note = (
+                "one-hot x table: MACs shown; ops = effective additions"
+                + (" + one per bias (the prior)" if table_with_prior else "")
+                + ("" if ops is not None else " (unknown: the one-hot's structure is not derivable)")
+            )
             self.state.set_role(node, "score")
-        elif role == "index" and node.op in ("MatMul", "Gemm") and self.state.graph.format == "onnx" and \
-                not node.attrs.get("fusedActivationFunction"):
+        elif (
+            role == "index"
+            and node.op in ("MatMul", "Gemm")
+            and self.state.graph.format == "onnx"
+            and not node.attrs.get("fusedActivationFunction")
+        ):
             # codes times a constant stride matrix: the mixed-radix rows of merged feature groups
             # (ONNX gather-grouped). Index work whose result is again an index, not a one-hot.
             rec.category, rec.ops, rec.note = "addressing", total, "index arithmetic (rows of merged feature groups)"
@@ -346,12 +375,17 @@ class OpRules:
             rec.category, rec.ops, rec.note = "addressing", n, "combines one-hots"
             self.state.set_role(node, "select")
             parts = [self.state.select.get(i) for i in self.state.data_inputs(node)]
-            same = len(parts) == 2 and all(p is not None and p["owner"] is not None for p in parts) and \
-                np.array_equal(parts[0]["owner"], parts[1]["owner"])
+            same = (
+                len(parts) == 2
+                and all(p is not None and p["owner"] is not None for p in parts)
+                and np.array_equal(parts[0]["owner"], parts[1]["owner"])
+            )
             # the minimum of two one-hots over the same owners is hot where both can be
-            self.state.select[node.outputs[0]] = \
-                selector(parts[0]["owner"], parts[0]["possible"] & parts[1]["possible"]) \
-                if same and node.op == "Min" else unknown_select()
+            self.state.select[node.outputs[0]] = (
+                selector(parts[0]["owner"], parts[0]["possible"] & parts[1]["possible"])
+                if same and node.op == "Min"
+                else unknown_select()
+            )
         elif role in ("mask", "penalty"):
             rec.category, rec.ops = "guard", n
             self.state.set_role(node, role)

@@ -42,8 +42,9 @@ def equal_onehot(state, node) -> dict:
     if out_rs is None or idx_rs is None or const is None or state.value(const) is None:
         return unknown_select()
     try:
-        owner = np.broadcast_to(np.arange(int(np.prod(idx_rs))).reshape(idx_rs),
-                                np.broadcast_shapes(idx_rs, state.value(const).shape))
+        owner = np.broadcast_to(
+            np.arange(int(np.prod(idx_rs))).reshape(idx_rs), np.broadcast_shapes(idx_rs, state.value(const).shape)
+        )
         pattern = np.broadcast_to(state.value(const).astype(np.float64), owner.shape)
         lo, hi = bounds(state, idx) or unbounded(idx_rs)
         lo, hi = np.broadcast_to(lo, owner.shape), np.broadcast_to(hi, owner.shape)
@@ -84,7 +85,7 @@ def product_select(state, node, role) -> dict:
     a, o = state.shape(node.inputs[0]), state.shape(node.outputs[0])
     if weights is None or weights.ndim != 2 or a is None or o is None or int(np.prod(a)) != a[-1]:
         return unknown_select()
-    w = weights if node.op == "FullyConnected" else weights.T         # [M, K]
+    w = weights if node.op == "FullyConnected" else weights.T  # [M, K]
     if w.shape != (o[-1], a[-1]):
         return unknown_select()
     if role == "index":
@@ -103,8 +104,11 @@ def product_select(state, node, role) -> dict:
     if role != "select" or bias is None or not relu or bias.shape != (o[-1],):
         return unknown_select()
     unit = np.where(nonzero, w, 0).max(axis=1)
-    is_and = np.all((w == unit[:, None]) | ~nonzero) and np.all(unit > 0) and \
-        np.allclose(bias, -(nnz - 1) * unit, rtol=1e-6, atol=1e-9)
+    is_and = (
+        np.all((w == unit[:, None]) | ~nonzero)
+        and np.all(unit > 0)
+        and np.allclose(bias, -(nnz - 1) * unit, rtol=1e-6, atol=1e-9)
+    )
     if not is_and:
         return unknown_select()
     groups: dict = {}
@@ -114,7 +118,7 @@ def product_select(state, node, role) -> dict:
         key = tuple(sorted(set(in_owner[ks].tolist())))
         seen = groups.setdefault(key, (len(groups), set()))
         if tuple(ks) in seen[1]:
-            return unknown_select()   # two identical outputs would both be hot
+            return unknown_select()  # two identical outputs would both be hot
         seen[1].add(tuple(ks))
         owner[m] = seen[0]
     return selector(owner.reshape(o), np.ones(o, dtype=bool))
@@ -151,7 +155,7 @@ def _concat_select(state, node) -> dict:
     parts = [state.select.get(i) for i in node.inputs if i]
     if all(p is not None and p["owner"] is not None for p in parts):
         offset, owners, poss = 0, [], []
-        for p in parts:      # owners of different inputs are different indices
+        for p in parts:  # owners of different inputs are different indices
             owners.append(np.where(p["owner"] >= 0, p["owner"] + offset, p["owner"]))
             offset += int(p["owner"].max(initial=-1)) + 1
             poss.append(p["possible"])

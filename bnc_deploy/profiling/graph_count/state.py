@@ -26,12 +26,12 @@ class CountState:
         self.producer = {o: n for n in graph.nodes for o in n.outputs}
         self.const = {name for name, t in self.tensors.items() if t.value is not None}
         self.role: dict[str, str] = {}
-        self.interval: dict[str, tuple] = {}     # index tensors: (lo, hi) row-shaped float arrays
-        self.select: dict[str, dict] = {}        # selectors: owner/possible/hots (see selectors)
-        self.records: dict = {}                  # node index -> NodeCount
-        self.load_time: set[int] = set()         # nodes whose inputs are all constants
-        self.control_inputs: dict[int, set] = {} # node index -> inputs read as conditions, not data
-        self.used: dict = {}                     # tensor -> per last-axis column: reaches outputs as data
+        self.interval: dict[str, tuple] = {}  # index tensors: (lo, hi) row-shaped float arrays
+        self.select: dict[str, dict] = {}  # selectors: owner/possible/hots (see selectors)
+        self.records: dict = {}  # node index -> NodeCount
+        self.load_time: set[int] = set()  # nodes whose inputs are all constants
+        self.control_inputs: dict[int, set] = {}  # node index -> inputs read as conditions, not data
+        self.used: dict = {}  # tensor -> per last-axis column: reaches outputs as data
 
     def shape(self, name):
         """Row shape of a tensor (batch dimension as 1), None if unknown."""
