@@ -274,7 +274,7 @@ def runtimes_for(extension: str, metadata: dict | None = None) -> list[str]:
 def check_export(artifact, format: str, folder, *, runtimes=None, **options) -> dict:
     """Export ``artifact`` as ``format`` into ``folder`` and check the file in every runtime.
 
-    Returns ``{"report": <verify report>, "runtimes": {name: {"exact", "agreement"}}}``; raises
+    Returns ``{"report": <the verifier's ExportResult>, "runtimes": {name: {"exact", "agreement"}}}``; raises
     AssertionError naming the runtime and the property that failed.
     """
     from bnc_deploy.errors import InputError, RuntimeLoadError
@@ -287,15 +287,15 @@ def check_export(artifact, format: str, folder, *, runtimes=None, **options) -> 
     spec = exporter_for(artifact.kind, format)
     path = Path(folder) / f"model{spec.extension}"
     report = export_file(artifact, path, format, **options)
-    assert report["path"] == path and path.is_file(), "the verifier did not publish the file"
-    meta = report["metadata"]
+    assert report.path == path and path.is_file(), "the verifier did not publish the file"
+    meta = report.metadata
     parse_metadata(meta, where=str(path))
     assert meta.get("model_kind", "bnc") == artifact.kind
     assert list(meta["class_names"]) == list(artifact.class_names)
     assert [int(c) for c in meta["cardinalities"]] == [int(c) for c in artifact.cardinalities]
     assert (meta["size_bits"], meta["n_ops"]) == (artifact.size_bits, artifact.n_ops), "costs differ from the model's"
     if meta["exact"]:
-        assert report["exact"], f"{format} export promises exactness but is not exact: {report}"
+        assert report.exact, f"{format} export promises exactness but is not exact: {report}"
 
     x, _ = verification_rows(artifact)
     reference = reference_predictor(artifact)

@@ -24,23 +24,31 @@ and **nothing is published** (an existing file at the target stays as it was). F
 not exact by design (float tables, int8 ReLU nets) are compared on labels and published, unless
 ``min_agreement`` asks for more.
 
-Report keys (a dict): ``path``, ``format``, ``model_kind``, ``lowering``, ``runtime``,
+The report is an :class:`ExportResult`, typed and frozen (:func:`verify_file` returns its
+:class:`Verification` part): ``path``, ``format``, ``model_kind``, ``lowering``, ``runtime``,
 ``file_bytes``, ``sha256``, ``integrity`` (``"sha256"``, or ``"hmac-sha256"`` when signed with a
-key), ``owned`` (the file on disk is still this call's, see
-:mod:`bnc_deploy.fileio`), ``exact_expected``, ``exact``, ``n_rows`` (the caller's or check-set
-rows), ``n_random_rows``, ``label_mismatches`` and ``agreement`` (on those rows),
-``scores_identical`` and ``max_abs_score_diff`` (all verification rows), ``accuracy``,
-``reference_accuracy``, ``accuracy_change`` (when labels are known), ``metadata`` (the file's),
-and with ``lowering="auto"`` ``lowering_auto`` (the timings that chose the lowering,
-:mod:`bnc_deploy.autolowering`).
+key), ``owned`` (the file on disk is still this call's, see :mod:`bnc_deploy.fileio`),
+``exact_expected``, ``exact``, ``n_rows`` (the caller's or check-set rows), ``n_random_rows``,
+``label_mismatches`` and ``agreement`` (on those rows), ``scores_identical`` and
+``max_abs_score_diff`` (all verification rows), ``accuracy``, ``reference_accuracy``,
+``accuracy_change`` (when labels are known), ``metadata`` (the file's), and with
+``lowering="auto"`` ``lowering_auto`` (the timings that chose the lowering,
+:mod:`bnc_deploy.autolowering`). Its ``to_dict()`` is the report as a dict, as the verifier has
+always returned it: the verification's keys first, then ``format``, ``file_bytes``, ``sha256``,
+``integrity``, ``path``, ``owned``, ``lowering_auto``, where the last three are absent while they
+do not apply (``path``/``owned`` until the file is published, so in a
+:class:`VerificationError`'s report; ``lowering_auto`` without ``lowering="auto"``).
 """
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import hashlib
 import os
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
@@ -60,6 +68,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "N_RANDOM_ROWS",
+    "ExportResult",
+    "IntegrityScheme",
+    "Verification",
     "VerificationError",
     "build",
     "export_file",
@@ -69,11 +80,110 @@ __all__ = [
 ]
 
 
+#: How the file is sealed (metadata ``integrity``): its SHA-256, or its HMAC-SHA256 under a key.
+IntegrityScheme = Literal["sha256", "hmac-sha256"]
+
+#: Keys of :meth:`ExportResult.to_dict` that are absent while their value is None.
+_ABSENT_WHEN_NONE = frozenset({"path", "owned", "lowering_auto"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class Verification:
+    """An exported file run in its runtime on the verification rows, compared with the reference.
+
+    The verification rows are ``n_rows`` given rows (the caller's, else the check set stored in
+    the artifact) followed by ``n_random_rows`` seeded random valid rows, ``n_verified`` in all.
+    The label comparison on the given rows (``label_mismatches``, ``agreement``) and the accuracy
+    against their true labels (``accuracy``, ``reference_accuracy``, ``accuracy_change``) are None
+    when there are no given rows, the accuracies also when their labels are not known.
+    """
+
+    #: The artifact's model kind (``"bnc"``, ``"dnn"``).
+    model_kind: str
+    #: The file's lowering (metadata ``lowering``), None when the file names none.
+    lowering: str | None
+    #: The runtime adapter that ran the file (``"onnxruntime"``, ``"tflite"``, ``"native"``, ...).
+    runtime: str
+    #: The file's metadata as its runtime read it.
+    metadata: dict[str, Any]
+    #: Whether the file promises exactness (metadata ``exact``).
+    exact_expected: bool
+    #: Every label and every score bit for bit equal to the reference's, on every verification row.
+    exact: bool
+    #: Given rows (the caller's or the check set's).
+    n_rows: int
+    #: Seeded random rows after them.
+    n_random_rows: int
+    #: All verification rows (``n_rows + n_random_rows``).
+    n_verified: int
+    #: Rows of all ``n_verified`` whose label differs from the reference's.
+    label_mismatches_all: int
+    #: Whether the scores equal the reference's bit for bit on all verification rows.
+    scores_identical: bool
+    #: Largest absolute score difference on all verification rows.
+    max_abs_score_diff: float
+    #: Label differences on the given rows.
+    label_mismatches: int | None = None
+    #: Fraction of the given rows whose label equals the reference's.
+    agreement: float | None = None
+    #: The file's accuracy on the given rows' true labels.
+    accuracy: float | None = None
+    #: The reference's accuracy on them.
+    reference_accuracy: float | None = None
+    #: ``accuracy - reference_accuracy``.
+    accuracy_change: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report as a dict, the fields in order (see the module docstring); nested values are copies."""
+        report: dict[str, Any] = {}
+        for field in dataclasses.fields(self):
+            value = getattr(self, field.name)
+            if value is None and field.name in _ABSENT_WHEN_NONE:
+                continue
+            report[field.name] = copy.deepcopy(value) if isinstance(value, (dict, list)) else value
+        return report
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExportResult(Verification):
+    """:func:`export_file`'s result: the :class:`Verification` of the file it built, the file's
+    facts, and where it was published (``path``/``owned`` None: not published, as in a
+    :class:`VerificationError`'s ``report``)."""
+
+    #: The exported format (``"onnx"``, ``"tflite"``, ``"ort"``, ``"c"``).
+    format: str
+    #: Size of the file in bytes.
+    file_bytes: int
+    #: SHA-256 (hex) of the file's bytes.
+    sha256: str
+    #: How the file is sealed in its metadata.
+    integrity: IntegrityScheme
+    #: Where the file was published (None: not published).
+    path: Path | None = None
+    #: Whether the file on disk is still this call's (:mod:`bnc_deploy.fileio`; None: not published).
+    owned: bool | None = None
+    #: With ``lowering="auto"``: the timings that chose the lowering (:mod:`bnc_deploy.autolowering`).
+    lowering_auto: dict[str, Any] | None = None
+
+    @classmethod
+    def from_verification(
+        cls, verification: Verification, *, format: str, file_bytes: int, sha256: str, integrity: IntegrityScheme
+    ) -> ExportResult:
+        """The result of a file with these facts and this verification, not published yet."""
+        fields = {field.name: getattr(verification, field.name) for field in dataclasses.fields(Verification)}
+        return cls(**fields, format=format, file_bytes=file_bytes, sha256=sha256, integrity=integrity)
+
+    @property
+    def published(self) -> bool:
+        """Whether the file was published at :attr:`path`."""
+        return self.path is not None
+
+
 class VerificationError(ExportError):
     """An export that promises exactness differs from the reference (or agrees on too few labels);
-    nothing was published. ``report`` holds the full comparison."""
+    nothing was published. ``report`` holds the full comparison (its ``path`` and ``owned`` are None)."""
 
-    def __init__(self, message: str, report: dict[str, Any]) -> None:
+    def __init__(self, message: str, report: ExportResult) -> None:
         super().__init__(message)
         self.report = report
 
@@ -102,7 +212,7 @@ def export_file(
     n_random: int = N_RANDOM_ROWS,
     key: bytes | None = None,
     **options: Any,
-) -> dict[str, Any]:
+) -> ExportResult:
     """Build, verify and publish ``artifact`` as a ``format`` file at ``path``; return the report.
 
     ``rows``/``labels``: rows to verify on and their true labels (default: the check set stored
@@ -121,29 +231,27 @@ def export_file(
     digest = hashlib.sha256(data).hexdigest()
     with atomic_path(path) as tmp:
         tmp.write_bytes(data)
-        report = verify_file(artifact, tmp, spec.runtime, rows=rows, labels=labels, n_random=n_random, key=key)
-        report.update(
-            format=format, file_bytes=len(data), sha256=digest, integrity=SCHEME_SHA256 if key is None else SCHEME_HMAC
+        checked = verify_file(artifact, tmp, spec.runtime, rows=rows, labels=labels, n_random=n_random, key=key)
+        scheme = cast(IntegrityScheme, SCHEME_SHA256 if key is None else SCHEME_HMAC)
+        report = ExportResult.from_verification(
+            checked, format=format, file_bytes=len(data), sha256=digest, integrity=scheme
         )
-        if report["exact_expected"] and not report["exact"]:
+        if report.exact_expected and not report.exact:
             raise VerificationError(
-                f"the exported {format} file disagrees with the artifact: {report['label_mismatches_all']} of "
-                f"{report['n_verified']} verification rows differ in their label, scores identical: "
-                f"{report['scores_identical']} (max |diff| {report['max_abs_score_diff']:.3g}); nothing was "
+                f"the exported {format} file disagrees with the artifact: {report.label_mismatches_all} of "
+                f"{report.n_verified} verification rows differ in their label, scores identical: "
+                f"{report.scores_identical} (max |diff| {report.max_abs_score_diff:.3g}); nothing was "
                 f"written to {path}. The runtime changed the arithmetic - please report this with its version",
                 report,
             )
-        if min_agreement is not None and report["agreement"] is not None and report["agreement"] < min_agreement:
+        if min_agreement is not None and report.agreement is not None and report.agreement < min_agreement:
             raise VerificationError(
-                f"the exported {format} file agrees with the reference on {report['agreement']:.4%} of "
-                f"{report['n_rows']} rows, below the required {min_agreement:.4%}; nothing was written to {path}",
+                f"the exported {format} file agrees with the reference on {report.agreement:.4%} of "
+                f"{report.n_rows} rows, below the required {min_agreement:.4%}; nothing was written to {path}",
                 report,
             )
         published = publish(tmp, path, expected_sha256=digest)
-    report.update(path=published.path, owned=published.owned)
-    if auto is not None:
-        report["lowering_auto"] = auto
-    return report
+    return dataclasses.replace(report, path=published.path, owned=published.owned, lowering_auto=auto)
 
 
 def verify_file(
@@ -155,7 +263,7 @@ def verify_file(
     labels: ArrayLike | None = None,
     n_random: int = N_RANDOM_ROWS,
     key: bytes | None = None,
-) -> dict[str, Any]:
+) -> Verification:
     """Run ``path`` in ``runtime`` on the verification rows and compare with the reference.
 
     The runtime checks the file's seal on load (``key``: the one it was signed with)."""
@@ -186,28 +294,15 @@ def verify_file(
     differ = label != ref_label
     identical = bool(np.array_equal(scores, ref_scores))
     exact_expected = bool(meta.get("exact"))
-    report: dict[str, Any] = {
-        "model_kind": artifact.kind,
-        "lowering": meta.get("lowering"),
-        "runtime": runtime,
-        "metadata": meta,
-        "exact_expected": exact_expected,
-        "exact": bool(identical and not differ.any()),
-        "n_rows": n_given,
-        "n_random_rows": int(len(x) - n_given),
-        "n_verified": int(len(x)),
-        "label_mismatches_all": int(differ.sum()),
-        "scores_identical": identical,
-        "max_abs_score_diff": float(np.max(np.abs(scores - ref_scores), initial=0.0)),
-        "label_mismatches": None,
-        "agreement": None,
-        "accuracy": None,
-        "reference_accuracy": None,
-        "accuracy_change": None,
-    }
+    # The comparison on the given rows, when there are some, and the accuracies, when their labels are known.
+    mismatches: int | None = None
+    agreement: float | None = None
+    accuracy: float | None = None
+    ref_accuracy: float | None = None
+    accuracy_change: float | None = None
     if n_given:
         mismatches = int(differ[:n_given].sum())
-        report.update(label_mismatches=mismatches, agreement=1.0 - mismatches / n_given)
+        agreement = 1.0 - mismatches / n_given
         y = labels if labels is not None else (artifact.check_y if rows is None else None)
         if y is not None:
             y = np.asarray(y).reshape(-1)
@@ -215,10 +310,30 @@ def verify_file(
                 raise ExportError(f"labels have shape {y.shape}, expected ({n_given},)")
             accuracy = float(np.mean(label[:n_given] == y))
             ref_accuracy = float(np.mean(ref_label[:n_given] == y))
-            report.update(accuracy=accuracy, reference_accuracy=ref_accuracy, accuracy_change=accuracy - ref_accuracy)
-    return report
+            accuracy_change = accuracy - ref_accuracy
+    return Verification(
+        model_kind=artifact.kind,
+        lowering=meta.get("lowering"),
+        runtime=runtime,
+        metadata=meta,
+        exact_expected=exact_expected,
+        exact=bool(identical and not differ.any()),
+        n_rows=n_given,
+        n_random_rows=int(len(x) - n_given),
+        n_verified=int(len(x)),
+        label_mismatches_all=int(differ.sum()),
+        scores_identical=identical,
+        max_abs_score_diff=float(np.max(np.abs(scores - ref_scores), initial=0.0)),
+        label_mismatches=mismatches,
+        agreement=agreement,
+        accuracy=accuracy,
+        reference_accuracy=ref_accuracy,
+        accuracy_change=accuracy_change,
+    )
 
 
 def export_path(artifact: BNCArtifact | DNNArtifact, path: str | os.PathLike[str], format: str, **options: Any) -> Path:
     """:func:`export_file` returning only the published path (for scripts and tests)."""
-    return Path(export_file(artifact, path, format, **options)["path"])
+    published = export_file(artifact, path, format, **options).path
+    assert published is not None  # export_file publishes or raises
+    return published

@@ -9,8 +9,17 @@ offer a lowering refuses it by name (``formats.bnc.check_lowering`` against its 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, NamedTuple
+
+import numpy as np
+
+from bnc_deploy.errors import ExportError
 from bnc_deploy.exporters.base import Option, Refusal
 from bnc_deploy.formats.bnc import AUTO_LOWERING, LOWERINGS, ONNX_LOWERINGS
+
+if TYPE_CHECKING:
+    from bnc_deploy.artifacts.bnc import BNCArtifact
+    from bnc_deploy.quantizers import FixedPointLogQuantizer
 
 LOWERING = Option(
     "lowering",
@@ -45,7 +54,7 @@ RAW_INPUTS = Option(
 )
 
 
-def stores_no_discretizer(artifact) -> bool:
+def stores_no_discretizer(artifact: object) -> bool:
     """A model trained on discrete codes: it has no cut points to embed."""
     return getattr(artifact, "discretizer", None) is None
 
@@ -58,3 +67,22 @@ RAW_INPUTS_NEED_DISCRETIZER = Refusal(
     options={"raw_inputs": True},
     models=stores_no_discretizer,
 )
+
+
+class QuantizedCodes(NamedTuple):
+    """The integer side of a quantized BN model (:func:`codes_of`)."""
+
+    quantizer: FixedPointLogQuantizer
+    #: uint8 [C]: the class prior's codes.
+    prior: np.ndarray
+    #: uint8 [n_rows, C]: the stacked tables' codes.
+    table: np.ndarray
+
+
+def codes_of(artifact: BNCArtifact) -> QuantizedCodes:
+    """The quantizer and codes of a quantized model. The exporters refuse float models before they
+    read codes; a float model reaching this raises ExportError."""
+    q, prior, table = artifact.quantizer, artifact.class_codes, artifact.table_codes
+    if q is None or prior is None or table is None:
+        raise ExportError("this export reads the integer codes of a quantized model; the model has float tables")
+    return QuantizedCodes(q, prior, table)

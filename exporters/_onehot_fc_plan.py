@@ -8,11 +8,16 @@ an exporter); the exactness argument is in ``exporters/tflite_bnc.py``'s docstri
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from bnc_deploy.errors import ExportError
+from bnc_deploy.exporters._bnc_options import codes_of
 from bnc_deploy.exporters._tflite import INT8_WEIGHT_MAX
+
+if TYPE_CHECKING:
+    from bnc_deploy.artifacts.bnc import BNCArtifact
 
 #: Static batch size of the ``onehot-fc`` lowering (the Edge TPU needs static shapes).
 ONEHOT_FC_BATCH = 1
@@ -63,8 +68,8 @@ class OneHotFCPlan:
     weights: np.ndarray
     r_max: int
     pattern: np.ndarray
-    groups: list = field(default_factory=list)
-    slices: list = field(default_factory=list)
+    groups: list[tuple[int, int]] = field(default_factory=list)
+    slices: list[tuple[int, int]] = field(default_factory=list)
     max_code_error: int = 0
     prior_units: np.ndarray | None = None
 
@@ -73,7 +78,7 @@ class OneHotFCPlan:
         lo, hi = self.slices[k]
         return self.weights[lo:hi]
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         """JSON-safe summary for the file's metadata."""
         return {
             "builder": self.builder,
@@ -88,7 +93,7 @@ class OneHotFCPlan:
         }
 
 
-def onehot_fc_plan(artifact, onehot: str = "equal-cast", *, raw_inputs: bool = False) -> OneHotFCPlan:
+def onehot_fc_plan(artifact: BNCArtifact, onehot: str = "equal-cast", *, raw_inputs: bool = False) -> OneHotFCPlan:
     """Choose int8 weights, their scale and the feature groups for ``onehot-fc`` (see module doc)."""
     if onehot not in ONEHOT_BUILDERS:
         raise ExportError(f"unknown one-hot builder {onehot!r}; choose one of {', '.join(ONEHOT_BUILDERS)}")
@@ -109,7 +114,7 @@ def onehot_fc_plan(artifact, onehot: str = "equal-cast", *, raw_inputs: bool = F
         # Per class: a group's output for class c is at most the sum of its features' largest
         # terms *for c* (tighter than the largest terms over all classes), plus c's prior in group 0.
         if mode == "exact":
-            prior = artifact.class_codes.astype(np.int64)
+            prior = codes_of(artifact).prior.astype(np.int64)
         maxes = padded.max(axis=1).astype(np.int64)  # [D, C]
         groups = _pack_groups_per_class(maxes, INT8_OUTPUT_LEVELS, prior)
     else:
@@ -134,7 +139,7 @@ def onehot_fc_plan(artifact, onehot: str = "equal-cast", *, raw_inputs: bool = F
     )
 
 
-def _check_relu_builder(artifact, raw_inputs: bool, onehot: str = "relu") -> None:
+def _check_relu_builder(artifact: BNCArtifact, raw_inputs: bool, onehot: str = "relu") -> None:
     """The int8 builders (``relu``, ``edgetpu``) take int8 codes: no raw inputs, cardinalities <= 128."""
     if raw_inputs:
         raise ExportError(
@@ -150,16 +155,18 @@ def _check_relu_builder(artifact, raw_inputs: bool, onehot: str = "relu") -> Non
         )
 
 
-def _weight_units(artifact) -> tuple[str, float, np.ndarray, int]:
+def _weight_units(artifact: BNCArtifact) -> tuple[str, float, np.ndarray, int]:
     """``(mode, scale, int8 weight units (n_rows, C), max code error)`` of the table."""
     if artifact.is_quantized:
-        codes = artifact.table_codes.astype(np.int64)
-        if artifact.quantizer.max_code <= INT8_WEIGHT_MAX:
+        codes = codes_of(artifact).table.astype(np.int64)
+        if codes_of(artifact).quantizer.max_code <= INT8_WEIGHT_MAX:
             return "exact", 1.0, codes.astype(np.int8), 0
         # B = 8: halve the codes (round half to even, like the quantizer) and clip 255 -> 127.
         units = np.minimum(np.round(codes / 2.0), INT8_WEIGHT_MAX).astype(np.int64)
         return "rescaled", 2.0, units.astype(np.int8), int(np.max(np.abs(2 * units - codes), initial=0))
-    neg = -artifact.table_logp.astype(np.float64)
+    logp = artifact.table_logp
+    assert logp is not None  # a float model stores its log-probabilities
+    neg = -logp.astype(np.float64)
     top = float(neg.max(initial=0.0))
     scale = top / INT8_WEIGHT_MAX if top > 0 else 1.0
     units = np.clip(np.round(neg / scale), 0, INT8_WEIGHT_MAX).astype(np.int8)

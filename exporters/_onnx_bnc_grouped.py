@@ -13,6 +13,9 @@ an exporter); it builds nothing on its own.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
 import numpy as np
 from onnx import TensorProto, helper
 
@@ -21,6 +24,9 @@ from bnc_deploy.exporters._onnx_graph import GraphBuilder, PaddedLayout
 from bnc_deploy.formats.bnc import OUTPUT_LOG_JOINT
 from bnc_deploy.formats.metadata import INPUT_NAME
 from bnc_deploy.limits import FLOAT32_EXACT_LIMIT
+
+if TYPE_CHECKING:
+    from bnc_deploy.artifacts.bnc import BNCArtifact
 
 #: Largest folded table (bytes) of ``gather-grouped``: groups shrink (3 -> 2 features) to fit it.
 GROUPED_TABLE_LIMIT = 8 * 2**20
@@ -41,11 +47,11 @@ class FeatureGroup:
     def __init__(self, members: list[int], axes: list[int]) -> None:
         self.members, self.axes = members, axes
 
-    def rows(self, widths) -> int:
+    def rows(self, widths: Sequence[int] | np.ndarray) -> int:
         return int(np.prod([widths[a] for a in self.axes]))
 
 
-def feature_groups(artifact, layout: PaddedLayout | None) -> list[FeatureGroup]:
+def feature_groups(artifact: BNCArtifact, layout: PaddedLayout | None) -> list[FeatureGroup]:
     """Groups whose merged tables have at most :data:`MAX_GROUP_ROWS` rows and fit the limit.
 
     A feature's axis has ``|X_i| + 2`` values (clipped codes ``-1 .. |X_i|``). Features are taken
@@ -81,7 +87,7 @@ def feature_groups(artifact, layout: PaddedLayout | None) -> list[FeatureGroup]:
         budget //= 2
 
 
-def _per_feature_axes(artifact) -> bool:
+def _per_feature_axes(artifact: BNCArtifact) -> bool:
     """Whether group axes have ``|X_i| + 2`` values (else ``K + 2`` for all). Per-feature axes make
     smaller tables (letter NB: 5 groups instead of 6) but need a per-feature upper clip, done by a
     D x D Gemm (scalar ops only); above :data:`PER_FEATURE_AXES_MAX_D` features that Gemm costs more
@@ -89,7 +95,7 @@ def _per_feature_axes(artifact) -> bool:
     return artifact.n_features <= PER_FEATURE_AXES_MAX_D
 
 
-def _axis_sizes(artifact, layout: PaddedLayout) -> list[int]:
+def _axis_sizes(artifact: BNCArtifact, layout: PaddedLayout) -> list[int]:
     """Values of each feature's group axis: its clipped codes ``-1 .. bound``."""
     if _per_feature_axes(artifact):
         return [int(v) + 2 for v in artifact.cardinalities]
@@ -110,7 +116,7 @@ def _depth_first(parents: list[int]) -> list[int]:
 
 
 def grouped_sum(
-    g: GraphBuilder, artifact, padded: str, codes: str, layout: PaddedLayout, groups: list[FeatureGroup]
+    g: GraphBuilder, artifact: BNCArtifact, padded: str, codes: str, layout: PaddedLayout, groups: list[FeatureGroup]
 ) -> tuple[str, int]:
     """log_joint [N, C] of ``gather-grouped`` and the folded table's rows.
 
@@ -134,7 +140,7 @@ def grouped_sum(
 
 
 def _group_tables(
-    g: GraphBuilder, artifact, padded: str, layout: PaddedLayout, groups: list[FeatureGroup]
+    g: GraphBuilder, artifact: BNCArtifact, padded: str, layout: PaddedLayout, groups: list[FeatureGroup]
 ) -> tuple[str, np.ndarray, np.ndarray, int]:
     """The folded group tables, stacked [sum of group rows, C], with the float32 strides [D, G]
     of the group rows, their bases [G, 1] (the ``+ 1`` shifts) and the stacked table's rows.
@@ -161,6 +167,7 @@ def _group_tables(
             strides[u, j] = stride
             stride *= widths[u]
         n_rows = grp.rows(widths)
+        assert total is not None  # a group has at least one member
         rows_shape = g.const(f"rows_{n_rows}x{c}", np.array([n_rows, c], dtype=np.int64))
         tables.append(g.op("Reshape", [total, rows_shape]))
         bases.append(start + strides[grp.axes, j].sum())  # the "+ 1" shifts
@@ -170,7 +177,14 @@ def _group_tables(
 
 
 def _member_part(
-    g: GraphBuilder, grp: FeatureGroup, i: int, parent_feature: int, block: str, widths, layout: PaddedLayout, c: int
+    g: GraphBuilder,
+    grp: FeatureGroup,
+    i: int,
+    parent_feature: int,
+    block: str,
+    widths: Sequence[int],
+    layout: PaddedLayout,
+    c: int,
 ) -> str:
     """Feature ``i``'s block reshaped onto its own (and its parent's) axis of ``grp``'s grid.
 
@@ -194,7 +208,7 @@ def _member_part(
 
 
 def _grouped_codes(
-    g: GraphBuilder, artifact, codes: str, layout: PaddedLayout, strides: np.ndarray, bases: np.ndarray
+    g: GraphBuilder, artifact: BNCArtifact, codes: str, layout: PaddedLayout, strides: np.ndarray, bases: np.ndarray
 ) -> tuple[str, np.ndarray]:
     """The codes as float32 [N, D], clipped for the group rows, and the group rows' bases (with
     the per-feature shift folded in where the clip shifted the codes)."""

@@ -9,13 +9,19 @@ an exporter); it builds nothing on its own.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 import onnx
+from numpy.typing import ArrayLike
 from onnx import TensorProto, helper, numpy_helper
 
 import bnc_deploy
 from bnc_deploy.formats.bnc import OUTPUT_LOG_JOINT
 from bnc_deploy.formats.metadata import INPUT_NAME, METADATA_KEY, OUTPUT_LABEL, dump_metadata, flat_metadata
+
+if TYPE_CHECKING:
+    from bnc_deploy.artifacts.bnc import BNCArtifact
 
 #: Default opset: 17 runs on every onnxruntime since 1.12 and has everything the graphs need.
 DEFAULT_OPSET = 17
@@ -35,7 +41,7 @@ def pack_bitplanes(codes: np.ndarray, bits: int) -> np.ndarray:
     return np.stack([np.packbits((flat >> b) & 1) for b in range(bits)])
 
 
-def set_export_metadata(model: onnx.ModelProto, meta: dict) -> None:
+def set_export_metadata(model: onnx.ModelProto, meta: dict[str, Any]) -> None:
     """Store the export metadata in ``model.metadata_props``: the JSON blob under ``"bnc_deploy"``
     and the flat keys (``formats.metadata.flat_metadata``)."""
     helper.set_model_props(model, {METADATA_KEY: dump_metadata(meta), **flat_metadata(meta)})
@@ -45,12 +51,12 @@ class GraphBuilder:
     """Tiny builder of the BN graphs: nodes and initializers, with short unique tensor names."""
 
     def __init__(self) -> None:
-        self.nodes: list = []
-        self.initializers: list = []
+        self.nodes: list[onnx.NodeProto] = []
+        self.initializers: list[onnx.TensorProto] = []
         self._consts: dict[str, np.ndarray] = {}
         self._count = 0
 
-    def const(self, name: str, value) -> str:
+    def const(self, name: str, value: ArrayLike) -> str:
         """Add initializer ``name`` once (graph pieces share constants such as ``has_parent``)."""
         value = np.asarray(value)
         if name in self._consts:
@@ -61,7 +67,7 @@ class GraphBuilder:
         self.initializers.append(numpy_helper.from_array(value, name=name))
         return name
 
-    def small_ints(self, name: str, values) -> str:
+    def small_ints(self, name: str, values: ArrayLike) -> str:
         """int64 constant stored in the narrowest integer type that holds it, cast back at load
         (a folded Cast: the file keeps 1-2 bytes per index constant instead of 8)."""
         values = np.asarray(values, dtype=np.int64)
@@ -74,14 +80,16 @@ class GraphBuilder:
         self.const(name, values.astype(dtype))
         return self.op("Cast", [name], to=TensorProto.INT64)
 
-    def op(self, op_type: str, inputs: list[str], out: str | None = None, **attrs) -> str:
+    def op(self, op_type: str, inputs: list[str], out: str | None = None, **attrs: Any) -> str:
         self._count += 1
         out = out or f"t{self._count}"
         self.nodes.append(helper.make_node(op_type, inputs, [out], **attrs))
         return out
 
 
-def bnc_model(g: GraphBuilder, artifact, x_type: int, opsets: list, ir_version: int) -> onnx.ModelProto:
+def bnc_model(
+    g: GraphBuilder, artifact: BNCArtifact, x_type: int, opsets: list[onnx.OperatorSetIdProto], ir_version: int
+) -> onnx.ModelProto:
     """The BN model of ``g``'s nodes and initializers: input ``x`` [N, D] of ``x_type``, outputs
     ``log_joint`` float32 [N, C] and ``label`` int64 [N] (metadata not set yet)."""
     graph = helper.make_graph(
@@ -111,7 +119,7 @@ class PaddedLayout:
     ``base_i + (a + 1) * W_pa + (b + 1) * has_parent_i`` with ``base_i = i * W * W_pa``.
     """
 
-    def __init__(self, artifact) -> None:
+    def __init__(self, artifact: BNCArtifact) -> None:
         self.max_code = int(artifact.cardinalities.max())  # K: clip bound (invalid)
         self.width = self.max_code + 2  # W: codes -1 .. K
         self.parent_width = self.width if (artifact.parents >= 0).any() else 1  # W_pa
@@ -120,12 +128,12 @@ class PaddedLayout:
         self.has_parent = (artifact.parents >= 0).astype(np.int64)
 
     @classmethod
-    def of(cls, artifact, limit: int) -> PaddedLayout | None:
+    def of(cls, artifact: BNCArtifact, limit: int) -> PaddedLayout | None:
         """The layout, or None when its folded float32 table would exceed ``limit`` bytes
         (``onnx_bnc.PADDED_TABLE_LIMIT``)."""
         layout = cls(artifact)
         return layout if layout.n_rows * artifact.n_classes * 4 <= limit else None
 
-    def bases(self, artifact) -> np.ndarray:
+    def bases(self, artifact: BNCArtifact) -> np.ndarray:
         """Per-feature constant of the row: ``base_i + W_pa + has_parent_i`` (the ``+ 1`` shifts)."""
         return (np.arange(artifact.n_features) * self.block + self.parent_width + self.has_parent).astype(np.int64)

@@ -13,13 +13,22 @@ from __future__ import annotations
 import os
 import platform
 import re
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from bnc_deploy.errors import ExportError, MissingExtraError
-from bnc_deploy.formats.tflite import captured_native_stderr, inspect_tflite
+from bnc_deploy.formats.tflite import TFLiteSummary, captured_native_stderr, inspect_tflite
+
+#: The TensorFlow module (:func:`tensorflow`) and its dtypes, and the tensors of a traced graph:
+#: TensorFlow ships no type information, so both are ``Any`` to mypy.
+TF: TypeAlias = Any
+Tensor: TypeAlias = Any
+
+if TYPE_CHECKING:
+    from bnc_deploy.formats.tflite_metadata import ModelMetadata
 
 #: Largest int8 weight (TFLite int8 weights are symmetric: -127..127, zero point 0).
 INT8_WEIGHT_MAX = 127
@@ -30,7 +39,7 @@ COMPARISON_OPS = ("EQUAL", "NOT_EQUAL", "GREATER", "GREATER_EQUAL", "LESS", "LES
 FORBIDDEN_OPS = ("ONE_HOT", "CUSTOM", "DELEGATE")
 
 
-def tensorflow():
+def tensorflow() -> TF:
     """Import TensorFlow lazily (an export-time dependency only), with its C++ logging quiet."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     try:
@@ -40,7 +49,7 @@ def tensorflow():
     return tf
 
 
-def check_builtin_ops(summary, int8_refused=COMPARISON_OPS) -> None:
+def check_builtin_ops(summary: TFLiteSummary, int8_refused: Collection[str] = COMPARISON_OPS) -> None:
     """ExportError unless every operator of a converted file (``formats.tflite.inspect_tflite``) is
     a builtin that is not forbidden (no Flex/custom ops, no ONE_HOT) and none of ``int8_refused``
     has an int8 operand (LiteRT aborts the process on an int8 comparison)."""
@@ -55,14 +64,14 @@ def check_builtin_ops(summary, int8_refused=COMPARISON_OPS) -> None:
             )
 
 
-def fake_quant(tf, value, low: float, high: float, narrow: bool = False):
+def fake_quant(tf: TF, value: Tensor, low: float, high: float, narrow: bool = False) -> Tensor:
     """Fix a tensor's int8 quantization through its range (8 bits: scale = (high - low) / levels)."""
     return tf.quantization.fake_quant_with_min_max_args(
         value, min=float(low), max=float(high), num_bits=8, narrow_range=narrow
     )
 
 
-def int8_weights(tf, units: np.ndarray, scale: float):
+def int8_weights(tf: TF, units: np.ndarray, scale: float) -> Tensor:
     """Constant int8 weights ``units`` (integers in -127..127) with per-tensor scale ``scale``, zero point 0."""
     w = tf.constant(np.asarray(units, dtype=np.float64).astype(np.float32) * np.float32(scale))
     return fake_quant(tf, w, -INT8_WEIGHT_MAX * scale, INT8_WEIGHT_MAX * scale, narrow=True)
@@ -244,7 +253,7 @@ WEB_BATCH_HELP = (
 )
 
 
-def check_web_contract(summary, batch_shape: list) -> None:
+def check_web_contract(summary: TFLiteSummary, batch_shape: Sequence[int]) -> None:
     """ExportError unless no tensor is int64 and the input has the static shape ``batch_shape``."""
     bad = sorted({t.dtype for t in summary.tensors if t.dtype in WEB_FORBIDDEN_DTYPES})
     if bad:
@@ -257,18 +266,18 @@ def check_web_contract(summary, batch_shape: list) -> None:
         raise ExportError(f"web input shape {x.shape_signature}, expected the static {batch_shape}")
 
 
-def web_metadata(batch: int) -> dict:
+def web_metadata(batch: int) -> dict[str, Any]:
     """The web facts a file's metadata records."""
     return {"profile": "web", "batch": f"static {int(batch)}", "label_dtype": WEB_LABEL_DTYPE}
 
 
-def micro_invalid(tf, bad):
+def micro_invalid(tf: TF, bad: Tensor) -> Tensor:
     """Row flag of a micro file: ``bad`` bool [1, D] -> invalid bool [1] (REDUCE_MAX of a float
     CAST; TFLM's SUM/REDUCE_MAX take float32/int8 only, and REDUCE_ANY is not in TFLM)."""
     return tf.greater(tf.reduce_max(tf.cast(bad, tf.float32), axis=1), tf.constant(0.5, tf.float32))
 
 
-def micro_label(tf, scores, invalid):
+def micro_label(tf: TF, scores: Tensor, invalid: Tensor) -> Tensor:
     """``label int32 [1] = (ARG_MAX(scores) + 1) * valid - 1``: first maximum, -1 on invalid rows.
 
     Integer arithmetic, not SELECT: TFLM's SELECT_V2 takes float32/int8/int16 only, and ARG_MAX
@@ -278,7 +287,7 @@ def micro_label(tf, scores, invalid):
     return (best + tf.constant(1, tf.int32)) * valid - tf.constant(1, tf.int32)
 
 
-def check_micro_contract(summary, batch_shape: list) -> None:
+def check_micro_contract(summary: TFLiteSummary, batch_shape: Sequence[int]) -> None:
     """ExportError unless every op is a TFLM builtin (and not one avoided), no tensor is int64 or
     uint8, and the input has the static shape ``batch_shape``."""
     ops = sorted(set(summary.op_names))
@@ -295,7 +304,7 @@ def check_micro_contract(summary, batch_shape: list) -> None:
         raise ExportError(f"micro input shape {x.shape_signature}, expected the static {batch_shape}")
 
 
-def check_profile_contract(summary, profile: str, n_features: int, web_batch: int = WEB_BATCH) -> None:
+def check_profile_contract(summary: TFLiteSummary, profile: str, n_features: int, web_batch: int = WEB_BATCH) -> None:
     """The profile's own checks of a converted file: micro (TFLM operators and types, static
     ``[1, D]``) or web (no int64 tensor, static ``[web_batch, D]``); nothing for the default."""
     if profile == "micro":
@@ -304,7 +313,7 @@ def check_profile_contract(summary, profile: str, n_features: int, web_batch: in
         check_web_contract(summary, [web_batch, n_features])
 
 
-def micro_metadata(summary) -> dict:
+def micro_metadata(summary: TFLiteSummary) -> dict[str, Any]:
     """The micro facts a file's metadata records before the arena is measured."""
     return {
         "profile": "micro",
@@ -320,8 +329,9 @@ def micro_metadata(summary) -> dict:
     }
 
 
-def tflm_module():
-    """``tflite_micro.python.tflite_micro.runtime`` (None when tflite-micro is not installed)."""
+def tflm_module() -> Any:
+    """``tflite_micro.python.tflite_micro.runtime`` (None when tflite-micro is not installed; it ships
+    no type information)."""
     try:
         from tflite_micro.python.tflite_micro import runtime
     except ImportError:
@@ -338,7 +348,7 @@ def tflm_version() -> str:
         return "not installed"
 
 
-def tflm_interpreter(model: bytes, arena_size: int):
+def tflm_interpreter(model: bytes, arena_size: int) -> Any:
     """A TFLM interpreter for ``model`` with an arena of ``arena_size`` bytes (tensors allocated).
 
     Never call it with an arena of a few hundred bytes: TFLM then fails to place its own allocator
@@ -354,7 +364,9 @@ _ARENA_TOTAL = re.compile(r"Arena allocation total (\d+) bytes")
 GENEROUS_ARENA = 2**20
 
 
-def measure_tflm_arena(model: bytes, n_features: int, input_dtype, *, limit: int = 256 * 2**20) -> dict:
+def measure_tflm_arena(
+    model: bytes, n_features: int, input_dtype: DTypeLike, *, limit: int = 256 * 2**20
+) -> dict[str, Any]:
     """The smallest tensor arena (16-byte steps) in which TFLM allocates ``model``, checked by one invoke.
 
     A binary search between the arena total TFLM's RecordingMicroAllocator reports (a lower bound:
@@ -373,7 +385,7 @@ def measure_tflm_arena(model: bytes, n_features: int, input_dtype, *, limit: int
             "arena_measured_with": "not measured: tflite-micro is not installed (pip install 'bnc-deploy[micro]')",
         }
 
-    def attempt(size: int, report: bool = False):
+    def attempt(size: int, report: bool = False) -> tuple[Any, str]:
         """``(interpreter or None, TFLM's log)`` for an arena of ``size`` bytes."""
         with captured_native_stderr() as log:
             try:
@@ -426,7 +438,7 @@ def measure_tflm_arena(model: bytes, n_features: int, input_dtype, *, limit: int
     }
 
 
-def _one_line(exc: Exception) -> str:
+def _one_line(exc: object) -> str:
     return " ".join(str(exc).split()) or type(exc).__name__
 
 
@@ -449,7 +461,7 @@ _STRUCTURES = {
 }
 
 
-def standard_metadata(meta: dict) -> tuple[bytes, dict[str, bytes]]:
+def standard_metadata(meta: Mapping[str, Any]) -> tuple[bytes, dict[str, bytes]]:
     """``(TFLITE_METADATA buffer, {"labels.txt": bytes})`` describing an export with metadata ``meta``.
 
     Tensors in the subgraph's order: input ``x``; outputs scores (``log_joint``/``logits``) with the
@@ -489,7 +501,7 @@ def standard_metadata(meta: dict) -> tuple[bytes, dict[str, bytes]]:
         else "float32 [N, C]: the class logits"
     )
     label_dtype = meta.get("label_dtype", "int64")
-    model = {
+    model: ModelMetadata = {
         "name": f"bnc-deploy {structure}",
         "description": (
             f"{structure} classifier ({bits} parameters) over {d} discrete features and {c} classes, "
@@ -523,7 +535,7 @@ def standard_metadata(meta: dict) -> tuple[bytes, dict[str, bytes]]:
     return build_model_metadata(model), {LABELS_FILE: ("\n".join(classes) + "\n").encode("utf-8")}
 
 
-def standard_metadata_note() -> dict:
+def standard_metadata_note() -> dict[str, Any]:
     """What our own metadata says about the standard metadata a file carries."""
     from bnc_deploy.formats.tflite_metadata import MIN_PARSER_VERSION, TFLITE_METADATA
 
@@ -535,7 +547,7 @@ def standard_metadata_note() -> dict:
     }
 
 
-def finish_with_metadata(converted: bytes, meta: dict, standard: bool, **kwargs) -> bytes:
+def finish_with_metadata(converted: bytes, meta: dict[str, Any], standard: bool, **kwargs: Any) -> bytes:
     """:func:`~bnc_deploy.formats.tflite.finish_flatbuffer`, plus (``standard``) the TFLITE_METADATA
     buffer and the labels file zipped onto the end, as tflite-support's MetadataPopulator does.
     ``meta`` must already carry ``tflite_metadata`` (:func:`standard_metadata_note`) when ``standard``."""
@@ -551,15 +563,15 @@ def finish_with_metadata(converted: bytes, meta: dict, standard: bool, **kwargs)
 
 def finish_export(
     converted: bytes,
-    extra: dict,
-    make_meta: Callable[[dict], dict],
+    extra: dict[str, Any],
+    make_meta: Callable[[dict[str, Any]], dict[str, Any]],
     check: Callable[[bytes], Any],
     *,
     profile: str,
     web_batch: int | None,
     standard: bool,
     n_features: int,
-    **kwargs,
+    **kwargs: Any,
 ) -> bytes:
     """The finished file of either TFLite exporter, from the converter's flatbuffer.
 
@@ -573,6 +585,7 @@ def finish_export(
     if profile == "micro":
         extra.update(micro_metadata(inspect_tflite(converted)))
     if profile == "web":
+        assert web_batch is not None  # check_profile: a web file has a static batch
         extra.update(web_metadata(web_batch))
     if standard:
         extra["tflite_metadata"] = standard_metadata_note()

@@ -8,6 +8,7 @@ and planned weights. Split from ``tflite_bnc`` to keep each module to one job, a
 from __future__ import annotations
 
 from collections import Counter
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -18,9 +19,17 @@ from bnc_deploy.formats.bnc import OUTPUT_LOG_JOINT
 from bnc_deploy.formats.metadata import INPUT_NAME, OUTPUT_LABEL
 from bnc_deploy.formats.tflite import TFLiteSummary, inspect_tflite
 
+if TYPE_CHECKING:
+    from bnc_deploy.artifacts.bnc import BNCArtifact
+
 
 def check_contract(
-    model: bytes, artifact, plan: OneHotFCPlan | None = None, *, profile: str = "default", web_batch: int = WEB_BATCH
+    model: bytes,
+    artifact: BNCArtifact,
+    plan: OneHotFCPlan | None = None,
+    *,
+    profile: str = "default",
+    web_batch: int = WEB_BATCH,
 ) -> TFLiteSummary:
     """Check a converted model against the contract; raise ExportError naming what is wrong.
 

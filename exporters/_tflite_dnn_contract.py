@@ -8,8 +8,10 @@ every op, dtype, scale, zero point, bias and fused activation the plan promises.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from numpy.typing import DTypeLike
 
 from bnc_deploy.errors import ExportError
 from bnc_deploy.exporters._tflite import (
@@ -22,7 +24,18 @@ from bnc_deploy.exporters._tflite import (
 )
 from bnc_deploy.formats.dnn import OUTPUT_LOGITS
 from bnc_deploy.formats.metadata import INPUT_NAME, OUTPUT_LABEL
-from bnc_deploy.formats.tflite import TFLiteSummary, inspect_tflite, load_model_t, model_bytes
+from bnc_deploy.formats.tflite import (
+    ModelSource,
+    OpInfo,
+    TensorInfo,
+    TFLiteSummary,
+    inspect_tflite,
+    load_model_t,
+    model_bytes,
+)
+
+if TYPE_CHECKING:
+    from bnc_deploy.artifacts.dnn import DNNArtifact
 
 LOWERING_SIGN = "int8-sign"
 LOWERING_PTQ = "int8-ptq"
@@ -60,7 +73,7 @@ class SignLayerPlan:
     def output_scale(self) -> float:
         return SIGN_ACTIVATION_SCALE
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         return {
             "layer": self.index,
             "op": "FULLY_CONNECTED" if self.type == "dense" else "CONV_2D",
@@ -91,24 +104,24 @@ class DNNTFLitePlan:
     lowering: str
     exact: bool
     encoding_scale: float | None
-    hidden: list = field(default_factory=list)
+    hidden: list[SignLayerPlan] = field(default_factory=list)
     output_codes: np.ndarray | None = None
     output_unit: float = 1.0
     output_dtype: str = "float32"
     output_weight_scale: float = 1.0
-    relu_ranges: list = field(default_factory=list)
-    logit_range: tuple | None = None
-    calibration: dict | None = None
-    permutations: dict = field(default_factory=dict)
+    relu_ranges: list[tuple[float, float]] = field(default_factory=list)
+    logit_range: tuple[float, float] | None = None
+    calibration: dict[str, Any] | None = None
+    permutations: dict[int, np.ndarray] = field(default_factory=dict)
     profile: str = "default"
     #: Static batch of a web-profile file (``profile == "web"``).
     web_batch: int = WEB_BATCH
     #: Also write the standard TFLITE_METADATA and labels file.
     standard_metadata: bool = False
 
-    def describe(self, artifact) -> list[dict]:
+    def describe(self, artifact: DNNArtifact) -> list[dict[str, Any]]:
         """Per weight layer: the TFLite op carrying its MACs and how it is stored (metadata)."""
-        layers = []
+        layers: list[dict[str, Any]] = []
         for k, layer in enumerate(artifact.layers):
             last = k == len(artifact.layers) - 1
             if self.lowering == LOWERING_SIGN and not last:
@@ -125,7 +138,7 @@ class DNNTFLitePlan:
                     }
                 )
             else:
-                entry = {
+                entry: dict[str, Any] = {
                     "layer": k,
                     "op": "FULLY_CONNECTED" if layer.type == "dense" else "CONV_2D",
                     "dtype": "int8",
@@ -141,6 +154,7 @@ class DNNTFLitePlan:
                         pool="MAX_POOL_2D" if layer.pool else None,
                     )
                 else:
+                    assert self.logit_range is not None  # an int8 output layer is calibrated
                     entry["output_range"] = list(self.logit_range)
                 layers.append(entry)
         return layers
@@ -152,7 +166,7 @@ def _activation_names() -> dict[int, str]:
     return enum_names(schema_module().ActivationFunctionType)
 
 
-def fused_activations(model) -> dict[int, str]:
+def fused_activations(model: ModelSource) -> dict[int, str]:
     """``{op index: fused activation name}`` of every operator with a fused activation option."""
     _, m = load_model_t(model_bytes(model))
     names = _activation_names()
@@ -164,11 +178,11 @@ def fused_activations(model) -> dict[int, str]:
     return out
 
 
-def _constant(tensor, dtype) -> np.ndarray:
+def _constant(tensor: TensorInfo, dtype: DTypeLike) -> np.ndarray:
     return np.frombuffer(tensor.data, dtype=dtype).reshape(tensor.shape)
 
 
-def check_dnn_contract(model: bytes, artifact, plan: DNNTFLitePlan) -> TFLiteSummary:
+def check_dnn_contract(model: bytes, artifact: DNNArtifact, plan: DNNTFLitePlan) -> TFLiteSummary:
     """Check a converted DNN model against the contract; raise ExportError naming what is wrong.
 
     Builtins only, no comparison on int8 operands, I/O names/dtypes/shapes and a dynamic batch
@@ -244,7 +258,7 @@ def check_dnn_contract(model: bytes, artifact, plan: DNNTFLitePlan) -> TFLiteSum
     return summary
 
 
-def _check_sign(summary, plan, int8_macs, fused) -> None:
+def _check_sign(summary: TFLiteSummary, plan: DNNTFLitePlan, int8_macs: list[OpInfo], fused: dict[int, str]) -> None:
     t = summary.tensors
     for op, layer in zip(int8_macs, plan.hidden):
         xin, w, out = t[op.inputs[0]], t[op.inputs[1]], t[op.outputs[0]]
@@ -281,8 +295,9 @@ def _check_sign(summary, plan, int8_macs, fused) -> None:
             raise ExportError(f"{where} is not the exact int8 sign layer: " + "; ".join(problems))
 
 
-def _check_float_output(summary, plan, op) -> None:
+def _check_float_output(summary: TFLiteSummary, plan: DNNTFLitePlan, op: OpInfo) -> None:
     w = summary.tensors[op.inputs[1]]
+    assert plan.output_codes is not None  # every plan sets them
     has_bias = len(op.inputs) > 2 and op.inputs[2] >= 0
     if (
         op.name != "FULLY_CONNECTED"
@@ -296,7 +311,7 @@ def _check_float_output(summary, plan, op) -> None:
         )
 
 
-def _check_ptq(summary, artifact, plan, int8_macs) -> None:
+def _check_ptq(summary: TFLiteSummary, artifact: DNNArtifact, plan: DNNTFLitePlan, int8_macs: list[OpInfo]) -> None:
     t = summary.tensors
     for op in int8_macs:
         w = t[op.inputs[1]]
@@ -306,6 +321,7 @@ def _check_ptq(summary, artifact, plan, int8_macs) -> None:
         return
     out = int8_macs[-1]
     w, logits = t[out.inputs[1]], t[out.outputs[0]]
+    assert plan.output_codes is not None  # every plan sets them
     if artifact.weight_bits <= 7:
         # The converter derives the scale from the fake-quant range in float32 (one ulp off 1/3).
         if (

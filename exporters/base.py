@@ -37,7 +37,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -55,7 +55,7 @@ class Option:
     name: str
     type: str = "str"
     default: Any = None
-    choices: tuple = ()
+    choices: tuple[Any, ...] = ()
     help: str = ""
     #: Set by the verifier, never by a user: no CLI flag (``lowering_timings`` of ``--lowering auto``).
     internal: bool = False
@@ -70,7 +70,7 @@ class Option:
     def flag(self) -> str:
         return "--" + self.name.replace("_", "-")
 
-    def check(self, value, where: str):
+    def check(self, value: Any, where: str) -> Any:
         """``value`` checked against the declared type (bool flags) and ``choices``; ExportError naming
         the option, the value and what it takes."""
         if self.type == "rows" or value is None:
@@ -107,7 +107,7 @@ class Refusal:
 
     reason: str
     message: str
-    options: tuple = ()
+    options: tuple[tuple[str, Any], ...] | Mapping[str, Any] = ()
     models: Callable[[Any], bool] | None = None
 
     def __post_init__(self) -> None:
@@ -119,17 +119,22 @@ class Refusal:
             raise ValueError(f"refusal {self.reason!r} names neither options nor models: it would refuse everything")
         re.compile(self.message)
 
-    def applies(self, artifact, resolved: dict) -> bool:
+    def applies(self, artifact: Any, resolved: Mapping[str, Any]) -> bool:
         """Whether this refusal is declared for ``artifact`` exported with ``resolved`` options."""
-        if any(resolved.get(name) != value for name, value in self.options):
+        if any(resolved.get(name) != value for name, value in self.option_pairs):
             return False
         return self.models is None or bool(self.models(artifact))
+
+    @property
+    def option_pairs(self) -> tuple[tuple[str, Any], ...]:
+        """``options`` as ``(name, value)`` pairs (``__post_init__`` stores a mapping as its pairs)."""
+        return tuple(self.options.items()) if isinstance(self.options, Mapping) else self.options
 
     def matches(self, message: str) -> bool:
         return re.search(self.message, message) is not None
 
 
-def float_model(artifact) -> bool:
+def float_model(artifact: Any) -> bool:
     """``models=`` of a refusal for float models (tables without integer codes)."""
     return not getattr(artifact, "is_quantized", True)
 
@@ -153,12 +158,12 @@ class ExporterSpec:
     def option_names(self) -> tuple[str, ...]:
         return tuple(o.name for o in self.options)
 
-    def refusals_for(self, artifact, given: dict) -> list[Refusal]:
+    def refusals_for(self, artifact: Any, given: Mapping[str, Any]) -> list[Refusal]:
         """The declared refusals that ``given`` options (resolved) on ``artifact`` hit; [] means it must export."""
         resolved = self.resolve_options(given)
         return [refusal for refusal in self.refusals if refusal.applies(artifact, resolved)]
 
-    def resolve_options(self, given: dict) -> dict:
+    def resolve_options(self, given: Mapping[str, Any]) -> dict[str, Any]:
         """Declared defaults overlaid with ``given`` (unknown names refused, values checked)."""
         where = f"{self.format} export of a {self.kind} model"
         declared = {o.name: o for o in self.options}
@@ -192,9 +197,9 @@ def register_exporter(
     *,
     extension: str,
     runtime: str,
-    options=(),
+    options: Iterable[Option] = (),
     description: str = "",
-    refusals=(),
+    refusals: Iterable[Refusal] = (),
     overwrite: bool = False,
 ) -> ExporterSpec:
     """Add the exporter of ``kind`` artifacts to ``format`` (call at a module's bottom).
@@ -217,7 +222,7 @@ def register_exporter(
     )
     declared = {option.name: option for option in spec.options}
     for refusal in spec.refusals:
-        for name, value in refusal.options:
+        for name, value in refusal.option_pairs:
             option = declared.get(name)
             if option is None:
                 raise ValueError(

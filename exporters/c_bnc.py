@@ -63,15 +63,21 @@ Registered as the ``("bnc", "c")`` exporter (extension ``.h``, runtime ``native`
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 
 import bnc_deploy
 from bnc_deploy.errors import ExportError
-from bnc_deploy.exporters._bnc_options import RAW_INPUTS, RAW_INPUTS_NEED_DISCRETIZER
+from bnc_deploy.exporters._bnc_options import RAW_INPUTS, RAW_INPUTS_NEED_DISCRETIZER, codes_of
 from bnc_deploy.exporters.base import Option, Refusal, float_model, register_exporter
 from bnc_deploy.formats.bnc import export_metadata, padded_thresholds, raw_cut_points
 from bnc_deploy.formats.c import check_c_name, comment_text, metadata_comment
 from bnc_deploy.formats.c_template import template_sections
+
+if TYPE_CHECKING:
+    from bnc_deploy.artifacts.bnc import BNCArtifact
 
 #: Default prefix of the generated identifiers.
 DEFAULT_NAME = "bnc"
@@ -88,9 +94,9 @@ def accumulator_type(n_features: int, bits: int) -> str:
     return "uint16_t" if (n_features + 1) * (2**bits - 1) < 2**16 else "uint32_t"
 
 
-def code_stream(artifact) -> np.ndarray:
+def code_stream(artifact: BNCArtifact) -> np.ndarray:
     """All codes in stream order (prior, then the stacked table rows), uint8 of length n_parameters."""
-    return np.concatenate([artifact.class_codes.reshape(-1), artifact.table_codes.reshape(-1)]).astype(np.uint8)
+    return np.concatenate([codes_of(artifact).prior.reshape(-1), codes_of(artifact).table.reshape(-1)]).astype(np.uint8)
 
 
 def pack_codes(codes: np.ndarray, bits: int) -> np.ndarray:
@@ -107,7 +113,8 @@ def pack_codes(codes: np.ndarray, bits: int) -> np.ndarray:
 def unpack_codes(stream: np.ndarray, bits: int, n: int) -> np.ndarray:
     """Inverse of :func:`pack_codes` (what the C code computes per lookup)."""
     flat = np.unpackbits(np.asarray(stream, dtype=np.uint8), bitorder="little")[: n * bits].reshape(n, bits)
-    return (flat.astype(np.uint16) << np.arange(bits, dtype=np.uint16)[None, :]).sum(axis=1).astype(np.uint8)
+    sums: np.ndarray = (flat.astype(np.uint16) << np.arange(bits, dtype=np.uint16)[None, :]).sum(axis=1)
+    return sums.astype(np.uint8)
 
 
 def _uint_type(max_value: int) -> str:
@@ -117,7 +124,9 @@ def _uint_type(max_value: int) -> str:
     raise ExportError(f"value {max_value} does not fit 32 bits")
 
 
-def _array(ctype: str, name: str, values, *, fmt=str, per_line: int = PER_LINE) -> list[str]:
+def _array(
+    ctype: str, name: str, values: Iterable[Any], *, fmt: Callable[[Any], str] = str, per_line: int = PER_LINE
+) -> list[str]:
     values = list(values)
     lines = [f"static const {ctype} {name}[{max(len(values), 1)}] = {{"]
     if not values:
@@ -128,7 +137,7 @@ def _array(ctype: str, name: str, values, *, fmt=str, per_line: int = PER_LINE) 
     return lines
 
 
-def _float_literal(value) -> str:
+def _float_literal(value: float | np.floating[Any]) -> str:
     """Exact C99 hexadecimal literal of a float32 value (finite)."""
     v = float(np.float32(value))
     mantissa, _, exponent = float.hex(abs(v)).partition("p")  # e.g. 0x1.9999980000000p-4
@@ -136,7 +145,7 @@ def _float_literal(value) -> str:
     return ("-" if v < 0 or (v == 0 and np.signbit(v)) else "") + f"{mantissa}p{exponent}f"
 
 
-def _check(artifact, name: str, raw_inputs: bool) -> None:
+def _check(artifact: BNCArtifact, name: str, raw_inputs: bool) -> None:
     check_c_name(name)
     if artifact.kind != "bnc":
         raise ExportError(f"--format c exports Bayesian network classifiers, not {artifact.kind} models")
@@ -158,13 +167,13 @@ def _check(artifact, name: str, raw_inputs: bool) -> None:
         raw_cut_points(artifact)  # ExportError without a usable discretizer
 
 
-def _codes_rows(artifact, name: str) -> list[str]:
+def _codes_rows(artifact: BNCArtifact, name: str) -> list[str]:
     """The unpacked ``PREFIX_codes`` array: one line per stream row, a comment before each feature's rows."""
     lines = [
         f"static const uint8_t {name}_codes[{artifact.n_parameters}] = {{",
-        "    /* class prior */ " + ", ".join(str(int(v)) for v in artifact.class_codes) + ",",
+        "    /* class prior */ " + ", ".join(str(int(v)) for v in codes_of(artifact).prior) + ",",
     ]
-    table = artifact.table_codes
+    table = codes_of(artifact).table
     for i in range(artifact.n_features):
         start, rows = int(artifact.row_offsets[i]), int(artifact.rows_per_feature[i])
         lines.append(f"    /* feature {i}: {comment_text(artifact.feature_names[i])} */")
@@ -172,20 +181,38 @@ def _codes_rows(artifact, name: str) -> list[str]:
     return lines + ["};"]
 
 
-def build_c_source(artifact, *, name: str = DEFAULT_NAME, pack_bits: bool = False, raw_inputs: bool = False) -> str:
+def _lines(values: Iterable[str]) -> str:
+    """A multi-line placeholder value: the template line supplies the last newline."""
+    return "\n".join(values)
+
+
+def build_c_source(
+    artifact: BNCArtifact, *, name: str = DEFAULT_NAME, pack_bits: bool = False, raw_inputs: bool = False
+) -> str:
     """The text of the header file (see the module docstring for its contract).
 
     The C is ``c_bnc.h``: this function picks its sections for the model and options and
     fills in their placeholders with the model's data.
     """
     _check(artifact, name, raw_inputs)
-    q = artifact.quantizer
-    d, bits = artifact.n_features, q.total_bits
+    bits = codes_of(artifact).quantizer.total_bits
     stream = code_stream(artifact)
-    n_params = int(stream.size)
-    assert n_params == artifact.n_parameters
+    assert int(stream.size) == artifact.n_parameters
     packed = pack_codes(stream, bits) if pack_bits else None
-    table_bytes = int(packed.size) if pack_bits else n_params
+    values = _model_values(artifact, name, packed, raw_inputs)
+    sections = _sections(artifact, name, values, packed, raw_inputs)
+    template = template_sections(__package__, TEMPLATE)
+    return "".join(template[section].substitute(values) for section in sections)
+
+
+def _model_values(artifact: BNCArtifact, name: str, packed: np.ndarray | None, raw_inputs: bool) -> dict[str, object]:
+    """The placeholders every variant of the header fills in: names, model facts, metadata, the
+    arrays of the NB part (``packed``: the bit stream of ``--pack-bits``, None for one byte per code)."""
+    q = codes_of(artifact).quantizer
+    d, bits = artifact.n_features, q.total_bits
+    pack_bits = packed is not None
+    n_params = int(artifact.n_parameters)
+    table_bytes = int(packed.size) if packed is not None else n_params
     acc = accumulator_type(d, bits)
     meta = export_metadata(
         artifact,
@@ -202,17 +229,12 @@ def build_c_source(artifact, *, name: str = DEFAULT_NAME, pack_bits: bool = Fals
             "c_standard": "c99",
         },
     )
-    tan = artifact.structure == "tan"
     offsets = artifact.row_offsets + 1  # stream row 0 is the prior
-
-    def lines(values) -> str:  # multi-line placeholder values: the template line supplies the last newline
-        return "\n".join(values)
-
-    values = {
+    return {
         "prefix": name,
         "PREFIX": name.upper(),
         "file_name": comment_text(name),
-        "structure": "TAN" if tan else "naive Bayes",
+        "structure": "TAN" if artifact.structure == "tan" else "naive Bayes",
         "version": comment_text(bnc_deploy.__version__),
         "n_features": d,
         "n_classes": artifact.n_classes,
@@ -227,46 +249,57 @@ def build_c_source(artifact, *, name: str = DEFAULT_NAME, pack_bits: bool = Fals
         "n_rows": artifact.n_rows,
         "table_bytes": table_bytes,
         "table_layout": "B-bit codes packed LSB first" if pack_bits else "one byte per code",
-        "packed": int(bool(pack_bits)),
+        "packed": int(pack_bits),
         "raw_inputs": int(bool(raw_inputs)),
         "artifact_sha256": meta["artifact_sha256"],
-        "class_list": lines(f" *   {k}: {comment_text(c)}" for k, c in enumerate(artifact.class_names)),
-        "feature_list": lines(
+        "class_list": _lines(f" *   {k}: {comment_text(c)}" for k, c in enumerate(artifact.class_names)),
+        "feature_list": _lines(
             f" *   {i}: {comment_text(f)}, {int(artifact.cardinalities[i])}, "
             f"{'-' if artifact.parents[i] < 0 else int(artifact.parents[i])}"
             for i, f in enumerate(artifact.feature_names)
         ),
         "arithmetic_scope": " outside the *_raw binning" if raw_inputs else "",
         "metadata": metadata_comment(meta).rstrip("\n"),
-        "card_macros": lines(f"#define {name.upper()}_CARD_{i} {int(c)}" for i, c in enumerate(artifact.cardinalities)),
-        "max_code_array": lines(_array("uint8_t", f"{name}_max_code", artifact.cardinalities - 1)),
-        "row_offset_array": lines(_array(_uint_type(int(offsets.max())), f"{name}_row_offset", offsets)),
+        "card_macros": _lines(
+            f"#define {name.upper()}_CARD_{i} {int(c)}" for i, c in enumerate(artifact.cardinalities)
+        ),
+        "max_code_array": _lines(_array("uint8_t", f"{name}_max_code", artifact.cardinalities - 1)),
+        "row_offset_array": _lines(_array(_uint_type(int(offsets.max())), f"{name}_row_offset", offsets)),
         "acc": acc,
         "code_mask": 2**bits - 1,
         "last_code_bit": bits - 1,
         "max_aligned_shift": 8 - bits,
     }
+
+
+def _sections(
+    artifact: BNCArtifact, name: str, values: dict[str, object], packed: np.ndarray | None, raw_inputs: bool
+) -> list[str]:
+    """The template's sections for the model and options, in order; adds the placeholders of the
+    TAN, code-storage and raw-input arrays to ``values``."""
+    d, bits = artifact.n_features, codes_of(artifact).quantizer.total_bits
+    tan = artifact.structure == "tan"
     sections = ["head"] + (["head_raw"] if raw_inputs else []) + ["macros", "arrays"]
     if tan:
         sections.append("arrays_tan")
         strides = artifact.parent_cardinalities
-        values["parent_array"] = lines(
+        values["parent_array"] = _lines(
             _array("int16_t" if d < 2**15 else "int32_t", f"{name}_parent", artifact.parents)
         )
-        values["stride_array"] = lines(_array(_uint_type(int(strides.max())), f"{name}_stride", strides))
-    if pack_bits:
+        values["stride_array"] = _lines(_array(_uint_type(int(strides.max())), f"{name}_stride", strides))
+    if packed is not None:
         sections.append("codes_packed")
-        values["codes_array"] = lines(
+        values["codes_array"] = _lines(
             _array("uint8_t", f"{name}_codes", packed, fmt=lambda v: f"0x{int(v):02x}", per_line=16)
         )
     else:
         sections.append("codes_bytes")
-        values["codes_array"] = lines(_codes_rows(artifact, name))
+        values["codes_array"] = _lines(_codes_rows(artifact, name))
     if raw_inputs:
         sections.append("arrays_raw")
         thresholds, n_cuts = padded_thresholds(artifact)
         begin = np.concatenate([[0], np.cumsum(n_cuts)]).astype(np.int64)
-        values["thresholds_array"] = lines(
+        values["thresholds_array"] = _lines(
             _array(
                 "float",
                 f"{name}_thresholds",
@@ -275,18 +308,19 @@ def build_c_source(artifact, *, name: str = DEFAULT_NAME, pack_bits: bool = Fals
                 per_line=6,
             )
         )
-        values["cut_begin_array"] = lines(_array(_uint_type(int(begin.max())), f"{name}_cut_begin", begin))
-    if not pack_bits:
+        values["cut_begin_array"] = _lines(_array(_uint_type(int(begin.max())), f"{name}_cut_begin", begin))
+    if packed is None:
         sections.append("code_bytes")
     else:
         # when B does not divide 8 some codes span two bytes, and only then the lookup reads a second byte
         sections.append("code_packed_straddle" if 8 % bits else "code_packed")
     sections += ["sums_tan" if tan else "sums_naive_bayes", "predict"] + (["raw"] if raw_inputs else []) + ["end"]
-    template = template_sections(__package__, TEMPLATE)
-    return "".join(template[section].substitute(values) for section in sections)
+    return sections
 
 
-def build_c_bytes(artifact, *, name: str = DEFAULT_NAME, pack_bits: bool = False, raw_inputs: bool = False) -> bytes:
+def build_c_bytes(
+    artifact: BNCArtifact, *, name: str = DEFAULT_NAME, pack_bits: bool = False, raw_inputs: bool = False
+) -> bytes:
     """The header file's bytes (ASCII) for the verifier (:mod:`bnc_deploy.verify`)."""
     return build_c_source(artifact, name=name, pack_bits=pack_bits, raw_inputs=raw_inputs).encode("ascii")
 

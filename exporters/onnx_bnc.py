@@ -5,7 +5,7 @@ Contract of the exported graph (one converter covers both structures; NB is TAN 
 Input
     ``x``: int64 [N, D] feature codes (dynamic N); with ``raw_inputs=True`` float32 [N, D] raw
     values, binned in the graph as ``code_i = sum_k (x_i > t_ik)`` with the float32 thresholds of
-    ``exporters.common.float32_thresholds`` (equal to ``searchsorted(cuts, x, side="left")``).
+    ``formats.bnc.float32_thresholds`` (equal to ``searchsorted(cuts, x, side="left")``).
 Outputs
     ``log_joint``: float32 [N, C], ``log p(c, x)``; ``label``: int64 [N], the first most probable class.
 Invalid rows (the guard, ``formats.metadata.GUARD``)
@@ -23,7 +23,7 @@ Invalid rows (the guard, ``formats.metadata.GUARD``)
         disk). Raw inputs: non-finite values get code ``-1`` (one ``Where``).
     ``"where"`` (fallback for very large cardinalities)
         Range checks and a ``Where`` route every invalid (row, feature) to one all-NaN row appended
-        to the stacked table *before* the lookup (the original layout, 11 nodes per row for NB).
+        to the stacked table *before* the lookup (11 nodes at run time for NB).
 
 Computation (``lowering="gather"``, the default: fewest nodes, fastest per call)
     ``row_i = base_i + (x_i + 1) * W_pa + (x_pa(i) + 1)`` in the padded layout (TAN parent values
@@ -32,9 +32,9 @@ Computation (``lowering="gather"``, the default: fewest nodes, fastest per call)
     *inside the graph* from the stored tables: the class prior is added to the rows of feature 0
     (every row reads exactly one of them), then the NaN rows are laid out. These nodes have constant
     inputs only, so onnxruntime folds them once when the session is created; at run time the graph
-    is 8 nodes for NB (Clip, Add, Gather, ReduceSum, ArgMax, Gather, IsNaN, Where; the "where"
-    layout ran 11) and 12 for TAN (was 17). At batch 1 onnxruntime's cost is per node, so this is
-    the fastest exact NB graph measured (``benchmarks/bench_inference.py``); it stays the default.
+    is 8 nodes for NB (Clip, Add, Gather, ReduceSum, ArgMax, Gather, IsNaN, Where) and 12 for
+    TAN. At batch 1 onnxruntime's cost is per node, so this is the fastest exact NB graph
+    (``python benchmarks/bench_onnx_lowerings.py`` times the candidates); it stays the default.
 ``lowering="gather-grouped"`` (fastest on large batches; ``exporters/_onnx_bnc_grouped.py``)
     Features are merged in groups (``feature_groups`` in the metadata) whose table is indexed by
     the clipped codes ``-1 .. |X_i|`` of its axes (``group_axes``: the members and their TAN
@@ -86,6 +86,7 @@ builds the file's bytes; :mod:`bnc_deploy.verify` writes, runs, compares and pub
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import onnx
@@ -98,6 +99,7 @@ from bnc_deploy.exporters._bnc_options import (
     ONNX_LOWERING,
     RAW_INPUTS,
     RAW_INPUTS_NEED_DISCRETIZER,
+    codes_of,
 )
 from bnc_deploy.exporters._onnx_bnc_grouped import feature_groups, grouped_sum
 from bnc_deploy.exporters._onnx_graph import (
@@ -123,20 +125,23 @@ from bnc_deploy.formats.bnc import (
 from bnc_deploy.formats.metadata import INPUT_NAME, INVALID_LABEL, OUTPUT_LABEL
 from bnc_deploy.limits import FLOAT32_EXACT_LIMIT
 
+if TYPE_CHECKING:
+    from bnc_deploy.artifacts.bnc import BNCArtifact
+
 #: Largest folded float32 table (bytes) of the padded ("clip") layout; above it the gather lowering
 #: keeps the compact table and the "where" guard. 16 MiB: every paper model is far below (letter
 #: TAN: 0.4 MiB), a model with cardinalities in the hundreds is not.
 PADDED_TABLE_LIMIT = 16 * 2**20
 
 
-def padded_layout(artifact) -> PaddedLayout | None:
+def padded_layout(artifact: BNCArtifact) -> PaddedLayout | None:
     """The padded ("clip") layout of ``artifact``, or None when its folded table would exceed
     :data:`PADDED_TABLE_LIMIT` (read at each call: a test or benchmark may lower it)."""
     return PaddedLayout.of(artifact, PADDED_TABLE_LIMIT)
 
 
 def build_onnx_model(
-    artifact,
+    artifact: BNCArtifact,
     *,
     raw_inputs: bool = False,
     lowering: str = "gather",
@@ -144,7 +149,7 @@ def build_onnx_model(
     pack_bits: bool = False,
     lowering_timings: str | None = None,
 ) -> onnx.ModelProto:
-    """The ONNX ModelProto of :func:`export_onnx`, checked with ``onnx.checker`` (full_check).
+    """The ONNX ModelProto of :func:`build_onnx_bytes`, checked with ``onnx.checker`` (full_check).
 
     ``lowering_timings``: the JSON record of ``--lowering auto`` (the verifier's measurements that
     chose ``lowering``), stored as metadata ``lowering_auto``."""
@@ -170,7 +175,7 @@ def build_onnx_model(
         opset=opset,
         extra={
             "n_nodes": len(g.nodes),
-            "table_storage": f"bitplanes{artifact.quantizer.total_bits}"
+            "table_storage": f"bitplanes{codes_of(artifact).quantizer.total_bits}"
             if pack_bits
             else ("uint8" if artifact.is_quantized else "float32"),
             # every lowering sums integer multiples of the step exactly (see above)
@@ -184,7 +189,7 @@ def build_onnx_model(
     return model
 
 
-def _check_options(artifact, lowering: str, opset, pack_bits: bool) -> None:
+def _check_options(artifact: BNCArtifact, lowering: str, opset: object, pack_bits: bool) -> None:
     """ExportError for what :func:`build_onnx_model` cannot export (before any node is built)."""
     check_auto_resolved(lowering)
     check_lowering(lowering, ONNX_LOWERINGS)
@@ -194,14 +199,19 @@ def _check_options(artifact, lowering: str, opset, pack_bits: bool) -> None:
         raise ExportError(f"opset must be an integer >= {MIN_OPSET}, got {opset!r}")
     if artifact.n_features == 0:
         raise ExportError("cannot export a model without features")
-    if artifact.is_quantized and (artifact.n_features + 1) * artifact.quantizer.max_code >= FLOAT32_EXACT_LIMIT:
+    if (
+        artifact.is_quantized
+        and (artifact.n_features + 1) * codes_of(artifact).quantizer.max_code >= FLOAT32_EXACT_LIMIT
+    ):
         raise ExportError(
-            f"{artifact.n_features} features at {artifact.quantizer.total_bits} bits can sum to "
+            f"{artifact.n_features} features at {codes_of(artifact).quantizer.total_bits} bits can sum to "
             f"{FLOAT32_EXACT_LIMIT} steps or more, beyond exact float32 accumulation"
         )
 
 
-def _log_joint(g: GraphBuilder, artifact, lowering: str, raw_inputs: bool, pack_bits: bool) -> dict:
+def _log_joint(
+    g: GraphBuilder, artifact: BNCArtifact, lowering: str, raw_inputs: bool, pack_bits: bool
+) -> dict[str, Any]:
     """The nodes up to ``log_joint`` [N, C] for ``lowering``. Returns the lowering's metadata:
     ``index_guard``, ``lookups_per_row``, ``table_bytes_at_load`` (the float32 table onnxruntime
     builds when the session is created: folded, not in the file) and ``gather-grouped``'s groups."""
@@ -210,7 +220,7 @@ def _log_joint(g: GraphBuilder, artifact, lowering: str, raw_inputs: bool, pack_
     if lowering == "gather-grouped":
         groups = feature_groups(artifact, layout)  # ExportError if it cannot
     table = _lookup_table(g, artifact, with_nan_row=lowering != "onehot-fc", pack_bits=pack_bits)
-    extra: dict = {}
+    extra: dict[str, Any] = {}
     if lowering == "onehot-fc" or layout is None:  # compact table, "where" guard
         codes, ok = _raw_codes(g, artifact) if raw_inputs else _code_range(g, artifact)
         rows = _row_indices(g, artifact, codes, ok)
@@ -234,6 +244,7 @@ def _log_joint(g: GraphBuilder, artifact, lowering: str, raw_inputs: bool, pack_
             g.op("ReduceSum", [picked, "axis1"], OUTPUT_LOG_JOINT, keepdims=0)
             table_rows = layout.n_rows
         else:
+            assert groups is not None  # lowering == "gather-grouped"
             _, table_rows = grouped_sum(g, artifact, padded, codes, layout, groups)
             extra["feature_groups"] = [grp.members for grp in groups]
             extra["group_axes"] = [grp.axes for grp in groups]
@@ -248,7 +259,7 @@ def _log_joint(g: GraphBuilder, artifact, lowering: str, raw_inputs: bool, pack_
 
 
 # -- graph pieces -----------------------------------------------------------------------------------
-def _lookup_table(g: GraphBuilder, artifact, *, with_nan_row: bool, pack_bits: bool = False) -> str:
+def _lookup_table(g: GraphBuilder, artifact: BNCArtifact, *, with_nan_row: bool, pack_bits: bool = False) -> str:
     """The float32 lookup table T [n_rows (+1), C], computed in-graph from the stored tables.
 
     Quantized: ``T = -code * 2**-B_F`` (exact), from the uint8 ``table`` (or bit-planes) and
@@ -257,15 +268,16 @@ def _lookup_table(g: GraphBuilder, artifact, *, with_nan_row: bool, pack_bits: b
     """
     first = int(artifact.rows_per_feature[0])
     if artifact.is_quantized:
-        g.const("class_prior", artifact.class_codes)
-        g.const("neg_step", np.array(-artifact.quantizer.step, dtype=np.float32))  # -2**-B_F: exact
+        g.const("class_prior", codes_of(artifact).prior)
+        g.const("neg_step", np.array(-codes_of(artifact).quantizer.step, dtype=np.float32))  # -2**-B_F: exact
         if pack_bits:
             table = _unpack_bitplanes(g, artifact)
         else:
-            g.const("table", artifact.table_codes)  # uint8, as in the artifact
+            g.const("table", codes_of(artifact).table)  # uint8, as in the artifact
             table = g.op("Mul", [g.op("Cast", ["table"], to=TensorProto.FLOAT), "neg_step"])
         prior = g.op("Mul", [g.op("Cast", ["class_prior"], to=TensorProto.FLOAT), "neg_step"])
     else:
+        assert artifact.table_logp is not None and artifact.class_logp is not None  # a float model
         table, prior = g.const("table", artifact.table_logp), g.const("class_prior", artifact.class_logp)
     g.const("row0", np.array([0], dtype=np.int64))
     g.const("row_first_end", np.array([first], dtype=np.int64))
@@ -280,11 +292,11 @@ def _lookup_table(g: GraphBuilder, artifact, *, with_nan_row: bool, pack_bits: b
     return g.op("Concat", parts, axis=0) if len(parts) > 1 else parts[0]
 
 
-def _unpack_bitplanes(g: GraphBuilder, artifact) -> str:
+def _unpack_bitplanes(g: GraphBuilder, artifact: BNCArtifact) -> str:
     """In-graph inverse of :func:`pack_bitplanes`, scaled: float32 [n_rows, C] of ``-code * step``."""
-    bits = artifact.quantizer.total_bits
-    n = artifact.table_codes.size
-    g.const("table_bitplanes", pack_bitplanes(artifact.table_codes, bits))  # [B, M]
+    bits = codes_of(artifact).quantizer.total_bits
+    n = codes_of(artifact).table.size
+    g.const("table_bitplanes", pack_bitplanes(codes_of(artifact).table, bits))  # [B, M]
     g.const("bit_shifts", np.arange(7, -1, -1, dtype=np.uint8))  # MSB first, as packbits
     g.const("two_u8", np.array(2, dtype=np.uint8))
     g.const("plane_shape", np.array([bits, -1], dtype=np.int64))
@@ -292,8 +304,8 @@ def _unpack_bitplanes(g: GraphBuilder, artifact) -> str:
     g.const("code_end", np.array([n], dtype=np.int64))
     g.const("plane_axis", np.array([2], dtype=np.int64))
     # -step * 2**b: MatMul over planes then gives -code * step exactly (sums of <= 8 powers of two).
-    g.const("plane_weights", (-artifact.quantizer.step * 2.0 ** np.arange(bits)).astype(np.float32)[None, :])
-    g.const("table_shape", np.array(artifact.table_codes.shape, dtype=np.int64))
+    g.const("plane_weights", (-codes_of(artifact).quantizer.step * 2.0 ** np.arange(bits)).astype(np.float32)[None, :])
+    g.const("table_shape", np.array(codes_of(artifact).table.shape, dtype=np.int64))
     shifted = g.op(
         "BitShift", [g.op("Unsqueeze", ["table_bitplanes", "plane_axis"]), "bit_shifts"], direction="RIGHT"
     )  # [B, M, 8]
@@ -302,7 +314,7 @@ def _unpack_bitplanes(g: GraphBuilder, artifact) -> str:
     return g.op("Reshape", [g.op("MatMul", ["plane_weights", planes]), "table_shape"])  # [1, n] -> [R, C]
 
 
-def _code_range(g: GraphBuilder, artifact) -> tuple[str, str]:
+def _code_range(g: GraphBuilder, artifact: BNCArtifact) -> tuple[str, str]:
     """Codes input: (codes int64 [N, D], ok bool [N, D]: ``0 <= x_i < |X_i|``)."""
     g.const("zero", np.array(0, dtype=np.int64))
     g.const("cardinalities", artifact.cardinalities.astype(np.int64))
@@ -310,7 +322,7 @@ def _code_range(g: GraphBuilder, artifact) -> tuple[str, str]:
     return INPUT_NAME, ok
 
 
-def _raw_codes(g: GraphBuilder, artifact) -> tuple[str, str]:
+def _raw_codes(g: GraphBuilder, artifact: BNCArtifact) -> tuple[str, str]:
     """Raw float32 input: (codes int64 [N, D], ok bool [N, D]: value is finite).
 
     Finite values always bin into ``0 .. |X_i| - 1`` (the FLT_MAX padding is never exceeded), so
@@ -326,7 +338,7 @@ def _raw_codes(g: GraphBuilder, artifact) -> tuple[str, str]:
     return codes, ok
 
 
-def _row_indices(g: GraphBuilder, artifact, codes: str, ok: str) -> str:
+def _row_indices(g: GraphBuilder, artifact: BNCArtifact, codes: str, ok: str) -> str:
     """Stacked-table rows int64 [N, D]; invalid entries go to row ``n_rows`` (the NaN/zero row).
 
     The row index is computed from the raw codes and then *replaced* (Where) wherever the code is
@@ -360,14 +372,14 @@ def _clipped_codes(g: GraphBuilder, layout: PaddedLayout) -> str:
     return g.op("Clip", [INPUT_NAME, "code_low", "code_high"])
 
 
-def _raw_codes_or_minus_one(g: GraphBuilder, artifact) -> str:
+def _raw_codes_or_minus_one(g: GraphBuilder, artifact: BNCArtifact) -> str:
     """Raw input binned in-graph; non-finite values get code -1 (their feature's NaN row)."""
     codes, ok = _raw_codes(g, artifact)
     g.const("minus_one", np.array(-1, dtype=np.int64))
     return g.op("Where", [ok, codes, "minus_one"])
 
 
-def _padded_table(g: GraphBuilder, artifact, table: str, layout: PaddedLayout) -> str:
+def _padded_table(g: GraphBuilder, artifact: BNCArtifact, table: str, layout: PaddedLayout) -> str:
     """T padded [D * W * W_pa, C] = Gather(T with its NaN row, pad map): constant inputs only.
 
     The pad map is computed in-graph from the per-feature constants (nothing of size D * W on disk):
@@ -415,7 +427,7 @@ def _padded_table(g: GraphBuilder, artifact, table: str, layout: PaddedLayout) -
     return g.op("Gather", [table, pad_map], axis=0)
 
 
-def _padded_rows(g: GraphBuilder, artifact, codes: str, layout: PaddedLayout) -> str:
+def _padded_rows(g: GraphBuilder, artifact: BNCArtifact, codes: str, layout: PaddedLayout) -> str:
     """Rows int64 [N, D] of the padded table for codes already in ``-1 .. K``."""
     bases = g.small_ints("pad_bases", layout.bases(artifact))
     if artifact.structure == "nb":  # W_pa = 1, no parent term
@@ -431,7 +443,7 @@ def _padded_rows(g: GraphBuilder, artifact, codes: str, layout: PaddedLayout) ->
     return g.op("Add", [g.op("Add", [own, parent]), bases])
 
 
-def _onehot_fc(g: GraphBuilder, artifact, table: str, rows: str) -> str:
+def _onehot_fc(g: GraphBuilder, artifact: BNCArtifact, table: str, rows: str) -> str:
     """log_joint [N, C] = stacked one-hot [N, n_rows] @ [T | 1]; rows with an invalid entry -> NaN."""
     d, c = artifact.n_features, artifact.n_classes
     g.const("onehot_depth", np.array(artifact.n_rows, dtype=np.int64))  # row n_rows -> all-zero one-hot
@@ -461,7 +473,7 @@ def _label(g: GraphBuilder, log_joint: str) -> None:
 
 
 def build_onnx_bytes(
-    artifact,
+    artifact: BNCArtifact,
     *,
     raw_inputs: bool = False,
     lowering: str = "gather",
@@ -472,7 +484,7 @@ def build_onnx_bytes(
 ) -> bytes:
     """The serialized file of :func:`build_onnx_model` (what ``onnx.save_model`` writes).
     ``lowering_batch`` is read by the verifier (``--lowering auto``), not here."""
-    return build_onnx_model(
+    data: bytes = build_onnx_model(
         artifact,
         raw_inputs=raw_inputs,
         lowering=lowering,
@@ -480,6 +492,7 @@ def build_onnx_bytes(
         pack_bits=pack_bits,
         lowering_timings=lowering_timings,
     ).SerializeToString()
+    return data
 
 
 def check_auto_resolved(lowering: str) -> None:
@@ -493,7 +506,7 @@ def check_auto_resolved(lowering: str) -> None:
         )
 
 
-def lowering_auto_metadata(lowering_timings: str | None) -> dict:
+def lowering_auto_metadata(lowering_timings: str | None) -> dict[str, Any]:
     """``{"lowering_auto": record}`` from the verifier's JSON record, or ``{}``."""
     if lowering_timings is None:
         return {}

@@ -125,8 +125,11 @@ plus random codes and publishes it only if a sign network comes out identical.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 import onnx
+from numpy.typing import ArrayLike, DTypeLike
 from onnx import TensorProto, helper, numpy_helper
 
 import bnc_deploy
@@ -137,6 +140,9 @@ from bnc_deploy.exporters.base import Option, register_exporter
 from bnc_deploy.formats.dnn import INT8_EXACT_MAX_BITS, OUTPUT_LOGITS, dnn_export_metadata
 from bnc_deploy.formats.metadata import INPUT_NAME, INVALID_LABEL, OUTPUT_LABEL
 from bnc_deploy.limits import FLOAT32_EXACT_LIMIT
+
+if TYPE_CHECKING:
+    from bnc_deploy.artifacts.dnn import DNNArtifact
 
 # DEFAULT_OPSET (17, raised to INT16_MIN_OPSET for B = 8) and MIN_OPSET (13): ``_onnx_graph``'s.
 #: Newest opset verified with onnxruntime (tests run 13, 17, 21 and this one).
@@ -150,7 +156,7 @@ LOWERING_FLOAT = "float"
 # ================================================================================================
 # Public API
 # ================================================================================================
-def build_onnx_dnn(artifact, *, opset: int = DEFAULT_OPSET, pack_bits: bool = False) -> onnx.ModelProto:
+def build_onnx_dnn(artifact: DNNArtifact, *, opset: int = DEFAULT_OPSET, pack_bits: bool = False) -> onnx.ModelProto:
     """The ONNX ModelProto of a DNN artifact, checked with ``onnx.checker`` (full_check).
 
     ``pack_bits``: store each layer's weights as ``B`` bit-planes of ``(code + 2**B - 1) / 2``
@@ -216,12 +222,12 @@ def build_onnx_dnn(artifact, *, opset: int = DEFAULT_OPSET, pack_bits: bool = Fa
     return model
 
 
-def exact_export(artifact) -> bool:
+def exact_export(artifact: DNNArtifact) -> bool:
     """Whether this exporter promises identical labels and logits: sign networks (every B)."""
     return artifact.activation == "sign"
 
 
-def effective_opset(artifact, opset: int) -> int:
+def effective_opset(artifact: DNNArtifact, opset: int) -> int:
     """The opset the file will use: ``opset``, raised to 21 for B = 8 (int16 DequantizeLinear)."""
     if isinstance(opset, bool) or not isinstance(opset, (int, np.integer)) or not MIN_OPSET <= opset <= MAX_OPSET:
         raise ExportError(f"opset must be an integer in {MIN_OPSET}..{MAX_OPSET}, got {opset!r}")
@@ -230,7 +236,7 @@ def effective_opset(artifact, opset: int) -> int:
     return int(opset)
 
 
-def check_accumulators(artifact) -> int:
+def check_accumulators(artifact: DNNArtifact) -> int:
     """Largest integer accumulator of a sign network over all layers; ExportError if ``>= 2**24``."""
     worst = 0
     for k, layer in enumerate(artifact.layers):
@@ -245,7 +251,7 @@ def check_accumulators(artifact) -> int:
     return worst
 
 
-def hidden_output_names(artifact) -> list[str]:
+def hidden_output_names(artifact: DNNArtifact) -> list[str]:
     """Tensor name of each hidden layer's output (after activation and pooling) in the graph."""
     names = []
     for k, layer in enumerate(artifact.layers[:-1]):
@@ -260,22 +266,22 @@ class _Graph:
     """Tiny builder: named nodes (node name = its single output) and initializers."""
 
     def __init__(self) -> None:
-        self.nodes: list = []
-        self.initializers: list = []
+        self.nodes: list[onnx.NodeProto] = []
+        self.initializers: list[onnx.TensorProto] = []
         self._consts: set[str] = set()
         self.compact = False  # index_const: smallest integer storage (the pack_bits file)
 
-    def const(self, name: str, value, dtype=None) -> str:
+    def const(self, name: str, value: ArrayLike, dtype: DTypeLike | None = None) -> str:
         if name not in self._consts:
             self._consts.add(name)
             self.initializers.append(numpy_helper.from_array(np.asarray(value, dtype=dtype), name=name))
         return name
 
-    def op(self, op_type: str, inputs: list[str], name: str, **attrs) -> str:
+    def op(self, op_type: str, inputs: list[str], name: str, **attrs: Any) -> str:
         self.nodes.append(helper.make_node(op_type, inputs, [name], name=name, **attrs))
         return name
 
-    def index_const(self, name: str, values) -> str:
+    def index_const(self, name: str, values: ArrayLike) -> str:
         """An int64 index constant; with ``compact`` stored in the smallest integer type that
         holds it and widened by a load-time Cast (per-feature constants are D x 8 bytes)."""
         values = np.asarray(values, dtype=np.int64)
@@ -291,7 +297,7 @@ class _Graph:
         return name
 
 
-def _guard(g: _Graph, art) -> tuple[str, str]:
+def _guard(g: _Graph, art: DNNArtifact) -> tuple[str, str]:
     """(clamped codes int64 [N, D], penalty float32 [N, 1]: 0 for valid rows, NaN otherwise)."""
     cards = art.cardinalities.astype(np.int64)
     zero = g.const("guard.zero", 0, np.int64)
@@ -314,7 +320,7 @@ def _guard(g: _Graph, art) -> tuple[str, str]:
     return codes, penalty
 
 
-def _encode(g: _Graph, art, codes: str, sign: bool) -> str:
+def _encode(g: _Graph, art: DNNArtifact, codes: str, sign: bool) -> str:
     """The encoded network input: FC [N, n_inputs] float32, CNN [N, E, H, W] float32.
 
     Sign networks keep integer values (standardized codes without ``input_scale``).
@@ -323,6 +329,7 @@ def _encode(g: _Graph, art, codes: str, sign: bool) -> str:
     cnn = art.architecture == "cnn"
     perm = None
     if cnn:
+        assert art.image_shape is not None  # a CNN's
         h, w = art.image_shape
         perm = art.pixel_index().reshape(-1).astype(np.int64)  # image.flat[p] = feature perm[p]
         if np.array_equal(perm, np.arange(d)):
@@ -333,6 +340,7 @@ def _encode(g: _Graph, art, codes: str, sign: bool) -> str:
     feature = perm if perm is not None else np.arange(d, dtype=np.int64)  # feature at each position
 
     if art.input_encoding == "standardized":
+        assert art.input_codes is not None  # standardized encoding
         k = art.input_codes.shape[1]
         g.const("input.codes", art.input_codes)  # int8 [D, K], as stored
         g.const("input.scale", 1.0 if sign else art.input_scale, np.float32)  # power of two: exact
@@ -408,7 +416,7 @@ def _unpacked_weights(g: _Graph, p: str, codes: np.ndarray, bits: int) -> str:
     return g.op("Mul", [shaped, "weight.scale"], f"{p}/weights")
 
 
-def _layers(g: _Graph, art, a: str, sign: bool, pack_bits: bool = False) -> str:
+def _layers(g: _Graph, art: DNNArtifact, a: str, sign: bool, pack_bits: bool = False) -> str:
     """Every weight layer; returns the output layer's logits before the guard penalty."""
     dtype = weight_code_dtype(art.weight_bits)
     g.const("weight.scale", 1.0 if sign else art.weight_scale, np.float32)
@@ -425,6 +433,7 @@ def _layers(g: _Graph, art, a: str, sign: bool, pack_bits: bool = False) -> str:
             g.const("weight.zero_point", 0, dtype)
             g.const(f"{p}.codes", layer.codes)  # the artifact's codes
             weights = g.op("DequantizeLinear", [f"{p}.codes", "weight.scale", "weight.zero_point"], f"{p}/weights")
+        unit_shape: tuple[int, ...]
         if layer.type == "dense":
             acc = g.op("Gemm", [a, weights], f"{p}/gemm", transB=1)
             unit_shape = (layer.n_out,)
@@ -434,7 +443,9 @@ def _layers(g: _Graph, art, a: str, sign: bool, pack_bits: bool = False) -> str:
         if k == last:
             z = acc
             if sign:
-                unit = np.float32(art.weight_scale * art.layer_input_scales()[k])
+                s_in = art.layer_input_scales()[k]
+                assert s_in is not None  # a sign network's layers take integer inputs
+                unit = np.float32(art.weight_scale * s_in)
                 g.const(f"{p}.output_scale", np.full(layer.n_out, unit, dtype=np.float32))
                 z = g.op("Mul", [acc, f"{p}.output_scale"], f"{p}/output_scale")
             g.const(f"{p}.bias", layer.bias)
@@ -471,9 +482,10 @@ def _label(g: _Graph, logits: str) -> None:
     g.op("Where", [invalid, "label.invalid", best], OUTPUT_LABEL)
 
 
-def build_onnx_dnn_bytes(artifact, *, opset: int = DEFAULT_OPSET, pack_bits: bool = False) -> bytes:
+def build_onnx_dnn_bytes(artifact: DNNArtifact, *, opset: int = DEFAULT_OPSET, pack_bits: bool = False) -> bytes:
     """The serialized file of :func:`build_onnx_dnn` (what ``onnx.save_model`` writes)."""
-    return build_onnx_dnn(artifact, opset=opset, pack_bits=pack_bits).SerializeToString()
+    data: bytes = build_onnx_dnn(artifact, opset=opset, pack_bits=pack_bits).SerializeToString()
+    return data
 
 
 register_exporter(

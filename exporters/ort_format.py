@@ -40,14 +40,13 @@ ONNX graph as ORT 20,344 bytes (2.8x; 28 nodes, 49 tensors: 4.9 KB type records,
 9 nodes, 2.9 KB initializers: 1.9 KB of 4-bit table, 0.6 KB row scales, 0.2 KB index map).
 Letter TAN 3-bit: ``.onnx`` 43,994; ONNX graph as ORT 62,472 (1.42x); lookup graph 44,920 (1.02x).
 A sign FC DNN (letter, 64 hidden, 3-bit weights) stays the ONNX graph: 8,313 -> 20,112 (2.4x: the
-fixed and per-node records on a small file).
-Batch-1 latency (1 thread): about 19 us against 40 us for the ONNX graph's ORT file (the README
-has the table). onnxruntime's ORT format cannot store 4-bit tensors (UINT4 initializers are refused
-on load), hence the packed uint8 data of GatherBlockQuantized.
+fixed and per-node records on a small file). The README compares its batch-1 latency with the
+ONNX graph's ORT file. onnxruntime's ORT format cannot store 4-bit tensors (UINT4 initializers
+are refused on load), hence the packed uint8 data of GatherBlockQuantized.
 
 ``lowering="gather-grouped"`` (ONNX's lowering whose grouped tables are summed at load time) is
-refused unless ``ort_optimization="basic"``: unfolded, every call rebuilt them (letter NB 3-bit:
-688 us per row against 26 us for the ``.onnx``); folded, the file holds them as float32 (2.1 MB).
+refused unless ``ort_optimization="basic"``: unfolded, every call would rebuild them; folded,
+the file holds them as float32 (letter NB 3-bit: 2.1 MB).
 
 ``ort_optimization="basic"`` saves the ONNX exporter's graph after onnxruntime's basic
 optimizations instead (constant folding: the table stored as float32, the default conversion's
@@ -74,7 +73,9 @@ from __future__ import annotations
 import inspect
 import json
 import tempfile
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
 import onnx
@@ -83,6 +84,7 @@ from onnx import TensorProto, helper
 
 from bnc_deploy.errors import ExportError
 from bnc_deploy.exporters import onnx_bnc, onnx_dnn  # noqa: F401  (registered before their options are read)
+from bnc_deploy.exporters._bnc_options import codes_of
 from bnc_deploy.exporters._onnx_graph import (
     IR_VERSION_FOR_OPSET,
     GraphBuilder,
@@ -94,6 +96,10 @@ from bnc_deploy.exporters.base import Option, Refusal, exporter_for, register_ex
 from bnc_deploy.formats.bnc import OUTPUT_LOG_JOINT, export_metadata, lookup_constants
 from bnc_deploy.formats.metadata import INPUT_NAME, METADATA_KEY, OUTPUT_LABEL, dump_metadata
 from bnc_deploy.formats.ort import is_ort
+
+if TYPE_CHECKING:
+    from bnc_deploy.artifacts.bnc import BNCArtifact
+    from bnc_deploy.artifacts.dnn import DNNArtifact
 
 #: ``ort_optimization`` choices -> onnxruntime's level (see the module docstring).
 OPTIMIZATIONS = {
@@ -124,7 +130,9 @@ LOAD_TIME_REFUSALS = [
 ]
 
 
-def build_ort_bytes(artifact, *, ort_optimization: str = "disabled", **options) -> bytes:
+def build_ort_bytes(
+    artifact: BNCArtifact | DNNArtifact, *, ort_optimization: str = "disabled", **options: Any
+) -> bytes:
     """The ``.ort`` file of ``artifact``: its ONNX export (``options`` are the ONNX exporter's),
     metadata marked ``format = "ort"``, converted by onnxruntime (module docstring)."""
     if ort_optimization not in OPTIMIZATIONS:
@@ -139,14 +147,16 @@ def build_ort_bytes(artifact, *, ort_optimization: str = "disabled", **options) 
     spec = exporter_for(artifact.kind, "onnx")
     resolved = spec.resolve_options(options)
     extra = onnx_bnc.lowering_auto_metadata(resolved.get("lowering_timings"))
-    if artifact.kind == "bnc" and ort_optimization == "disabled" and ort_lookup_applies(artifact, **resolved):
-        model = build_ort_lookup_model(artifact)  # the ORT lookup graph
+    # kind "bnc" is a BNCArtifact (mypy cannot narrow the union by the kind string)
+    bnc = cast("BNCArtifact", artifact)
+    if artifact.kind == "bnc" and ort_optimization == "disabled" and ort_lookup_applies(bnc, **resolved):
+        model = build_ort_lookup_model(bnc)  # the ORT lookup graph
     else:
         model = onnx.load_from_string(spec.build(artifact, **resolved))
     return convert_to_ort(_with_ort_metadata(model, ort_optimization, extra), ort_optimization)
 
 
-def _with_ort_metadata(model, optimization: str, extra: dict | None = None) -> bytes:
+def _with_ort_metadata(model: onnx.ModelProto, optimization: str, extra: Mapping[str, Any] | None = None) -> bytes:
     """``model``'s bytes with its ``bnc_deploy`` blob saying ``format`` ``ort`` and the ``ort`` facts."""
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
@@ -158,7 +168,8 @@ def _with_ort_metadata(model, optimization: str, extra: dict | None = None) -> b
     meta["ort"] = {"onnxruntime": ort.__version__, "graph_optimization": optimization}
     meta.update(extra or {})
     props[METADATA_KEY].value = dump_metadata(meta)
-    return copy.SerializeToString()
+    data: bytes = copy.SerializeToString()
+    return data
 
 
 def convert_to_ort(onnx_bytes: bytes, optimization: str = "disabled") -> bytes:
@@ -200,7 +211,7 @@ MS_DOMAIN = "com.microsoft"
 
 
 def ort_lookup_applies(
-    artifact, *, raw_inputs: bool = False, lowering: str = "gather", pack_bits: bool = False, **_
+    artifact: BNCArtifact, *, raw_inputs: bool = False, lowering: str = "gather", pack_bits: bool = False, **_: Any
 ) -> bool:
     """Whether :func:`build_ort_lookup_model` covers this export: a quantized NB or TAN model,
     ``gather`` lowering, code inputs, no bit-planes, a padded layout, and fewer than 2**16 table rows."""
@@ -215,18 +226,18 @@ def ort_lookup_applies(
     )
 
 
-def ort_lookup_storage(artifact) -> tuple[int, bool]:
+def ort_lookup_storage(artifact: BNCArtifact) -> tuple[int, bool]:
     """``(bits, prior_folded)`` of the ORT lookup table: the prior is folded into feature 0's rows
     when the sums fit a byte (``B <= 7``); the stored values (codes, or code + prior codes for
     feature 0) take 4 bits, two a byte, when they are all below 16 and the class count is even
     (letter NB 3-bit), else one byte each."""
-    max_code = int(artifact.quantizer.max_code)
+    max_code = int(codes_of(artifact).quantizer.max_code)
     folded = 2 * max_code <= 255
     largest = 2 * max_code if folded else max_code
     return (4 if largest < 16 and artifact.n_classes % 2 == 0 else 8), folded
 
 
-def build_ort_lookup_model(artifact) -> onnx.ModelProto:
+def build_ort_lookup_model(artifact: BNCArtifact) -> onnx.ModelProto:
     """The graph this exporter converts for quantized NB and TAN models (``ort_lookup_applies``).
 
     An ORT format session never folds constants, so the ONNX graph's load-time table build (19 of
@@ -293,7 +304,7 @@ def build_ort_lookup_model(artifact) -> onnx.ModelProto:
     return model
 
 
-def _ort_row_map(artifact, k: int) -> np.ndarray:
+def _ort_row_map(artifact: BNCArtifact, k: int) -> np.ndarray:
     """The index map ``M`` int64 from clipped codes to stacked-table rows (``n_rows``: the NaN row).
 
     NB: [K + 1, D], row ``j`` of feature ``i`` is ``offset_i + j`` (``-1`` indexes row ``K`` from
@@ -321,24 +332,24 @@ def _ort_row_map(artifact, k: int) -> np.ndarray:
     return row_map
 
 
-def _ort_table(artifact, bits: int, folded: bool) -> tuple[np.ndarray, np.ndarray]:
+def _ort_table(artifact: BNCArtifact, bits: int, folded: bool) -> tuple[np.ndarray, np.ndarray]:
     """``(T, S)``: the stored codes (with the NaN row ``n_rows`` of zeros; the prior added to
     feature 0's rows when ``folded``; two 4-bit values a byte, low nibble first, when ``bits`` is 4)
     and the per-row scales float32 [n_rows + 1, 1] (``-2**-B_F``; NaN for the NaN row)."""
     n_rows = artifact.n_rows
-    values = np.vstack([artifact.table_codes, np.zeros((1, artifact.n_classes), dtype=np.uint8)]).astype(np.int64)
+    values = np.vstack([codes_of(artifact).table, np.zeros((1, artifact.n_classes), dtype=np.uint8)]).astype(np.int64)
     if folded:
-        values[: int(artifact.rows_per_feature[0])] += artifact.class_codes  # feature 0: rows 0 ..
+        values[: int(artifact.rows_per_feature[0])] += codes_of(artifact).prior  # feature 0: rows 0 ..
     if bits == 4:
         table = (values[:, 0::2] | (values[:, 1::2] << 4)).astype(np.uint8)  # low nibble first
     else:
         table = values.astype(np.uint8)
-    scales = np.full((n_rows + 1, 1), -artifact.quantizer.step, dtype=np.float32)
+    scales = np.full((n_rows + 1, 1), -codes_of(artifact).quantizer.step, dtype=np.float32)
     scales[n_rows] = np.nan
     return table, scales
 
 
-def _ort_lookup_graph(artifact, bits: int, folded: bool) -> GraphBuilder:
+def _ort_lookup_graph(artifact: BNCArtifact, bits: int, folded: bool) -> GraphBuilder:
     """The nodes and initializers of :func:`build_ort_lookup_model` (one-letter initializer names:
     each is stored in the file)."""
     c, n_rows = artifact.n_classes, artifact.n_rows
@@ -372,7 +383,8 @@ def _ort_lookup_graph(artifact, bits: int, folded: bool) -> GraphBuilder:
     if folded:
         log_joint = g.op("ReduceSum", [looked_up], OUTPUT_LOG_JOINT, axes=[1], keepdims=0)
     else:
-        g.const("P", (-artifact.class_codes.astype(np.float32) * np.float32(artifact.quantizer.step)))
+        codes = codes_of(artifact)
+        g.const("P", (-codes.prior.astype(np.float32) * np.float32(codes.quantizer.step)))
         log_joint = g.op("Add", [g.op("ReduceSum", [looked_up], axes=[1], keepdims=0), "P"], OUTPUT_LOG_JOINT)
     best = g.op("ArgMax", [log_joint], axis=1, keepdims=0)
     invalid = g.op("IsNaN", [g.op("ReduceSum", [log_joint], axes=[1], keepdims=0)])
@@ -380,12 +392,12 @@ def _ort_lookup_graph(artifact, bits: int, folded: bool) -> GraphBuilder:
     return g
 
 
-def _builder(kind: str):
+def _builder(kind: str) -> Callable[..., bytes]:
     """``build(artifact, **options)`` for ``kind`` whose signature is the ONNX exporter's plus
     ``ort_optimization`` (the registry checks declared options against the build's keywords)."""
     onnx_build = exporter_for(kind, "onnx").build
 
-    def build(artifact, **options) -> bytes:
+    def build(artifact: BNCArtifact | DNNArtifact, **options: Any) -> bytes:
         return build_ort_bytes(artifact, **options)
 
     parameters = list(inspect.signature(onnx_build).parameters.values())
@@ -394,7 +406,7 @@ def _builder(kind: str):
             "ort_optimization", inspect.Parameter.KEYWORD_ONLY, default=OPTIMIZATION.default, annotation=str
         )
     )
-    build.__signature__ = inspect.Signature(parameters, return_annotation=bytes)
+    build.__dict__["__signature__"] = inspect.Signature(parameters, return_annotation=bytes)  # what inspect reads
     build.__name__ = build.__qualname__ = f"build_ort_{kind}"
     build.__doc__ = (
         f"The ``.ort`` file of a {kind} artifact: its ONNX export with the ONNX exporter's options, "

@@ -8,7 +8,7 @@ Input ``x`` (tensor name ``"x"``)
     * ``raw_inputs=True``: float32 [N, D] raw values, binned in the graph with the embedded
       discretizer's rule ``code_i = #(t_ik < x_i)`` against float32 thresholds that reproduce
       ``np.searchsorted(cuts, x, side="left")`` exactly for float32 inputs
-      (``exporters.common.float32_thresholds``).
+      (``formats.bnc.float32_thresholds``).
 Outputs
     ``log_joint`` float32 [N, C] (``log p(c, x)``) and ``label`` int64 [N] (first maximum), in
     this order, also named in the ``serving_default`` signature.
@@ -16,7 +16,7 @@ Batch
     ``gather``: dynamic (shape signature [-1, D]; resize the input to any N).
     ``onehot-fc``: static [1, D] - the Edge TPU compiler needs static shapes - so a runtime runs
     it one row at a time (``runtimes.litert_adapter`` does).
-Guard (``exporters.common.GUARD``)
+Guard (``formats.metadata.GUARD``)
     A row with any code outside its feature's range (or any non-finite raw value) gets
     ``log_joint`` all NaN and ``label = -1``. Codes are clipped into ``0 .. |X_i| - 1`` before
     they form an index, so an invalid value never reads another feature's rows and GATHER never
@@ -24,9 +24,9 @@ Guard (``exporters.common.GUARD``)
     values are tested positively (``x != x or |x| > FLT_MAX``): the converter rewrites
     ``LOGICAL_NOT(|x| <= FLT_MAX)`` into ``GREATER(|x|, FLT_MAX)``, which lets NaN through.
 Metadata
-    The export metadata (``exporters.common.export_metadata``) is stored as canonical JSON in
-    the TFLite metadata buffer named ``"bnc_deploy"``; :func:`read_tflite_metadata` reads it back
-    without TensorFlow (only the flatbuffer schema module).
+    The export metadata (``formats.bnc.export_metadata``) is stored as canonical JSON in
+    the TFLite metadata buffer named ``"bnc_deploy"``; ``formats.tflite.read_tflite_metadata`` reads
+    it back without TensorFlow (only the flatbuffer schema module).
 
 Lowerings
 ---------
@@ -153,11 +153,12 @@ Metadata: ``"profile": "web"``, ``"batch": "static N"``, ``"label_dtype": "int32
 from __future__ import annotations
 
 import warnings
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from bnc_deploy.errors import ExportError
-from bnc_deploy.exporters._bnc_options import LOWERING, RAW_INPUTS, RAW_INPUTS_NEED_DISCRETIZER
+from bnc_deploy.exporters._bnc_options import LOWERING, RAW_INPUTS, RAW_INPUTS_NEED_DISCRETIZER, codes_of
 from bnc_deploy.exporters._onehot_fc_plan import (  # noqa: F401  (constants stay importable from here)
     INT8_BUILDERS,
     INT8_OUTPUT_LEVELS,
@@ -174,8 +175,10 @@ from bnc_deploy.exporters._tflite import (
     MICRO_BATCH,
     PROFILE_HELP,
     PROFILES,
+    TF,
     WEB_BATCH,
     WEB_BATCH_HELP,
+    Tensor,
     check_profile,
     fake_quant,
     finish_export,
@@ -190,6 +193,9 @@ from bnc_deploy.formats.bnc import check_lowering, export_metadata, lookup_const
 from bnc_deploy.formats.metadata import INPUT_NAME, INVALID_LABEL
 from bnc_deploy.formats.tflite import tflite_op_names
 
+if TYPE_CHECKING:
+    from bnc_deploy.artifacts.bnc import BNCArtifact
+
 #: B = 8 micro gather: the int8 table stores ``code - 128`` (codes 0..255 do not fit int8).
 MICRO_TABLE_SHIFT = 128
 
@@ -198,7 +204,7 @@ MICRO_TABLE_SHIFT = 128
 # Public API
 # ================================================================================================
 def build_tflite_model(
-    artifact,
+    artifact: BNCArtifact,
     *,
     lowering: str = "gather",
     raw_inputs: bool = False,
@@ -215,10 +221,10 @@ def build_tflite_model(
     ``metadata``: also the standard TFLITE_METADATA and ``labels.txt`` (``exporters._tflite``)."""
     check_lowering(lowering)
     micro = check_profile(profile, web_batch) == "micro"
-    web_batch = int(web_batch) if profile == "web" else None
-    if web_batch is not None and lowering == "onehot-fc" and web_batch != ONEHOT_FC_BATCH:
+    static_batch = int(web_batch) if profile == "web" else None
+    if static_batch is not None and lowering == "onehot-fc" and static_batch != ONEHOT_FC_BATCH:
         raise ExportError(
-            f"--web-batch {web_batch}: the onehot-fc lowering has a static batch of "
+            f"--web-batch {static_batch}: the onehot-fc lowering has a static batch of "
             f"{ONEHOT_FC_BATCH} (use --web-batch {ONEHOT_FC_BATCH}, or the gather lowering)"
         )
     if onehot not in ONEHOT_BUILDERS:
@@ -228,19 +234,22 @@ def build_tflite_model(
     if raw_inputs:
         padded_thresholds(artifact)  # raises ExportError early if the discretizer is missing/wrong
     plan = onehot_fc_plan(artifact, onehot, raw_inputs=raw_inputs) if lowering == "onehot-fc" else None
-    converted = _convert(artifact, lowering, raw_inputs, plan, micro, web_batch)
-    extra = {"n_ops_tflite": len(tflite_op_names(converted)), "batch": "static 1" if plan or micro else "dynamic"}
+    converted = _convert(artifact, lowering, raw_inputs, plan, micro, static_batch)
+    extra: dict[str, Any] = {
+        "n_ops_tflite": len(tflite_op_names(converted)),
+        "batch": "static 1" if plan or micro else "dynamic",
+    }
     if plan is not None:
         extra["onehot_fc"] = plan.describe()
     input_dtype = "int8" if plan is not None and plan.builder in INT8_BUILDERS else "int32"
 
-    def make_meta(entries: dict) -> dict:
+    def make_meta(entries: dict[str, Any]) -> dict[str, Any]:
         return export_metadata(
             artifact, format="tflite", lowering=lowering, raw_inputs=raw_inputs, input_dtype=input_dtype, extra=entries
         )
 
     def check(model: bytes) -> None:
-        check_contract(model, artifact, plan, profile=profile, web_batch=web_batch or WEB_BATCH)
+        check_contract(model, artifact, plan, profile=profile, web_batch=static_batch or WEB_BATCH)
 
     return finish_export(
         converted,
@@ -248,7 +257,7 @@ def build_tflite_model(
         make_meta,
         check,
         profile=profile,
-        web_batch=web_batch,
+        web_batch=static_batch,
         standard=metadata,
         n_features=artifact.n_features,
     )
@@ -258,7 +267,7 @@ def build_tflite_model(
 # TensorFlow graph and conversion (TensorFlow is imported here only)
 # ================================================================================================
 def _convert(
-    artifact,
+    artifact: BNCArtifact,
     lowering: str,
     raw_inputs: bool,
     plan: OneHotFCPlan | None,
@@ -277,8 +286,9 @@ def _convert(
     dtype = tf.float32 if raw_inputs or relu else tf.int32
     spec = tf.TensorSpec([batch, artifact.n_features], dtype, name=INPUT_NAME)
 
-    def graph(x):
+    def graph(x: Tensor) -> tuple[Tensor, Tensor]:
         if relu:
+            assert plan is not None  # relu: an int8 one-hot builder's plan
             log_joint, invalid = _relu_onehot_lookup(tf, artifact, plan, x)
             label = tf.argmax(log_joint, axis=1, output_type=label_dtype)
         else:
@@ -293,9 +303,10 @@ def _convert(
         label = tf.where(invalid, tf.constant(INVALID_LABEL, label_dtype), label)
         return log_joint, label
 
-    def micro_graph(x):
+    def micro_graph(x: Tensor) -> tuple[Tensor, Tensor]:
         # TFLite Micro: static [1, D], REDUCE_MAX guard, int32 label, TFLM operand types only.
         if relu:
+            assert plan is not None  # relu: an int8 one-hot builder's plan
             log_joint, invalid = _relu_onehot_lookup(tf, artifact, plan, x)
         else:
             codes, non_finite = _raw_codes(tf, artifact, x, micro=True) if raw_inputs else (x, None)
@@ -322,12 +333,13 @@ def _convert(
         # "Statistics for quantized inputs were expected": the input is int32/float32 on purpose.
         warnings.simplefilter("ignore", UserWarning)
         try:
-            return converter.convert()
+            converted: bytes = converter.convert()
         except Exception as exc:  # the converter raises its own ConverterError types
             raise ExportError(f"TFLite conversion failed ({lowering}): {str(exc).splitlines()[0]}") from None
+        return converted
 
 
-def _raw_codes(tf, artifact, x, micro: bool = False):
+def _raw_codes(tf: TF, artifact: BNCArtifact, x: Tensor, micro: bool = False) -> tuple[Tensor, Tensor]:
     """Raw float32 x [N, D] -> (codes int32 [N, D], non_finite bool [N, D]).
 
     ``micro``: the count is a float32 SUM (TFLM's SUM takes float32/int8), CAST to int32."""
@@ -345,7 +357,9 @@ def _raw_codes(tf, artifact, x, micro: bool = False):
     return codes, non_finite
 
 
-def _guard(tf, artifact, codes, non_finite, micro: bool = False):
+def _guard(
+    tf: TF, artifact: BNCArtifact, codes: Tensor, non_finite: Tensor, micro: bool = False
+) -> tuple[Tensor, Tensor]:
     """Clip codes into each feature's range; flag rows with any clipped (or non-finite) value.
 
     Returns ``(clipped int32 [N, D], invalid bool [N])``. ``micro``: the row flag by REDUCE_MAX
@@ -359,7 +373,7 @@ def _guard(tf, artifact, codes, non_finite, micro: bool = False):
     return clipped, (micro_invalid(tf, bad) if micro else tf.reduce_any(bad, axis=1))
 
 
-def _micro_local_rows(tf, artifact, clipped):
+def _micro_local_rows(tf: TF, artifact: BNCArtifact, clipped: Tensor) -> Tensor:
     """:func:`_local_rows` in TFLM's operand types. TAN parent values by a float32 MUL with a 0/1
     matrix and a float32 SUM, CAST back to int32 (small integers: exact): TFLM's GATHER and SUM take
     no int32, and the converter folds CAST -> float GATHER -> CAST back into an int32 GATHER."""
@@ -375,7 +389,7 @@ def _micro_local_rows(tf, artifact, clipped):
     return own + tf.cast(tf.reduce_sum(values * tf.constant(select)[None], axis=2), tf.int32)
 
 
-def _micro_gather_lookup(tf, artifact, clipped):
+def _micro_gather_lookup(tf: TF, artifact: BNCArtifact, clipped: Tensor) -> Tensor:
     """GATHER + SUM lowering for TFLite Micro: log_joint float32 [1, C] (the label comes after).
 
     Quantized: the table is stored **int8** (TFLM's GATHER takes int8/float32 params, not uint8):
@@ -386,17 +400,17 @@ def _micro_gather_lookup(tf, artifact, clipped):
     offsets = lookup_constants(artifact)["offsets"].astype(np.int32)
     rows = _micro_local_rows(tf, artifact, clipped) + tf.constant(offsets)
     if artifact.is_quantized:
-        shift = MICRO_TABLE_SHIFT if artifact.quantizer.max_code > INT8_WEIGHT_MAX else 0
-        table = (artifact.table_codes.astype(np.int16) - shift).astype(np.int8)
+        shift = MICRO_TABLE_SHIFT if codes_of(artifact).quantizer.max_code > INT8_WEIGHT_MAX else 0
+        table = (codes_of(artifact).table.astype(np.int16) - shift).astype(np.int8)
         picked = tf.gather(tf.constant(table), rows)  # int8 [1, D, C]
         sums = tf.reduce_sum(tf.cast(picked, tf.float32), axis=1)
-        prior = artifact.class_codes.astype(np.float32) + np.float32(shift * artifact.n_features)
-        return (sums + tf.constant(prior)) * tf.constant(np.float32(-artifact.quantizer.step))
+        prior = codes_of(artifact).prior.astype(np.float32) + np.float32(shift * artifact.n_features)
+        return (sums + tf.constant(prior)) * tf.constant(np.float32(-codes_of(artifact).quantizer.step))
     picked = tf.gather(tf.constant(artifact.table_logp), rows)  # float32 [1, D, C]
     return tf.reduce_sum(picked, axis=1) + tf.constant(artifact.class_logp)
 
 
-def _parent_term(tf, artifact, clipped, use_gather: bool):
+def _parent_term(tf: TF, artifact: BNCArtifact, clipped: Tensor, use_gather: bool) -> Tensor:
     """``has_parent[i] * x[:, pa(i)]`` int32 [N, D], or None for naive Bayes."""
     if artifact.structure == "nb":
         return None
@@ -411,7 +425,7 @@ def _parent_term(tf, artifact, clipped, use_gather: bool):
     return tf.reduce_sum(tf.expand_dims(clipped, 1) * tf.constant(select)[None], axis=2)
 
 
-def _local_rows(tf, artifact, clipped, use_gather: bool):
+def _local_rows(tf: TF, artifact: BNCArtifact, clipped: Tensor, use_gather: bool) -> Tensor:
     """``x_i * |X_pa(i)| + x_pa(i)`` int32 [N, D] (the row inside feature i's block)."""
     strides = lookup_constants(artifact)["strides"].astype(np.int32)
     own = clipped * tf.constant(strides) if artifact.structure == "tan" else clipped
@@ -419,28 +433,28 @@ def _local_rows(tf, artifact, clipped, use_gather: bool):
     return own if parent is None else own + parent
 
 
-def _gather_lookup(tf, artifact, clipped, label_dtype=None):
+def _gather_lookup(tf: TF, artifact: BNCArtifact, clipped: Tensor, label_dtype: TF = None) -> tuple[Tensor, Tensor]:
     """GATHER + SUM lowering: ``(log_joint float32 [N, C], label [N])`` (int64, or ``label_dtype``)."""
     label_dtype = label_dtype or tf.int64
     offsets = lookup_constants(artifact)["offsets"].astype(np.int32)
     rows = _local_rows(tf, artifact, clipped, use_gather=True) + tf.constant(offsets)
     if artifact.is_quantized:
         picked = tf.gather(tf.constant(artifact.table_codes), rows)  # uint8 [N, D, C]
-        sums = tf.reduce_sum(tf.cast(picked, tf.int32), axis=1) + tf.constant(artifact.class_codes.astype(np.int32))
+        sums = tf.reduce_sum(tf.cast(picked, tf.int32), axis=1) + tf.constant(codes_of(artifact).prior.astype(np.int32))
         label = tf.argmin(sums, axis=1, output_type=label_dtype)  # first minimum
-        step = np.float32(-artifact.quantizer.step)  # -2**-B_F, exact
+        step = np.float32(-codes_of(artifact).quantizer.step)  # -2**-B_F, exact
         return tf.cast(sums, tf.float32) * tf.constant(step), label
     picked = tf.gather(tf.constant(artifact.table_logp), rows)  # float32 [N, D, C]
     log_joint = tf.reduce_sum(picked, axis=1) + tf.constant(artifact.class_logp)
     return log_joint, tf.argmax(log_joint, axis=1, output_type=label_dtype)
 
 
-def _int8_counts(tf, value, scale: float = 1.0):
+def _int8_counts(tf: TF, value: Tensor, scale: float = 1.0) -> Tensor:
     """An int8 activation holding integers 0..255 (times ``scale``): zero point -128."""
     return fake_quant(tf, value, 0.0, INT8_OUTPUT_LEVELS * scale)
 
 
-def _group_partials(tf, plan: OneHotFCPlan, onehot) -> list:
+def _group_partials(tf: TF, plan: OneHotFCPlan, onehot: Tensor) -> list[Tensor]:
     """One int8 FULLY_CONNECTED per feature group: partial code sums, each [1, C] int8 (scale s).
 
     ``plan.prior_units`` (``edgetpu``): group 0's FC also adds the prior as its int32 bias
@@ -454,7 +468,7 @@ def _group_partials(tf, plan: OneHotFCPlan, onehot) -> list:
     return partial
 
 
-def _finish_log_joint(tf, artifact, plan: OneHotFCPlan, partial_sums):
+def _finish_log_joint(tf: TF, artifact: BNCArtifact, plan: OneHotFCPlan, partial_sums: Tensor) -> Tensor:
     """Partial sums [1, G * C] (dequantized by the converter) -> log_joint float32 [1, C].
 
     The sum over groups is float32 of integers (times ``s``) below 2**24: exact.
@@ -470,13 +484,15 @@ def _finish_log_joint(tf, artifact, plan: OneHotFCPlan, partial_sums):
         total = (
             table_sum
             if plan.prior_units is not None
-            else table_sum + tf.constant(artifact.class_codes.astype(np.float32))
+            else table_sum + tf.constant(codes_of(artifact).prior.astype(np.float32))
         )
-        return total * tf.constant(np.float32(-artifact.quantizer.step))
+        return total * tf.constant(np.float32(-codes_of(artifact).quantizer.step))
     return tf.constant(artifact.class_logp) - table_sum
 
 
-def _onehot_fc_lookup(tf, artifact, plan: OneHotFCPlan, clipped, micro: bool = False):
+def _onehot_fc_lookup(
+    tf: TF, artifact: BNCArtifact, plan: OneHotFCPlan, clipped: Tensor, micro: bool = False
+) -> Tensor:
     """``equal-cast`` builder: one-hot by EQUAL + CAST, then int8 FCs per group: log_joint [1, C].
 
     ``micro``: TAN parent values in float32 and a RESHAPE instead of EXPAND_DIMS (TFLM's takes no int32)."""
@@ -493,7 +509,7 @@ def _onehot_fc_lookup(tf, artifact, plan: OneHotFCPlan, clipped, micro: bool = F
     return _finish_log_joint(tf, artifact, plan, tf.concat(partial, axis=1) if len(partial) > 1 else partial[0])
 
 
-def _relu_onehot_lookup(tf, artifact, plan: OneHotFCPlan, x):
+def _relu_onehot_lookup(tf: TF, artifact: BNCArtifact, plan: OneHotFCPlan, x: Tensor) -> tuple[Tensor, Tensor]:
     """``relu`` builder: an all-int8 graph up to one DEQUANTIZE (what the Edge TPU can map).
 
     ``x`` is float32 [1, D] in the trace; the converter makes it the int8 input (scale 1, zp 0).
@@ -523,7 +539,7 @@ def _relu_onehot_lookup(tf, artifact, plan: OneHotFCPlan, x):
     return log_joint, invalid
 
 
-def _relu_value_onehot(tf, artifact, clipped):
+def _relu_value_onehot(tf: TF, artifact: BNCArtifact, clipped: Tensor) -> Tensor:
     """int8 [1, K] one-hot over (feature i, value v) positions ``sum_{j<i} |X_j| + v``."""
     cards = artifact.cardinalities
     feature = np.repeat(np.arange(artifact.n_features), cards)
@@ -535,7 +551,7 @@ def _relu_value_onehot(tf, artifact, clipped):
     return _int8_counts(tf, tf.minimum(_int8_counts(tf, up), _int8_counts(tf, down)))
 
 
-def _relu_joint_onehot(tf, artifact, value_onehot):
+def _relu_joint_onehot(tf: TF, artifact: BNCArtifact, value_onehot: Tensor) -> Tensor:
     """int8 [1, n_rows] one-hot over stacked-table rows from the (feature, value) one-hot."""
     cards = artifact.cardinalities
     start = np.concatenate([[0], np.cumsum(cards)[:-1]])  # value-one-hot offsets

@@ -49,9 +49,12 @@ from __future__ import annotations
 
 import importlib
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any, Literal, Self, overload
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 from bnc_deploy.errors import ConfigError, InputError, MissingExtraError, RuntimeLoadError
 from bnc_deploy.formats import integrity
@@ -126,9 +129,16 @@ class RuntimeAdapter:
     #: of rows either way (a fixed-batch adapter runs them in chunks).
     static_batch: int | None = None
 
+    path: Path
+    threads: int | None
+    #: The file's metadata (parsed and checked, ``integrity`` set); values of any JSON type.
+    metadata: dict[str, Any]
+    cardinalities: NDArray[np.int64]
+    _chunk_rows: int | Literal["auto"] | None
+
     def __init__(
         self,
-        path: str | os.PathLike,
+        path: str | os.PathLike[str],
         *,
         threads: int | None = None,
         verify_integrity: bool = True,
@@ -148,6 +158,8 @@ class RuntimeAdapter:
             # The seal is checked on the bytes the runtime then loads (formats/integrity.py).
             seal = integrity.check_on_load(data, where=where, verify=bool(verify_integrity), key=key)
             meta = self._load(self.path, data)
+            # annotate() takes and returns dict[str, object] (formats/integrity.py keeps a fixed import
+            # list, no typing.Any); the dict is the parsed metadata, kept as dict[str, Any] here.
             self.metadata = integrity.annotate(
                 parse_metadata(meta, where=where), seal, where, checked=bool(verify_integrity)
             )
@@ -160,7 +172,7 @@ class RuntimeAdapter:
         self.cardinalities = np.asarray(self.metadata["cardinalities"], dtype=np.int64)
 
     @classmethod
-    def accepts(cls, metadata: dict | None) -> bool:
+    def accepts(cls, metadata: dict[str, Any] | None) -> bool:
         """Whether this adapter runs an exported file with ``metadata`` (None: a file of one of its
         :attr:`extensions` whose metadata is not known yet, i.e. any such file). Default True; an
         adapter for a subset of a format's files (``tflm``: micro-profile TFLite files) says False
@@ -168,27 +180,31 @@ class RuntimeAdapter:
         return True
 
     @classmethod
-    def load(cls, path: str | os.PathLike, **options) -> RuntimeAdapter:
+    def load(cls, path: str | os.PathLike[str], **options: Any) -> Self:
         """Same as the constructor; reads well at call sites (``OnnxRuntimeAdapter.load(p)``)."""
         return cls(path, **options)
 
     @property
     def chunk_rows(self) -> int | None:
         """Rows per runtime call in :meth:`run` (None: all at once); see the class docstring."""
-        if self._chunk_rows == "auto":
+        if isinstance(self._chunk_rows, str):  # "auto" (the one string the setter keeps)
             per_row = 8 * max(1, self.n_features) * max(1, self.n_classes)
             return int(min(MAX_CHUNK_ROWS, max(MIN_CHUNK_ROWS, CHUNK_BYTES // per_row)))
         return self._chunk_rows
 
     @chunk_rows.setter
-    def chunk_rows(self, value) -> None:
+    def chunk_rows(self, value: int | np.integer[Any] | str | None) -> None:
+        self._set_chunk_rows(value)
+
+    def _set_chunk_rows(self, value: int | np.integer[Any] | str | None) -> None:
+        """The ``chunk_rows`` setter (also a subclass's that overrides the property)."""
         if (
             value is not None
             and value != "auto"
             and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1)
         ):
             raise ConfigError(f"chunk_rows must be a positive integer, None or 'auto', got {value!r}")
-        self._chunk_rows = value if value is None or value == "auto" else int(value)
+        self._chunk_rows = None if value is None else "auto" if value == "auto" else int(value)
 
     # -- facts from the file ----------------------------------------------------------------------
     @property
@@ -209,10 +225,11 @@ class RuntimeAdapter:
 
     @property
     def raw_inputs(self) -> bool:
-        return self.metadata["input"] == INPUT_RAW
+        kind: str = self.metadata["input"]
+        return kind == INPUT_RAW
 
     # -- inputs -----------------------------------------------------------------------------------
-    def check(self, x) -> np.ndarray:
+    def check(self, x: ArrayLike) -> NDArray[np.int64] | NDArray[np.float32]:
         """Validate ``x`` against the file's features.
 
         Returns int64 codes of shape (n, D), or float32 raw values of shape (n, D) for a raw model.
@@ -223,7 +240,7 @@ class RuntimeAdapter:
             return check_codes(x, self.cardinalities, self.feature_names, where=where)
         return check_raw(x, self.n_features, self.feature_names, where=where)
 
-    def prepare(self, x):
+    def prepare(self, x: ArrayLike) -> Any:  # opaque: each adapter's own type (its invoke()'s input)
         """Validate ``x`` (as :meth:`check`), convert it to the file's input dtype and do any
         one-time work for its batch size; return an opaque object for :meth:`invoke`.
 
@@ -236,12 +253,13 @@ class RuntimeAdapter:
         return self._prepare(checked)
 
     # -- running ----------------------------------------------------------------------------------
-    def invoke(self, prepared) -> tuple[np.ndarray, np.ndarray]:
+    def invoke(self, prepared: Any) -> Sequence[NDArray[Any]]:
         """The bare runtime call on :meth:`prepare`'s result: ``(scores, label)`` as the runtime
-        returns them. No validation, conversion or output checks (see :meth:`run` for those)."""
+        returns them (a pair: a tuple, or onnxruntime's list). No validation, conversion or output
+        checks (see :meth:`run` for those)."""
         raise NotImplementedError(f"{type(self).__name__} does not implement invoke()")
 
-    def run(self, x) -> tuple[np.ndarray, np.ndarray]:
+    def run(self, x: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
         """``(log_joint (n, C) float64, label (n,) int64)``.
 
         Rows go to the runtime in chunks of :attr:`chunk_rows` (each validated, converted and run
@@ -249,15 +267,19 @@ class RuntimeAdapter:
         """
         return self._run_rows(x, scores=True)
 
-    def log_joint(self, x) -> np.ndarray:
+    def log_joint(self, x: ArrayLike) -> NDArray[np.float64]:
         """``log p(c, x)``, shape (n, C), float64."""
         return self.run(x)[0]
 
-    def predict(self, x) -> np.ndarray:
+    def predict(self, x: ArrayLike) -> NDArray[np.int64]:
         """Most probable class (first maximum), shape (n,), int64 (the scores are not kept)."""
         return self._run_rows(x, scores=False)[1]
 
-    def _run_rows(self, x, scores: bool) -> tuple[np.ndarray | None, np.ndarray]:
+    @overload
+    def _run_rows(self, x: ArrayLike, scores: Literal[True]) -> tuple[NDArray[np.float64], NDArray[np.int64]]: ...
+    @overload
+    def _run_rows(self, x: ArrayLike, scores: Literal[False]) -> tuple[None, NDArray[np.int64]]: ...
+    def _run_rows(self, x: ArrayLike, scores: bool) -> tuple[NDArray[np.float64] | None, NDArray[np.int64]]:
         """:meth:`run` in chunks of :attr:`chunk_rows` (:func:`~bnc_deploy.reference.chunks.run_in_chunks`);
         ``scores=False`` keeps only the labels (``predict``)."""
         return run_in_chunks(
@@ -270,7 +292,9 @@ class RuntimeAdapter:
             cardinalities=None if self.raw_inputs else self.cardinalities,
         )
 
-    def _run_checked(self, checked: np.ndarray, scores: bool, offset: int) -> tuple[np.ndarray | None, np.ndarray]:
+    def _run_checked(
+        self, checked: NDArray[np.int64] | NDArray[np.float32], scores: bool, offset: int
+    ) -> tuple[NDArray[Any] | None, NDArray[np.int64]]:
         """Checked rows (``offset``: the first one's row in the caller's input) -> runtime -> output checks."""
         if checked.shape[0] == 0:
             return np.zeros((0, self.n_classes), dtype=np.float64), np.zeros(0, dtype=np.int64)
@@ -293,20 +317,20 @@ class RuntimeAdapter:
             )
         return (log_joint if scores else None), label
 
-    def _run(self, checked: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _run(self, checked: NDArray[np.int64] | NDArray[np.float32]) -> Sequence[NDArray[Any]]:
         """Checked rows (at least one) -> the runtime's ``(scores, label)``: prepare, then invoke.
 
         The one path from :meth:`run` to the runtime (tests patch it to simulate a wrong runtime).
         """
         return self.invoke(self._prepare(checked))
 
-    def _load(self, path: Path, data: bytes) -> dict:  # pragma: no cover - abstract
+    def _load(self, path: Path, data: bytes) -> str | Mapping[str, Any]:  # pragma: no cover - abstract
         """Load ``data`` (the whole file, already read and seal-checked) in the runtime and return
-        the file's metadata dict. ``path`` names the file in messages only: the runtime must not
-        open it (see the module docstring)."""
+        the file's metadata (the dict, or its JSON text). ``path`` names the file in messages only:
+        the runtime must not open it (see the module docstring)."""
         raise NotImplementedError
 
-    def _prepare(self, checked: np.ndarray):
+    def _prepare(self, checked: NDArray[np.int64] | NDArray[np.float32]) -> Any:
         """Checked rows (at least one, the dtype :meth:`check` returns) -> :meth:`invoke`'s input.
 
         Default: the checked rows themselves (for runtimes that need no conversion).
@@ -327,7 +351,9 @@ def read_model_bytes(path: Path) -> bytes:
         raise RuntimeLoadError(f"{path}: cannot read the file ({exc.strerror or exc})") from None
 
 
-def check_raw(x, n_features: int, feature_names=None, where: str = "input") -> np.ndarray:
+def check_raw(
+    x: ArrayLike, n_features: int, feature_names: Sequence[str] | None = None, where: str = "input"
+) -> NDArray[np.float32]:
     """Validate raw feature values; return float32 of shape (n, n_features).
 
     Accepts real (integer or float) arrays of shape (n, D) or one row (D,). Values are run as
@@ -356,7 +382,7 @@ def check_raw(x, n_features: int, feature_names=None, where: str = "input") -> n
 
 # -- registry -------------------------------------------------------------------------------------
 #: Runtime name -> adapter class, or a lazy ``"module:Class"`` string resolved on first use.
-RUNTIMES: dict[str, object] = {
+RUNTIMES: dict[str, type[RuntimeAdapter] | str] = {
     "numpy": "bnc_deploy.runtimes.reference_adapter:ReferenceAdapter",
     "onnxruntime": "bnc_deploy.runtimes.onnxruntime_adapter:OnnxRuntimeAdapter",
     "litert": "bnc_deploy.runtimes.litert_adapter:LiteRTAdapter",
@@ -376,7 +402,7 @@ EXTENSIONS: dict[str, str] = {
 }
 
 
-def register_runtime(name: str, target, extensions: tuple[str, ...] = ()) -> None:
+def register_runtime(name: str, target: type[RuntimeAdapter] | str, extensions: tuple[str, ...] = ()) -> None:
     """Add or replace runtime ``name`` (a RuntimeAdapter subclass or ``"module:Class"``)."""
     RUNTIMES[name] = target
     for ext in extensions:
@@ -410,7 +436,7 @@ def runtime_class(name: str) -> type[RuntimeAdapter]:
     return target
 
 
-def default_runtime(path: str | os.PathLike) -> str | None:
+def default_runtime(path: str | os.PathLike[str]) -> str | None:
     """The runtime that reads ``path`` by default, by its extension (None for an unknown one):
     the one place that maps a file's suffix to a runtime (:data:`EXTENSIONS`)."""
     return EXTENSIONS.get(Path(path).suffix.lower())
@@ -421,7 +447,7 @@ def model_suffixes() -> tuple[str, ...]:
     return tuple(EXTENSIONS)
 
 
-def load_runtime(path: str | os.PathLike, runtime: str | None = None, **options) -> RuntimeAdapter:
+def load_runtime(path: str | os.PathLike[str], runtime: str | None = None, **options: Any) -> RuntimeAdapter:
     """Open ``path`` with ``runtime`` (by name), or with the default runtime for its extension.
 
     ``options`` go to the adapter (e.g. ``threads=1``). Raises ConfigError when ``runtime`` is

@@ -41,9 +41,12 @@ import json
 import os
 import socket
 import urllib.parse
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from bnc_deploy.errors import ConfigError, InputError, RuntimeLoadError
 from bnc_deploy.formats.metadata import INPUT_CODES, INPUT_NAME, INPUT_RAW
@@ -111,7 +114,7 @@ class HttpAdapter(RuntimeAdapter):
 
     def __init__(
         self,
-        path=None,
+        path: str | os.PathLike[str] | None = None,
         *,
         url: str | None = None,
         model: str | None = None,
@@ -121,7 +124,7 @@ class HttpAdapter(RuntimeAdapter):
         threads: int | None = None,
         verify_integrity: bool = True,
         key: bytes | None = None,
-        chunk_rows="auto",
+        chunk_rows: int | str | None = "auto",
     ) -> None:
         if url is None:
             raise ConfigError("http runtime: needs the server's URL (bnc-profile --url http://HOST:PORT)")
@@ -140,7 +143,7 @@ class HttpAdapter(RuntimeAdapter):
         self.timeout = float(timeout)
         self.path = Path(model)  # names the model in the base class's messages ("<model> input: ...")
         self.chunk_rows = chunk_rows
-        self._headers = {}
+        self._headers: dict[str, str] = {}
         if api_key is None:
             api_key = os.environ.get(API_KEY_ENV) or None
         if api_key is not None:
@@ -150,7 +153,7 @@ class HttpAdapter(RuntimeAdapter):
         if version:
             base += f"/versions/{urllib.parse.quote(str(version), safe='')}"
         self._model_path, self._infer_path = base, base + "/infer"
-        self._conn = None
+        self._conn: http.client.HTTPConnection | None = None
         self.metadata = self._load_metadata()
         self.cardinalities = np.asarray(self.metadata["cardinalities"], dtype=np.int64)
 
@@ -170,7 +173,9 @@ class HttpAdapter(RuntimeAdapter):
             self._conn.close()
             self._conn = None
 
-    def _request(self, method: str, target: str, body: bytes | None = None, headers: dict | None = None):
+    def _request(
+        self, method: str, target: str, body: bytes | None = None, headers: dict[str, str] | None = None
+    ) -> tuple[int, http.client.HTTPMessage, bytes]:
         """One round trip: ``(status, response headers, body)``; reopens a connection the server
         closed while idle (once), raises OSError/HTTPException when the server is unreachable."""
         headers = {**self._headers, **(headers or {})}
@@ -200,7 +205,7 @@ class HttpAdapter(RuntimeAdapter):
         raise AssertionError("unreachable")
 
     # -- metadata ---------------------------------------------------------------------------------
-    def _load_metadata(self) -> dict:
+    def _load_metadata(self) -> dict[str, Any]:
         where = f"{self.url} model {self.model!r}"
         try:
             status, _, data = self._request("GET", self._model_path)
@@ -237,7 +242,7 @@ class HttpAdapter(RuntimeAdapter):
         return params
 
     # -- running ----------------------------------------------------------------------------------
-    def _prepare(self, checked: np.ndarray) -> bytes:
+    def _prepare(self, checked: NDArray[np.int64] | NDArray[np.float32]) -> _Prepared:
         """Checked rows -> the request body (JSON header + input bytes); headers are fixed per body."""
         # Checked codes are in 0..|X_i|-1 and raw values are float32: the cast to the served input
         # datatype is exact (a codes model's datatype holds its cardinalities).
@@ -261,7 +266,7 @@ class HttpAdapter(RuntimeAdapter):
         ).encode()
         return _Prepared(header + data, len(header), int(checked.shape[0]))
 
-    def invoke(self, prepared) -> tuple[np.ndarray, np.ndarray]:
+    def invoke(self, prepared: _Prepared) -> tuple[NDArray[Any], NDArray[Any]]:
         """One ``POST .../infer`` round trip: ``(scores, label)`` as the server sent them."""
         headers = {"Content-Type": "application/octet-stream", _HEADER_LENGTH: str(prepared.header_length)}
         try:
@@ -299,13 +304,16 @@ def _message(data: bytes) -> str:
         return data[:200].decode("utf-8", "replace") or "no message"
 
 
-def _decode_response(headers, data: bytes, where: str) -> dict[str, np.ndarray]:
+def _decode_response(
+    headers: Mapping[str, str] | http.client.HTTPMessage, data: bytes, where: str
+) -> dict[str, NDArray[Any]]:
     """``{output name: array}`` of a V2 infer response (binary extension or JSON data)."""
     try:
         length = headers.get(_HEADER_LENGTH)
         header_length = int(length) if length is not None else len(data)
         meta = json.loads(data[:header_length])
-        out, pos = {}, header_length
+        out: dict[str, NDArray[Any]] = {}
+        pos = header_length
         for tensor in meta["outputs"]:
             shape = tuple(int(s) for s in tensor["shape"])
             dtype = np.dtype(_DTYPES[tensor["datatype"]])

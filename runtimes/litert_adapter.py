@@ -20,9 +20,12 @@ re-allocating first only when another batch size was allocated since ``prepare``
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from bnc_deploy.errors import ConfigError, MissingExtraError
 from bnc_deploy.formats.metadata import INPUT_NAME, contract_outputs
@@ -33,8 +36,9 @@ from bnc_deploy.runtimes.base import RuntimeAdapter, RuntimeLoadError
 RESOLVERS = ("auto", "builtin", "reference")
 
 
-def interpreter_module():
-    """``(Interpreter class, OpResolverType enum, backend name)``: LiteRT, else TensorFlow Lite.
+def interpreter_module() -> tuple[Any, Any, str]:
+    """``(Interpreter class, OpResolverType enum, backend name)``: LiteRT, else TensorFlow Lite
+    (untyped packages: the class and the enum are Any to mypy).
 
     Raises MissingExtraError (an ImportError) when neither is installed.
     """
@@ -58,12 +62,12 @@ class _Prepared:
 
     __slots__ = ("x", "batch", "rows", "padded")
 
-    def __init__(self, x: np.ndarray, batch: int, rows: int) -> None:
+    def __init__(self, x: NDArray[Any], batch: int, rows: int) -> None:
         self.x, self.batch, self.rows = x, batch, rows
         self.padded = rows != x.shape[0]
 
     @property
-    def chunks(self) -> tuple:
+    def chunks(self) -> tuple[NDArray[Any], ...]:
         """The per-call slices (views), for callers that want them one by one."""
         return tuple(self.x[i : i + self.batch] for i in range(0, self.x.shape[0], self.batch))
 
@@ -81,14 +85,18 @@ class LiteRTAdapter(RuntimeAdapter):
 
     name = "litert"
     extensions = (".tflite",)
+    #: Rows the interpreter's tensors are allocated for (None: not allocated yet).
+    _allocated_rows: int | None
 
-    def __init__(self, path, *, threads: int | None = 1, resolver: str = "auto", **options) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], *, threads: int | None = 1, resolver: str = "auto", **options: Any
+    ) -> None:
         if resolver not in RESOLVERS:
             raise ConfigError(f"unknown resolver {resolver!r}; choose one of {', '.join(RESOLVERS)}")
         self.resolver = resolver
         super().__init__(path, threads=threads, **options)  # options: verify_integrity, key (base class)
 
-    def _load(self, path: Path, data: bytes) -> dict:
+    def _load(self, path: Path, data: bytes) -> dict[str, Any]:
         from bnc_deploy.formats.tflite import read_tflite_metadata
 
         interpreter_class, resolver_type, self.backend = interpreter_module()
@@ -135,7 +143,7 @@ class LiteRTAdapter(RuntimeAdapter):
         self.static_batch = None if int(signature[0]) == -1 else int(x["shape"][0])
         self._allocated_rows = None
 
-    def _prepare(self, checked: np.ndarray) -> _Prepared:
+    def _prepare(self, checked: NDArray[np.int64] | NDArray[np.float32]) -> _Prepared:
         if self._input_dtype.kind in "iu":
             # Checked codes are in 0..|X_i|-1, so the cast to the file's integer type is exact.
             x = checked.astype(self._input_dtype, copy=False)
@@ -165,7 +173,7 @@ class LiteRTAdapter(RuntimeAdapter):
             raise RuntimeError(f"{self.path}: LiteRT cannot allocate the file's tensors ({_first_line(exc)})") from None
         self._allocated_rows = rows
 
-    def invoke(self, prepared: _Prepared) -> tuple[np.ndarray, np.ndarray]:
+    def invoke(self, prepared: _Prepared) -> tuple[NDArray[Any], NDArray[Any]]:
         """``set_tensor + invoke + get_tensor`` per chunk: ``(scores, label)`` in the file's dtypes.
 
         The interpreter's failures (a graph that does not match its metadata) are raised as
@@ -175,7 +183,7 @@ class LiteRTAdapter(RuntimeAdapter):
         except (RuntimeError, ValueError) as exc:
             raise RuntimeError(f"{self.path}: LiteRT failed to run the file ({_first_line(exc)})") from None
 
-    def _invoke(self, prepared: _Prepared) -> tuple[np.ndarray, np.ndarray]:
+    def _invoke(self, prepared: _Prepared) -> tuple[NDArray[Any], NDArray[Any]]:
         it = self.interpreter
         if self._allocated_rows != prepared.batch:  # another batch size was prepared since
             self._allocate(prepared.batch)

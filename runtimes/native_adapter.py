@@ -83,9 +83,12 @@ import shutil
 import subprocess
 import tempfile
 import threading
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any, Literal, overload
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 from bnc_deploy.errors import ConfigError, MetadataError
 from bnc_deploy.formats.c import check_c_name, read_c_metadata
@@ -141,7 +144,7 @@ def cache_dir() -> Path:
 
 
 _probe_lock = threading.Lock()
-_probed: dict[tuple, tuple[str, ...]] = {}
+_probed: dict[tuple[str, str], tuple[str, ...]] = {}
 
 
 def _accepts(cc: str, flags: tuple[str, ...]) -> bool:
@@ -230,7 +233,9 @@ def _first_error(text: str) -> str:
     return lines[0] if lines else "no message"
 
 
-def compile_library(source: bytes, wrapper: str, where: str | os.PathLike = "header") -> tuple[Path, tuple[str, ...]]:
+def compile_library(
+    source: bytes, wrapper: str, where: str | os.PathLike[str] = "header"
+) -> tuple[Path, tuple[str, ...]]:
     """Compile the C header ``source`` (its bytes, already read: the file is not read again) with
     ``wrapper`` into a cached shared library: ``(its path, the command's flags)``; ``where`` names
     the header in errors."""
@@ -268,8 +273,8 @@ def compile_library(source: bytes, wrapper: str, where: str | os.PathLike = "hea
 
 
 def _build(cc: str, flags: tuple[str, ...], source: bytes, wrapper: str, folder: Path, library: Path) -> Path:
-    with tempfile.TemporaryDirectory(prefix="bnc-native-build-", dir=folder) as work:
-        work = Path(work)
+    with tempfile.TemporaryDirectory(prefix="bnc-native-build-", dir=folder) as work_dir:
+        work = Path(work_dir)
         (work / "model.h").write_bytes(source)
         (work / "wrapper.c").write_text(wrapper)
         target = work / "lib.so"
@@ -297,7 +302,7 @@ _init_lock = threading.Lock()
 _checked_libraries: set[str] = set()
 
 
-def table_rows(cardinalities: np.ndarray, parents: list[int], seed: int = 0) -> np.ndarray:
+def table_rows(cardinalities: ArrayLike, parents: Sequence[int] | None, seed: int = 0) -> NDArray[np.int64]:
     """Rows that read every table row at least once (int64 (n, D)): per feature ``i`` a block over all
     values of ``x_i`` (TAN: all pairs ``(x_i, x_parent)``), the other features from a seeded random row."""
     cards = np.asarray(cardinalities, dtype=np.int64)
@@ -324,7 +329,7 @@ class NativeAdapter(RuntimeAdapter):
     name = "native"
     extensions = (".h",)
 
-    def _load(self, path: Path, data: bytes) -> dict:
+    def _load(self, path: Path, data: bytes) -> dict[str, Any]:
         try:
             meta = read_c_metadata(data)
         except MetadataError as exc:
@@ -366,7 +371,7 @@ class NativeAdapter(RuntimeAdapter):
         lib.bncn_init.argtypes = ()
         batch_args = [ctypes.c_void_p, ctypes.c_long, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int]
         types = RAW_TYPES if raw else CODE_TYPES
-        self._batch = {}
+        self._batch: dict[np.dtype[Any], Callable[..., int]] = {}  # kernel input dtype -> its batch function
         for suffix, spec in types.items():
             fn = getattr(lib, f"bncn_batch_{suffix}")
             fn.restype, fn.argtypes = ctypes.c_long, batch_args
@@ -387,7 +392,7 @@ class NativeAdapter(RuntimeAdapter):
         self._one_row_size = len(cards) if len(cards) > 1 else -1
         return meta
 
-    def _self_check(self, cards: np.ndarray, parents) -> None:
+    def _self_check(self, cards: NDArray[np.int64], parents: Sequence[int] | None) -> None:
         """The kernel against the header's ``PREFIX_log_joint``/``PREFIX_predict`` on every table row
         and random rows (see the module docstring); RuntimeLoadError on any difference."""
         rows = np.concatenate([table_rows(cards, parents), random_valid_codes(cards, SELF_CHECK_RANDOM_ROWS, seed=1)])
@@ -416,17 +421,17 @@ class NativeAdapter(RuntimeAdapter):
     @property
     def chunk_rows(self) -> int | None:
         """None for ``"auto"``: the kernel has no per-batch intermediate (see the module docstring)."""
-        return None if self._chunk_rows == "auto" else self._chunk_rows
+        return None if isinstance(self._chunk_rows, str) else self._chunk_rows  # a string is "auto"
 
     @chunk_rows.setter
-    def chunk_rows(self, value) -> None:
-        RuntimeAdapter.chunk_rows.fset(self, value)
+    def chunk_rows(self, value: int | np.integer[Any] | str | None) -> None:
+        self._set_chunk_rows(value)
 
-    def _prepare(self, checked: np.ndarray) -> np.ndarray:
+    def _prepare(self, checked: NDArray[np.int64] | NDArray[np.float32]) -> NDArray[np.uint8] | NDArray[np.float32]:
         # Checked codes are in 0..|X_i|-1 <= 255, so the cast to uint8 is exact; raw rows are float32.
         return np.ascontiguousarray(checked, dtype=self._input_dtype)
 
-    def invoke(self, prepared: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def invoke(self, prepared: NDArray[Any]) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
         """One kernel call over the batch: ``(log_joint float64, label int64)`` (-1 and NaN for a refused row)."""
         # The C code reads n * D values: refuse anything but what prepare() makes (never read past the array).
         if (
@@ -456,7 +461,7 @@ class NativeAdapter(RuntimeAdapter):
                     slots.append(slot)
         return self._call(prepared, True)[:2]
 
-    def run(self, x) -> tuple[np.ndarray, np.ndarray]:
+    def run(self, x: ArrayLike) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
         """``(log_joint (n, C) float64, label (n,) int64)``; see the module docstring for the fast path."""
         # The one-row path is written out here (not in a helper): a Python call costs ~0.1 us of the ~1 us.
         if type(x) is np.ndarray and x.size == self._one_row_size and x.ndim < 3 and x.dtype.kind in self._kinds:
@@ -477,7 +482,7 @@ class NativeAdapter(RuntimeAdapter):
         fast = self._fast_batch(x, True)
         return fast if fast is not None else RuntimeAdapter.run(self, x)
 
-    def predict(self, x) -> np.ndarray:
+    def predict(self, x: ArrayLike) -> NDArray[np.int64]:
         """Most probable class (first maximum), shape (n,), int64 (no scores are written for batches)."""
         if type(x) is np.ndarray and x.size == self._one_row_size and x.ndim < 3 and x.dtype.kind in self._kinds:
             try:
@@ -497,10 +502,14 @@ class NativeAdapter(RuntimeAdapter):
         fast = self._fast_batch(x, False)
         return fast[1] if fast is not None else RuntimeAdapter.predict(self, x)
 
-    def log_joint(self, x) -> np.ndarray:
+    def log_joint(self, x: ArrayLike) -> NDArray[np.float64]:
         return self.run(x)[0]
 
-    def _call(self, x: np.ndarray, scores: bool) -> tuple[np.ndarray | None, np.ndarray, int]:
+    @overload
+    def _call(self, x: NDArray[Any], scores: Literal[True]) -> tuple[NDArray[np.float64], NDArray[np.int64], int]: ...
+    @overload
+    def _call(self, x: NDArray[Any], scores: bool) -> tuple[NDArray[np.float64] | None, NDArray[np.int64], int]: ...
+    def _call(self, x: NDArray[Any], scores: bool) -> tuple[NDArray[np.float64] | None, NDArray[np.int64], int]:
         """The batch kernel on a C-contiguous (n, D) array of a kernel dtype: ``(scores or None, labels,
         refused rows)`` (-1/NaN rows where refused)."""
         n = x.shape[0]
@@ -515,7 +524,15 @@ class NativeAdapter(RuntimeAdapter):
         )
         return out, labels, refused
 
-    def _fast_batch(self, x, scores: bool):
+    @overload
+    def _fast_batch(
+        self, x: ArrayLike, scores: Literal[True]
+    ) -> tuple[NDArray[np.float64], NDArray[np.int64]] | None: ...
+    @overload
+    def _fast_batch(
+        self, x: ArrayLike, scores: bool
+    ) -> tuple[NDArray[np.float64] | None, NDArray[np.int64]] | None: ...
+    def _fast_batch(self, x: ArrayLike, scores: bool) -> tuple[NDArray[np.float64] | None, NDArray[np.int64]] | None:
         """The C-validated batch path; None when ``x`` needs the generic one (other input, or a refused row)."""
         if type(x) is not np.ndarray or x.ndim != 2 or x.dtype not in self._batch:
             return None
@@ -531,25 +548,28 @@ class NativeAdapter(RuntimeAdapter):
         return out, labels
 
 
-_row_slots: dict[str, list] = {}
+#: A one-row slot: ``(argument-free call, input (1, D), scores (1, C), label (1,))``, see :func:`_make_slots`.
+_Slot = tuple[Callable[[], int], NDArray[Any], NDArray[np.float64], NDArray[np.int64]]
+_row_slots: dict[str, list[_Slot]] = {}
 _from_buffer, _addressof = ctypes.c_char.from_buffer, ctypes.addressof
 
 
-def _address(array: np.ndarray) -> int:
+def _address(array: NDArray[Any]) -> int:
     """The data address of a C-contiguous array: through the buffer protocol (~4x cheaper than
     ``array.ctypes.data``, which matters at a few us per call), else (read-only arrays) ``ctypes.data``."""
     try:
-        return _addressof(_from_buffer(array))
+        # ndarray exports the buffer protocol; numpy's stubs declare __buffer__ for Python >= 3.12 only.
+        return _addressof(_from_buffer(array))  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return array.ctypes.data
 
 
-def _make_slots(pylib, d: int, n_classes: int, raw: bool) -> list:
+def _make_slots(pylib: ctypes.PyDLL, d: int, n_classes: int, raw: bool) -> list[_Slot]:
     """``[(argument-free one-row function, input (1, D) view, scores (1, C) view, label (1,) view)]``, one per
     static slot of the library (the views read and write the C buffers in place)."""
     slot_ptr = pylib.bncn_slot
     slot_ptr.restype, slot_ptr.argtypes = ctypes.c_void_p, [ctypes.c_int]
-    slots = []
+    slots: list[_Slot] = []
     for k in range(ROW_SLOTS):
         memory = (ctypes.c_double * (d + n_classes + 1)).from_address(slot_ptr(k))
         io = np.ctypeslib.as_array(memory)

@@ -15,9 +15,11 @@ The metadata comes from the file's ``metadata_props["bnc_deploy"]``; no artifact
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
+from numpy.typing import NDArray
 
 from bnc_deploy.formats.metadata import INPUT_NAME, METADATA_KEY, contract_outputs
 from bnc_deploy.formats.ort import ORT_IDENTIFIER
@@ -25,7 +27,7 @@ from bnc_deploy.runtimes.base import RuntimeAdapter, RuntimeLoadError
 
 # onnxruntime raises its own exception types (InvalidProtobuf, InvalidArgument, Fail, ...; plain
 # Exception subclasses, not RuntimeError) for bad files: collect them all from its binding module.
-_ORT_ERRORS = (RuntimeError,) + tuple(
+_ORT_ERRORS: tuple[type[Exception], ...] = (RuntimeError,) + tuple(
     obj
     for obj in vars(ort.capi.onnxruntime_pybind11_state).values()
     if isinstance(obj, type) and issubclass(obj, Exception)
@@ -38,7 +40,7 @@ class OnnxRuntimeAdapter(RuntimeAdapter):
     name = "onnxruntime"
     extensions = (".onnx", ".ort")
 
-    def _load(self, path: Path, data: bytes) -> dict:
+    def _load(self, path: Path, data: bytes) -> str:
         options = ort.SessionOptions()
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         options.inter_op_num_threads = 1
@@ -71,20 +73,22 @@ class OnnxRuntimeAdapter(RuntimeAdapter):
         )
         if self._input_dtype is None:
             raise RuntimeLoadError(f"{path}: unsupported input type {inputs[INPUT_NAME].type}")
-        return props[METADATA_KEY]
+        text: str = props[METADATA_KEY]  # the metadata's JSON text (custom_metadata_map: str -> str)
+        return text
 
-    def _prepare(self, checked: np.ndarray) -> dict:
+    def _prepare(self, checked: NDArray[np.int64] | NDArray[np.float32]) -> dict[str, NDArray[Any]]:
         # Checked codes are in 0..|X_i|-1, so the cast to an integer input type is exact.
         return {INPUT_NAME: np.ascontiguousarray(checked, dtype=self._input_dtype)}
 
-    def invoke(self, prepared: dict) -> list:
+    def invoke(self, prepared: dict[str, NDArray[Any]]) -> list[NDArray[Any]]:
         """One ``InferenceSession.run``: ``[scores, label]`` as onnxruntime returns them.
 
         onnxruntime's own failures (e.g. a Gather index out of range in a file whose graph does not
         match its metadata) are raised as RuntimeError naming the file, as :meth:`run`'s output checks do.
         """
         try:
-            return self.session.run(self._outputs, prepared)
+            outputs: list[NDArray[Any]] = self.session.run(self._outputs, prepared)
+            return outputs
         except _ORT_ERRORS as exc:
             raise RuntimeError(f"{self.path}: onnxruntime failed to run the file ({_first_line(exc)})") from None
 

@@ -12,13 +12,16 @@ stay int64, raw values (checked as float32) are widened to float64 for the discr
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from bnc_deploy.artifacts import ArtifactError, load_artifact
 from bnc_deploy.formats.bnc import export_metadata, raw_cut_points
-from bnc_deploy.reference.bnc import ReferencePredictor
+from bnc_deploy.reference.bnc import PredictorMixin, ReferencePredictor
 from bnc_deploy.runtimes.base import RuntimeAdapter, RuntimeLoadError
 
 
@@ -37,12 +40,16 @@ class ReferenceAdapter(RuntimeAdapter):
 
     name = "numpy"
     extensions = (".bnc",)
+    #: The artifact's reference predictor (``ReferencePredictor`` or ``DNNReferencePredictor``).
+    predictor: PredictorMixin
 
-    def __init__(self, path, *, threads: int | None = None, raw_inputs: bool = False, **options) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], *, threads: int | None = None, raw_inputs: bool = False, **options: Any
+    ) -> None:
         self._raw_inputs = raw_inputs
         super().__init__(path, threads=threads, **options)  # options: verify_integrity, key (base class)
 
-    def _load(self, path: Path, data: bytes) -> dict:
+    def _load(self, path: Path, data: bytes) -> dict[str, Any]:
         try:
             self.artifact = load_artifact(path, data=data)
             if self.artifact.kind == "dnn":
@@ -56,7 +63,7 @@ class ReferenceAdapter(RuntimeAdapter):
         meta["exact"] = True  # it is the reference
         return meta
 
-    def _load_dnn(self, path: Path) -> dict:
+    def _load_dnn(self, path: Path) -> dict[str, Any]:
         from bnc_deploy.formats.dnn import dnn_export_metadata
         from bnc_deploy.reference.dnn import DNNReferencePredictor
 
@@ -65,12 +72,14 @@ class ReferenceAdapter(RuntimeAdapter):
         self.predictor = DNNReferencePredictor(self.artifact)
         return dnn_export_metadata(self.artifact, format="bnc", exact=True, input_dtype="int64", lowering="reference")
 
-    def _prepare(self, checked: np.ndarray) -> np.ndarray:
+    def _prepare(self, checked: NDArray[np.int64] | NDArray[np.float32]) -> NDArray[np.int64] | NDArray[np.float64]:
         # Raw values were checked as float32 (what an exported file sees); the widening to the
         # discretizer's float64 is exact, so the cut points compare the same values.
-        return np.ascontiguousarray(checked, dtype=np.float64 if self.raw_inputs else np.int64)
+        if self.raw_inputs:
+            return np.ascontiguousarray(checked, dtype=np.float64)
+        return np.ascontiguousarray(checked, dtype=np.int64)
 
-    def invoke(self, prepared: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def invoke(self, prepared: NDArray[np.int64] | NDArray[np.float64]) -> tuple[NDArray[np.float64], NDArray[np.intp]]:
         # The discretizer itself (float64 searchsorted), not the exporters' float32 thresholds:
         # this adapter is the ground truth those thresholds are checked against.
         codes = self.predictor.discretize(prepared) if self._raw_inputs else prepared

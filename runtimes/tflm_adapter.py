@@ -19,9 +19,12 @@ preallocated outputs. ``invoke`` returns ``(scores float32 (n, C), label int64 (
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 # Imported here, not lazily: without tflite-micro, ``runtime_class("tflm")`` raises MissingExtraError
 # naming the ``micro`` extra and ``bnc_deploy.testing.runtimes_for`` leaves the runtime out.
@@ -54,7 +57,9 @@ class TFLMAdapter(RuntimeAdapter):
     extensions = (".tflite",)
     static_batch = 1
 
-    def __init__(self, path, *, arena_size: int | None = None, threads: int | None = 1, **options) -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], *, arena_size: int | None = None, threads: int | None = 1, **options: Any
+    ) -> None:
         if arena_size is not None and (
             isinstance(arena_size, bool) or not isinstance(arena_size, int) or arena_size < 1
         ):
@@ -63,11 +68,11 @@ class TFLMAdapter(RuntimeAdapter):
         super().__init__(path, threads=threads, **options)
 
     @classmethod
-    def accepts(cls, metadata: dict | None) -> bool:
+    def accepts(cls, metadata: dict[str, Any] | None) -> bool:
         """Only files whose metadata says ``"profile": "micro"`` (never an unknown file)."""
         return isinstance(metadata, dict) and metadata.get("profile") == MICRO_PROFILE
 
-    def _load(self, path: Path, data: bytes) -> dict:
+    def _load(self, path: Path, data: bytes) -> dict[str, Any]:
         from bnc_deploy.formats.tflite import read_tflite_metadata
 
         try:
@@ -105,7 +110,7 @@ class TFLMAdapter(RuntimeAdapter):
         self._bind_io(path, meta)
         return meta
 
-    def _bind_io(self, path: Path, meta: dict) -> None:
+    def _bind_io(self, path: Path, meta: dict[str, Any]) -> None:
         """Check the static [1, D] input and the [1, C] scores / [1] label outputs."""
         it = self.interpreter
         try:
@@ -123,13 +128,13 @@ class TFLMAdapter(RuntimeAdapter):
             )
         self._input_dtype = np.dtype(x["dtype"])
 
-    def _prepare(self, checked: np.ndarray) -> np.ndarray:
+    def _prepare(self, checked: NDArray[np.int64] | NDArray[np.float32]) -> NDArray[Any]:
         # Checked codes are in range, so the cast to the file's integer type is exact; raw values
         # are float32 already.
         dtype = self._input_dtype if self._input_dtype.kind in "iu" else np.dtype(np.float32)
         return np.ascontiguousarray(checked.astype(dtype, copy=False))
 
-    def invoke(self, prepared: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def invoke(self, prepared: NDArray[Any]) -> tuple[NDArray[np.float32], NDArray[np.int64]]:
         """One ``set_input + invoke + get_output`` per row: ``(scores float32 (n, C), label int64 (n,))``."""
         it = self.interpreter
         n = prepared.shape[0]

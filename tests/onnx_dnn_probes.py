@@ -27,10 +27,10 @@ def export_onnx_dnn(artifact, path, **options) -> dict:
     """Export through the one verifier; the facts the tests read (``path``, ``exact``, ``lowering``,
     ``opset``, ``n_nodes``, ``metadata``, ``bytes``, ``verification``)."""
     report = export_file(artifact, path, "onnx", **options)
-    meta = report["metadata"]
+    meta = report.metadata
     return {
-        "path": Path(report["path"]),
-        "bytes": report["file_bytes"],
+        "path": Path(report.path),
+        "bytes": report.file_bytes,
         "format": "onnx",
         "opset": meta["opset"],
         "lowering": meta["lowering"],
@@ -38,13 +38,13 @@ def export_onnx_dnn(artifact, path, **options) -> dict:
         "n_nodes": meta["n_nodes"],
         "metadata": meta,
         "verification": {
-            "n_rows": report["n_verified"],
-            "label_mismatches": report["label_mismatches_all"],
-            "agreement": 1.0 - report["label_mismatches_all"] / report["n_verified"],
-            "logits_identical": report["scores_identical"],
-            "max_abs_logit_error": report["max_abs_score_diff"],
-            "exact_expected": report["exact_expected"],
-            "runtime": report["runtime"],
+            "n_rows": report.n_verified,
+            "label_mismatches": report.label_mismatches_all,
+            "agreement": 1.0 - report.label_mismatches_all / report.n_verified,
+            "logits_identical": report.scores_identical,
+            "max_abs_logit_error": report.max_abs_score_diff,
+            "exact_expected": report.exact_expected,
+            "runtime": report.runtime,
         },
     }
 

@@ -26,24 +26,24 @@ def artifacts():
 def test_auto_publishes_the_fastest_measured_lowering_with_its_timings(tmp_path, artifacts, example, batch):
     artifact = artifacts[example]
     report = export_file(artifact, tmp_path / "m.onnx", "onnx", lowering="auto", lowering_batch=batch)
-    record = report["lowering_auto"]
-    meta = load_runtime(report["path"], "onnxruntime").metadata
-    assert meta["lowering_auto"] == record and meta["lowering"] == record["chosen"] == report["lowering"]
+    record = report.lowering_auto
+    meta = load_runtime(report.path, "onnxruntime").metadata
+    assert meta["lowering_auto"] == record and meta["lowering"] == record["chosen"] == report.lowering
     assert record["batch"] == batch and record["runtime"] == "onnxruntime" and record["threads"] == 1
     # Every declared lowering was either timed or refused with a reason; the choice is the fastest.
     assert set(record["median_seconds"]) | set(record["refused"]) == {"gather", "onehot-fc", "gather-grouped"}
     assert all(reason for reason in record["refused"].values())
     assert record["chosen"] == min(record["median_seconds"], key=record["median_seconds"].get)
     assert all(s > 0 for s in record["median_seconds"].values())
-    assert report["exact"] == artifact.is_quantized
+    assert report.exact == artifact.is_quantized
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]  # no candidate file left behind
 
 
 def test_ort_format_records_why_a_candidate_was_refused(tmp_path, artifacts):
     report = export_file(artifacts["nb-3bit"], tmp_path / "m.ort", "ort", lowering="auto")
-    record = report["lowering_auto"]
+    record = report.lowering_auto
     assert "ORT format sessions do not fold constants" in record["refused"]["gather-grouped"]
-    assert load_runtime(report["path"], "onnxruntime").metadata["lowering_auto"] == record
+    assert load_runtime(report.path, "onnxruntime").metadata["lowering_auto"] == record
 
 
 def test_exporters_refuse_auto_because_they_never_run_files(artifacts):

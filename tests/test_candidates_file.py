@@ -16,7 +16,8 @@ torch = pytest.importorskip("torch")
 
 from bnc_deploy.errors import ConfigError
 from bnc_deploy.models.structure_learning import NO_PARENT, UNUSED_SLOT
-from bnc_deploy.train.structure_learning import StructureLearningConfig, read_candidates_file, structure_candidates
+from bnc_deploy.train.candidate_sets import read_candidates_file
+from bnc_deploy.train.structure_learning import StructureLearningConfig, structure_candidates
 
 SETTINGS = REPO_ROOT.parent / "shared" / "paper" / "structures" / "pgm2020_tan_subset_settings.json"
 DIGITS_FEATURES = 64

@@ -176,7 +176,7 @@ def bn_artifact(seed: int, *, tan: bool, bits: int, int_bits: int, **kwargs) -> 
 def test_exact_labels_and_integer_scores(tmp_path, bits, int_bits, structure, pack):
     artifact = bn_artifact(bits * 10 + int_bits, tan=structure == "tan", bits=bits, int_bits=int_bits)
     report = export_file(artifact, tmp_path / "m.h", "c", pack_bits=pack)  # verified in the native runtime
-    assert report["exact"] and report["exact_expected"] and report["runtime"] == "native"
+    assert report.exact and report.exact_expected and report.runtime == "native"
     source = (tmp_path / "m.h").read_text()
     rows = check_rows(artifact)
     rc, labels, scores = run_driver(compile_driver(source, tmp_path / "strict"), rows, artifact.n_classes)
@@ -333,7 +333,7 @@ def test_metadata_is_embedded_and_read_back(tmp_path):
         artifact.n_parameters,
     )
     assert meta["integrity"].startswith("sha256:")
-    assert report["metadata"]["integrity"] == meta["integrity"].strip()
+    assert report.metadata["integrity"] == meta["integrity"].strip()
     rt = load_runtime(tmp_path / "m.h")  # by extension: native
     assert rt.name == "native" and rt.metadata["cardinalities"] == meta["cardinalities"]
     with pytest.raises(MetadataError, match="not a bnc-deploy C export"):
@@ -346,7 +346,7 @@ def test_awkward_names_stay_inside_comments(tmp_path):
     artifact.feature_names = ["a*/b", "/* c", "d??/", "e\\"]
     artifact.class_names = ["*/", "\u00e9t\u00e9 ??=", 'q"uote/']
     report = export_file(artifact, tmp_path / "m.h", "c")
-    assert report["exact"]
+    assert report.exact
     meta = read_c_metadata(tmp_path / "m.h")
     assert meta["feature_names"] == artifact.feature_names and meta["class_names"] == artifact.class_names
     rows = check_rows(artifact, 20)
@@ -482,7 +482,7 @@ def raw_values() -> tuple[np.ndarray, np.ndarray]:
 def test_raw_inputs_bin_like_the_discretizer(tmp_path, tan, pack):
     artifact = raw_artifact(20 + tan, tan=tan)
     report = export_file(artifact, tmp_path / "m.h", "c", raw_inputs=True, pack_bits=pack)
-    assert report["exact"] and report["metadata"]["input"] == "raw"
+    assert report.exact and report.metadata["input"] == "raw"
     source = (tmp_path / "m.h").read_text()
     assert "int bnc_predict_raw(const float *x)" in source
     assert "int bnc_log_joint_raw(const float *x, int32_t *scores)" in source

@@ -347,7 +347,7 @@ import sys
 from bnc_deploy.testing import random_dnn_artifact
 from bnc_deploy.verify import export_file
 r = export_file(random_dnn_artifact(1, architecture="cnn"), {str(tmp_path / "nt.onnx")!r}, "onnx")
-print(r["label_mismatches"])
+print(r.label_mismatches)
 bad = [m for m in sys.modules if m == 'torch' or m.startswith('torch.')]
 assert not bad, bad
 print('no torch')

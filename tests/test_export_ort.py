@@ -91,7 +91,7 @@ def test_ort_export_is_the_lookup_graph_with_the_codes_stored(nb_files):
     artifact, onnx_path, ort_path, report = nb_files
     data = ort_path.read_bytes()
     assert is_ort(data) and not is_ort(onnx_path.read_bytes())
-    assert report["exact"] and report["scores_identical"] and report["format"] == "ort"
+    assert report.exact and report.scores_identical and report.format == "ort"
     meta = read_ort_export_metadata(ort_path)
     assert meta["format"] == "ort" and meta["exact"] is True and meta["index_guard"] == "clip"
     assert meta["ort"]["graph_optimization"] == "disabled" and meta["ort"]["onnxruntime"] == ort.__version__
@@ -334,7 +334,7 @@ def test_bn_options_pass_through_to_the_onnx_graph(tmp_path, options):
     )
     artifact = _nb(2, tan=True, cardinalities=card, **extra)
     result = check_export(artifact, "ort", tmp_path, **options)
-    meta = result["report"]["metadata"]
+    meta = result["report"].metadata
     assert meta["format"] == "ort" and result["runtimes"]["onnxruntime"]["exact"]
     if "lowering" in options:
         assert meta["lowering"] == "onehot-fc"
@@ -355,7 +355,7 @@ def test_bn_options_pass_through_to_the_onnx_graph(tmp_path, options):
 def test_dnn_ort_export(tmp_path, kw):
     artifact = random_dnn_artifact(3, **kw)
     result = check_export(artifact, "ort", tmp_path)
-    meta = result["report"]["metadata"]
+    meta = result["report"].metadata
     assert meta["model_kind"] == "dnn" and meta["format"] == "ort"
     graph = ort_to_onnx(tmp_path / "model.ort")
     assert any(onnx.numpy_helper.to_array(t).dtype == np.int8 for t in graph.graph.initializer)
@@ -437,7 +437,7 @@ def test_exporter_registration():
 def test_basic_optimization_folds_the_table_and_stays_exact(tmp_path):
     artifact = _nb(4)
     result = check_export(artifact, "ort", tmp_path, ort_optimization="basic")
-    meta = result["report"]["metadata"]
+    meta = result["report"].metadata
     assert meta["ort"]["graph_optimization"] == "basic" and result["runtimes"]["onnxruntime"]["exact"]
     graph = ort_to_onnx(tmp_path / "model.ort")
     folded = [onnx.numpy_helper.to_array(t) for t in graph.graph.initializer]

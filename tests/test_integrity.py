@@ -88,7 +88,7 @@ def seal_offsets(data: bytes) -> tuple[int, int]:
 def test_export_is_sealed_and_loads_in_every_runtime(exported, kind, format):
     artifact, path, report = exported(kind, format)
     data = path.read_bytes()
-    assert report["integrity"] == "sha256" and report["sha256"] is not None
+    assert report.integrity == "sha256" and report.sha256 is not None
     assert data.count(integrity.MARKER) == 1 and integrity.PLACEHOLDER.encode() not in data
     found = integrity.verify_bytes(data)
     assert found.scheme == "sha256" and found.sealed
@@ -106,7 +106,7 @@ def test_exports_are_deterministic(exported, kind, format, tmp_path):
     first, _ = build(artifact, format)
     assert build(artifact, format)[0] == first == path.read_bytes()
     again = export_file(artifact, tmp_path / path.name, format)
-    assert (tmp_path / path.name).read_bytes() == first and again["sha256"] == exported(kind, format)[2]["sha256"]
+    assert (tmp_path / path.name).read_bytes() == first and again.sha256 == exported(kind, format)[2].sha256
 
 
 def test_seal_keeps_the_length_and_only_touches_the_field(exported):
@@ -217,7 +217,7 @@ def test_signed_file_needs_its_key(exported, kind, format, tmp_path):
     artifact, plain, _ = exported(kind, format)
     path = tmp_path / f"signed{plain.suffix}"
     report = export_file(artifact, path, format, key=KEY)
-    assert report["integrity"] == "hmac-sha256"
+    assert report.integrity == "hmac-sha256"
     data = path.read_bytes()
     assert integrity.describe(data)["scheme"] == "hmac-sha256"
     assert len(data) == len(plain.read_bytes())

@@ -45,7 +45,7 @@ def export(artifact, folder, name: str, **options):
     path = folder / f"{name}.h"
     if not path.exists():
         report = export_file(artifact, path, "c", **options)
-        assert report["exact"] and report["runtime"] == "native"
+        assert report.exact and report.runtime == "native"
     return path
 
 

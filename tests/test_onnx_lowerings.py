@@ -332,7 +332,7 @@ def test_verified_export_through_the_registry(tmp_path):
 
     artifact = random_bnc_artifact(np.random.default_rng(14), tan=False, bits=3, d=5)
     report = export_file(artifact, tmp_path / "g.onnx", "onnx", lowering="gather-grouped")
-    assert report["lowering"] == "gather-grouped" and (tmp_path / "g.onnx").is_file()
+    assert report.lowering == "gather-grouped" and (tmp_path / "g.onnx").is_file()
 
 
 # -- the paper's datasets (skipped without ../shared) ----------------------------------------------------------

@@ -11,16 +11,19 @@ import torch
 
 from bnc_deploy.artifacts.bnc import check_acyclic as _check_acyclic
 from bnc_deploy.datasets.base import DiscreteDataset
-from bnc_deploy.models.structure_learning import StructureLearningTAN, expected_size_penalty, gumbel_softmax_st
-from bnc_deploy.reference.bnc import ReferencePredictor
-from bnc_deploy.train.bnc import TrainConfig
-from bnc_deploy.train.structure_learning import (
+from bnc_deploy.models.structure_learning import (
     NO_PARENT,
     UNUSED_SLOT,
+    StructureLearningTAN,
+    expected_size_penalty,
+    gumbel_softmax_st,
+)
+from bnc_deploy.reference.bnc import ReferencePredictor
+from bnc_deploy.train.bnc import TrainConfig
+from bnc_deploy.train.candidate_sets import candidate_parents, feature_order
+from bnc_deploy.train.structure_learning import (
     StructureLearningConfig,
     candidate_parameter_counts,
-    candidate_parents,
-    feature_order,
     naive_bayes_parameters,
     parse_candidates,
     tan_parameters,

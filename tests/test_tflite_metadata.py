@@ -70,7 +70,7 @@ def bnc_pair(tmp_path_factory):
 
 def test_metadata_buffer_reads_back(bnc_pair):
     artifact, _, path, report = bnc_pair
-    assert report["exact"]
+    assert report.exact
     summary = inspect_tflite(path)
     assert TFLITE_METADATA in summary.metadata and "bnc_deploy" in summary.metadata
     md = read_model_metadata(summary.metadata[TFLITE_METADATA])
@@ -154,7 +154,7 @@ def test_metadata_with_other_options(tmp_path, options):
     )
     artifact = _bnc(1, cardinalities=card, **extra)
     report = export_file(artifact, tmp_path / "m.tflite", "tflite", metadata=True, **options)
-    assert report["exact"]
+    assert report.exact
     md = read_model_metadata(inspect_tflite(tmp_path / "m.tflite").metadata[TFLITE_METADATA])
     if options.get("profile") == "web":
         assert "int32" in md["outputs"][1]["description"] and "static batch" in md["inputs"][0]["description"]
@@ -165,7 +165,7 @@ def test_metadata_with_other_options(tmp_path, options):
 def test_dnn_metadata(tmp_path):
     artifact = random_dnn_artifact(0, activation="sign")
     report = export_file(artifact, tmp_path / "d.tflite", "tflite", metadata=True)
-    assert report["exact"]
+    assert report.exact
     data = (tmp_path / "d.tflite").read_bytes()
     md = read_model_metadata(inspect_tflite(data).metadata[TFLITE_METADATA])
     assert [t["name"] for t in md["outputs"]] == ["logits", "label"] and "logits" in md["outputs"][0]["description"]
@@ -211,7 +211,7 @@ def test_metadata_with_the_micro_profile(tmp_path):
 
     artifact = _bnc(5)
     report = export_file(artifact, tmp_path / "m.tflite", "tflite", metadata=True, profile="micro")
-    assert report["exact"] and report["metadata"]["tflm"]["arena_bytes"] > 0
+    assert report.exact and report.metadata["tflm"]["arena_bytes"] > 0
     x, _ = verification_rows(artifact)
     scores, label = TFLMAdapter(tmp_path / "m.tflite").run(x)
     ref_scores, ref_label = load_runtime(tmp_path / "m.tflite").run(x)

@@ -100,7 +100,7 @@ def test_bn_micro_export_runs_in_tflm_as_in_litert(tmp_path, seed, bits, tan, lo
     artifact = _bnc(seed, bits, tan)
     options = {"lowering": lowering} | ({"onehot": onehot} if onehot else {})
     result = _check_micro(artifact, tmp_path, **options)
-    meta = result["report"]["metadata"]
+    meta = result["report"].metadata
     _assert_micro_metadata(meta, tmp_path / "model.tflite")
     expect_exact = bits is not None and (lowering == "gather" or bits <= 7)
     assert meta["exact"] is expect_exact
@@ -128,7 +128,7 @@ def test_bn_micro_raw_inputs_exact_in_tflm(tmp_path):
         folder.mkdir()
         result = _check_micro(artifact, folder, raw_inputs=True, lowering=lowering)
         assert result["runtimes"]["tflm"]["exact"], result["runtimes"]
-        _assert_micro_metadata(result["report"]["metadata"], folder / "model.tflite")
+        _assert_micro_metadata(result["report"].metadata, folder / "model.tflite")
 
 
 def test_every_conformance_example_runs_in_tflm(tmp_path):
@@ -138,7 +138,7 @@ def test_every_conformance_example_runs_in_tflm(tmp_path):
             folder = tmp_path / f"{kind}-{name}"
             folder.mkdir()
             result = _check_micro(artifact, folder)
-            meta = result["report"]["metadata"]
+            meta = result["report"].metadata
             if meta["exact"]:
                 assert result["runtimes"]["tflm"]["exact"], (kind, name)
 
@@ -163,7 +163,7 @@ DNN_CASES = {
 def test_dnn_micro_export_runs_in_tflm(tmp_path, name):
     artifact = random_dnn_artifact(5, **DNN_CASES[name])
     result = _check_micro(artifact, tmp_path)
-    meta = result["report"]["metadata"]
+    meta = result["report"].metadata
     _assert_micro_metadata(meta, tmp_path / "model.tflite")
     if artifact.activation == "sign":
         assert meta["exact"] and result["runtimes"]["tflm"]["exact"]
@@ -188,7 +188,7 @@ def test_guard_in_bare_tflm(tmp_path, kind, options):
     artifact = _bnc(21, 3, True) if kind == "bnc" else random_dnn_artifact(8, architecture="fc", bits=2)
     path = tmp_path / "model.tflite"
     report = export_file(artifact, path, "tflite", **MICRO, **options)
-    model, arena = path.read_bytes(), report["metadata"]["tflm"]["arena_bytes"]
+    model, arena = path.read_bytes(), report.metadata["tflm"]["arena_bytes"]
     x, _ = verification_rows(artifact, n_random=4)
     ref = reference_predictor(artifact)
     scores, label = _bare_run(model, arena, x[0])
@@ -272,7 +272,7 @@ def test_ops_used_are_registered_in_the_installed_tflm(tmp_path):
         ("dnn", random_dnn_artifact(5, **DNN_CASES["cnn-relu-2bit"]), {}),
     ):
         path = tmp_path / f"{kind}{len(used)}.tflite"
-        used |= set(export_file(artifact, path, "tflite", **MICRO, **options)["metadata"]["tflm"]["ops"])
+        used |= set(export_file(artifact, path, "tflite", **MICRO, **options).metadata["tflm"]["ops"])
     missing = [op for op in sorted(used) if f"Register_{op}".encode() not in data]
     assert not missing, missing
 

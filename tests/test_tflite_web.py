@@ -74,8 +74,8 @@ def test_web_files_run_in_litert_as_exactly_as_default_files(tmp_path, kind, mak
     default = check_export(artifact, "tflite", tmp_path / "default", **options)
     path = tmp_path / "web" / "model.tflite"
     _assert_web_file(path, 1, artifact.n_features)
-    meta = web["report"]["metadata"]
-    assert meta["exact"] == default["report"]["metadata"]["exact"]
+    meta = web["report"].metadata
+    assert meta["exact"] == default["report"].metadata["exact"]
     x, _ = verification_rows(artifact)
     a, b = load_runtime(tmp_path / "default" / "model.tflite"), load_runtime(path)
     assert b.static_batch == 1

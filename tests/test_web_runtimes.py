@@ -205,7 +205,7 @@ def letter_test_rows() -> np.ndarray:
 def export_one(artifact, folder: Path, stem: str, fmt: str, extension: str, rows: np.ndarray, **options) -> Export:
     path = folder / f"{stem}{extension}"
     report = export_file(artifact, path, fmt, **options)
-    meta = report["metadata"]
+    meta = report.metadata
     reference = reference_predictor(artifact)
     if meta.get("input") == "raw":
         from bnc_deploy.formats.bnc import raw_representatives

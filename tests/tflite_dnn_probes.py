@@ -45,7 +45,7 @@ def export_tflite_dnn(
         representative=representative,
         output_layer=output_layer,
     )
-    model = Path(report["path"]).read_bytes()
+    model = Path(report.path).read_bytes()
     plan = plan_tflite_dnn(artifact, representative=representative, output_layer=output_layer)
     facts = {
         "format": "tflite",
@@ -54,7 +54,7 @@ def export_tflite_dnn(
         "bytes": len(model),
         "ops": dict(Counter(inspect_tflite(model).op_names)),
         "metadata": read_tflite_metadata(model),
-        "path": report["path"],
+        "path": report.path,
         "report": report,
     }
     if plan.calibration is not None:

@@ -47,16 +47,11 @@ import numpy as np
 
 from bnc_deploy.artifacts.common import FeatureSpaceMixin
 from bnc_deploy.artifacts.container import ArtifactError
+from bnc_deploy.artifacts.dnn_validation import PIXEL_ORDERS, validate_header, validate_layer
 from bnc_deploy.artifacts.encoding import INPUT_CODE_MAX, encode_integer, pixel_index
 from bnc_deploy.costs import Conv2D, Dense, Free, dnn_costs
 
 KIND = "dnn"
-ARCHITECTURES = ("fc", "cnn")
-ACTIVATIONS = ("relu", "sign")
-ENCODINGS = ("standardized", "onehot")
-PIXEL_ORDERS = ("row-major", "column-major")
-MIN_WEIGHT_BITS, MAX_WEIGHT_BITS = 1, 8
-LAYER_TYPES = ("dense", "conv2d")
 
 
 def weight_scale(bits: int) -> float:
@@ -293,107 +288,18 @@ class DNNArtifact(FeatureSpaceMixin):
             "weight_bits": self.weight_bits,
         }
 
-    # -- validation --------------------------------------------------------------------------
+    # -- validation (the header and layer checks are bnc_deploy.artifacts.dnn_validation) ----
     def validate(self) -> None:
         """Check internal consistency; raise ArtifactError naming the problem."""
-        self._validate_header()
+        validate_header(self)
         self._validate_input()
         if not self.layers:
             raise ArtifactError("a DNN needs at least one (output) layer")
         expected_dtype = weight_code_dtype(self.weight_bits)
         width, spatial = self._first_layer_input()
         for k, layer in enumerate(self.layers):
-            width, spatial = self._validate_layer(k, layer, width, spatial, expected_dtype)
+            width, spatial = validate_layer(self, k, layer, width, spatial, expected_dtype)
         self._validate_check_set()
-
-    def _validate_header(self) -> None:
-        """Architecture, activation, encoding, weight bits, classes, features and cardinalities."""
-        d, c = self.n_features, self.n_classes
-        if self.architecture not in ARCHITECTURES:
-            raise ArtifactError(f"unknown architecture {self.architecture!r} (known: {', '.join(ARCHITECTURES)})")
-        if self.activation not in ACTIVATIONS:
-            raise ArtifactError(f"unknown activation {self.activation!r} (known: {', '.join(ACTIVATIONS)})")
-        if self.input_encoding not in ENCODINGS:
-            raise ArtifactError(f"unknown input encoding {self.input_encoding!r} (known: {', '.join(ENCODINGS)})")
-        if (
-            isinstance(self.weight_bits, bool)
-            or not isinstance(self.weight_bits, (int, np.integer))
-            or not MIN_WEIGHT_BITS <= self.weight_bits <= MAX_WEIGHT_BITS
-        ):
-            raise ArtifactError(
-                f"unsupported weight bit width {self.weight_bits!r}: must be an integer in "
-                f"{MIN_WEIGHT_BITS}..{MAX_WEIGHT_BITS}"
-            )
-        self.weight_bits = int(self.weight_bits)
-        if c < 2:
-            raise ArtifactError(f"a classifier needs at least 2 classes, got {c}")
-        if d < 1 or len(self.feature_names) != d:
-            raise ArtifactError(f"{len(self.feature_names)} feature names for {d} features")
-        if self.cardinalities.min() < 1:
-            j = int(np.argmin(self.cardinalities))
-            raise ArtifactError(f"feature {j} has cardinality {int(self.cardinalities[j])} (must be >= 1)")
-
-    def _validate_layer(self, k: int, layer: DNNLayer, width: int, spatial, expected_dtype) -> tuple:
-        """Layer ``k`` given its input (``width`` channels or features, ``spatial`` (H, W) or None);
-        returns the next layer's input."""
-        last = k == len(self.layers) - 1
-        where = f"layer {k} ({layer.type})"
-        if layer.type not in LAYER_TYPES:
-            raise ArtifactError(f"layer {k}: unknown type {layer.type!r}")
-        self._validate_codes(layer.codes, where, expected_dtype)
-        if layer.type == "conv2d":
-            width, spatial = self._validate_conv_shape(layer, where, width, spatial, last)
-        else:
-            width, spatial = _validate_dense_shape(layer, where, width, spatial)
-        n_out = layer.codes.shape[0]
-        _validate_vectors(layer, where, n_out)
-        self._validate_role(layer, where, n_out, last)
-        return width, spatial
-
-    def _validate_codes(self, codes, where: str, expected_dtype) -> None:
-        """The weight codes' dtype and values: odd integers within the bit width."""
-        if not isinstance(codes, np.ndarray) or codes.dtype != expected_dtype:
-            raise ArtifactError(
-                f"{where}: weight codes must be {np.dtype(expected_dtype).name} for "
-                f"B={self.weight_bits}, got {getattr(codes, 'dtype', type(codes))}"
-            )
-        wide = codes.astype(np.int64)
-        if codes.size and (np.abs(wide).max() > self.max_code or np.any(wide % 2 == 0)):
-            bad = wide[(np.abs(wide) > self.max_code) | (wide % 2 == 0)].ravel()[0]
-            raise ArtifactError(
-                f"{where}: weight code {int(bad)} is not an odd integer in "
-                f"-{self.max_code}..{self.max_code} (B={self.weight_bits})"
-            )
-
-    def _validate_conv_shape(self, layer: DNNLayer, where: str, width: int, spatial, last: bool) -> tuple:
-        codes = layer.codes
-        if self.architecture != "cnn" or spatial is None:
-            raise ArtifactError(f"{where}: convolutions must come first, in a cnn")
-        if codes.ndim != 4 or codes.shape[2:] != (3, 3) or codes.shape[1] != width:
-            raise ArtifactError(f"{where}: codes have shape {codes.shape}, expected ({codes.shape[0]}, {width}, 3, 3)")
-        if last:
-            raise ArtifactError(f"{where}: the output layer must be dense")
-        width = codes.shape[0]
-        if layer.pool:
-            spatial = (spatial[0] // 2, spatial[1] // 2)
-            if min(spatial) < 1:
-                raise ArtifactError(f"{where}: pooling leaves an empty image")
-        return width, spatial
-
-    def _validate_role(self, layer: DNNLayer, where: str, n_out: int, last: bool) -> None:
-        """The output layer: a bias, no batch norm or activation, one output per class; hidden layers:
-        the network's activation and no bias."""
-        c = self.n_classes
-        if last:
-            if layer.activation is not None or layer.scale is not None or layer.bias is None:
-                raise ArtifactError(f"{where}: the output layer has a bias and no batch norm or activation")
-            if n_out != c:
-                raise ArtifactError(f"{where}: {n_out} outputs for {c} classes")
-        else:
-            if layer.activation != self.activation:
-                raise ArtifactError(f"{where}: activation {layer.activation!r}, the network uses {self.activation!r}")
-            if layer.bias is not None:
-                raise ArtifactError(f"{where}: hidden layers have no bias (fold it into the batch-norm shift)")
 
     def _validate_input(self) -> None:
         d = self.n_features
@@ -557,37 +463,6 @@ class DNNArtifact(FeatureSpaceMixin):
 
 
 # -- sign networks: integer thresholds ------------------------------------------------------------
-def _validate_dense_shape(layer: DNNLayer, where: str, width: int, spatial) -> tuple:
-    """A dense layer's codes against its input (a convolution's (C, H, W) output is flattened)."""
-    codes = layer.codes
-    if spatial is not None:  # flatten (C, H, W)
-        width, spatial = width * spatial[0] * spatial[1], None
-    if codes.ndim != 2 or codes.shape[1] != width:
-        raise ArtifactError(
-            f"{where}: codes have shape {codes.shape}, expected ({codes.shape[0] if codes.ndim else '?'}, {width})"
-        )
-    if layer.pool:
-        raise ArtifactError(f"{where}: dense layers do not pool")
-    return codes.shape[0], spatial
-
-
-def _validate_vectors(layer: DNNLayer, where: str, n_out: int) -> None:
-    """Batch-norm scale and shift (both or neither) and bias: finite float32 of shape (n_out,)."""
-    for name in ("scale", "shift", "bias"):
-        value = getattr(layer, name)
-        if value is None:
-            continue
-        if not isinstance(value, np.ndarray) or value.dtype != np.float32 or value.shape != (n_out,):
-            raise ArtifactError(
-                f"{where}: {name} must be float32 of shape ({n_out},), got "
-                f"{getattr(value, 'dtype', type(value))} {getattr(value, 'shape', '')}"
-            )
-        if not np.all(np.isfinite(value)):
-            raise ArtifactError(f"{where}: {name} has non-finite values")
-    if (layer.scale is None) != (layer.shift is None):
-        raise ArtifactError(f"{where}: batch norm needs both scale and shift")
-
-
 def accumulator_bound(artifact: DNNArtifact, k: int) -> np.ndarray:
     """Largest ``|acc|`` unit ``u`` of layer ``k`` can reach, shape (out,), int64 (sign networks).
 

@@ -80,7 +80,14 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=__doc__.split("\n\n")[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    grid = p.add_argument_group("grid")
+    _add_grid_flags(p.add_argument_group("grid"))
+    _add_selection_flags(p.add_argument_group("selection"))
+    _add_run_flags(p.add_argument_group("run"))
+    return p
+
+
+def _add_grid_flags(grid) -> None:
+    """The data and the grid: a grid file or preset, the axis flags (hidden), joint draws."""
     grid.add_argument("--data", metavar="PATH_OR_NAME", help="dataset name or file (as for bnc-train)")
     grid.add_argument("--grid", metavar="FILE", help="grid file (TOML or JSON: [axes], [draws], [fixed])")
     grid.add_argument(
@@ -95,7 +102,10 @@ def build_parser() -> argparse.ArgumentParser:
         "distributions, or the authors' own (icpr2020, the first N with :N)",
     )
     grid.add_argument("--draw-seed", type=int, default=0, metavar="S", help="seed of --draws N (default 0)")
-    sel = p.add_argument_group("selection")
+
+
+def _add_selection_flags(sel) -> None:
+    """How configurations are ranked and stopped early."""
     sel.add_argument(
         "--select",
         choices=("validation", "test"),
@@ -126,7 +136,10 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="KEYS",
         help="keys of a selection group (default: model, structure, bits and the DNN size keys)",
     )
-    run = p.add_argument_group("run")
+
+
+def _add_run_flags(run) -> None:
+    """Where and how the sweep runs, what it keeps and prints."""
     run.add_argument("--device", default="cpu", metavar="cpu|cuda|auto", help="where the batched trainer runs")
     run.add_argument("--backend", choices=("local", "ray"), default="local", help="local (default) or a Ray cluster")
     run.add_argument("--address", default=None, metavar="ADDR", help="Ray cluster address (default: start a local one)")
@@ -152,7 +165,6 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("-o", "--output", required=True, metavar="DIR", help="sweep directory")
     run.add_argument("--json", action="store_true", help="print the summary as JSON")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
-    return p
 
 
 def grid_from_args(args):

@@ -34,11 +34,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from bnc_deploy.cli.common import EXIT_USAGE, cli_main
 from bnc_deploy.errors import BncDeployError
+
+if TYPE_CHECKING:
+    from bnc_deploy.verify import ExportResult
 
 
 class CLIError(Exception):
@@ -186,14 +190,13 @@ def run(args: argparse.Namespace) -> dict:
     try:
         spec.resolve_options(not_declared)  # an option this exporter does not declare: ExportError naming takers
         result = export_file(artifact, output, args.format, rows=x, labels=y, key=key, **options)
-        published = True
-    except VerificationError as exc:
-        result, published = exc.report, False
+    except VerificationError as exc:  # nothing published: the report says why
+        result = exc.report
     except BncDeployError as exc:
         raise CLIError(str(exc)) from None
     except OSError as exc:
         raise CLIError(f"cannot write {output}: {exc.strerror or exc}") from None
-    return make_report(artifact, args, result, data_desc, published)
+    return make_report(artifact, args, result, data_desc)
 
 
 def _all_specs():
@@ -234,9 +237,9 @@ def verification_rows(artifact, spec: str | None, fold: int | None) -> tuple[np.
     return x, np.asarray(y), desc
 
 
-def make_report(artifact, args, result: dict, data_desc: str, published: bool) -> dict:
+def make_report(artifact, args, result: ExportResult, data_desc: str) -> dict:
     """The ``--json`` object: the model's costs and facts, the file, and the verification."""
-    meta = result["metadata"]
+    meta = result.metadata
     scores_name = meta.get("outputs", ["log_joint"])[0] if isinstance(meta.get("outputs"), list) else "log_joint"
     report = {
         "model": str(args.model),
@@ -244,38 +247,38 @@ def make_report(artifact, args, result: dict, data_desc: str, published: bool) -
         "format": args.format,
         "lowering": meta.get("lowering"),
         "raw_inputs": meta.get("input") == "raw",
-        "file_bytes": result["file_bytes"],
+        "file_bytes": result.file_bytes,
         **artifact.report_facts(),
         "n_parameters": artifact.n_parameters,
         "bits": artifact.bits_per_parameter,
         "size_bits": artifact.size_bits,
         "n_ops": artifact.n_ops,
-        "runtime": result["runtime"],
+        "runtime": result.runtime,
         "data": data_desc,
-        "n_rows": result["n_rows"],
-        "agreement": result["agreement"],
-        "exact": result["exact"],
-        "exact_expected": result["exact_expected"],
-        "label_mismatches": result["label_mismatches"],
-        "log_joint_identical": result["scores_identical"],
-        "max_abs_log_joint_diff": result["max_abs_score_diff"],
-        "accuracy": result["accuracy"],
-        "reference_accuracy": result["reference_accuracy"],
-        "accuracy_change": result["accuracy_change"],
+        "n_rows": result.n_rows,
+        "agreement": result.agreement,
+        "exact": result.exact,
+        "exact_expected": result.exact_expected,
+        "label_mismatches": result.label_mismatches,
+        "log_joint_identical": result.scores_identical,
+        "max_abs_log_joint_diff": result.max_abs_score_diff,
+        "accuracy": result.accuracy,
+        "reference_accuracy": result.reference_accuracy,
+        "accuracy_change": result.accuracy_change,
         "n_nodes": meta.get("n_nodes"),
-        "n_random_rows": result["n_random_rows"],
-        "n_verified": result["n_verified"],
-        "label_mismatches_all": result["label_mismatches_all"],
-        "published": published,
-        "sha256": result.get("sha256"),
+        "n_random_rows": result.n_random_rows,
+        "n_verified": result.n_verified,
+        "label_mismatches_all": result.label_mismatches_all,
+        "published": result.published,
+        "sha256": result.sha256,
         "scores_name": scores_name,
-        "integrity": result.get("integrity"),
-        "owned": bool(published and result.get("owned")),
+        "integrity": result.integrity,
+        "owned": bool(result.published and result.owned),
     }
-    if result.get("lowering_auto"):
-        report["lowering_auto"] = result["lowering_auto"]
+    if result.lowering_auto:
+        report["lowering_auto"] = result.lowering_auto
     if scores_name == "logits":  # DNN files name their scores logits; the report has said so since v0.1
-        report.update(logits_identical=result["scores_identical"], max_abs_logit_diff=result["max_abs_score_diff"])
+        report.update(logits_identical=result.scores_identical, max_abs_logit_diff=result.max_abs_score_diff)
     return report
 
 

@@ -57,6 +57,14 @@ def build_parser() -> argparse.ArgumentParser:
         description="Serve exported models (.onnx, .ort, .tflite, .h, .bnc) over the "
         "Open Inference Protocol (KServe V2): REST and gRPC.",
     )
+    _add_model_flags(p)
+    _add_limit_flags(p.add_argument_group("limits (per front end and process; bnc_deploy.serve.limits)"))
+    _add_process_flags(p)
+    return p
+
+
+def _add_model_flags(p: argparse.ArgumentParser) -> None:
+    """The repository, the addresses, how models run and batch, authentication, the request size."""
     p.add_argument(
         "--repository",
         required=True,
@@ -104,7 +112,10 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="largest request body / gRPC message accepted (default 64 MiB)",
     )
-    limits = p.add_argument_group("limits (per front end and process; bnc_deploy.serve.limits)")
+
+
+def _add_limit_flags(limits) -> None:
+    """What one client may cost the server (:class:`ServeLimits`' fields)."""
     limits.add_argument(
         "--max-rows",
         type=int,
@@ -174,6 +185,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="close gRPC connections older than S seconds (GOAWAY; clients reconnect, "
         f"load spreads; default {ServeLimits.grpc_max_connection_age:g})",
     )
+
+
+def _add_process_flags(p: argparse.ArgumentParser) -> None:
+    """Reloading, worker processes, shutdown and logging."""
     p.add_argument(
         "--poll",
         type=float,
@@ -202,7 +217,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="no JSON access log line per HTTP request on stdout",
     )
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
-    return p
 
 
 def limits_of(args) -> ServeLimits:
@@ -304,12 +318,19 @@ def main(argv: list[str] | None = None) -> int:
     grpc_address = "{}:{}".format(*address(args.grpc)) if args.grpc else None
     _logging(args.log_level)
     from bnc_deploy.serve import auth
-    from bnc_deploy.serve.repository import ModelRepository
 
     keys = auth.load_api_keys(args.api_key_file) if args.api_key_file else None
     raise_open_files_limit(limits)
     if args.workers > 1:
         return _serve_workers(args, http, limits)
+
+    repository = _load_repository(args)
+    return _serve(args, repository, http, grpc_address, keys, limits)
+
+
+def _load_repository(args):
+    """The model repository, every file loaded and checked (each file's state printed), polling if asked."""
+    from bnc_deploy.serve.repository import ModelRepository
 
     repository = ModelRepository(
         args.repository,
@@ -326,7 +347,11 @@ def main(argv: list[str] | None = None) -> int:
         )
     if args.poll:
         repository.start_polling(args.poll)
+    return repository
 
+
+def _serve(args, repository, http: tuple[str, int] | None, grpc_address: str | None, keys, limits: ServeLimits) -> int:
+    """Serve gRPC and/or HTTP until stopped (SIGTERM/SIGINT), then drain and close."""
     # SIGTERM/SIGINT only set a flag: uvicorn installs its own handlers while it runs and re-raises
     # the signal after its graceful shutdown, which then lands here instead of killing the process
     # before gRPC and the batchers have drained.
@@ -345,38 +370,7 @@ def main(argv: list[str] | None = None) -> int:
             grpc_server = start_grpc_server(repository, grpc_address, api_keys=keys, limits=limits)
             print(f"{PROG}: gRPC on {grpc_address}", file=sys.stderr)
         if http:
-            import uvicorn
-
-            from bnc_deploy.serve.app import create_app
-            from bnc_deploy.serve.connections import uvicorn_config
-
-            app = create_app(
-                repository,
-                api_keys=keys,
-                limits=limits,
-                threads=args.threads,
-                access_log=args.access_log,
-                close_repository=False,
-            )
-            config = uvicorn_config(
-                app,
-                http[0],
-                http[1],
-                limits,
-                loop="auto",
-                lifespan="on",
-                access_log=False,
-                log_level="warning",
-                timeout_graceful_shutdown=args.graceful_timeout,
-            )
-            server = uvicorn.Server(config)
-            print(f"{PROG}: HTTP on http://{http[0]}:{http[1]}", file=sys.stderr)
-            try:
-                server.run()
-            except SystemExit:  # uvicorn exits 1 when it cannot bind (after logging why)
-                server.started = False
-            if not server.started:
-                raise ConfigError(f"--http {http[0]}:{http[1]}: cannot listen there (address in use or not local?)")
+            _serve_http(args, repository, http, keys, limits)
         else:
             while not stop.wait(0.5):
                 pass
@@ -386,6 +380,42 @@ def main(argv: list[str] | None = None) -> int:
             grpc_server.stop(args.graceful_timeout).wait()
         print(f"{PROG}: stopped", file=sys.stderr)
     return 0
+
+
+def _serve_http(args, repository, http: tuple[str, int], keys, limits: ServeLimits) -> None:
+    """REST in this process, until uvicorn's graceful shutdown; ConfigError when it cannot listen."""
+    import uvicorn
+
+    from bnc_deploy.serve.app import create_app
+    from bnc_deploy.serve.connections import uvicorn_config
+
+    app = create_app(
+        repository,
+        api_keys=keys,
+        limits=limits,
+        threads=args.threads,
+        access_log=args.access_log,
+        close_repository=False,
+    )
+    config = uvicorn_config(
+        app,
+        http[0],
+        http[1],
+        limits,
+        loop="auto",
+        lifespan="on",
+        access_log=False,
+        log_level="warning",
+        timeout_graceful_shutdown=args.graceful_timeout,
+    )
+    server = uvicorn.Server(config)
+    print(f"{PROG}: HTTP on http://{http[0]}:{http[1]}", file=sys.stderr)
+    try:
+        server.run()
+    except SystemExit:  # uvicorn exits 1 when it cannot bind (after logging why)
+        server.started = False
+    if not server.started:
+        raise ConfigError(f"--http {http[0]}:{http[1]}: cannot listen there (address in use or not local?)")
 
 
 if __name__ == "__main__":

@@ -49,6 +49,14 @@ def build_parser() -> argparse.ArgumentParser:
     grid.add_argument("--lambdas", metavar="L1,L2,...", help="comma-separated size penalties")
     grid.add_argument("--grid", metavar="LOW:HIGH:N", help="N log-spaced size penalties from LOW to HIGH")
     train, learn = _defaults()
+    _add_structure_flags(p, learn)
+    _add_training_flags(p, train)
+    _add_run_flags(p)
+    return p
+
+
+def _add_structure_flags(p: argparse.ArgumentParser, learn) -> None:
+    """The structure-learning flags (defaults: ``learn``, a ``StructureLearningConfig``)."""
     # --candidates and --order default to None, so that --candidates-file can refuse them when given.
     p.add_argument(
         "--candidates",
@@ -99,6 +107,10 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="T",
         help=f"temperature of the last epoch, log-linear in between (default {learn.tau_end:g})",
     )
+
+
+def _add_training_flags(p: argparse.ArgumentParser, train) -> None:
+    """The training flags, ``bnc-train``'s (defaults: ``train``, a ``TrainConfig``), and quantization."""
     p.add_argument(
         "--epochs", type=int, default=train.epochs, metavar="N", help=f"epochs per lambda (default {train.epochs})"
     )
@@ -148,6 +160,10 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="N",
         help="(quantization-aware) epochs on each extracted TAN (default 0)",
     )
+
+
+def _add_run_flags(p: argparse.ArgumentParser) -> None:
+    """Seed, parallelism, reference models, resuming and the output."""
     p.add_argument("--seed", type=int, default=0, metavar="S", help="seed (ordering, candidates, init, shuffling)")
     p.add_argument("--jobs", type=int, default=1, metavar="N", help="lambdas trained side by side, 1 thread each")
     p.add_argument(
@@ -166,7 +182,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", required=True, metavar="OUTDIR", help="folder for models, CSV, JSON, plots")
     p.add_argument("--json", action="store_true", help="print one JSON object (rows and paths)")
     p.add_argument("--quiet", action="store_true", help="no per-lambda lines")
-    return p
 
 
 @cli_main(PROG, interrupted=INTERRUPTED)
@@ -181,14 +196,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def run(args) -> dict:
     from bnc_deploy.datasets import load_dataset
-    from bnc_deploy.train.arguments import refuse_random_model
-    from bnc_deploy.train.bnc import TrainConfig
-    from bnc_deploy.train.structure_learning import (
-        StructureLearningConfig,
-        naive_bayes_parameters,
-        parse_candidates,
-        structure_candidates,
-    )
+    from bnc_deploy.train.structure_learning import naive_bayes_parameters, structure_candidates
     from bnc_deploy.train.structure_sweep import (
         parse_grid,
         parse_lambdas,
@@ -201,49 +209,8 @@ def run(args) -> dict:
     lambdas = parse_lambdas(args.lambdas) if args.lambdas is not None else parse_grid(args.grid)
     if args.jobs < 1:
         raise ConfigError(f"--jobs must be >= 1, got {args.jobs}")
-    config = TrainConfig(
-        model="tan",
-        structure="learn",
-        bits=args.bits,
-        int_bits=args.int_bits,
-        init=args.init,
-        epochs=args.epochs,
-        batch_size=args.batch_size,
-        lr=args.lr,
-        lr_decay=args.lr_decay,
-        loss=args.loss,
-        hybrid_lambda=args.hybrid_lambda,
-        hybrid_gamma=args.hybrid_gamma,
-        hybrid_eta=args.hybrid_eta,
-        seed=args.seed,
-        progress=False,
-    )
-    config.validate()
-    refuse_random_model(args.epochs, args.init)
-    if args.candidates_file is not None:
-        given = [
-            f"{name} {value}"
-            for name, value in (("--candidates", args.candidates), ("--order", args.order))
-            if value is not None
-        ]
-        if given:
-            raise ConfigError(
-                f"--candidates-file {args.candidates_file} gives the ordering and candidate sets; "
-                f"{' and '.join(given)} cannot also be given"
-            )
-    sl = StructureLearningConfig(
-        size_penalty_mode=args.size_penalty_mode,
-        finetune_epochs=args.finetune_epochs,
-        structure_lr=args.structure_lr,
-        tau_start=args.tau_start,
-        tau_end=args.tau_end,
-        candidates_file=args.candidates_file,
-    )
-    if args.candidates is not None:
-        sl.candidates = parse_candidates(args.candidates)
-    if args.order is not None:
-        sl.order = args.order
-    sl.validate()
+    config = _train_config(args)
+    sl = _structure_config(args)
     dataset = load_dataset(args.data, fold=args.fold, seed=args.seed)  # fail early on bad data
     # Fail early on a bad candidates file too (it is checked against the dataset), before any training.
     _, sets = structure_candidates(dataset, config, sl) if sl.candidates_file is not None else (None, None)
@@ -277,6 +244,65 @@ def run(args) -> dict:
     if not args.json:
         print(f"wrote {', '.join(paths.values())}")
     return {"rows": rows, "paths": paths, "naive_bayes_parameters": nb, "references": references}
+
+
+def _train_config(args):
+    """The ``TrainConfig`` of every lambda's training, validated."""
+    from bnc_deploy.train.arguments import refuse_random_model
+    from bnc_deploy.train.bnc import TrainConfig
+
+    config = TrainConfig(
+        model="tan",
+        structure="learn",
+        bits=args.bits,
+        int_bits=args.int_bits,
+        init=args.init,
+        epochs=args.epochs,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        lr_decay=args.lr_decay,
+        loss=args.loss,
+        hybrid_lambda=args.hybrid_lambda,
+        hybrid_gamma=args.hybrid_gamma,
+        hybrid_eta=args.hybrid_eta,
+        seed=args.seed,
+        progress=False,
+    )
+    config.validate()
+    refuse_random_model(args.epochs, args.init)
+    return config
+
+
+def _structure_config(args):
+    """The ``StructureLearningConfig`` of the flags, validated (``--candidates-file`` excludes
+    ``--candidates`` and ``--order``)."""
+    from bnc_deploy.train.structure_learning import StructureLearningConfig, parse_candidates
+
+    if args.candidates_file is not None:
+        given = [
+            f"{name} {value}"
+            for name, value in (("--candidates", args.candidates), ("--order", args.order))
+            if value is not None
+        ]
+        if given:
+            raise ConfigError(
+                f"--candidates-file {args.candidates_file} gives the ordering and candidate sets; "
+                f"{' and '.join(given)} cannot also be given"
+            )
+    sl = StructureLearningConfig(
+        size_penalty_mode=args.size_penalty_mode,
+        finetune_epochs=args.finetune_epochs,
+        structure_lr=args.structure_lr,
+        tau_start=args.tau_start,
+        tau_end=args.tau_end,
+        candidates_file=args.candidates_file,
+    )
+    if args.candidates is not None:
+        sl.candidates = parse_candidates(args.candidates)
+    if args.order is not None:
+        sl.order = args.order
+    sl.validate()
+    return sl
 
 
 if __name__ == "__main__":

@@ -35,6 +35,15 @@ def build_parser() -> argparse.ArgumentParser:
         "  bnc-train --data usps --model cnn --layers 2 --weight-bits 2 --batch-norm --match-bits 25950 -o cnn.bnc",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    _add_data_arguments(p)
+    _add_model_arguments(p)
+    _add_training_arguments(p, defaults)
+    _add_output_arguments(p)
+    return p
+
+
+def _add_data_arguments(p: argparse.ArgumentParser) -> None:
+    """The dataset, its fold, the validation split and a CSV file's label column."""
     data = p.add_argument_group("data")
     data.add_argument(
         "--data",
@@ -59,6 +68,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="CSV files: the label column, by header name or 0-based index (-1: the last); "
         "default: the column named label, class or target (any case), else the last",
     )
+
+
+def _add_model_arguments(p: argparse.ArgumentParser) -> None:
+    """``--model``, then every family's own flags (in registration order)."""
     model = p.add_argument_group("model")
     model_help = "; ".join(f"{spec.name}: {spec.help}" for spec in TRAINERS.values())
     model.add_argument(
@@ -66,6 +79,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     for family in _family_adapters().values():
         family.add_arguments(p, model)
+
+
+def _add_training_arguments(p: argparse.ArgumentParser, defaults) -> None:
+    """The flags every model shares, with the BN trainer's defaults."""
     train = p.add_argument_group("training")
     train.add_argument(
         "--epochs",
@@ -116,11 +133,14 @@ def build_parser() -> argparse.ArgumentParser:
         help="torch CPU threads (default 1: the tensors are small, and thread hand-offs cost more "
         "than they save; measured with benchmarks/bench_train_epoch.py)",
     )
+
+
+def _add_output_arguments(p: argparse.ArgumentParser) -> None:
+    """The model file and how the result is reported."""
     out = p.add_argument_group("output")
     out.add_argument("-o", "--output", required=True, metavar="MODEL", help="model file to write (.bnc)")
     out.add_argument("--json", action="store_true", help="print one JSON object instead of a summary")
     out.add_argument("--quiet", action="store_true", help="no progress bar")
-    return p
 
 
 def label_column(text: str) -> int | str:

@@ -3,7 +3,8 @@
 Raw loaders return ``RawData`` (continuous or integer features, labels, names); splitting and
 discretization happen in ``splits``. Already-discrete sources (the paper's npz files, scikit-learn's
 digits) return a ``DiscreteDataset`` directly. Every malformed input raises ``DatasetError`` naming
-the file and the problem (line, column, key, shape or value).
+the file and the problem (line, column, key, shape or value). Which row of a generic CSV file
+is a header and which column holds its labels is :mod:`bnc_deploy.datasets.csv_columns`.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import numpy as np
 from bnc_deploy.errors import MissingExtraError
 
 from .base import DatasetError, DiscreteDataset
+from .csv_columns import MAX_CLASS_FRACTION, check_label_column, encode_labels, first_row_is_header, label_index
 from .resize import imresize
 
 LETTER_CLASSES = list(string.ascii_uppercase)
@@ -368,128 +370,6 @@ def is_mnist_npz(path: str | Path) -> bool:
 
 
 # -- generic CSV ------------------------------------------------------------------------------
-def _is_number(token: str) -> bool:
-    try:
-        float(token)
-    except ValueError:
-        return False
-    return True
-
-
-def _has_header(rows: list[tuple[int, list[str]]]) -> bool:
-    """Header iff some field of the first row is non-numeric where the second row's is numeric
-    (a lone row is a header iff none of its fields is numeric)."""
-    first = rows[0][1]
-    if len(rows) == 1:
-        return not any(_is_number(t) for t in first)
-    second = rows[1][1]
-    return any(not _is_number(a) and _is_number(b) for a, b in zip(first, second))
-
-
-#: Header names (any case) taken as the label column when none is given.
-LABEL_NAMES = ("label", "class", "target")
-#: A label column with more distinct values than this fraction of the rows is refused: it looks
-#: continuous (a feature) or like an ID, not like class labels.
-MAX_CLASS_FRACTION = 0.5
-#: How a user chooses the label column (``bnc-train --label-column``, ``read_csv(label_column=...)``).
-LABEL_FLAG = "--label-column NAME|INDEX"
-
-
-def _label_index(
-    path: Path, label_column: int | str | None, data_row: list[str], header: list[str], has_header: bool
-) -> tuple[int, str]:
-    """Resolve ``label_column`` (name, 0-based index, or None = auto) against the header / first data
-    row; return the column index and how it was chosen (for messages)."""
-    n = len(data_row)
-    if isinstance(label_column, str):  # a name implies a header (the caller forces has_header)
-        if label_column not in header:
-            raise DatasetError(f"{path}: no column named {label_column!r} (columns: {header})")
-        return header.index(label_column), "the label column given"
-    if label_column is None:
-        if has_header:
-            named = [j for j, name in enumerate(header) if name.strip().lower() in LABEL_NAMES]
-            if len(named) > 1:
-                raise DatasetError(
-                    f"{path}: columns {', '.join(repr(header[j]) for j in named)} could each be "
-                    f"the label; choose one with {LABEL_FLAG}"
-                )
-            if named:
-                return named[0], f"named {header[named[0]]!r}"
-        # UCI style with the label first (letter-recognition.data): the only non-numeric column
-        # is the first one. Otherwise the label is the last column.
-        if n > 1 and not _is_number(data_row[0]) and all(_is_number(t) for t in data_row[1:]):
-            return 0, "the first column, the only non-numeric one"
-        return n - 1, f"the last column, as no column is named {'/'.join(LABEL_NAMES)}"
-    if isinstance(label_column, bool) or not isinstance(label_column, int):
-        raise DatasetError(f"{path}: label column must be a column name or a 0-based index, got {label_column!r}")
-    if not -n <= label_column < n:
-        raise DatasetError(
-            f"{path}: label column {label_column} out of range for {n} columns "
-            f"(0-based indices 0..{n - 1}, or -1 for the last)"
-        )
-    return label_column % n, "the label column given"
-
-
-def _is_whole(token: str) -> bool:
-    value = float(token)
-    return np.isfinite(value) and value == np.floor(value)
-
-
-def check_label_column(
-    path: Path, name: str, how: str, labels: list[tuple[int, str]], max_class_fraction: float = MAX_CLASS_FRACTION
-) -> None:
-    """DatasetError naming the column unless ``labels`` (line number, token) look like class labels.
-
-    Refused: a column that mixes numbers and text (a stray ``x`` among numeric labels), numeric
-    labels that are not whole numbers, and more distinct values than ``max_class_fraction`` of
-    the rows (a continuous feature or an ID). The message says how the column was chosen and
-    suggests choosing it explicitly.
-    """
-    where = f"{path}: label column {name!r} ({how})"
-    hint = f"choose the label column with {LABEL_FLAG}"
-    numeric = [_is_number(token) for _, token in labels]
-    if any(numeric) and not all(numeric):
-        majority = sum(numeric) * 2 >= len(numeric)  # the odd ones out are the minority type
-        odd = next(i for i, is_num in enumerate(numeric) if is_num != majority)
-        usual = next(i for i, is_num in enumerate(numeric) if is_num == majority)
-        kinds = ("text", "numeric") if majority else ("numeric", "text")
-        raise DatasetError(
-            f"{where} mixes numbers and text: {kinds[0]} label {labels[odd][1]!r} on line "
-            f"{labels[odd][0]} among {kinds[1]} labels such as {labels[usual][1]!r} "
-            f"(line {labels[usual][0]}); fix that row, or {hint}"
-        )
-    if all(numeric):
-        fractional = next(((no, t) for no, t in labels if not _is_whole(t)), None)
-        if fractional is not None:
-            raise DatasetError(
-                f"{where} looks continuous: {fractional[1]!r} on line {fractional[0]} is not a "
-                f"whole number, and class labels are names or integers; {hint}"
-            )
-    distinct = len({token for _, token in labels})
-    if distinct > max_class_fraction * len(labels):
-        raise DatasetError(
-            f"{where} has {distinct:,} distinct values in {len(labels):,} rows (more than "
-            f"{max_class_fraction:.0%} of the rows): it looks continuous or like an ID, not like "
-            f"class labels; {hint}"
-        )
-
-
-def _encode_labels(tokens: list[str]) -> tuple[np.ndarray, list[str]]:
-    """Codes 0..C-1 of the sorted distinct labels (numeric order when all labels are whole numbers)."""
-    try:
-        keys = [int(t) for t in tokens]
-    except ValueError:
-        try:
-            keys = [int(float(t)) if _is_whole(t) else t for t in tokens]  # "2.0": class 2
-            if not all(isinstance(k, int) for k in keys):
-                keys = tokens
-        except (ValueError, OverflowError):
-            keys = tokens
-    classes = sorted(set(keys))
-    index = {c: i for i, c in enumerate(classes)}
-    return np.array([index[k] for k in keys], dtype=np.int64), [str(c) for c in classes]
-
-
 def read_csv(
     path: str | Path,
     label_column: int | str | None = None,
@@ -505,10 +385,10 @@ def read_csv(
     ``target`` (any case), else the first column of UCI-style files whose first column is the only
     non-numeric one (label first), else the last column.
 
-    The label column is checked (:func:`check_label_column`): a column that mixes numbers and
-    text, holds non-whole numbers, or has more distinct values than ``max_class_fraction`` of the
-    rows is refused with a DatasetError naming it. Labels may be strings; class names are the
-    sorted distinct labels (whole numbers sorted numerically).
+    The label column is checked (:func:`~bnc_deploy.datasets.csv_columns.check_label_column`): a
+    column that mixes numbers and text, holds non-whole numbers, or has more distinct values than
+    ``max_class_fraction`` of the rows is refused with a DatasetError naming it. Labels may be
+    strings; class names are the sorted distinct labels (whole numbers sorted numerically).
 
     Returns RawData with x of shape (n_rows, n_columns - 1).
     """
@@ -526,12 +406,12 @@ def read_csv(
     first = rows[0][1]
     if len(first) < 2:
         raise DatasetError(f"{path}: line {rows[0][0]}: need at least one feature column and a label column")
-    has_header = isinstance(label_column, str) or _has_header(rows)
+    has_header = isinstance(label_column, str) or first_row_is_header(rows)
     data = rows[1:] if has_header else rows
     if not data:
         raise DatasetError(f"{path}: no data rows after the header")
     header = first if has_header else [f"x{j}" for j in range(len(first))]
-    label, how = _label_index(path, label_column, data[0][1], header, has_header)
+    label, how = label_index(path, label_column, data[0][1], header, has_header)
     features = [j for j in range(len(first)) if j != label]
     x, labels = [], []
     for no, fields in data:
@@ -540,7 +420,7 @@ def read_csv(
         x.append([_parse_float(path, no, header[j], fields[j]) for j in features])
         labels.append((no, fields[label]))
     check_label_column(path, header[label], how if has_header else f"{how}, index {label}", labels, max_class_fraction)
-    y, class_names = _encode_labels([token for _, token in labels])
+    y, class_names = encode_labels([token for _, token in labels])
     return RawData(
         np.array(x, dtype=np.float64),
         y,

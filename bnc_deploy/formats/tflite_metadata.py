@@ -140,27 +140,22 @@ def _flatbuffers() -> ModuleType:
 
 
 # -- writing -----------------------------------------------------------------------------------------
-def build_model_metadata(model: ModelMetadata) -> bytes:
-    """The ``TFLITE_METADATA`` buffer of ``model``::
+class _Writer:
+    """Builds the flatbuffer tables of :func:`build_model_metadata` with one ``Builder``."""
 
-        {"name", "description", "version", "author", "license"?,
-         "inputs": [tensor, ...], "outputs": [tensor, ...]}     # in the subgraph's tensor order
-        tensor = {"name", "description", "dimension_names"?: [...],
-                  "associated_files"?: [{"name", "description", "type": "TENSOR_AXIS_LABELS"}]}
-
-    One subgraph (TFLite has one); every tensor's content is FeatureProperties."""
-    fb = _flatbuffers()
-    b: _Builder = fb.Builder(1024)
+    def __init__(self) -> None:
+        self.b: _Builder = _flatbuffers().Builder(1024)
 
     @overload
-    def string(value: None) -> None: ...
+    def string(self, value: None) -> None: ...
     @overload
-    def string(value: str) -> int: ...
-    def string(value: str | None) -> int | None:
-        return None if value is None else b.CreateString(str(value))
+    def string(self, value: str) -> int: ...
+    def string(self, value: str | None) -> int | None:
+        return None if value is None else self.b.CreateString(str(value))
 
-    def table(slots: Mapping[str, int], fields: Mapping[str, int | tuple[str, int] | None]) -> int:
+    def table(self, slots: Mapping[str, int], fields: Mapping[str, int | tuple[str, int] | None]) -> int:
         """Fields already created (offsets, or ("byte", v) scalars) -> a table offset."""
+        b = self.b
         b.StartObject(max(slots.values()) + 1)
         for name, value in fields.items():
             if value is None:
@@ -172,65 +167,76 @@ def build_model_metadata(model: ModelMetadata) -> bytes:
         return b.EndObject()
 
     @overload
-    def vector(offsets: None) -> None: ...
+    def vector(self, offsets: None) -> None: ...
     @overload
-    def vector(offsets: Sequence[int]) -> int: ...
-    def vector(offsets: Sequence[int] | None) -> int | None:
+    def vector(self, offsets: Sequence[int]) -> int: ...
+    def vector(self, offsets: Sequence[int] | None) -> int | None:
         if offsets is None:
             return None
-        b.StartVector(4, len(offsets), 4)
+        self.b.StartVector(4, len(offsets), 4)
         for off in reversed(offsets):
-            b.PrependUOffsetTRelative(off)
-        return b.EndVector()
+            self.b.PrependUOffsetTRelative(off)
+        return self.b.EndVector()
 
-    def associated_file(f: AssociatedFile) -> int:
+    def associated_file(self, f: AssociatedFile) -> int:
         kind = f.get("type", "UNKNOWN")
         if kind not in FILE_TYPES:
             raise MetadataError(f"unknown associated file type {kind!r}")
-        name, desc = string(f["name"]), string(f.get("description"))
-        return table(_FILE, {"name": name, "description": desc, "type": ("byte", FILE_TYPES[kind])})
+        name, desc = self.string(f["name"]), self.string(f.get("description"))
+        return self.table(_FILE, {"name": name, "description": desc, "type": ("byte", FILE_TYPES[kind])})
 
-    def tensor(t: TensorMetadata) -> int:
-        name, desc = string(t["name"]), string(t.get("description"))
+    def tensor(self, t: TensorMetadata) -> int:
+        name, desc = self.string(t["name"]), self.string(t.get("description"))
         names = t.get("dimension_names")
-        dims = vector([string(d) for d in names]) if names else None
-        b.StartObject(0)
-        feature = b.EndObject()
-        content = table(
+        dims = self.vector([self.string(d) for d in names]) if names else None
+        self.b.StartObject(0)
+        feature = self.b.EndObject()
+        content = self.table(
             _CONTENT, {"content_properties_type": ("byte", _FEATURE_PROPERTIES), "content_properties": feature}
         )
         listed = t.get("associated_files")
-        files = vector([associated_file(f) for f in listed]) if listed else None
-        return table(
+        files = self.vector([self.associated_file(f) for f in listed]) if listed else None
+        return self.table(
             _TENSOR,
             {"name": name, "description": desc, "dimension_names": dims, "content": content, "associated_files": files},
         )
 
-    inputs = vector([tensor(t) for t in model["inputs"]])
-    outputs = vector([tensor(t) for t in model["outputs"]])
-    subgraph = table(
+
+def build_model_metadata(model: ModelMetadata) -> bytes:
+    """The ``TFLITE_METADATA`` buffer of ``model``::
+
+        {"name", "description", "version", "author", "license"?,
+         "inputs": [tensor, ...], "outputs": [tensor, ...]}     # in the subgraph's tensor order
+        tensor = {"name", "description", "dimension_names"?: [...],
+                  "associated_files"?: [{"name", "description", "type": "TENSOR_AXIS_LABELS"}]}
+
+    One subgraph (TFLite has one); every tensor's content is FeatureProperties."""
+    w = _Writer()
+    inputs = w.vector([w.tensor(t) for t in model["inputs"]])
+    outputs = w.vector([w.tensor(t) for t in model["outputs"]])
+    subgraph = w.table(
         _SUBGRAPH,
         {
-            "name": string(model.get("subgraph_name")),
+            "name": w.string(model.get("subgraph_name")),
             "input_tensor_metadata": inputs,
             "output_tensor_metadata": outputs,
         },
     )
-    subgraphs = vector([subgraph])
-    root = table(
+    subgraphs = w.vector([subgraph])
+    root = w.table(
         _MODEL,
         {
-            "name": string(model["name"]),
-            "description": string(model.get("description")),
-            "version": string(model.get("version")),
+            "name": w.string(model["name"]),
+            "description": w.string(model.get("description")),
+            "version": w.string(model.get("version")),
             "subgraph_metadata": subgraphs,
-            "author": string(model.get("author")),
-            "license": string(model.get("license")),
-            "min_parser_version": string(MIN_PARSER_VERSION),
+            "author": w.string(model.get("author")),
+            "license": w.string(model.get("license")),
+            "min_parser_version": w.string(MIN_PARSER_VERSION),
         },
     )
-    b.Finish(root, file_identifier=METADATA_IDENTIFIER)
-    return bytes(b.Output())
+    w.b.Finish(root, file_identifier=METADATA_IDENTIFIER)
+    return bytes(w.b.Output())
 
 
 # -- reading -----------------------------------------------------------------------------------------

@@ -164,14 +164,8 @@ def uvicorn_config(app: Any, host: str, port: int, limits: ServeLimits, **option
     """``uvicorn.Config`` serving ``app`` with :class:`GuardedHttpToolsProtocol` and ``limits``
     (``options``: other ``uvicorn.Config`` arguments, e.g. ``workers``, ``factory``)."""
     # uvicorn annotates timeout_keep_alive as int but only passes it to loop.call_later: seconds as a float work.
-    config = Config(
-        app,
-        host=host,
-        port=port,
-        http=GuardedHttpToolsProtocol,
-        timeout_keep_alive=limits.keep_alive_timeout,
-        **options,
-    )  # type: ignore[arg-type]
+    keep_alive: Any = limits.keep_alive_timeout
+    config = Config(app, host=host, port=port, http=GuardedHttpToolsProtocol, timeout_keep_alive=keep_alive, **options)
     setattr(config, LIMITS_ATTRIBUTE, limits)  # read back by the protocol, pickled to --workers
     return config
 

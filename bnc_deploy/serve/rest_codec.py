@@ -74,17 +74,21 @@ def _parameters(obj: dict[str, Any], where: str) -> dict[str, Any]:
     return params
 
 
-def parse_infer_request(body: bytes, header_length: str | None, max_rows: int) -> InferRequest:
-    """The :class:`InferRequest` of an infer body (see the module docstring)."""
+def _split_body(body: bytes, header_length: str | None) -> tuple[bytes, memoryview]:
+    """``(JSON head, binary tensors)`` of a body (all JSON without ``Inference-Header-Content-Length``)."""
     if header_length is not None:
         if not (header_length.isascii() and header_length.isdigit()) or int(header_length) > len(body):
             raise BadRequest(
                 f"Inference-Header-Content-Length {header_length!r} does not fit a body of {len(body)} bytes"
             )
         n = int(header_length)
-        head, binary = body[:n], memoryview(body)[n:]
-    else:
-        head, binary = body, memoryview(b"")
+        return body[:n], memoryview(body)[n:]
+    return body, memoryview(b"")
+
+
+def parse_infer_request(body: bytes, header_length: str | None, max_rows: int) -> InferRequest:
+    """The :class:`InferRequest` of an infer body (see the module docstring)."""
+    head, binary = _split_body(body, header_length)
     try:
         req = json.loads(head)
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:  # RecursionError: JSON nested too deep
@@ -107,7 +111,17 @@ def parse_infer_request(body: bytes, header_length: str | None, max_rows: int) -
         if isinstance(item, dict):
             where = f"input {item.get('name')!r}"
             check_rows(check_shape(item.get("shape"), where), max_rows, where)
-    inputs, pos = {}, 0
+    inputs = _decode_inputs(raw_inputs, binary)
+    out = InferRequest(inputs, binary_default=binary_default, has_id="id" in req, id=req.get("id"))
+    _add_outputs(out, raw_outputs)
+    return out
+
+
+def _decode_inputs(raw_inputs: list[Any], binary: memoryview) -> dict[str, np.ndarray[Any, Any]]:
+    """The input tensors, from their JSON ``data`` or their slice of the binary tensors (which they
+    must use up exactly)."""
+    inputs: dict[str, np.ndarray[Any, Any]] = {}
+    pos = 0
     for item in raw_inputs:
         if not isinstance(item, dict) or not isinstance(item.get("name"), str):
             raise BadRequest("each input needs a 'name'")
@@ -124,38 +138,33 @@ def parse_infer_request(body: bytes, header_length: str | None, max_rows: int) -
                 )
             if "data" in item:
                 raise BadRequest(f"{where}: both 'data' and binary_data_size")
-            inputs[name] = tensor_from_bytes(
-                name,
-                item.get("datatype"),
-                item.get("shape"),  # type: ignore[arg-type]
-                binary[pos : pos + size],
-            )  # (datatype checked there, None included)
+            # (datatype checked there, None included)
+            inputs[name] = tensor_from_bytes(name, item.get("datatype"), item.get("shape"), binary[pos : pos + size])  # type: ignore[arg-type]
             pos += size
         else:
             if "data" not in item:
                 raise BadRequest(f"{where} has neither 'data' nor binary_data_size")
-            inputs[name] = tensor_from_json(
-                name,
-                item.get("datatype"),
-                item.get("shape"),  # type: ignore[arg-type]
-                item["data"],
-            )  # (datatype checked there, None included)
+            # (datatype checked there, None included)
+            inputs[name] = tensor_from_json(name, item.get("datatype"), item.get("shape"), item["data"])  # type: ignore[arg-type]
     if pos != len(binary):
         raise BadRequest(f"{len(binary) - pos} binary bytes after the inputs' binary_data_size")
-    out = InferRequest(inputs, binary_default=binary_default, has_id="id" in req, id=req.get("id"))
+    return inputs
+
+
+def _add_outputs(out: InferRequest, raw_outputs: list[Any]) -> None:
+    """The requested outputs, in order, with their ``binary_data`` and ``classification`` choices."""
     for item in raw_outputs:
         if not isinstance(item, dict) or not isinstance(item.get("name"), str):
             raise BadRequest("each requested output needs a 'name'")
         name = item["name"]
         oparams = _parameters(item, f"output {name!r}")
-        b = oparams.get("binary_data", binary_default)
+        b = oparams.get("binary_data", out.binary_default)
         if not isinstance(b, bool):
             raise BadRequest(f"output {name!r}: binary_data must be true or false")
         out.binary_of[name] = b
         if "classification" in oparams:
             out.classification[name] = oparams["classification"]
         out.output_names.append(name)
-    return out
 
 
 def _json_data(array: np.ndarray) -> list[bytes]:

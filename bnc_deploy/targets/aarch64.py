@@ -248,14 +248,7 @@ def check_files(
     named take the rows above). ``key``: of signed files; the host checks their seal, and the
     root then runs the bytes the host checked (it is not given the key).
     """
-    from bnc_deploy.runtimes.base import load_runtime
-
-    paths = [Path(f) for f in files]
-    for p in paths:
-        if p.suffix.lower() not in SUFFIXES:
-            raise ConfigError(f"{p}: unknown file type {p.suffix or '(none)'!r}; expected {', '.join(SUFFIXES)}")
-        if not p.is_file():
-            raise InputError(f"{p}: no such file")
+    paths = _checked_paths(files)
     tools = aarch64_root.check_host()
     why = aarch64_root.root_status(cache)
     if why is not None:
@@ -265,69 +258,13 @@ def check_files(
     given = {str(k): v for k, v in (rows or {}).items()}
     entries, jobs, host = [], [], []
     for p in paths:
-        rt = load_runtime(p, threads=1, verify_integrity=verify_integrity, **({} if key is None else {"key": key}))
-        meta = rt.metadata
-        ref = refs.get(meta.get("artifact_sha256")) if p.suffix.lower() != ".bnc" else None
-        artifact = getattr(rt, "artifact", None) or (ref[1] if ref else None)
-        x, source = _rows_for(rt, data, artifact, given.get(str(p)))
-        try:
-            h_scores, h_labels = rt.run(x)
-        except InputError as exc:
-            raise InputError(f"{p}: the rows do not fit this file: {exc}") from None
-        entries.append(
-            {
-                "file": str(p),
-                "format": p.suffix.lower().lstrip("."),
-                "runtime": rt.name,
-                "model_kind": meta.get("model_kind", "bnc"),
-                "structure": meta.get("structure"),
-                "lowering": meta.get("lowering"),
-                "bits": meta.get("bits"),
-                # a .bnc "is" the reference (metadata exact); across CPUs only integer arithmetic is
-                "exact_expected": bool(meta.get("exact"))
-                if p.suffix.lower() != ".bnc"
-                else _integer_arithmetic(rt.artifact),
-                "rows_source": source,
-                "n_rows": int(len(x)),
-                "test_error": None,
-            }
-        )
-        on_test_split = data is not None and data[1] is not None and not rt.raw_inputs
-        host.append((h_scores, h_labels, ref, rt.raw_inputs, data[1] if on_test_split else None))
-        jobs.append(
-            {"path": str(p), "runtime": rt.name, "rows": x, "verify_integrity": bool(verify_integrity and key is None)}
-        )
+        entry, job, on_host = _run_on_host(p, refs, data, given.get(str(p)), verify_integrity, key)
+        entries.append(entry)
+        host.append(on_host)
+        jobs.append(job)
     inside = run_on_root(jobs, root, timeout)
-    for entry, (h_scores, h_labels, ref, raw, y), job, got in zip(entries, host, jobs, inside["files"]):
-        if "error" in got:
-            entry.update(
-                label_agreement=None,
-                label_mismatches=None,
-                exact=False,
-                max_abs_score_diff=None,
-                reference=None,
-                check_set=None,
-                error=got["error"],
-                ok=False,
-            )
-            continue
-        entry.update(_compare(got["scores"], got["labels"], h_scores, h_labels))
-        if y is not None:
-            entry["test_error"] = float(np.mean(got["labels"] != np.asarray(y).reshape(-1)))
-        entry["reference"] = None
-        if ref is not None:
-            r_scores = _reference_scores(ref[1], job["rows"], raw)
-            entry["reference"] = {
-                "file": str(ref[0]),
-                **_compare(got["scores"], got["labels"], r_scores, np.argmax(r_scores, axis=1)),
-            }
-        entry["check_set"] = got.get("check_set")
-        entry["error"] = None
-        check_ok = entry["check_set"] in (None, "ok")
-        if entry["exact_expected"]:
-            entry["ok"] = bool(check_ok and entry["exact"] and (ref is None or entry["reference"]["exact"]))
-        else:
-            entry["ok"] = bool(check_ok and entry["label_mismatches"] == 0)
+    for entry, on_host, job, got in zip(entries, host, jobs, inside["files"]):
+        _judge(entry, on_host, job, got)
     stamp = aarch64_root.read_stamp(root) or {}
     return {
         "target": TARGET,
@@ -342,6 +279,84 @@ def check_files(
         "files": entries,
         "ok": all(e["ok"] for e in entries),
     }
+
+
+def _checked_paths(files) -> list[Path]:
+    paths = [Path(f) for f in files]
+    for p in paths:
+        if p.suffix.lower() not in SUFFIXES:
+            raise ConfigError(f"{p}: unknown file type {p.suffix or '(none)'!r}; expected {', '.join(SUFFIXES)}")
+        if not p.is_file():
+            raise InputError(f"{p}: no such file")
+    return paths
+
+
+def _run_on_host(p: Path, refs: dict, data, given, verify_integrity: bool, key: bytes | None) -> tuple:
+    """One file on this host: its report entry (so far), its job for the root, and the host's results
+    ``(scores, labels, model reference, raw inputs, test labels or None)``."""
+    from bnc_deploy.runtimes.base import load_runtime
+
+    rt = load_runtime(p, threads=1, verify_integrity=verify_integrity, **({} if key is None else {"key": key}))
+    meta = rt.metadata
+    ref = refs.get(meta.get("artifact_sha256")) if p.suffix.lower() != ".bnc" else None
+    artifact = getattr(rt, "artifact", None) or (ref[1] if ref else None)
+    x, source = _rows_for(rt, data, artifact, given)
+    try:
+        h_scores, h_labels = rt.run(x)
+    except InputError as exc:
+        raise InputError(f"{p}: the rows do not fit this file: {exc}") from None
+    entry = {
+        "file": str(p),
+        "format": p.suffix.lower().lstrip("."),
+        "runtime": rt.name,
+        "model_kind": meta.get("model_kind", "bnc"),
+        "structure": meta.get("structure"),
+        "lowering": meta.get("lowering"),
+        "bits": meta.get("bits"),
+        # a .bnc "is" the reference (metadata exact); across CPUs only integer arithmetic is
+        "exact_expected": bool(meta.get("exact")) if p.suffix.lower() != ".bnc" else _integer_arithmetic(rt.artifact),
+        "rows_source": source,
+        "n_rows": int(len(x)),
+        "test_error": None,
+    }
+    on_test_split = data is not None and data[1] is not None and not rt.raw_inputs
+    on_host = (h_scores, h_labels, ref, rt.raw_inputs, data[1] if on_test_split else None)
+    job = {"path": str(p), "runtime": rt.name, "rows": x, "verify_integrity": bool(verify_integrity and key is None)}
+    return entry, job, on_host
+
+
+def _judge(entry: dict, on_host: tuple, job: dict, got: dict) -> None:
+    """Complete ``entry`` with the comparison of the root's results ``got`` with the host's."""
+    h_scores, h_labels, ref, raw, y = on_host
+    if "error" in got:
+        entry.update(
+            label_agreement=None,
+            label_mismatches=None,
+            exact=False,
+            max_abs_score_diff=None,
+            reference=None,
+            check_set=None,
+            error=got["error"],
+            ok=False,
+        )
+        return
+    entry.update(_compare(got["scores"], got["labels"], h_scores, h_labels))
+    if y is not None:
+        entry["test_error"] = float(np.mean(got["labels"] != np.asarray(y).reshape(-1)))
+    entry["reference"] = None
+    if ref is not None:
+        r_scores = _reference_scores(ref[1], job["rows"], raw)
+        entry["reference"] = {
+            "file": str(ref[0]),
+            **_compare(got["scores"], got["labels"], r_scores, np.argmax(r_scores, axis=1)),
+        }
+    entry["check_set"] = got.get("check_set")
+    entry["error"] = None
+    check_ok = entry["check_set"] in (None, "ok")
+    if entry["exact_expected"]:
+        entry["ok"] = bool(check_ok and entry["exact"] and (ref is None or entry["reference"]["exact"]))
+    else:
+        entry["ok"] = bool(check_ok and entry["label_mismatches"] == 0)
 
 
 def _host_versions() -> dict:

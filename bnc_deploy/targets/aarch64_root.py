@@ -39,8 +39,9 @@ mirror is built in. It is not part of the recipe (nor of the cache key): a root 
 mirror is reused whatever the next one is.
 
 Running inside (:func:`run_in_root`): ``chroot ROOT /venv/bin/python ...`` with a clean
-environment. ``/proc`` is mounted for the call and unmounted after; ``/sys`` is never mounted
-(cpuinfo, inside onnxruntime, crashes under qemu when it reads the host's /sys).
+environment (:mod:`bnc_deploy.targets.aarch64_env`). ``/proc`` is mounted for the call and
+unmounted after; ``/sys`` is never mounted (cpuinfo, inside onnxruntime, crashes under qemu when
+it reads the host's /sys).
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ from pathlib import Path
 
 from bnc_deploy.errors import BncDeployError
 from bnc_deploy.targets import apt_sources
+from bnc_deploy.targets.aarch64_env import chroot_argv, pip_network_env
 
 #: Debian packages the host needs (bookworm names).
 DEBIAN_PACKAGES = ("debootstrap", "qemu-user-static", "binfmt-support")
@@ -480,10 +482,10 @@ def _build_venv(build: Path, want: dict, log: Path, progress, timings: dict) -> 
     step = time.monotonic()
     _say(progress, "[2/3] python3 -m venv /venv inside the root (emulated)")
     shutil.copyfile("/etc/resolv.conf", build / "etc" / "resolv.conf")  # pip inside needs DNS
-    pip_env = _pip_network_env(build)
+    pip_env = pip_network_env(build)
     with proc_mounted(build):
         _stream(
-            _chroot(build, ["/usr/bin/python3", "-m", "venv", "/venv"]),
+            chroot_argv(build, ["/usr/bin/python3", "-m", "venv", "/venv"]),
             log,
             progress,
             "",
@@ -495,7 +497,7 @@ def _build_venv(build: Path, want: dict, log: Path, progress, timings: dict) -> 
         pins = want["pip"]
         _say(progress, f"[3/3] pip install {' '.join(pins)} inside the root (aarch64 wheels from PyPI, emulated)")
         _stream(
-            _chroot(
+            chroot_argv(
                 build,
                 [
                     VENV_PYTHON,
@@ -521,55 +523,6 @@ def _build_venv(build: Path, want: dict, log: Path, progress, timings: dict) -> 
     timings["pip"] = round(time.monotonic() - step, 1)
 
 
-#: The host's network settings pip inside the root gets (proxies, a private index); nothing else leaks in.
-PIP_NETWORK_VARS = (
-    "HTTP_PROXY",
-    "HTTPS_PROXY",
-    "NO_PROXY",
-    "http_proxy",
-    "https_proxy",
-    "no_proxy",
-    "PIP_INDEX_URL",
-    "PIP_DEFAULT_TIMEOUT",
-)
-#: Where the host's CA bundle is copied in the root (for pip only).
-HOST_CA_IN_ROOT = "/etc/ssl/certs/bnc-deploy-host-ca.crt"
-
-
-def _pip_network_env(build: Path) -> dict:
-    """Proxy/index variables of the host, and the host's CA bundle for pip (``PIP_CERT``): a network
-    that intercepts TLS with its own CA (added to the host's trust store) is trusted inside too;
-    Debian's stock ca-certificates in the root do not know it."""
-    env = {k: os.environ[k] for k in PIP_NETWORK_VARS if os.environ.get(k)}
-    bundle = next(
-        (
-            c
-            for c in (os.environ.get("PIP_CERT"), os.environ.get("SSL_CERT_FILE"), "/etc/ssl/certs/ca-certificates.crt")
-            if c and os.path.isfile(c)
-        ),
-        None,
-    )
-    if bundle is not None:
-        shutil.copyfile(bundle, build / HOST_CA_IN_ROOT.lstrip("/"))
-        env["PIP_CERT"] = HOST_CA_IN_ROOT
-    return env
-
-
-#: The environment of programs run in the root (nothing of the host's leaks in).
-ROOT_ENV = {
-    "PATH": "/venv/bin:/usr/local/bin:/usr/bin:/bin",
-    "HOME": "/root",
-    "LANG": "C.UTF-8",
-    "TF_CPP_MIN_LOG_LEVEL": "2",
-    "PYTHONDONTWRITEBYTECODE": "1",
-}
-
-
-def _chroot(root: Path, argv: list[str], env: dict | None = None) -> list[str]:
-    merged = {**ROOT_ENV, **(env or {})}
-    return ["chroot", str(root), "/usr/bin/env", "-i", *(f"{k}={v}" for k, v in merged.items()), *argv]
-
-
 def run_in_root(
     root: Path, argv: list[str], *, env: dict | None = None, timeout: float = RUN_TIMEOUT_S
 ) -> subprocess.CompletedProcess:
@@ -577,7 +530,7 @@ def run_in_root(
     with proc_mounted(root):
         try:
             return subprocess.run(
-                _chroot(root, argv, env), capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+                chroot_argv(root, argv, env), capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
             )
         except subprocess.TimeoutExpired:
             raise TargetSetupError(

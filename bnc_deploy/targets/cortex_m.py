@@ -110,6 +110,7 @@ from bnc_deploy.targets.cortex_m_build import (
     parse_size_a,
     run_image,
 )
+from bnc_deploy.targets.cortex_m_report import format_report
 from bnc_deploy.targets.cortex_m_sources import FAULT_EXIT
 
 
@@ -220,18 +221,32 @@ def check_header(
     rows = rows if rows is not None else check_rows(artifact, raw_inputs=raw)
     if rows.n_raw and not raw:
         raise ConfigError(f"{header} takes codes, not raw values: build the rows with raw_inputs=False")
-    d, c, bits = artifact.n_features, artifact.n_classes, artifact.bits_per_parameter
+    d, c = artifact.n_features, artifact.n_classes
     per_row = d + c * 4 + 2 + (4 * d if raw else 0)
     rows_per_image = max(1, ROW_BYTES_PER_IMAGE // per_row)
     n = rows.x.shape[0]
     bounds = [(s, min(n, s + rows_per_image)) for s in range(0, max(n, 1), rows_per_image)]
-    report = {
+    report = _report_head(header, artifact, meta, rows, len(bounds), tools)
+    with tempfile.TemporaryDirectory(prefix="bnc-cortex-m-") as tmp:
+        root = Path(workdir) if workdir is not None else Path(tmp)
+        for board in boards:
+            report["boards"].append(
+                _check_board(header, prefix, artifact, rows, bounds, board, tools, root, timeout, footprint)
+            )
+    report["ok"] = all(b["ok"] for b in report["boards"])
+    return report
+
+
+def _report_head(header: Path, artifact, meta: dict, rows: CheckRows, n_programs: int, tools: Tools) -> dict:
+    """The report's facts of the header, the model, the rows and the toolchain (``boards``: empty)."""
+    d, c, bits = artifact.n_features, artifact.n_classes, artifact.bits_per_parameter
+    return {
         "target": "cortex-m",
         "method": "emulated: arm-none-eabi-gcc -Os, bare metal on QEMU MPS2 boards (semihosting); QEMU is not "
         "cycle-accurate: instruction counts, no latency",
         "header": str(header),
         "header_sha256": hashlib.sha256(header.read_bytes()).hexdigest(),
-        "c_name": prefix,
+        "c_name": meta["c_name"],
         "model_kind": artifact.kind,
         "structure": artifact.structure,
         "n_features": d,
@@ -247,10 +262,10 @@ def check_header(
             "source": rows.source,
             "n_given": rows.n_given,
             "n_random": rows.n_random,
-            "n_rows": int(n),
+            "n_rows": int(rows.x.shape[0]),
             "n_invalid": int(rows.invalid.shape[0]),
             "n_raw": rows.n_raw,
-            "n_programs": len(bounds),
+            "n_programs": n_programs,
         },
         "toolchain": {
             "gcc": tools.gcc_version,
@@ -261,14 +276,6 @@ def check_header(
         },
         "boards": [],
     }
-    with tempfile.TemporaryDirectory(prefix="bnc-cortex-m-") as tmp:
-        root = Path(workdir) if workdir is not None else Path(tmp)
-        for board in boards:
-            report["boards"].append(
-                _check_board(header, prefix, artifact, rows, bounds, board, tools, root, timeout, footprint)
-            )
-    report["ok"] = all(b["ok"] for b in report["boards"])
-    return report
 
 
 def _check_board(header, prefix, artifact, rows, bounds, board, tools, root, timeout, footprint) -> dict:
@@ -300,95 +307,11 @@ def _check_board(header, prefix, artifact, rows, bounds, board, tools, root, tim
             )
         except BuildError as exc:
             entry["errors"].append(str(exc))
-    calib = [0, 0]
-    ticks = np.zeros(3)
-    timed_rows = 0
+    timing = _Timing()
     for k, (start, stop) in enumerate(bounds):
-        part = rows.chunk(start, stop)
         sub = folder if len(bounds) == 1 else folder / f"part{k}"
-        sub.mkdir(exist_ok=True)
-        _copy(header, sub / "model.h")
-        try:
-            elf, warnings = build_image(
-                sub / "model.h",
-                prefix,
-                part,
-                cpu,
-                tools,
-                sub,
-                artifact.n_features,
-                artifact.n_classes,
-                artifact.bits_per_parameter,
-            )
-        except BuildError as exc:
-            entry["errors"].append(str(exc))
-            entry["failed"] += int(part.x.shape[0])
-            entry["failed_rows"] += list(range(start, stop))
-            continue
-        if warnings:
-            entry["compiler_warnings"].append(warnings)
-        if k == 0:
-            entry["image"] = image_sizes(parse_size_a(_output([tools.size, "-A", str(elf)])))
-        res = run_image(elf, board, tools, timeout)
-        entry["wall_s"] += res.wall_s
-        entry["exit_codes"].append(res.exit_code)
-        if res.timed_out or res.result is None:
-            why = (
-                f"timed out after {timeout:.0f} s"
-                if res.timed_out
-                else "took an exception (fault)"
-                if res.fault or res.exit_code == FAULT_EXIT
-                else f"ended without a result (exit code {res.exit_code})"
-            )
-            entry["errors"].append(
-                f"rows {start}..{stop - 1}: the program {why}; output tail: "
-                + " | ".join(res.stdout.strip().splitlines()[-3:])
-            )
-            entry["failed"] += int(part.x.shape[0])
-            entry["failed_rows"] += list(range(start, stop))
-            continue
-        n_check, failed, _, invalid_failed, _, raw_failed = res.result
-        entry["passed"] += n_check - failed
-        entry["failed"] += failed
-        entry["invalid_failed"] += invalid_failed
-        entry["raw_failed"] += raw_failed
-        expected_exit = min(failed + invalid_failed + raw_failed, 254)
-        if res.exit_code != expected_exit:
-            entry["errors"].append(
-                f"rows {start}..{stop - 1}: exit code {res.exit_code}, the program reported {expected_exit} failures"
-            )
-        for tag, r, rc, label, scores in res.failures:
-            detail = {
-                "kind": {"FAIL": "row", "INVALID": "invalid", "RAW": "raw"}[tag],
-                "rc": rc,
-                "label": label,
-                "scores": scores,
-            }
-            if tag == "FAIL":
-                detail.update(
-                    row=start + r,
-                    x=rows.x[start + r].tolist(),
-                    expected_label=int(rows.labels[start + r]),
-                    expected_scores=(-rows.sums[start + r]).tolist(),
-                )
-                entry["failed_rows"].append(start + r)
-            elif tag == "INVALID":
-                detail.update(row=r, x=part.invalid[r].tolist(), expected_label=-1, expected_scores="untouched")
-            else:
-                detail.update(
-                    row=r,
-                    x=[float(v) for v in part.raw_x[r]],
-                    expected_label=int(part.raw_labels[r]),
-                    expected_scores=(-part.raw_sums[r]).tolist() if part.raw_labels[r] >= 0 else "untouched",
-                )
-            if len(entry["failures"]) < MAX_DETAILED:
-                entry["failures"].append(detail)
-        if res.timing is not None:
-            calib[0] += res.timing[0]
-            calib[1] += res.timing[1]
-            ticks += np.array(res.timing[2:], dtype=float)
-            timed_rows += n_check
-    entry["instructions"] = _instructions(calib, ticks, timed_rows)
+        _run_part(entry, timing, header, prefix, artifact, rows, start, stop, k, board, tools, sub, timeout)
+    entry["instructions"] = _instructions(timing.calib, timing.ticks, timing.rows)
     entry["ok"] = (
         entry["failed"] == 0
         and entry["invalid_failed"] == 0
@@ -397,6 +320,109 @@ def _check_board(header, prefix, artifact, rows, bounds, board, tools, root, tim
         and entry["passed"] == entry["n_rows"]
     )
     return entry
+
+
+class _Timing:
+    """The timer readings of a board's programs, summed: calibration (instructions, ticks), the
+    ticks of the three loops (baseline, predict, log_joint), and the rows they timed."""
+
+    def __init__(self) -> None:
+        self.calib = [0, 0]
+        self.ticks = np.zeros(3)
+        self.rows = 0
+
+
+def _run_part(entry, timing, header, prefix, artifact, rows, start, stop, k, board, tools, sub, timeout) -> None:
+    """Build and run the program of rows ``start:stop`` (the ``k``-th) in ``sub``; add to ``entry``."""
+    cpu = BOARDS[board][0]
+    part = rows.chunk(start, stop)
+    sub.mkdir(exist_ok=True)
+    _copy(header, sub / "model.h")
+    try:
+        elf, warnings = build_image(
+            sub / "model.h",
+            prefix,
+            part,
+            cpu,
+            tools,
+            sub,
+            artifact.n_features,
+            artifact.n_classes,
+            artifact.bits_per_parameter,
+        )
+    except BuildError as exc:
+        entry["errors"].append(str(exc))
+        entry["failed"] += int(part.x.shape[0])
+        entry["failed_rows"] += list(range(start, stop))
+        return
+    if warnings:
+        entry["compiler_warnings"].append(warnings)
+    if k == 0:
+        entry["image"] = image_sizes(parse_size_a(_output([tools.size, "-A", str(elf)])))
+    res = run_image(elf, board, tools, timeout)
+    entry["wall_s"] += res.wall_s
+    entry["exit_codes"].append(res.exit_code)
+    if res.timed_out or res.result is None:
+        why = (
+            f"timed out after {timeout:.0f} s"
+            if res.timed_out
+            else "took an exception (fault)"
+            if res.fault or res.exit_code == FAULT_EXIT
+            else f"ended without a result (exit code {res.exit_code})"
+        )
+        entry["errors"].append(
+            f"rows {start}..{stop - 1}: the program {why}; output tail: "
+            + " | ".join(res.stdout.strip().splitlines()[-3:])
+        )
+        entry["failed"] += int(part.x.shape[0])
+        entry["failed_rows"] += list(range(start, stop))
+        return
+    n_check, failed, _, invalid_failed, _, raw_failed = res.result
+    entry["passed"] += n_check - failed
+    entry["failed"] += failed
+    entry["invalid_failed"] += invalid_failed
+    entry["raw_failed"] += raw_failed
+    expected_exit = min(failed + invalid_failed + raw_failed, 254)
+    if res.exit_code != expected_exit:
+        entry["errors"].append(
+            f"rows {start}..{stop - 1}: exit code {res.exit_code}, the program reported {expected_exit} failures"
+        )
+    for tag, r, rc, label, scores in res.failures:
+        _record_failure(entry, tag, r, rc, label, scores, start, rows, part)
+    if res.timing is not None:
+        timing.calib[0] += res.timing[0]
+        timing.calib[1] += res.timing[1]
+        timing.ticks += np.array(res.timing[2:], dtype=float)
+        timing.rows += n_check
+
+
+def _record_failure(entry, tag, r, rc, label, scores, start, rows, part) -> None:
+    """One failing row reported by the program (``tag``: FAIL, INVALID or RAW; ``r``: its index in ``part``)."""
+    detail = {
+        "kind": {"FAIL": "row", "INVALID": "invalid", "RAW": "raw"}[tag],
+        "rc": rc,
+        "label": label,
+        "scores": scores,
+    }
+    if tag == "FAIL":
+        detail.update(
+            row=start + r,
+            x=rows.x[start + r].tolist(),
+            expected_label=int(rows.labels[start + r]),
+            expected_scores=(-rows.sums[start + r]).tolist(),
+        )
+        entry["failed_rows"].append(start + r)
+    elif tag == "INVALID":
+        detail.update(row=r, x=part.invalid[r].tolist(), expected_label=-1, expected_scores="untouched")
+    else:
+        detail.update(
+            row=r,
+            x=[float(v) for v in part.raw_x[r]],
+            expected_label=int(part.raw_labels[r]),
+            expected_scores=(-part.raw_sums[r]).tolist() if part.raw_labels[r] >= 0 else "untouched",
+        )
+    if len(entry["failures"]) < MAX_DETAILED:
+        entry["failures"].append(detail)
 
 
 def _instructions(calib, ticks, n_rows) -> dict:
@@ -418,80 +444,6 @@ def _instructions(calib, ticks, n_rows) -> dict:
         "call_overhead_per_row": round(baseline, 1),
         "resolution_per_row": round(per_tick / n_rows, 2),
     }
-
-
-# ================================================================================================
-# Report
-# ================================================================================================
-def format_report(r: dict) -> str:
-    rows = r["rows"]
-    given = f"{rows['n_given']:,} from the {rows['source']}" if rows["n_given"] else "none given"
-    lines = [
-        f"Cortex-M check of {r['header']} (emulated in QEMU, not on hardware)",
-        f"  model      {r['structure'].upper()} {r['model_kind']}, {r['n_features']} features, "
-        f"{r['n_classes']} classes, B = {r['bits']} bits",
-        f"  B*|theta|  {r['bits']} x {r['n_parameters']:,} = {r['size_bits']:,} bits ({r['size_bytes']:,} B); "
-        f"tables in the header: {r['table_bytes']:,} B ({r['table_storage']})",
-        f"  rows       {rows['n_rows']:,} ({given} + {rows['n_random']:,} random), {rows['n_invalid']} invalid rows "
-        f"that must be refused" + (f", {rows['n_raw']} raw-input rows" if rows["n_raw"] else ""),
-        "",
-        f"  {'board':<11} {'cpu':<10} {'rows passed':>14} {'invalid':>8}  {'FLASH code + tables':>22}  "
-        f"{'RAM data+bss+stack':>19}  {'instr/row predict':>17} {'log_joint':>9}",
-    ]
-    for b in r["boards"]:
-        m = b.get("model")
-        flash = f"{m['code_bytes']:,} + {m['table_bytes']:,} B" if m else "-"
-        ram = f"{m['data_bss_bytes']} + {m['stack_bytes']} B" if m and m["stack_bytes"] is not None else "-"
-        ins = b["instructions"]
-        pred = f"{ins['predict_per_row']:,.0f}" if ins.get("available") else "n/a"
-        lj = f"{ins['log_joint_per_row']:,.0f}" if ins.get("available") else "n/a"
-        inv = f"{rows['n_invalid'] - b['invalid_failed']}/{rows['n_invalid']}"
-        lines.append(
-            f"  {b['board']:<11} {b['cpu']:<10} {b['passed']:>6,}/{b['n_rows']:<7,} {inv:>8}  {flash:>22}  "
-            f"{ram:>19}  {pred:>17} {lj:>9}  {'PASS' if b['ok'] else 'FAIL'}"
-        )
-    for b in r["boards"]:
-        if rows["n_raw"]:
-            lines.append(f"  {b['board']}: raw-input rows passed {rows['n_raw'] - b['raw_failed']}/{rows['n_raw']}")
-        for f in b["failures"]:
-            lines.append(
-                f"  {b['board']}: {f['kind']} row {f['row']}: got label {f['label']} (rc {f['rc']}), "
-                f"expected {f['expected_label']}; scores {f['scores']} vs {f['expected_scores']}"
-            )
-        more = b["failed"] + b["invalid_failed"] + b["raw_failed"] - len(b["failures"])
-        if more > 0:
-            lines.append(f"  {b['board']}: ... {more} more failing rows (--json lists them)")
-        for e in b["errors"]:
-            lines.append(f"  {b['board']}: error: {e}")
-        for w in b["compiler_warnings"] + (
-            [b["model"]["compiler_warnings"]] if b.get("model") and b["model"]["compiler_warnings"] else []
-        ):
-            lines.append(f"  {b['board']}: compiler warnings: {w.splitlines()[0]}")
-    first = r["boards"][0] if r["boards"] else None
-    lines += [
-        "",
-        "  FLASH = .text + .rodata, RAM = .data + .bss + worst-case stack (GCC -fstack-usage), of the header's own",
-        "  object file (arm-none-eabi-size -A; only predict called; with log_joint too: --json).",
-    ]
-    if first and first.get("model"):
-        m = first["model"]
-        lines.append(
-            f"  Tables on {first['board']}: {m['codes_bytes']:,} B of codes + {m['index_bytes']:,} B of index "
-            f"arrays (largest codes, row offsets, parents, strides); B*|theta| = {r['size_bytes']:,} B."
-        )
-    if first and first.get("image"):
-        img = first["image"]
-        lines.append(
-            f"  Whole test program on {first['board']} (harness, newlib-nano, semihosting, check rows): "
-            f"FLASH {img['flash_bytes']:,} B, RAM {img['ram_bytes']:,} B "
-            f"(+ {img['heap_bytes']:,} B heap)."
-        )
-    lines.append(
-        "  QEMU is not cycle-accurate: instructions are executed instructions (-icount), net of the call loop;"
-    )
-    lines.append("  cycles and latency on a real chip differ by core, clock and memory wait states.")
-    lines.append(f"  {'PASS' if r['ok'] else 'FAIL'}: {sum(b['ok'] for b in r['boards'])} of {len(r['boards'])} boards")
-    return "\n".join(lines)
 
 
 # ================================================================================================

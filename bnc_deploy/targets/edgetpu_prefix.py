@@ -74,22 +74,11 @@ def run_prefix(
     file of this model, or the model is not quantized.
     """
     from bnc_deploy.formats.checkset import check_inputs
-    from bnc_deploy.formats.metadata import artifact_hash
-    from bnc_deploy.formats.tflite import inspect_tflite, model_bytes, read_tflite_metadata
+    from bnc_deploy.formats.tflite import inspect_tflite
     from bnc_deploy.reference.bnc import ReferencePredictor
 
-    data = model_bytes(tflite_path)
-    meta = read_tflite_metadata(data)
-    plan = meta.get("onehot_fc") or {}
-    if meta.get("model_kind", "bnc") != "bnc" or plan.get("builder") not in INT8_BUILDERS:
-        raise InputError(
-            "the prefix check runs BN onehot-fc files with an int8 one-hot builder "
-            f"({', '.join(INT8_BUILDERS)}); this file has builder {plan.get('builder')!r}"
-        )
-    if artifact.quantizer is None:
-        raise InputError("the prefix check compares integer code sums: the model must be quantized")
-    if meta.get("artifact_sha256") not in (None, artifact_hash(artifact)):
-        raise InputError("the TFLite file was not exported from this model file (artifact_sha256 differs)")
+    data, meta = _checked_file(tflite_path, artifact)
+    plan = meta["onehot_fc"]
     summary = inspect_tflite(data)
     boundary = boundary_tensors(summary, report)
     stored = check_inputs(meta, where=str(tflite_path))
@@ -108,28 +97,7 @@ def run_prefix(
         g * c: (sums, slice(0, g * c)),
         1: ("guard", slice(g * c, g * c + 1)),
     }
-    entries, partials = [], None
-    for index, values in zip(boundary, got):
-        t = summary.tensors[index]
-        flat = values.reshape(codes.shape[0], -1)
-        entry = {
-            "tensor": t.name,
-            "shape": list(t.shape),
-            "dtype": t.dtype,
-            "compared_as": None,
-            "max_abs_diff": None,
-            "equal": None,
-        }
-        layout = layouts.get(flat.shape[1]) if t.dtype in ("INT8", "UINT8") and t.scale else None
-        if layout is not None:
-            units = (flat.astype(np.float64) - t.zero_point[0]) * t.scale[0] / unit
-            diff = np.abs(units - expected[:, layout[1]])
-            entry.update(
-                compared_as=layout[0], max_abs_diff=float(diff.max(initial=0.0)), equal=bool(np.all(diff == 0))
-            )
-            if flat.shape[1] >= g * c:
-                partials = units[:, : g * c]
-        entries.append(entry)
+    entries, partials = _compare_boundary(summary, boundary, got, codes.shape[0], expected, layouts, unit, g * c)
     class_equal = None
     guard = _guard_check(data, summary, boundary, artifact, seed, g * c, layouts)
     if partials is not None:
@@ -153,6 +121,59 @@ def run_prefix(
         "note": "the mapped prefix run on the LiteRT CPU int8 kernels (static: the Edge TPU compiler and "
         "runtime were not run)",
     }
+
+
+def _checked_file(tflite_path, artifact) -> tuple[bytes, dict]:
+    """The file's bytes and metadata; InputError unless it is an int8 ``onehot-fc`` BN file of ``artifact``
+    (quantized)."""
+    from bnc_deploy.formats.metadata import artifact_hash
+    from bnc_deploy.formats.tflite import model_bytes, read_tflite_metadata
+
+    data = model_bytes(tflite_path)
+    meta = read_tflite_metadata(data)
+    plan = meta.get("onehot_fc") or {}
+    if meta.get("model_kind", "bnc") != "bnc" or plan.get("builder") not in INT8_BUILDERS:
+        raise InputError(
+            "the prefix check runs BN onehot-fc files with an int8 one-hot builder "
+            f"({', '.join(INT8_BUILDERS)}); this file has builder {plan.get('builder')!r}"
+        )
+    if artifact.quantizer is None:
+        raise InputError("the prefix check compares integer code sums: the model must be quantized")
+    if meta.get("artifact_sha256") not in (None, artifact_hash(artifact)):
+        raise InputError("the TFLite file was not exported from this model file (artifact_sha256 differs)")
+    return data, meta
+
+
+def _compare_boundary(
+    summary, boundary, got, n: int, expected: np.ndarray, layouts: dict, unit: float, width: int
+) -> tuple[list[dict], np.ndarray | None]:
+    """Per boundary tensor (``got``: its values for ``n`` rows), its report entry (compared in code
+    units with ``expected`` when its size matches a layout); and the partial sums [n, width] read
+    from one of them (None: none had them)."""
+    entries: list[dict] = []
+    partials = None
+    for index, values in zip(boundary, got):
+        t = summary.tensors[index]
+        flat = values.reshape(n, -1)
+        entry = {
+            "tensor": t.name,
+            "shape": list(t.shape),
+            "dtype": t.dtype,
+            "compared_as": None,
+            "max_abs_diff": None,
+            "equal": None,
+        }
+        layout = layouts.get(flat.shape[1]) if t.dtype in ("INT8", "UINT8") and t.scale else None
+        if layout is not None:
+            units = (flat.astype(np.float64) - t.zero_point[0]) * t.scale[0] / unit
+            diff = np.abs(units - expected[:, layout[1]])
+            entry.update(
+                compared_as=layout[0], max_abs_diff=float(diff.max(initial=0.0)), equal=bool(np.all(diff == 0))
+            )
+            if flat.shape[1] >= width:
+                partials = units[:, :width]
+        entries.append(entry)
+    return entries, partials
 
 
 def _guard_check(data, summary, boundary, artifact, seed: int, width: int, layouts) -> bool | None:

@@ -3,7 +3,9 @@
 One module per model family (``bnc.py``: naive Bayes and TAN; ``dnn.py``: the quantized FC/CNN
 baselines), plus what they share (``loop.py``: the one epoch loop; ``common.py``: schedules,
 history, check set, metadata; ``losses.py``), structure learning (``chow_liu.py``,
-``structure_learning.py``, ``structure_sweep.py``) and budget sizing (``sizing.py``).
+``structure_learning.py``, ``candidate_sets.py``: orderings and candidate parents,
+``structure_sweep.py``), the batched trainer (``bnc_batched.py``, ``bnc_batched_step.py``)
+and budget sizing (``sizing.py``).
 
 ``bnc-train`` knows the families only through :data:`TRAINERS`: each ``--model`` name maps to a
 :class:`TrainerSpec` naming its family and that family's :class:`TrainerFamily` adapter as a lazy

@@ -62,87 +62,9 @@ class BncFamily:
             help="TAN structure: chow-liu (default), learn (differentiable, model-size-aware structure "
             "learning), or a file of parents (.bnc model, JSON list, or ints)",
         )
-        model_group.add_argument(
-            "--candidates",
-            default=None,
-            metavar="K",
-            help="--structure learn: at most K random candidate parents per feature among its "
-            "predecessors (default 8); 0 or 'all' for every predecessor",
-        )
-        model_group.add_argument(
-            "--candidates-file",
-            default=None,
-            metavar="FILE[#DATASET]",
-            help="--structure learn: a fixed feature ordering and candidate parent sets from a JSON file, "
-            '{"ordering": [...], "candidates": [[...], ...]} (per feature, -1 = class only), or the '
-            "authors' pgm2020_tan_subset_settings.json (the entry of the loaded dataset, or #DATASET); "
-            "not with --candidates",
-        )
-        model_group.add_argument(
-            "--size-penalty",
-            type=float,
-            default=None,
-            metavar="LAMBDA",
-            help="--structure learn: weight lambda_MS of the expected model size (default 1e-3)",
-        )
-        model_group.add_argument(
-            "--size-penalty-mode",
-            choices=("added", "absolute"),
-            default=None,
-            help="--structure learn: count parameters added over naive Bayes (default) or all",
-        )
-        model_group.add_argument(
-            "--structure-lr",
-            type=float,
-            default=None,
-            metavar="X",
-            help="--structure learn: constant Adam learning rate of the structure logits (default 1e-3)",
-        )
-        model_group.add_argument(
-            "--tau-start",
-            type=float,
-            default=None,
-            metavar="T",
-            help="--structure learn: Gumbel-softmax temperature of the first epoch (default 10)",
-        )
-        model_group.add_argument(
-            "--tau-end",
-            type=float,
-            default=None,
-            metavar="T",
-            help="--structure learn: temperature of the last epoch, log-linear in between (default 0.1)",
-        )
-        model_group.add_argument(
-            "--finetune-epochs",
-            type=int,
-            default=None,
-            metavar="N",
-            help="--structure learn: epochs of (quantization-aware with --bits) training of the "
-            "learned TAN, starting from its jointly trained tables (default 0)",
-        )
-        model_group.add_argument(
-            "--bits",
-            type=int,
-            default=None,
-            metavar="B",
-            help="bits per parameter B = B_I + B_F in 1..8; omit for a float32 model",
-        )
-        model_group.add_argument(
-            "--int-bits",
-            type=int,
-            default=None,
-            metavar="I",
-            help="integer bits B_I in 1..6 (B_F = B - B_I may be negative); default 1 for B=1, 2 for B<=3, else 3",
-        )
-        model_group.add_argument(
-            "--init",
-            choices=("uniform", "ml"),
-            default=defaults.init,
-            help="uniform: rho ~ U(-0.1, 0.1) (paper); ml: maximum likelihood counts + smoothing",
-        )
-        model_group.add_argument(
-            "--smoothing", type=float, default=defaults.smoothing, help="pseudo-counts for --init ml (default 1)"
-        )
+        _add_structure_learning_arguments(model_group)
+        _add_quantization_arguments(model_group)
+        _add_initialization_arguments(model_group, defaults)
 
     def flags_given(self, args) -> list[str]:
         used = [flag(name) for name in OWN_FLAGS if getattr(args, name) is not None]
@@ -183,7 +105,7 @@ class BncFamily:
         if args.structure == "learn":
             if args.candidates_file is None:
                 return ()
-            from bnc_deploy.train.structure_learning import split_candidates_spec
+            from bnc_deploy.train.candidate_sets import split_candidates_spec
 
             return (split_candidates_spec(args.candidates_file)[0],)
         return () if args.structure == DEFAULT_STRUCTURE else (args.structure,)
@@ -227,6 +149,99 @@ class BncFamily:
             lines.append(f"  structure   learned, {r['n_parameters_nb_multiple']:.2f} x naive Bayes parameters")
         lines += [f"  test error  {100 * r['test_error']:.2f} %", f"  wrote       {r['model']}"]
         return "\n".join(lines)
+
+
+def _add_structure_learning_arguments(model_group) -> None:
+    """The flags of ``--structure learn`` (:data:`LEARN_FLAGS`)."""
+    model_group.add_argument(
+        "--candidates",
+        default=None,
+        metavar="K",
+        help="--structure learn: at most K random candidate parents per feature among its "
+        "predecessors (default 8); 0 or 'all' for every predecessor",
+    )
+    model_group.add_argument(
+        "--candidates-file",
+        default=None,
+        metavar="FILE[#DATASET]",
+        help="--structure learn: a fixed feature ordering and candidate parent sets from a JSON file, "
+        '{"ordering": [...], "candidates": [[...], ...]} (per feature, -1 = class only), or the '
+        "authors' pgm2020_tan_subset_settings.json (the entry of the loaded dataset, or #DATASET); "
+        "not with --candidates",
+    )
+    model_group.add_argument(
+        "--size-penalty",
+        type=float,
+        default=None,
+        metavar="LAMBDA",
+        help="--structure learn: weight lambda_MS of the expected model size (default 1e-3)",
+    )
+    model_group.add_argument(
+        "--size-penalty-mode",
+        choices=("added", "absolute"),
+        default=None,
+        help="--structure learn: count parameters added over naive Bayes (default) or all",
+    )
+    model_group.add_argument(
+        "--structure-lr",
+        type=float,
+        default=None,
+        metavar="X",
+        help="--structure learn: constant Adam learning rate of the structure logits (default 1e-3)",
+    )
+    model_group.add_argument(
+        "--tau-start",
+        type=float,
+        default=None,
+        metavar="T",
+        help="--structure learn: Gumbel-softmax temperature of the first epoch (default 10)",
+    )
+    model_group.add_argument(
+        "--tau-end",
+        type=float,
+        default=None,
+        metavar="T",
+        help="--structure learn: temperature of the last epoch, log-linear in between (default 0.1)",
+    )
+    model_group.add_argument(
+        "--finetune-epochs",
+        type=int,
+        default=None,
+        metavar="N",
+        help="--structure learn: epochs of (quantization-aware with --bits) training of the "
+        "learned TAN, starting from its jointly trained tables (default 0)",
+    )
+
+
+def _add_quantization_arguments(model_group) -> None:
+    """``--bits`` and ``--int-bits``: the fixed-point format of the parameters."""
+    model_group.add_argument(
+        "--bits",
+        type=int,
+        default=None,
+        metavar="B",
+        help="bits per parameter B = B_I + B_F in 1..8; omit for a float32 model",
+    )
+    model_group.add_argument(
+        "--int-bits",
+        type=int,
+        default=None,
+        metavar="I",
+        help="integer bits B_I in 1..6 (B_F = B - B_I may be negative); default 1 for B=1, 2 for B<=3, else 3",
+    )
+
+
+def _add_initialization_arguments(model_group, defaults) -> None:
+    """``--init`` and ``--smoothing``, with the trainer's defaults."""
+    model_group.add_argument(
+        "--init",
+        choices=("uniform", "ml"),
+        default=defaults.init,
+        help="uniform: rho ~ U(-0.1, 0.1) (paper); ml: maximum likelihood counts + smoothing",
+    )
+    model_group.add_argument(
+        "--smoothing", type=float, default=defaults.smoothing, help="pseudo-counts for --init ml (default 1)"
+    )
 
 
 def structure_learning_config(args):

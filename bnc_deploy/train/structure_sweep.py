@@ -122,7 +122,7 @@ def point_settings(config, sl, lam: float, candidates_file: dict | None = None) 
     The ``TrainConfig`` fields (less ``progress``, display only), the ``StructureLearningConfig``
     fields with ``size_penalty = lam``, and, instead of the candidates file's path (one file may
     be named in several ways), ``"sha256:<digest>#<entry>"`` of its content and dataset entry
-    (``candidates_file``: :meth:`~bnc_deploy.train.structure_learning.CandidateSets.describe`).
+    (``candidates_file``: :meth:`~bnc_deploy.train.candidate_sets.CandidateSets.describe`).
     """
     settings = {k: v for k, v in asdict(config).items() if k != "progress"}
     settings.update(asdict(replace(sl, size_penalty=lam)))

@@ -58,7 +58,7 @@ def edited_bytes(data: bytes, edit: tuple[int, int]) -> bytes:
 def export_case(artifact, format: str, folder: Path) -> Path:
     path = folder / f"model{exporter_for(artifact.kind, format).extension}"
     report = export_file(artifact, path, format, lowering="gather")
-    assert report["exact"] and report["integrity"] == "sha256"
+    assert report.exact and report.integrity == "sha256"
     return path
 
 

@@ -33,6 +33,19 @@ from bnc_deploy.profiling.graph_count.selectors import reachable_rows
 
 def find_params(state) -> list[ParamTensor]:
     """Trace the tables that per-row arithmetic reads back to their decoded sources."""
+    sources, quantized_tables = _trace_sources(state)
+    meta = state.graph.metadata or {}
+    meta_bits = meta.get("bits")
+    params = [_param_tensor(state, name, info, quantized_tables, meta_bits) for name, info in sources.items()]
+    folded = meta.get("prior_folded_into_feature")
+    if folded is not None and quantized_tables and meta.get("n_classes"):
+        params.append(_prior_folded_at_export(state, meta, quantized_tables, int(folded)))
+    return params
+
+
+def _trace_sources(state) -> tuple[dict[str, dict], dict]:
+    """``(sources, quantized tables)``: each decoded parameter tensor -> ``{"rows", "fc", "note"}``
+    (:func:`trace_param`), and the tables of GatherBlockQuantized nodes -> their node."""
     sources: dict[str, dict] = {}
     for node in state.graph.nodes:
         rec = state.records[node.index]
@@ -61,59 +74,59 @@ def find_params(state) -> list[ParamTensor]:
             trace_param(state, node.inputs[0], None, sources, node)
             if node.op == GATHER_BLOCK_QUANTIZED:
                 quantized_tables[node.inputs[0]] = node
-    meta = state.graph.metadata or {}
+    return sources, quantized_tables
+
+
+def _param_tensor(state, name: str, info: dict, quantized_tables: dict, meta_bits) -> ParamTensor:
+    """The :class:`ParamTensor` of one decoded source: its used elements (columns, reachable rows)."""
+    t = state.tensors[name]
+    used = state.used.get(name)
+    frac_cols = 1.0 if used is None or used.shape[0] != t.last_dim else used.sum() / used.shape[0]
+    elements = t.numel if t.value is None else int(t.value.size)
+    if name in quantized_tables:
+        elements, info["note"] = _block_quantized_elements(state, quantized_tables[name], info["note"])
+        frac_cols = 1.0
+    if info["rows"] is not None and t.value is not None and t.value.ndim == 2:
+        # FullyConnected weights are [M, K], MatMul weights [K, M]: count the reachable K rows
+        m = t.value.shape[0] if info["fc"] else int(round(t.value.shape[1] * frac_cols))
+        elements = int(info["rows"].sum()) * m
+    elif elements is not None:
+        elements = int(round(elements * frac_cols))
+    bits = int(meta_bits) if meta_bits else np.dtype(t.dtype).itemsize * 8
+    return ParamTensor(
+        name,
+        t.row_shape,
+        elements,
+        bits,
+        None if elements is None else elements * bits,
+        storage_entries(state, storage_of(state, name)),
+        info["note"] if elements is not None else "size unknown (no shape)",
+    )
+
+
+def _prior_folded_at_export(state, meta: dict, quantized_tables: dict, folded: int) -> ParamTensor:
+    """The class prior an ORT lookup graph folded into feature ``folded``'s rows (credited to the
+    first quantized table's node as ``C`` folded additions)."""
+    # The ORT lookup graph stores feature 0's rows with the class prior added at export (the
+    # ONNX graph adds it at load: a broadcast Add, credited by trace_param). The file
+    # declares it; every row reads one of those rows, so C additions per row were done once.
+    c = int(meta["n_classes"])
+    node = next(iter(quantized_tables.values()))
+    rec = state.records[node.index]
+    rec.folded += c
+    rec.note += f"; feature {folded}'s rows hold the class prior (folded at export: {c} additions)"
     meta_bits = meta.get("bits")
-    params = []
-    for name, info in sources.items():
-        t = state.tensors[name]
-        used = state.used.get(name)
-        frac_cols = 1.0 if used is None or used.shape[0] != t.last_dim else used.sum() / used.shape[0]
-        elements = t.numel if t.value is None else int(t.value.size)
-        if name in quantized_tables:
-            elements, info["note"] = _block_quantized_elements(state, quantized_tables[name], info["note"])
-            frac_cols = 1.0
-        if info["rows"] is not None and t.value is not None and t.value.ndim == 2:
-            # FullyConnected weights are [M, K], MatMul weights [K, M]: count the reachable K rows
-            m = t.value.shape[0] if info["fc"] else int(round(t.value.shape[1] * frac_cols))
-            elements = int(info["rows"].sum()) * m
-        elif elements is not None:
-            elements = int(round(elements * frac_cols))
-        bits = int(meta_bits) if meta_bits else np.dtype(t.dtype).itemsize * 8
-        params.append(
-            ParamTensor(
-                name,
-                t.row_shape,
-                elements,
-                bits,
-                None if elements is None else elements * bits,
-                storage_entries(state, storage_of(state, name)),
-                info["note"] if elements is not None else "size unknown (no shape)",
-            )
-        )
-    folded = meta.get("prior_folded_into_feature")
-    if folded is not None and quantized_tables and meta.get("n_classes"):
-        # The ORT lookup graph stores feature 0's rows with the class prior added at export (the
-        # ONNX graph adds it at load: a broadcast Add, credited above by trace_param). The file
-        # declares it; every row reads one of those rows, so C additions per row were done once.
-        c = int(meta["n_classes"])
-        node = next(iter(quantized_tables.values()))
-        rec = state.records[node.index]
-        rec.folded += c
-        rec.note += f"; feature {int(folded)}'s rows hold the class prior (folded at export: {c} additions)"
-        bits = int(meta_bits) if meta_bits else 8
-        params.append(
-            ParamTensor(
-                "class prior",
-                (c,),
-                c,
-                bits,
-                c * bits,
-                [],
-                f"folded into feature {int(folded)}'s rows of the table at export "
-                "(declared in the metadata: prior_folded_into_feature)",
-            )
-        )
-    return params
+    bits = int(meta_bits) if meta_bits else 8
+    return ParamTensor(
+        "class prior",
+        (c,),
+        c,
+        bits,
+        c * bits,
+        [],
+        f"folded into feature {folded}'s rows of the table at export "
+        "(declared in the metadata: prior_folded_into_feature)",
+    )
 
 
 def _block_quantized_elements(state, node, note):
