@@ -41,6 +41,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, SupportsInt
 
 from bnc_deploy.errors import ArtifactError
+from bnc_deploy.registry import claim
 
 #: Bits of a float32 parameter.
 FLOAT_BITS = 32
@@ -102,8 +103,12 @@ def register_cost_model(
     kind: str,
     function: Callable[[Any], CostReport],
     from_metadata: Callable[[Mapping[str, Any]], CostReport] | None = None,
+    *,
+    overwrite: bool = False,
 ) -> None:
-    """Add or replace the cost functions of an artifact kind (from the artifact, from a file's metadata)."""
+    """Add the cost functions of an artifact kind (from the artifact, from a file's metadata);
+    ConfigError for a kind that has them unless ``overwrite`` (:func:`bnc_deploy.registry.claim`)."""
+    claim(COST_MODELS, kind, what=f"a cost model of kind {kind!r}", overwrite=overwrite)
     COST_MODELS[kind] = function
     if from_metadata is not None:
         METADATA_COST_MODELS[kind] = from_metadata

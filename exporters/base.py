@@ -41,7 +41,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from bnc_deploy.errors import ConfigError, ExportError, MissingExtraError
+from bnc_deploy.errors import ExportError, MissingExtraError
+from bnc_deploy.registry import claim
 
 #: ``bool`` options are flags; ``int``/``str`` options take a value (``choices`` restricts it);
 #: ``rows`` options are arrays the caller supplies (e.g. calibration rows), never a CLI flag.
@@ -235,12 +236,17 @@ def register_exporter(
                     f"{option.flag} {value!r}, not one of its choices {option.choices}"
                 )
     existing = _EXPORTERS.get((kind, format))
-    if existing is not None and not overwrite:
-        raise ConfigError(
-            f"an exporter of {kind} models to --format {format} is already registered (by "
-            f"{existing.module or 'an unknown module'}); {spec.module or 'the new one'} cannot "
-            "register it again: pass overwrite=True to replace it"
-        )
+    claim(
+        _EXPORTERS,
+        (kind, format),
+        what=f"an exporter of {kind} models to --format {format}",
+        detail=(
+            f" (by {existing.module or 'an unknown module'}); {spec.module or 'the new one'} cannot register it again"
+            if existing
+            else ""
+        ),
+        overwrite=overwrite,
+    )
     _EXPORTERS[(kind, format)] = spec
     return spec
 

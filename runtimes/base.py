@@ -42,7 +42,7 @@ ImportError) naming the extra to install.
 Adapters register by name in :data:`RUNTIMES` as lazy ``"module:Class"`` targets, so choosing
 one runtime never imports another's framework. The LiteRT adapter is expected at
 ``bnc_deploy.runtimes.litert_adapter:LiteRTAdapter`` (name ``"litert"``); any module can also
-call :func:`register_runtime` to add or replace an entry.
+call :func:`register_runtime` to add an entry (``overwrite=True`` to replace one).
 """
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ from bnc_deploy.errors import ConfigError, InputError, MissingExtraError, Runtim
 from bnc_deploy.formats import integrity
 from bnc_deploy.formats.metadata import INPUT_RAW, INVALID_LABEL, contract_outputs, parse_metadata
 from bnc_deploy.reference.chunks import run_in_chunks
+from bnc_deploy.registry import claim
 from bnc_deploy.validation import check_codes
 
 __all__ = [
@@ -402,8 +403,15 @@ EXTENSIONS: dict[str, str] = {
 }
 
 
-def register_runtime(name: str, target: type[RuntimeAdapter] | str, extensions: tuple[str, ...] = ()) -> None:
-    """Add or replace runtime ``name`` (a RuntimeAdapter subclass or ``"module:Class"``)."""
+def register_runtime(
+    name: str, target: type[RuntimeAdapter] | str, extensions: tuple[str, ...] = (), *, overwrite: bool = False
+) -> None:
+    """Add runtime ``name`` (a RuntimeAdapter subclass or ``"module:Class"``), the default for
+    ``extensions``. A taken name or extension raises ConfigError unless ``overwrite``
+    (:func:`bnc_deploy.registry.claim`)."""
+    claim(RUNTIMES, name, what=f"runtime {name!r}", overwrite=overwrite)
+    for ext in extensions:
+        claim(EXTENSIONS, ext.lower(), what=f"the default runtime of {ext!r} files", overwrite=overwrite)
     RUNTIMES[name] = target
     for ext in extensions:
         EXTENSIONS[ext.lower()] = name

@@ -36,7 +36,7 @@ ROOT_SUBPACKAGES = ("exporters", "runtimes")
 
 # -- stages ---------------------------------------------------------------------------------------
 #: Top-level modules of bnc_deploy that form the foundations.
-FOUNDATIONS = frozenset({"errors", "fileio", "validation", "quantizers", "costs", "limits"})
+FOUNDATIONS = frozenset({"errors", "fileio", "validation", "quantizers", "costs", "limits", "registry"})
 #: Sub-packages (or modules) of bnc_deploy, each one stage.
 STAGES = frozenset(
     {

@@ -289,3 +289,27 @@ def test_corrupted_artifact_rejected_by_numpy_adapter(files, tmp_path):
     bad.write_bytes(files[1].read_bytes()[:100])
     with pytest.raises(RuntimeLoadError, match="bad.bnc"):
         load_runtime(bad)
+
+
+def test_registries_refuse_a_taken_name_unless_overwrite():
+    """One rule for every registry (bnc_deploy.registry.claim): a second registration raises."""
+    from bnc_deploy.artifacts import ARTIFACT_KINDS, BNCArtifact, register_artifact_kind
+    from bnc_deploy.costs import COST_MODELS, register_cost_model
+    from bnc_deploy.reference import REFERENCE_PREDICTORS, register_reference
+    from bnc_deploy.train import TRAINERS, register_trainer
+
+    with pytest.raises(ConfigError, match="runtime 'numpy' is already registered.*overwrite=True"):
+        register_runtime("numpy", OnnxRuntimeAdapter)
+    with pytest.raises(ConfigError, match="default runtime of '.onnx' files is already registered"):
+        register_runtime("another", OnnxRuntimeAdapter, extensions=(".onnx",))
+    assert "another" not in RUNTIMES, "a refused registration changes nothing"
+    with pytest.raises(ConfigError, match="model-file kind 'bnc'"):
+        register_artifact_kind(BNCArtifact)
+    with pytest.raises(ConfigError, match="cost model of kind 'bnc'"):
+        register_cost_model("bnc", COST_MODELS["bnc"])
+    with pytest.raises(ConfigError, match="reference predictor of kind 'bnc'"):
+        register_reference("bnc", REFERENCE_PREDICTORS["bnc"])
+    with pytest.raises(ConfigError, match="trainer --model nb"):
+        register_trainer("nb", "bnc", TRAINERS["nb"].target)
+    register_artifact_kind(BNCArtifact, overwrite=True)  # replacing is explicit
+    assert ARTIFACT_KINDS["bnc"] is BNCArtifact

@@ -7,13 +7,16 @@ import os
 from bnc_deploy.artifacts.bnc import BNCArtifact
 from bnc_deploy.artifacts.container import FORMAT_VERSION, ArtifactError, read_container, write_container_published
 from bnc_deploy.artifacts.dnn import DNNArtifact, DNNLayer
+from bnc_deploy.registry import claim
 
 #: Artifact classes by the header's ``kind``.
 ARTIFACT_KINDS: dict[str, type] = {}
 
 
-def register_artifact_kind(cls: type) -> type:
-    """Add or replace a model-file class under its ``kind`` (a new model family registers here)."""
+def register_artifact_kind(cls: type, *, overwrite: bool = False) -> type:
+    """Add a model-file class under its ``kind`` (a new model family registers here); ConfigError for
+    a taken kind unless ``overwrite`` (:func:`bnc_deploy.registry.claim`)."""
+    claim(ARTIFACT_KINDS, cls.kind, what=f"model-file kind {cls.kind!r}", overwrite=overwrite)
     ARTIFACT_KINDS[cls.kind] = cls
     return cls
 

@@ -11,13 +11,16 @@ from __future__ import annotations
 from bnc_deploy.errors import ArtifactError
 from bnc_deploy.reference.bnc import ReferencePredictor
 from bnc_deploy.reference.dnn import DNNReferencePredictor
+from bnc_deploy.registry import claim
 
 #: Artifact kind -> reference predictor class.
 REFERENCE_PREDICTORS: dict[str, type] = {"bnc": ReferencePredictor, "dnn": DNNReferencePredictor}
 
 
-def register_reference(kind: str, predictor: type) -> None:
-    """Add or replace the reference predictor of an artifact kind."""
+def register_reference(kind: str, predictor: type, *, overwrite: bool = False) -> None:
+    """Add the reference predictor of an artifact kind (ConfigError for a kind that has one unless
+    ``overwrite``: :func:`bnc_deploy.registry.claim`)."""
+    claim(REFERENCE_PREDICTORS, kind, what=f"a reference predictor of kind {kind!r}", overwrite=overwrite)
     REFERENCE_PREDICTORS[kind] = predictor
 
 

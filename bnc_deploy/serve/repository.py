@@ -28,14 +28,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bnc_deploy.errors import ConfigError
+from bnc_deploy.runtimes.base import model_suffixes
 from bnc_deploy.serve.errors import ModelNotFound, ModelNotReady
 from bnc_deploy.serve.model import ModelLoadError, ServedModel
 
 log = logging.getLogger("bnc_deploy.serve")
-
-#: File extensions served (the runtimes' defaults: .onnx/.ort -> onnxruntime, .tflite -> litert,
-#: .h -> native (compiled on load), .bnc -> numpy).
-EXTENSIONS = (".onnx", ".ort", ".tflite", ".h", ".bnc")
 
 
 @dataclass
@@ -53,7 +50,9 @@ class _Entry:
 def is_candidate(path: Path) -> bool:
     """Whether ``path`` is a published model file (not hidden, not a temporary name, known suffix)."""
     name = path.name
-    return not name.startswith(".") and ".tmp" not in name and path.suffix.lower() in EXTENSIONS
+    # The files some runtime reads by default (runtimes.base: .onnx/.ort onnxruntime, .tflite litert,
+    # .h native (compiled on load), .bnc numpy).
+    return not name.startswith(".") and ".tmp" not in name and path.suffix.lower() in model_suffixes()
 
 
 def _stamp(path: Path) -> tuple | None:
@@ -138,7 +137,9 @@ class ModelRepository:
             entry = self._entry(name)
             if entry is not None and entry.model is None:
                 entry.reason = "no model file"
-            raise ModelNotFound(f"no model file named {name!r} in {self.root} (files: <name>{'|'.join(EXTENSIONS)})")
+            raise ModelNotFound(
+                f"no model file named {name!r} in {self.root} (files: <name>{'|'.join(model_suffixes())})"
+            )
         entry = self._entry(name, create=True)
         with entry.lock:  # one load per model at a time; inference never takes this lock
             entry.unloaded = entry.removed = False
@@ -279,4 +280,4 @@ class ModelRepository:
             model.close()
 
 
-__all__ = ["EXTENSIONS", "ModelRepository", "is_candidate"]
+__all__ = ["ModelRepository", "is_candidate"]

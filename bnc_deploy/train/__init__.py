@@ -23,6 +23,8 @@ import importlib
 from dataclasses import dataclass
 from typing import Protocol
 
+from bnc_deploy.registry import claim
+
 
 class TrainerFamily(Protocol):
     """What ``bnc-train`` needs from a model family. Every family's flags are parsed for every
@@ -86,8 +88,10 @@ TRAINERS: dict[str, TrainerSpec] = {}
 DEFAULT_TRAINER = "nb"
 
 
-def register_trainer(name: str, family: str, target: str, help: str = "") -> None:
-    """Add or replace the trainer behind ``bnc-train --model NAME``."""
+def register_trainer(name: str, family: str, target: str, help: str = "", *, overwrite: bool = False) -> None:
+    """Add the trainer behind ``bnc-train --model NAME`` (ConfigError for a taken name unless
+    ``overwrite``: :func:`bnc_deploy.registry.claim`)."""
+    claim(TRAINERS, name, what=f"trainer --model {name}", overwrite=overwrite)
     TRAINERS[name] = TrainerSpec(name, family, target, help)
 
 
