@@ -80,7 +80,7 @@ from bnc_deploy.serve.protocol import (
 log = logging.getLogger("bnc_deploy.serve.grpc")
 
 #: Default limit on one gRPC message, either way (gRPC's own default is 4 MiB received).
-DEFAULT_MAX_MESSAGE_BYTES = 64 * 2**20
+DEFAULT_MAX_MESSAGE_BYTES = ServeLimits.max_request_bytes
 
 # Typed ``contents`` field of each datatype (FP16 has none: raw contents only).
 _CONTENTS_FIELD = {
