@@ -16,7 +16,7 @@ import onnx
 from numpy.typing import ArrayLike
 from onnx import TensorProto, helper, numpy_helper
 
-import bnc_deploy
+from bnc_deploy.version import __version__
 from bnc_deploy.formats.bnc import OUTPUT_LOG_JOINT
 from bnc_deploy.formats.metadata import INPUT_NAME, METADATA_KEY, OUTPUT_LABEL, dump_metadata, flat_metadata
 
@@ -106,7 +106,7 @@ def bnc_model(
         graph,
         opset_imports=opsets,
         producer_name="bnc-deploy",
-        producer_version=bnc_deploy.__version__,
+        producer_version=__version__,
         ir_version=ir_version,
     )
 

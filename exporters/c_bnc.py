@@ -68,7 +68,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-import bnc_deploy
+from bnc_deploy.version import __version__
 from bnc_deploy.errors import ExportError
 from bnc_deploy.exporters._bnc_options import RAW_INPUTS, RAW_INPUTS_NEED_DISCRETIZER, codes_of
 from bnc_deploy.exporters.base import Option, Refusal, float_model, register_exporter
@@ -235,7 +235,7 @@ def _model_values(artifact: BNCArtifact, name: str, packed: np.ndarray | None, r
         "PREFIX": name.upper(),
         "file_name": comment_text(name),
         "structure": "TAN" if artifact.structure == "tan" else "naive Bayes",
-        "version": comment_text(bnc_deploy.__version__),
+        "version": comment_text(__version__),
         "n_features": d,
         "n_classes": artifact.n_classes,
         "bits": bits,

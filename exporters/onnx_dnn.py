@@ -132,7 +132,7 @@ import onnx
 from numpy.typing import ArrayLike, DTypeLike
 from onnx import TensorProto, helper, numpy_helper
 
-import bnc_deploy
+from bnc_deploy.version import __version__
 from bnc_deploy.artifacts.dnn import accumulator_bound, sign_thresholds, weight_code_dtype
 from bnc_deploy.errors import ExportError
 from bnc_deploy.exporters._onnx_graph import DEFAULT_OPSET, MIN_OPSET, pack_bitplanes, set_export_metadata
@@ -192,7 +192,7 @@ def build_onnx_dnn(artifact: DNNArtifact, *, opset: int = DEFAULT_OPSET, pack_bi
         graph,
         opset_imports=opsets,
         producer_name="bnc-deploy",
-        producer_version=bnc_deploy.__version__,
+        producer_version=__version__,
         ir_version=helper.find_min_ir_version_for(opsets),
     )
     storage = np.dtype(weight_code_dtype(artifact.weight_bits)).name

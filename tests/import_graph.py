@@ -36,7 +36,7 @@ ROOT_SUBPACKAGES = ("exporters", "runtimes")
 
 # -- stages ---------------------------------------------------------------------------------------
 #: Top-level modules of bnc_deploy that form the foundations.
-FOUNDATIONS = frozenset({"errors", "fileio", "validation", "quantizers", "costs", "limits", "registry"})
+FOUNDATIONS = frozenset({"errors", "fileio", "validation", "quantizers", "costs", "limits", "registry", "version"})
 #: Sub-packages (or modules) of bnc_deploy, each one stage.
 STAGES = frozenset(
     {
@@ -56,15 +56,18 @@ STAGES = frozenset(
         "serve",
         "sweep",
         "autolowering",
+        "api",
+        "sklearn",
     }
 )
 #: The only stages that may import torch.
 TORCH_STAGES = frozenset({"models", "train"})
 #: Stages that must never import torch, ``train`` or ``models``, directly or through a module of
-#: another stage. ``root`` is ``bnc_deploy/__init__.py`` (run by every import of the package).
+#: another stage. ``root`` (``bnc_deploy/__init__.py``) is not among them: it re-exports the public
+#: API (``api``, ``sklearn``: fitting trains) on first attribute access, and
+#: tests/test_public_api.py checks that ``import bnc_deploy`` itself loads no torch.
 TORCH_FREE_STAGES = frozenset(
     {
-        "root",
         "foundations",
         "datasets",
         "artifacts",

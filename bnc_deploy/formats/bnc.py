@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-import bnc_deploy
+from bnc_deploy.version import __version__
 from bnc_deploy.errors import ArtifactError, ExportError, MetadataError
 from bnc_deploy.formats.checkset import CHECK_KEY, FeatureSpace, check_entry
 from bnc_deploy.formats.metadata import (
@@ -156,7 +156,7 @@ def export_metadata(
     q = artifact.quantizer
     meta: dict[str, Any] = {
         "schema_version": METADATA_SCHEMA_VERSION,
-        "toolkit_version": bnc_deploy.__version__,
+        "toolkit_version": __version__,
         "model_kind": artifact.kind,
         "format": format,
         "opset": opset,

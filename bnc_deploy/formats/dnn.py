@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-import bnc_deploy
+from bnc_deploy.version import __version__
 from bnc_deploy.errors import MetadataError
 from bnc_deploy.formats.checkset import CHECK_KEY, check_entry
 from bnc_deploy.formats.metadata import (
@@ -101,7 +101,7 @@ def dnn_export_metadata(
     costs = artifact.costs()
     meta: dict[str, Any] = {
         "schema_version": METADATA_SCHEMA_VERSION,
-        "toolkit_version": bnc_deploy.__version__,
+        "toolkit_version": __version__,
         "model_kind": "dnn",
         "format": format,
         "opset": opset,

@@ -61,7 +61,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-import bnc_deploy
+from bnc_deploy.version import __version__
 from bnc_deploy.serve import accesslog, auth, metrics
 from bnc_deploy.serve.accesslog import AccessLogMiddleware
 from bnc_deploy.serve.errors import BadRequest, PayloadTooLarge, status_of
@@ -154,7 +154,7 @@ class Routes:
 
     async def server_metadata(self, request: Request) -> Response:
         return _json_response(
-            {"name": SERVER_NAME, "version": bnc_deploy.__version__, "extensions": list(SERVER_EXTENSIONS)}
+            {"name": SERVER_NAME, "version": __version__, "extensions": list(SERVER_EXTENSIONS)}
         )
 
     @answers_errors

@@ -60,7 +60,7 @@ from concurrent import futures
 import grpc
 import numpy as np
 
-from bnc_deploy import __version__
+from bnc_deploy.version import __version__
 from bnc_deploy.serve import auth as serve_auth
 from bnc_deploy.serve import metrics
 from bnc_deploy.serve.errors import BadRequest, Unauthenticated, status_of

@@ -159,9 +159,7 @@ def _compare(scores: np.ndarray, labels: np.ndarray, want_scores: np.ndarray, wa
 # ================================================================================================
 def _package_dirs() -> dict[str, Path]:
     """This package's folders in the installed layout: ``bnc_deploy`` and its mapped sub-packages."""
-    import bnc_deploy
-
-    dirs = {"bnc_deploy": Path(bnc_deploy.__file__).resolve().parent}
+    dirs = {"bnc_deploy": Path(__file__).resolve().parent.parent}  # this file is bnc_deploy/targets/aarch64.py
     for sub in ("exporters", "runtimes"):
         spec = importlib.util.find_spec(f"bnc_deploy.{sub}")
         if spec is None or not spec.submodule_search_locations:

@@ -12,7 +12,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-import bnc_deploy
+from bnc_deploy.version import __version__
 from bnc_deploy.errors import ConfigError
 
 #: Rows of the test split stored in every artifact so exporters can verify without the data set.
@@ -122,7 +122,7 @@ def run_metadata(dataset, config, history: dict, seconds: float, **extra) -> dic
     import torch
 
     return {
-        "library": {"bnc_deploy": bnc_deploy.__version__, "torch": torch.__version__, "numpy": np.__version__},
+        "library": {"bnc_deploy": __version__, "torch": torch.__version__, "numpy": np.__version__},
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "data": dataset.describe(),
         **extra,
