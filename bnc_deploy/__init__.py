@@ -15,7 +15,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from bnc_deploy.version import __version__
+from bnc_deploy.version import __version__ as __version__  # re-exported
 
 #: Sub-packages that the repository keeps at its root (the design card) but installs
 #: under ``bnc_deploy`` via setuptools' package-dir mapping.

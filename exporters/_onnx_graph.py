@@ -16,9 +16,9 @@ import onnx
 from numpy.typing import ArrayLike
 from onnx import TensorProto, helper, numpy_helper
 
-from bnc_deploy.version import __version__
 from bnc_deploy.formats.bnc import OUTPUT_LOG_JOINT
 from bnc_deploy.formats.metadata import INPUT_NAME, METADATA_KEY, OUTPUT_LABEL, dump_metadata, flat_metadata
+from bnc_deploy.version import __version__
 
 if TYPE_CHECKING:
     from bnc_deploy.artifacts.bnc import BNCArtifact
@@ -103,11 +103,7 @@ def bnc_model(
         initializer=g.initializers,
     )
     return helper.make_model(
-        graph,
-        opset_imports=opsets,
-        producer_name="bnc-deploy",
-        producer_version=__version__,
-        ir_version=ir_version,
+        graph, opset_imports=opsets, producer_name="bnc-deploy", producer_version=__version__, ir_version=ir_version
     )
 
 

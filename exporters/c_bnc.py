@@ -68,13 +68,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bnc_deploy.version import __version__
 from bnc_deploy.errors import ExportError
 from bnc_deploy.exporters._bnc_options import RAW_INPUTS, RAW_INPUTS_NEED_DISCRETIZER, codes_of
 from bnc_deploy.exporters.base import Option, Refusal, float_model, register_exporter
 from bnc_deploy.formats.bnc import export_metadata, padded_thresholds, raw_cut_points
 from bnc_deploy.formats.c import check_c_name, comment_text, metadata_comment
 from bnc_deploy.formats.c_template import template_sections
+from bnc_deploy.version import __version__
 
 if TYPE_CHECKING:
     from bnc_deploy.artifacts.bnc import BNCArtifact

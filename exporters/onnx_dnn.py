@@ -132,7 +132,6 @@ import onnx
 from numpy.typing import ArrayLike, DTypeLike
 from onnx import TensorProto, helper, numpy_helper
 
-from bnc_deploy.version import __version__
 from bnc_deploy.artifacts.dnn import accumulator_bound, sign_thresholds, weight_code_dtype
 from bnc_deploy.errors import ExportError
 from bnc_deploy.exporters._onnx_graph import DEFAULT_OPSET, MIN_OPSET, pack_bitplanes, set_export_metadata
@@ -140,6 +139,7 @@ from bnc_deploy.exporters.base import Option, register_exporter
 from bnc_deploy.formats.dnn import INT8_EXACT_MAX_BITS, OUTPUT_LOGITS, dnn_export_metadata
 from bnc_deploy.formats.metadata import INPUT_NAME, INVALID_LABEL, OUTPUT_LABEL
 from bnc_deploy.limits import FLOAT32_EXACT_LIMIT
+from bnc_deploy.version import __version__
 
 if TYPE_CHECKING:
     from bnc_deploy.artifacts.dnn import DNNArtifact

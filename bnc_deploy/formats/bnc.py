@@ -32,7 +32,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
-from bnc_deploy.version import __version__
 from bnc_deploy.errors import ArtifactError, ExportError, MetadataError
 from bnc_deploy.formats.checkset import CHECK_KEY, FeatureSpace, check_entry
 from bnc_deploy.formats.metadata import (
@@ -46,6 +45,7 @@ from bnc_deploy.formats.metadata import (
     with_integrity_placeholder,
 )
 from bnc_deploy.formats.metadata import OUTPUT_LOG_JOINT as OUTPUT_LOG_JOINT  # re-exported (the BN scores' name)
+from bnc_deploy.version import __version__
 
 if TYPE_CHECKING:
     from bnc_deploy.artifacts.bnc import BNCArtifact

@@ -24,7 +24,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from bnc_deploy.version import __version__
 from bnc_deploy.errors import MetadataError
 from bnc_deploy.formats.checkset import CHECK_KEY, check_entry
 from bnc_deploy.formats.metadata import (
@@ -36,6 +35,7 @@ from bnc_deploy.formats.metadata import (
     register_kind,
     with_integrity_placeholder,
 )
+from bnc_deploy.version import __version__
 
 if TYPE_CHECKING:
     from bnc_deploy.artifacts.dnn import DNNArtifact

@@ -61,13 +61,13 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from bnc_deploy.version import __version__
 from bnc_deploy.serve import accesslog, auth, metrics
 from bnc_deploy.serve.accesslog import AccessLogMiddleware
 from bnc_deploy.serve.errors import BadRequest, PayloadTooLarge, status_of
 from bnc_deploy.serve.limits import ServeLimits
 from bnc_deploy.serve.protocol import SERVER_EXTENSIONS, SERVER_NAME
 from bnc_deploy.serve.rest_codec import InferRequest, encode_infer_body, parse_infer_request
+from bnc_deploy.version import __version__
 
 log = logging.getLogger("bnc_deploy.serve")
 
@@ -153,9 +153,7 @@ class Routes:
         return Response(b"", status_code=200 if self.repository.ready() else 503)
 
     async def server_metadata(self, request: Request) -> Response:
-        return _json_response(
-            {"name": SERVER_NAME, "version": __version__, "extensions": list(SERVER_EXTENSIONS)}
-        )
+        return _json_response({"name": SERVER_NAME, "version": __version__, "extensions": list(SERVER_EXTENSIONS)})
 
     @answers_errors
     async def model_metadata(self, request: Request) -> Response:

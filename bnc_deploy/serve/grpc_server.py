@@ -60,7 +60,6 @@ from concurrent import futures
 import grpc
 import numpy as np
 
-from bnc_deploy.version import __version__
 from bnc_deploy.serve import auth as serve_auth
 from bnc_deploy.serve import metrics
 from bnc_deploy.serve.errors import BadRequest, Unauthenticated, status_of
@@ -76,6 +75,7 @@ from bnc_deploy.serve.protocol import (
     tensor_from_bytes,
     tensor_to_bytes,
 )
+from bnc_deploy.version import __version__
 
 log = logging.getLogger("bnc_deploy.serve.grpc")
 

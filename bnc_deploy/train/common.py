@@ -12,8 +12,8 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from bnc_deploy.version import __version__
 from bnc_deploy.errors import ConfigError
+from bnc_deploy.version import __version__
 
 #: Rows of the test split stored in every artifact so exporters can verify without the data set.
 CHECK_ROWS = 1000
