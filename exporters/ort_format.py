@@ -40,8 +40,8 @@ ONNX graph as ORT 20,344 bytes (2.8x; 28 nodes, 49 tensors: 4.9 KB type records,
 9 nodes, 2.9 KB initializers: 1.9 KB of 4-bit table, 0.6 KB row scales, 0.2 KB index map).
 Letter TAN 3-bit: ``.onnx`` 43,994; ONNX graph as ORT 62,472 (1.42x); lookup graph 44,920 (1.02x).
 A sign FC DNN (letter, 64 hidden, 3-bit weights) stays the ONNX graph: 8,313 -> 20,112 (2.4x: the
-fixed and per-node records on a small file). The README compares its batch-1 latency with the
-ONNX graph's ORT file. onnxruntime's ORT format cannot store 4-bit tensors (UINT4 initializers
+fixed and per-node records on a small file). docs/guide/mobile-web.md compares its batch-1
+latency with the ONNX graph's ORT file. onnxruntime's ORT format cannot store 4-bit tensors (UINT4 initializers
 are refused on load), hence the packed uint8 data of GatherBlockQuantized.
 
 ``lowering="gather-grouped"`` (ONNX's lowering whose grouped tables are summed at load time) is

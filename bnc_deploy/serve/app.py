@@ -309,7 +309,7 @@ class InferFastPath:
     """Pure ASGI: ``POST /v2/models/{m}[/versions/{v}]/infer`` handled here, everything else by
     the Starlette app. The infer route is the hot path (a letter-sized model runs in tens of
     microseconds): skipping Starlette's request/response objects and router saved about a third
-    of the server's time per request in a measurement (``README``: Serve).
+    of the server's time per request in a measurement (docs/guide/serve.md).
 
     Where the work runs: a request of at most :data:`INLINE_BODY_BYTES` is decoded on the event
     loop (microseconds), and run there too when it has at most :data:`INLINE_ROWS` rows (a thread
