@@ -58,6 +58,7 @@ STAGES = frozenset(
         "autolowering",
         "api",
         "sklearn",
+        "fit",
     }
 )
 #: The only stages that may import torch.
