@@ -301,15 +301,75 @@ def test_validation_fraction_inside_0_1_works(tmp_path, capsys):
 
 
 def test_zero_epochs_with_uniform_init_is_refused(tmp_path, capsys):
-    """Issue 11: --epochs 0 with the (default) uniform init silently wrote a random model."""
+    """Issue 11: --epochs 0 with the (then default) uniform init silently wrote a random model."""
     message = (
         "bnc-train: error: --epochs 0 trains nothing; with --init uniform the model would be random: use "
         "--init ml for the maximum-likelihood model, or --epochs >= 1"
     )
-    assert _train_fails(tmp_path, capsys, "--epochs", "0") == message
+    assert _train_fails(tmp_path, capsys, "--init", "uniform", "--epochs", "0") == message
     assert _train_fails(tmp_path, capsys, "--model", "tan", "--init", "uniform", "--epochs", "0") == message
-    # the documented maximum-likelihood model still works (README: --epochs 0 --init ml)
+    # the documented maximum-likelihood model still works (README: --epochs 0 --init ml), and is now
+    # what --epochs 0 alone gives (issue 26: --init defaults to ml)
     assert main(["--init", "ml", "--epochs", "0", "-o", str(tmp_path / "ml.bnc")]) == 0
+    assert main(["--epochs", "0", "-o", str(tmp_path / "default.bnc")]) == 0
+    ml, default = load_artifact(tmp_path / "ml.bnc"), load_artifact(tmp_path / "default.bnc")
+    np.testing.assert_array_equal(default.table_logp, ml.table_logp)
+
+
+# -- issue 26: bnc-train starts from maximum likelihood unless told otherwise -----------------------
+def test_init_default_is_ml_and_the_help_says_so(capsys):
+    from bnc_deploy.cli.train import build_parser
+
+    assert build_parser().parse_args(["-o", "x.bnc"]).init == "ml"
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--help"])
+    assert exit_info.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps the help
+    assert "--init {uniform,ml} default ml: start from maximum-likelihood tables" in text
+    assert "uniform: rho ~ U(-0.1, 0.1), the paper's start" in text
+
+
+def test_default_init_is_recorded_as_ml_and_uniform_still_works(tmp_path, capsys):
+    """Without --init the model file records init "ml" (no warning); --init uniform trains from the
+    paper's start, records it, and warns below 100 epochs."""
+    common = ["--data", "digits", "--model", "tan", "--bits", "3", "--int-bits", "2", "--epochs", "2"]
+    assert main([*common, "--quiet", "-o", str(tmp_path / "default.bnc")]) == 0
+    assert capsys.readouterr().err == ""
+    default = load_artifact(tmp_path / "default.bnc")
+    assert default.metadata["config"]["init"] == "ml"
+    assert main([*common, "--init", "uniform", "--quiet", "-o", str(tmp_path / "uniform.bnc")]) == 0
+    assert capsys.readouterr().err == (
+        "bnc-train: warning: --init uniform with --epochs 2: a uniform start usually needs 100 or more epochs "
+        "(the paper trains 500) and can end far from a good model; --init ml starts from maximum likelihood\n"
+    )
+    uniform = load_artifact(tmp_path / "uniform.bnc")
+    assert uniform.metadata["config"]["init"] == "uniform"
+    assert not np.array_equal(uniform.table_codes, default.table_codes)
+
+
+def test_short_uniform_warning_bounds():
+    from bnc_deploy.train.arguments import UNIFORM_MIN_EPOCHS, short_uniform_message
+
+    assert short_uniform_message(UNIFORM_MIN_EPOCHS - 1, "uniform") is not None
+    assert short_uniform_message(1, "uniform") is not None
+    for epochs, init in ((UNIFORM_MIN_EPOCHS, "uniform"), (500, "uniform"), (0, "uniform"), (1, "ml")):
+        assert short_uniform_message(epochs, init) is None, (epochs, init)
+
+
+def test_the_paper_protocol_keeps_the_uniform_start():
+    """bnc-reproduce's sweeps (and bnc-sweep) take init from TrainConfig's default, "uniform", and
+    are unchanged by bnc-train's ml default (their grids name no init: the stored grid specs and
+    configuration ids of existing sweep directories stay valid for --resume)."""
+    from bnc_deploy.sweep.paper import plan
+    from bnc_deploy.sweep.records import BN_DEFAULTS
+    from bnc_deploy.sweep.runner import records_of
+    from bnc_deploy.train.bnc import TrainConfig
+
+    assert TrainConfig().init == BN_DEFAULTS["init"] == "uniform"
+    for figure in ("fig5", "fig6"):
+        for sweep in plan(figure, "digits", "smoke").sweeps:
+            assert "init" not in sweep.spec.fixed and "init" not in sweep.spec.axes
+            assert {r["init"] for r in records_of(sweep.spec)} == {"uniform"}, sweep.name
 
 
 def test_zero_epochs_dnn_says_it_is_untrained(tmp_path, capsys):

@@ -29,7 +29,8 @@ def build_parser() -> argparse.ArgumentParser:
         "or a quantized DNN baseline (fully connected or CNN), and write a versioned model file.",
         epilog="Examples:\n"
         "  bnc-train --data digits --model nb --bits 3 -o nb3.bnc\n"
-        "  bnc-train --data letter --model nb --init ml --epochs 0 -o letter_ml.bnc   (maximum likelihood)\n"
+        "  bnc-train --data letter --model nb --epochs 0 -o letter_ml.bnc   (maximum likelihood)\n"
+        "  bnc-train --data letter --model nb --bits 3 --init uniform -o nb3u.bnc   (the paper's start)\n"
         "  bnc-train --data letter --model tan --structure chow-liu --bits 8 --int-bits 3 -o tan8.bnc\n"
         "  bnc-train --data usps --model fc --layers 3 --weight-bits 2 --batch-norm --match-bits 25950 -o fc.bnc\n"
         "  bnc-train --data usps --model cnn --layers 2 --weight-bits 2 --batch-norm --match-bits 25950 -o cnn.bnc",
@@ -89,7 +90,7 @@ def _add_training_arguments(p: argparse.ArgumentParser, defaults) -> None:
         type=int,
         default=defaults.epochs,
         metavar="N",
-        help="epochs (default 500); 0 with --init ml gives the maximum-likelihood model",
+        help="epochs (default 500); 0 for nb/tan: the maximum-likelihood model (--init ml, the default)",
     )
     train.add_argument("--batch-size", type=int, default=defaults.batch_size, metavar="N", help="default 100")
     train.add_argument(

@@ -100,7 +100,6 @@ def test_shared_defaults_equal_bnc_train_flags():
         "hybrid_lambda",
         "hybrid_gamma",
         "hybrid_eta",
-        "init",
         "smoothing",
         "loss",
         "structure",
@@ -108,6 +107,9 @@ def test_shared_defaults_equal_bnc_train_flags():
         expected = DATA_DEFAULTS[name] if name in DATA_DEFAULTS else BN_DEFAULTS[name]
         assert getattr(args, name) == expected, name
     assert args.model == BN_DEFAULTS["model"]
+    # The one exception (issue 26): bnc-train starts from maximum likelihood, a sweep (and the
+    # paper's protocol) from the uniform start.
+    assert args.init == "ml" and BN_DEFAULTS["init"] == "uniform"
 
 
 def test_default_int_bits_is_the_trainers():

@@ -630,7 +630,9 @@ def test_one_configuration_sweep_equals_bnc_train(tmp_path, capsys):
     run_json(capsys, *common, "--seeds", "1", "--keep", "all", "-o", str(tmp_path / "sweep"))
     (row,) = rows_by_id(tmp_path / "sweep").values()
     swept = load_artifact(tmp_path / "sweep" / row["model_path"])
-    assert train_main([*common, "--seed", "1", "--quiet", "-o", str(tmp_path / "single.bnc")]) == 0
+    # A sweep starts uniform (the paper's start); bnc-train from maximum likelihood unless told (issue 26).
+    single_args = [*common, "--init", "uniform", "--seed", "1", "--quiet", "-o", str(tmp_path / "single.bnc")]
+    assert train_main(single_args) == 0
     capsys.readouterr()
     single = load_artifact(tmp_path / "single.bnc")
     assert swept.is_quantized and single.is_quantized
