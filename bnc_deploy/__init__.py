@@ -4,6 +4,19 @@ Data flows one way::
 
     datasets/discretize -> train (torch) -> model artifact -> exporters -> runtimes -> profiler
 
+The public API is importable from here, loaded on first use (PEP 562), so ``import bnc_deploy``
+loads neither torch nor scikit-learn nor any runtime:
+
+* from :mod:`bnc_deploy.api`: :func:`~bnc_deploy.api.load`, :func:`~bnc_deploy.api.export`,
+  :func:`~bnc_deploy.api.profile`, :func:`~bnc_deploy.api.load_runtime`,
+  :class:`~bnc_deploy.verify.ExportReport`, :class:`~bnc_deploy.verify.ExportResult`,
+  :class:`~bnc_deploy.profiling.result.Profile`;
+* from :mod:`bnc_deploy.fit`: :func:`~bnc_deploy.fit.fit_to_budget` (``bnc-fit``),
+  :class:`~bnc_deploy.fit.FitResult`, :class:`~bnc_deploy.fit.InfeasibleBudget`;
+* from :mod:`bnc_deploy.sklearn` (extra ``sklearn``): ``FayyadIraniDiscretizer``, ``BNClassifier``,
+  ``DNNClassifier``, ``to_artifact``, ``from_artifact``. Without scikit-learn, using one raises
+  :class:`~bnc_deploy.errors.MissingExtraError` naming the extra.
+
 ``bnc_deploy.exporters`` and ``bnc_deploy.runtimes`` live in the repository's top-level
 ``exporters/`` and ``runtimes/`` folders; setuptools installs them under ``bnc_deploy``.
 """
@@ -14,8 +27,52 @@ import importlib.abc
 import importlib.util
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from bnc_deploy.version import __version__ as __version__  # re-exported
+
+if TYPE_CHECKING:  # the lazy attributes below, for type checkers and documentation tools
+    from bnc_deploy.api import ExportReport as ExportReport
+    from bnc_deploy.api import ExportResult as ExportResult
+    from bnc_deploy.api import Profile as Profile
+    from bnc_deploy.api import export as export
+    from bnc_deploy.api import load as load
+    from bnc_deploy.api import load_runtime as load_runtime
+    from bnc_deploy.api import profile as profile
+    from bnc_deploy.fit import FitResult as FitResult
+    from bnc_deploy.fit import InfeasibleBudget as InfeasibleBudget
+    from bnc_deploy.fit import fit_to_budget as fit_to_budget
+    from bnc_deploy.sklearn import BNClassifier as BNClassifier
+    from bnc_deploy.sklearn import DNNClassifier as DNNClassifier
+    from bnc_deploy.sklearn import FayyadIraniDiscretizer as FayyadIraniDiscretizer
+    from bnc_deploy.sklearn import from_artifact as from_artifact
+    from bnc_deploy.sklearn import to_artifact as to_artifact
+
+#: Public names of bnc_deploy.api, re-exported on first access.
+_API_NAMES = ("load", "export", "profile", "load_runtime", "ExportReport", "ExportResult", "Profile")
+#: Public names of bnc_deploy.fit (bnc-fit), re-exported on first access.
+_FIT_NAMES = ("fit_to_budget", "FitResult", "InfeasibleBudget")
+#: Public names of bnc_deploy.sklearn (extra ``sklearn``), re-exported on first access.
+_SKLEARN_NAMES = ("FayyadIraniDiscretizer", "BNClassifier", "DNNClassifier", "to_artifact", "from_artifact")
+
+__all__ = [
+    "__version__",
+    "load",
+    "export",
+    "profile",
+    "load_runtime",
+    "ExportReport",
+    "ExportResult",
+    "Profile",
+    "fit_to_budget",
+    "FitResult",
+    "InfeasibleBudget",
+    "FayyadIraniDiscretizer",
+    "BNClassifier",
+    "DNNClassifier",
+    "to_artifact",
+    "from_artifact",
+]
 
 #: Sub-packages that the repository keeps at its root (the design card) but installs
 #: under ``bnc_deploy`` via setuptools' package-dir mapping.
@@ -56,3 +113,48 @@ def _install_source_tree_finder() -> None:
 
 
 _install_source_tree_finder()
+
+
+def __getattr__(name: str) -> Any:
+    """The public API's names, imported on first access (PEP 562) and kept in the module.
+
+    Raises
+    ------
+    MissingExtraError
+        A name of :mod:`bnc_deploy.sklearn` while scikit-learn (extra ``sklearn``) is not installed.
+    AttributeError
+        Any other unknown name.
+    """
+    if name in _API_NAMES:
+        import bnc_deploy.api
+
+        value = getattr(bnc_deploy.api, name)
+    elif name in _FIT_NAMES:
+        import bnc_deploy.fit
+
+        value = getattr(bnc_deploy.fit, name)
+    elif name in _SKLEARN_NAMES:
+        value = getattr(_sklearn_module(name), name)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def _sklearn_module(name: str) -> Any:
+    """:mod:`bnc_deploy.sklearn`, or MissingExtraError naming the ``sklearn`` extra."""
+    from bnc_deploy.errors import MissingExtraError
+
+    try:
+        import bnc_deploy.sklearn
+    except MissingExtraError:
+        raise
+    except ImportError as exc:
+        if (exc.name or "").startswith(__name__):
+            raise  # our own module is missing: a broken install, not a missing extra
+        raise MissingExtraError(f"{__name__}.{name}", "sklearn", exc) from exc
+    return bnc_deploy.sklearn
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -59,7 +59,7 @@ from bnc_deploy.exporters.base import exporter_for
 from bnc_deploy.fileio import atomic_path, publish
 from bnc_deploy.formats.checkset import N_RANDOM_ROWS, verification_rows
 from bnc_deploy.formats.integrity import SCHEME_HMAC, SCHEME_SHA256, seal
-from bnc_deploy.formats.metadata import INPUT_RAW
+from bnc_deploy.formats.metadata import INPUT_RAW, OUTPUT_LOG_JOINT
 from bnc_deploy.reference import reference_predictor
 
 if TYPE_CHECKING:
@@ -177,6 +177,93 @@ class ExportResult(Verification):
     def published(self) -> bool:
         """Whether the file was published at :attr:`path`."""
         return self.path is not None
+
+
+#: :attr:`ExportReport.data` when the rows verified on are the check set stored in the model.
+CHECK_SET_ROWS = "check set stored in the model"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExportReport:
+    """An export as ``bnc-export --json`` prints it and :func:`bnc_deploy.export` returns it: the
+    model's costs and facts, the file, and its verification (:attr:`result`).
+
+    :meth:`to_dict` gives exactly the ``--json`` keys; the verifier's own report is
+    ``result.to_dict()`` (it names the scores ``scores_*`` where the JSON says ``log_joint_*``).
+    """
+
+    #: The model file exported (its path, or a description of a model in memory).
+    model: str
+    #: The file written (or not written: ``result.published``).
+    output: str
+    #: Where the verification rows came from (``"check set stored in the model"``, a split, ...).
+    data: str
+    #: The model's facts and analytic costs: ``artifact.report_facts()`` with ``n_parameters``,
+    #: ``bits``, ``size_bits``, ``n_ops``.
+    facts: dict[str, Any]
+    #: The verifier's result.
+    result: ExportResult
+
+    @classmethod
+    def of(
+        cls, artifact: BNCArtifact | DNNArtifact, result: ExportResult, *, model: str, output: str, data: str
+    ) -> ExportReport:
+        """The report of ``result`` for ``artifact``."""
+        facts = {
+            **artifact.report_facts(),
+            "n_parameters": artifact.n_parameters,
+            "bits": artifact.bits_per_parameter,
+            "size_bits": artifact.size_bits,
+            "n_ops": artifact.n_ops,
+        }
+        return cls(model=model, output=output, data=data, facts=facts, result=result)
+
+    def __getattr__(self, name: str) -> Any:
+        """The verifier's fields read through: ``report.exact``, ``report.path``, ``report.file_bytes``."""
+        if name.startswith("__") or name == "result":  # copy/pickle probe dunders before ``result`` is set
+            raise AttributeError(name)
+        return getattr(self.result, name)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The ``bnc-export --json`` object (keys only ever added to)."""
+        result, meta = self.result, self.result.metadata
+        outputs = meta.get("outputs")
+        scores_name = outputs[0] if isinstance(outputs, list) and outputs else OUTPUT_LOG_JOINT
+        report: dict[str, Any] = {
+            "model": self.model,
+            "output": self.output,
+            "format": result.format,
+            "lowering": meta.get("lowering"),
+            "raw_inputs": meta.get("input") == INPUT_RAW,
+            "file_bytes": result.file_bytes,
+            **copy.deepcopy(self.facts),
+            "runtime": result.runtime,
+            "data": self.data,
+            "n_rows": result.n_rows,
+            "agreement": result.agreement,
+            "exact": result.exact,
+            "exact_expected": result.exact_expected,
+            "label_mismatches": result.label_mismatches,
+            "log_joint_identical": result.scores_identical,
+            "max_abs_log_joint_diff": result.max_abs_score_diff,
+            "accuracy": result.accuracy,
+            "reference_accuracy": result.reference_accuracy,
+            "accuracy_change": result.accuracy_change,
+            "n_nodes": meta.get("n_nodes"),
+            "n_random_rows": result.n_random_rows,
+            "n_verified": result.n_verified,
+            "label_mismatches_all": result.label_mismatches_all,
+            "published": result.published,
+            "sha256": result.sha256,
+            "scores_name": scores_name,
+            "integrity": result.integrity,
+            "owned": bool(result.published and result.owned),
+        }
+        if result.lowering_auto:
+            report["lowering_auto"] = copy.deepcopy(result.lowering_auto)
+        if scores_name == "logits":  # DNN files name their scores logits, and so do their JSON keys
+            report.update(logits_identical=result.scores_identical, max_abs_logit_diff=result.max_abs_score_diff)
+        return report
 
 
 class VerificationError(ExportError):

@@ -221,7 +221,9 @@ def verification_rows(artifact, spec: str | None, fold: int | None) -> tuple[np.
     if spec is None:
         if artifact.check_x is None:
             return None, None, "none (the model stores no check set; pass --data)"
-        x, y, desc = artifact.check_x, artifact.check_y, "check set stored in the model"
+        from bnc_deploy.verify import CHECK_SET_ROWS
+
+        x, y, desc = artifact.check_x, artifact.check_y, CHECK_SET_ROWS
     else:
         from bnc_deploy.datasets import DatasetError, load_dataset
 
@@ -239,47 +241,9 @@ def verification_rows(artifact, spec: str | None, fold: int | None) -> tuple[np.
 
 def make_report(artifact, args, result: ExportResult, data_desc: str) -> dict:
     """The ``--json`` object: the model's costs and facts, the file, and the verification."""
-    meta = result.metadata
-    scores_name = meta.get("outputs", ["log_joint"])[0] if isinstance(meta.get("outputs"), list) else "log_joint"
-    report = {
-        "model": str(args.model),
-        "output": str(args.output),
-        "format": args.format,
-        "lowering": meta.get("lowering"),
-        "raw_inputs": meta.get("input") == "raw",
-        "file_bytes": result.file_bytes,
-        **artifact.report_facts(),
-        "n_parameters": artifact.n_parameters,
-        "bits": artifact.bits_per_parameter,
-        "size_bits": artifact.size_bits,
-        "n_ops": artifact.n_ops,
-        "runtime": result.runtime,
-        "data": data_desc,
-        "n_rows": result.n_rows,
-        "agreement": result.agreement,
-        "exact": result.exact,
-        "exact_expected": result.exact_expected,
-        "label_mismatches": result.label_mismatches,
-        "log_joint_identical": result.scores_identical,
-        "max_abs_log_joint_diff": result.max_abs_score_diff,
-        "accuracy": result.accuracy,
-        "reference_accuracy": result.reference_accuracy,
-        "accuracy_change": result.accuracy_change,
-        "n_nodes": meta.get("n_nodes"),
-        "n_random_rows": result.n_random_rows,
-        "n_verified": result.n_verified,
-        "label_mismatches_all": result.label_mismatches_all,
-        "published": result.published,
-        "sha256": result.sha256,
-        "scores_name": scores_name,
-        "integrity": result.integrity,
-        "owned": bool(result.published and result.owned),
-    }
-    if result.lowering_auto:
-        report["lowering_auto"] = result.lowering_auto
-    if scores_name == "logits":  # DNN files name their scores logits; the report has said so since v0.1
-        report.update(logits_identical=result.scores_identical, max_abs_logit_diff=result.max_abs_score_diff)
-    return report
+    from bnc_deploy.verify import ExportReport
+
+    return ExportReport.of(artifact, result, model=str(args.model), output=str(args.output), data=data_desc).to_dict()
 
 
 def format_table(r: dict) -> str:

@@ -67,7 +67,7 @@ from bnc_deploy.profiling.latency import environment
 from bnc_deploy.profiling.options import LoadOptions, ServedModel, TestSplit, TimingSettings
 from bnc_deploy.profiling.pareto import check_plot_path, load_records, mark_pareto, plot_overview
 from bnc_deploy.profiling.rows import JSON_KEYS, unique_models
-from bnc_deploy.profiling.runner import Profile, profile_files, profile_model
+from bnc_deploy.profiling.runner import DEFAULT_RUNTIMES, ProfileRun, profile_files, profile_model
 from bnc_deploy.profiling.table import format_table
 from bnc_deploy.profiling.target_rows import target_rows
 from bnc_deploy.runtimes.base import RUNTIMES
@@ -77,8 +77,6 @@ from bnc_deploy.targets import aarch64
 __all__ = ["JSON_KEYS", "build_parser", "load_test_split", "main", "profile_model", "run"]
 
 PROG = "bnc-profile"
-#: Runtimes used without --runtime.
-DEFAULT_RUNTIMES = ("numpy", "onnxruntime", "litert", "native")
 #: Targets of --target (bnc_deploy.targets.aarch64: emulated, compared with this host; no latency).
 TARGETS = ("aarch64",)
 
@@ -186,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def run(args) -> Profile:
+def run(args) -> ProfileRun:
     """Profile every FILE (on this host, or on ``--target``); return the rows and per-node tables."""
     check_files(args.files)
     runtimes = parse_runtimes(args.runtime)
@@ -197,7 +195,7 @@ def run(args) -> Profile:
     if args.target:
         if served is not None or args.runtime is not None:
             raise ConfigError("--target runs each file in its default runtime on the target: drop --runtime/--url")
-        return Profile(run_target(args.target, args.files, data, env=env, load=load), [])
+        return ProfileRun(run_target(args.target, args.files, data, env=env, load=load), [])
     timing = TimingSettings(
         latency=not args.no_latency,
         runs=args.runs,

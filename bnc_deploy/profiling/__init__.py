@@ -18,6 +18,8 @@ One job per module:
   :class:`LoadOptions`, :class:`ServedModel`, :class:`TimingSettings`;
 * :mod:`~bnc_deploy.profiling.rows` - the ``--json`` row: its keys (a contract) and the part every
   row of a file shares;
+* :mod:`~bnc_deploy.profiling.result` - the row typed (:class:`Profile`, what :func:`bnc_deploy.api.profile`
+  returns; its ``to_dict()`` is the ``--json`` row);
 * :mod:`~bnc_deploy.profiling.measure` - one (file, runtime, threads) row: test error and latency;
 * :mod:`~bnc_deploy.profiling.runner` - every file in every runtime that reads it (:func:`profile_files`);
 * :mod:`~bnc_deploy.profiling.target_rows` - the rows of files run on an emulated target (``--target``);

@@ -22,9 +22,13 @@ from bnc_deploy.profiling.pareto import load_records, mark_pareto
 from bnc_deploy.profiling.rows import base_row, copy_row
 from bnc_deploy.runtimes.base import default_runtime
 
+#: Runtimes a run selects when the caller names none (``bnc-profile`` without ``--runtime``).
+DEFAULT_RUNTIMES = ("numpy", "onnxruntime", "litert", "native")
 
-class Profile(NamedTuple):
-    """The rows of a run (one per file, runtime and threads) and the per-node tables (``nodes``)."""
+
+class ProfileRun(NamedTuple):
+    """The rows of a run (one per file, runtime and threads) and the per-node tables (``nodes``);
+    :class:`bnc_deploy.profiling.result.Profile` types one row."""
 
     rows: list[dict]
     tables: list[str]
@@ -47,7 +51,7 @@ def profile_files(
     nodes: bool = False,
     load_options: LoadOptions | None = None,
     http_options: ServedModel | None = None,
-) -> Profile:
+) -> ProfileRun:
     """Profile every model file and read every result file, in order; mark the Pareto-optimal rows."""
     rows, tables = [], []
     for f in files:
@@ -61,7 +65,7 @@ def profile_files(
         if table:
             tables.append(table)
     mark_pareto(rows, by="dataset")
-    return Profile(rows, tables)
+    return ProfileRun(rows, tables)
 
 
 def runtimes_for(path, selected, served: ServedModel | None = None) -> list[str]:

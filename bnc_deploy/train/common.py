@@ -122,7 +122,7 @@ def run_metadata(dataset, config, history: dict, seconds: float, **extra) -> dic
     import torch
 
     return {
-        "library": {"bnc_deploy": __version__, "torch": torch.__version__, "numpy": np.__version__},
+        "library": {"bnc_deploy": __version__, "torch": str(torch.__version__), "numpy": np.__version__},
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "data": dataset.describe(),
         **extra,
