@@ -1,0 +1,21 @@
+"""``bnc-fit`` (issue 27): from a dataset and a device budget to the most accurate model measured to fit.
+
+* :mod:`bnc_deploy.fit.space`: the candidate configurations per family and bit width, pruned by the
+  target's lower bounds before training;
+* :mod:`bnc_deploy.fit.search`: :func:`fit_to_budget`: the sweep engine trains the kept
+  configurations (selection on the validation split), then the candidates are exported and measured
+  on the target in order until one fits;
+* :mod:`bnc_deploy.fit.plan`: scales the search to a time budget with the sweep's probe;
+* :mod:`bnc_deploy.fit.result`: :class:`FitResult`, :class:`InfeasibleBudget`;
+* :mod:`bnc_deploy.fit.report`: the stdout table, ``report.json``, ``report.md``, ``pareto.png``.
+
+Importing this package imports no torch; training does (the sweep's workers, lazily).
+"""
+
+from __future__ import annotations
+
+from bnc_deploy.fit.result import Attempt, Candidate, FitResult, InfeasibleBudget
+from bnc_deploy.fit.search import fit_to_budget
+from bnc_deploy.fit.space import FAMILIES, SpaceSettings
+
+__all__ = ["FAMILIES", "Attempt", "Candidate", "FitResult", "InfeasibleBudget", "SpaceSettings", "fit_to_budget"]

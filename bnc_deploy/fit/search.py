@@ -1,0 +1,319 @@
+"""``fit_to_budget``: from a dataset, a target and a budget to the most accurate model measured to fit.
+
+Contract
+--------
+1. The budget is checked against the target (:meth:`~bnc_deploy.targets.base.Target.check_budget`:
+   an axis the target cannot measure is refused before anything runs).
+2. The search space (:mod:`bnc_deploy.fit.space`) is planned on the training split; cells whose
+   lower bounds exceed the budget under every export variant are pruned, **never trained**.
+   Nothing left: :class:`~bnc_deploy.fit.result.InfeasibleBudget` naming the smallest lower bound.
+3. The kept configurations train through the sweep engine (``sweep.runner.run_sweep``: batched,
+   resumable, ``device``/``backend``) in ``out_dir/sweep/<id>``, where ``<id>`` hashes the
+   configurations and the data settings: the same command resumes (trains nothing twice), another
+   search space gets its own directory. Selection is on the validation split; the test error is
+   reported, never used to choose.
+4. Candidates (the best configuration of each cell) are taken in order of validation error (ties:
+   smaller model first), exported for each variant of the target and measured
+   (:meth:`~bnc_deploy.targets.base.Target.measure`); the first measurement that
+   :meth:`~bnc_deploy.targets.base.TargetMeasurement.fits` is chosen. **What is reported as
+   fitting has been measured to fit**: a candidate one unit over any limit is passed over.
+5. ``out_dir`` gets ``model.bnc``, the deployable file(s) of the chosen variant, ``report.json``,
+   ``report.md`` (and ``pareto.png`` with matplotlib), also when nothing fits (then without the
+   model files, and :class:`InfeasibleBudget` is raised after the reports are written).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from bnc_deploy.artifacts import load_artifact, save_artifact
+from bnc_deploy.datasets import load_dataset
+from bnc_deploy.errors import BncDeployError, ConfigError
+from bnc_deploy.fit.result import Attempt, Candidate, FitResult, InfeasibleBudget
+from bnc_deploy.fit.space import SearchSpace, SpaceSettings, check_families, export_variants, plan_space, search_spec
+from bnc_deploy.targets.base import Target, get_target
+from bnc_deploy.targets.budget import AXES, Budget
+
+#: Axes measured on every candidate besides the budget's (cheap: no emulator, no timing loop).
+CHEAP_AXES = ("flash", "ops", "bits", "file_bytes")
+
+
+def fit_to_budget(
+    data: str | os.PathLike[str],
+    target: str | Target,
+    *,
+    budget: Budget | None = None,
+    out_dir: str | os.PathLike[str],
+    families: Iterable[str] | None = None,
+    seed: int = 0,
+    time_budget: float | None = None,
+    settings: SpaceSettings | None = None,
+    device: str = "cpu",
+    backend: str = "local",
+    progress: bool = False,
+    **budget_flags: Any,
+) -> FitResult:
+    """The most accurate model (on the validation split) that ``target`` measured within ``budget``.
+
+    ``budget`` or ``budget_flags`` (``max_flash="2KiB"``, ...: :meth:`Budget.from_flags`), not both;
+    ``families``: ``nb``, ``tan`` (default both); ``settings``: the search's width (epochs, bit
+    widths, draws); ``time_budget`` (seconds): scales ``settings`` down to fit the forecast of the
+    sweep's probe (:func:`bnc_deploy.fit.plan.fit_time_budget`). See the module docstring for the steps.
+    Raises ConfigError for a bad budget, target or family; :class:`InfeasibleBudget` (a ConfigError)
+    when nothing fits, after writing the reports."""
+    started = time.perf_counter()
+    target = get_target(target) if isinstance(target, str) else target
+    budget = resolve_budget(budget, budget_flags)
+    target.check_budget(budget)
+    chosen_families = check_families(families, target)
+    settings = settings or SpaceSettings()
+    data_spec = data_spec_of(data)
+    dataset = load_dataset(data_spec, seed=seed, validation_fraction=settings.validation)
+    space = plan_space(dataset, target, budget, chosen_families, settings, seed)
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    if time_budget is not None and space.records:
+        from bnc_deploy.fit.plan import fit_time_budget
+
+        settings = fit_time_budget(space, settings, data_spec, seed, time_budget, device=device, out_dir=out)
+        space = plan_space(dataset, target, budget, chosen_families, settings, seed)
+    base = {
+        "data": data_spec,
+        "target": target.name,
+        "budget": budget,
+        "cells": tuple(c.to_dict() for c in space.cells),
+        "out_dir": str(out),
+        "settings": {**dataclasses.asdict(settings), "seed": seed, "families": list(chosen_families)},
+    }
+    if not space.records:
+        message = pruned_message(space, budget, target)
+        raise InfeasibleBudget(message, _finish(base, out, target, started, message=message))
+    sweep_dir, trained, skipped = run_search_sweep(space, settings, data_spec, seed, out, device, backend, progress)
+    candidates = ranked_candidates(sweep_dir)
+    attempts = measure_in_order(candidates, target, budget, out / "measure")
+    chosen = attempts[-1] if attempts and attempts[-1].fits else None
+    message = "" if chosen else measured_message(attempts, budget, target, space)
+    result = _finish(
+        {**base, "sweep_dir": str(sweep_dir), "trained": trained, "skipped": skipped},
+        out,
+        target,
+        started,
+        chosen=chosen,
+        attempts=tuple(attempts),
+        candidates=tuple(candidates),
+        message=message,
+    )
+    if chosen is None:
+        raise InfeasibleBudget(message, result)
+    return result
+
+
+def _finish(fields: dict, out: Path, target: Target, started: float, **more: Any) -> FitResult:
+    """Publish the chosen model's files (or remove stale ones), write the reports, return the result."""
+    from bnc_deploy.fit.report import write_reports
+
+    model_path, files = publish(more.get("chosen"), out, target)
+    values = {"chosen": None, "attempts": (), "candidates": (), "sweep_dir": None, "trained": 0, "skipped": 0}
+    values.update(fields)
+    values.update(more)
+    result = FitResult(**values, model_path=model_path, files=files, seconds=time.perf_counter() - started)
+    return dataclasses.replace(result, reports=tuple(write_reports(result, out)))
+
+
+def resolve_budget(budget: Budget | None, flags: Mapping[str, Any]) -> Budget:
+    """``budget``, or one from ``flags`` (:meth:`Budget.from_flags`); ConfigError for both or a bad flag."""
+    given = {k: v for k, v in flags.items() if v is not None}
+    if budget is not None and given:
+        raise ConfigError(f"give budget= or budget flags ({', '.join(given)}), not both")
+    if budget is not None:
+        return budget
+    try:
+        return Budget.from_flags(given)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def data_spec_of(data: str | os.PathLike[str]) -> str:
+    """The dataset as the sweep records name it: a dataset name as given, a file as an absolute path
+    (the workers and a rerun from another folder load the same file)."""
+    text = os.fspath(data)
+    return str(Path(text).resolve()) if isinstance(data, os.PathLike) or os.path.exists(text) else text
+
+
+def run_search_sweep(
+    space: SearchSpace,
+    settings: SpaceSettings,
+    data_spec: str,
+    seed: int,
+    out: Path,
+    device: str,
+    backend: str,
+    progress: bool,
+) -> tuple[Path, int, int]:
+    """Train (or resume) the kept configurations; ``(sweep directory, trained now, already done)``."""
+    from bnc_deploy.sweep.runner import SweepOptions, run_sweep
+
+    spec = search_spec(space, settings, data_spec, seed)
+    ident = hashlib.sha256(spec.to_json().encode()).hexdigest()[:12]
+    directory = out / "sweep" / ident
+    options = SweepOptions(
+        directory=directory,
+        select="validation",
+        device=device,
+        backend=backend,
+        keep="best",
+        resume=True,
+        progress=progress,
+    )
+    summary = run_sweep(spec, options)
+    return directory, summary.trained, summary.skipped
+
+
+def ranked_candidates(sweep_dir: Path) -> list[Candidate]:
+    """The kept model of each cell, best validation error first (ties: fewer bits, then id)."""
+    from bnc_deploy.sweep.table import ResultsTable
+
+    table = ResultsTable(sweep_dir)
+    try:
+        rows = [r for r in table.rows() if r.get("model_path") and r["status"] == "done"]
+    finally:
+        table.close()
+    out = []
+    for row in rows:
+        final = row.get("final") or {}
+        out.append(
+            Candidate(
+                id=row["id"],
+                config=dict(row["config"]),
+                val_error=final.get("val_error"),
+                test_error=final.get("test_error"),
+                size_bits=int(row["size_bits"]),
+                ops=int(row["ops"]),
+                model_path=str(sweep_dir / row["model_path"]),
+            )
+        )
+    inf = float("inf")
+    out.sort(key=lambda c: (inf if c.val_error is None else c.val_error, c.size_bits, c.id))
+    return out
+
+
+def measured_axes(target: Target, budget: Budget) -> tuple[str, ...]:
+    """The budget's axes and the cheap ones the target measures, in :data:`AXES` order."""
+    wanted = set(budget.axes()) | (set(CHEAP_AXES) & set(target.axes))
+    return tuple(a for a in AXES if a in wanted)
+
+
+def measure_in_order(candidates: list[Candidate], target: Target, budget: Budget, workdir: Path) -> list[Attempt]:
+    """Measure each candidate under each export variant until one fits (then it is the last attempt).
+
+    A variant whose lower bounds (from the trained model) already exceed the budget is not exported."""
+    axes = measured_axes(target, budget)
+    attempts: list[Attempt] = []
+    for candidate in candidates:
+        artifact = load_artifact(candidate.model_path)
+        for variant in export_variants(target):
+            if variant.target.cannot_fit(budget, artifact):
+                continue
+            attempt = measure_one(candidate, artifact, variant.label, variant.target, budget, axes, workdir)
+            attempts.append(attempt)
+            if attempt.fits:
+                return attempts
+    return attempts
+
+
+def measure_one(candidate: Candidate, artifact, label: str, target: Target, budget: Budget, axes, workdir: Path):
+    """One export + measurement as an :class:`Attempt`; an export the verifier refuses does not fit."""
+    from bnc_deploy.targets.budget import Measured
+
+    folder = workdir / f"{candidate.id}-{label}"
+    if folder.exists():
+        shutil.rmtree(folder)  # a rerun measures afresh: no stale file is ever measured or shipped
+    try:
+        m = target.measure(artifact, folder, axes=axes)
+    except BncDeployError as exc:
+        problem = f"export failed: {exc}"
+        return Attempt(candidate, label, Measured(), False, (problem,), (), problems=(problem,))
+    why = tuple(m.problems) + tuple(budget.describe(m.measured))
+    details = json.loads(json.dumps(m.to_dict(), default=str))
+    files = tuple(str(f.path) for f in m.files)
+    return Attempt(candidate, label, m.measured, m.fits(budget), why, files, details, problems=tuple(m.problems))
+
+
+def publish(chosen: Attempt | None, out: Path, target: Target) -> tuple[str | None, tuple[str, ...]]:
+    """Copy the chosen model and its measured files into ``out``; without one, remove those a
+    previous fit left there (so ``out`` never holds a model that does not fit this budget)."""
+    model = out / "model.bnc"
+    if chosen is None:
+        model.unlink(missing_ok=True)
+        for export in target.exports:
+            (out / f"{target.name}{export.extension}").unlink(missing_ok=True)
+        return None, ()
+    save_artifact(load_artifact(chosen.candidate.model_path), model)
+    files = []
+    for path in chosen.files:
+        dest = out / Path(path).name
+        shutil.copyfile(path, dest)
+        files.append(str(dest))
+    return str(model), tuple(files)
+
+
+def _flag(axis: str) -> str:
+    return "--max-" + axis.replace("_", "-")
+
+
+def _show(axis: str, value: float) -> str:
+    from bnc_deploy.targets.budget import UNITS
+
+    return f"{value:,.0f} {UNITS[axis]}" if float(value).is_integer() else f"{value:,.2f} {UNITS[axis]}"
+
+
+def pruned_message(space: SearchSpace, budget: Budget, target: Target) -> str:
+    """One line: every configuration was pruned; the smallest lower bound per exceeded axis, the flags."""
+    from bnc_deploy.fit.space import smallest_bounds
+
+    smallest = smallest_bounds(space.cells, budget)
+    limits = budget.limits()
+    over = [(a, v, cell) for a, (v, cell) in smallest.items() if v > limits[a]]
+    if not over:  # each axis is reachable alone, never all at once
+        cell = min(space.cells, key=lambda c: len(c.pruned))
+        over = [(a, v, cell) for a, v, _ in cell.pruned]
+    parts = "; ".join(f"{a} needs at least {_show(a, v)} ({cell.label}) > {_show(a, limits[a])}" for a, v, cell in over)
+    flags = " or ".join(_flag(a) for a, _, _ in over)
+    return f"no configuration can fit {target.name}'s budget before training: {parts}; relax {flags}"
+
+
+def measured_message(attempts: list[Attempt], budget: Budget, target: Target, space: SearchSpace) -> str:
+    """One line: no measured candidate fits; the smallest measured cost per exceeded axis, the flags."""
+    if not attempts:
+        return (
+            f"no trained candidate could be measured on {target.name}: every configuration failed to train or its "
+            f"trained model's lower bounds exceed the budget (see the sweep table)"
+        )
+    limits = budget.limits()
+    smallest: dict[str, tuple[float, Attempt]] = {}
+    for a in attempts:
+        for axis in limits:
+            value = a.measured.get(axis)
+            if value is not None and (axis not in smallest or value < smallest[axis][0]):
+                smallest[axis] = (value, a)
+    over = [(axis, v, a) for axis, (v, a) in smallest.items() if v > limits[axis]]
+    if not over:
+        problems = [p for a in attempts for p in a.problems]
+        if problems:
+            return f"no candidate deployed on {target.name} within the budget: {problems[0]}"
+        flags = " or ".join(_flag(a) for a in limits)
+        return f"no candidate meets every limit of {target.name}'s budget at once; relax {flags}"
+    parts = "; ".join(
+        f"the smallest {axis} measured was {_show(axis, v)} ({a.candidate.config['model']} "
+        f"{a.candidate.config['bits']}-bit, {a.variant}) > {_show(axis, limits[axis])}"
+        for axis, v, a in over
+    )
+    return f"no candidate fits {target.name}'s budget: {parts}; relax {' or '.join(_flag(x) for x, _, _ in over)}"
