@@ -233,7 +233,7 @@ def _log_joint(
         extra["index_guard"] = "where"
     else:  # padded table, "clip" guard
         if raw_inputs:
-            codes = _raw_codes_or_minus_one(g, artifact)
+            codes = raw_codes_or_minus_one(g, artifact)
         elif lowering == "gather":
             codes = _clipped_codes(g, layout)
         else:  # gather-grouped clips after its cast to float32 (see grouped_sum)
@@ -372,8 +372,11 @@ def _clipped_codes(g: GraphBuilder, layout: PaddedLayout) -> str:
     return g.op("Clip", [INPUT_NAME, "code_low", "code_high"])
 
 
-def _raw_codes_or_minus_one(g: GraphBuilder, artifact: BNCArtifact) -> str:
-    """Raw input binned in-graph; non-finite values get code -1 (their feature's NaN row)."""
+def raw_codes_or_minus_one(g: GraphBuilder, artifact: BNCArtifact) -> str:
+    """Raw input binned in-graph; non-finite values get code -1 (their feature's NaN row).
+
+    Public for the skl2onnx converter of the discretizer (:mod:`bnc_deploy.sklearn.onnx`), which
+    emits this same binning in front of the classifier's graph."""
     codes, ok = _raw_codes(g, artifact)
     g.const("minus_one", np.array(-1, dtype=np.int64))
     return g.op("Where", [ok, codes, "minus_one"])

@@ -15,7 +15,7 @@ What each estimator becomes
     when that input is not int64: whole-number codes) and its ``log_joint`` becomes ``scores``.
     No arithmetic is re-lowered here, so the scores are the exporter's, bit for bit.
 ``FayyadIraniDiscretizer``
-    The exporter's raw-input binning (``onnx_bnc._raw_codes_or_minus_one``: the float32
+    The exporter's raw-input binning (``onnx_bnc.raw_codes_or_minus_one``: the float32
     thresholds of ``formats.bnc.float32_thresholds`` and ``code = sum_k (x > t_k)``), built for
     the discretizer's cut points and inlined the same way. Output: int64 codes [N, D]; a
     non-finite value gets code ``-1`` (an invalid code: a following BN graph maps its row to NaN
@@ -73,7 +73,7 @@ except ImportError as _exc:  # the optional extra
     raise MissingExtraError("converting estimators with skl2onnx (bnc_deploy.sklearn.onnx)", "sklearn", _exc) from None
 
 from bnc_deploy.exporters._onnx_graph import DEFAULT_OPSET, MIN_OPSET, GraphBuilder
-from bnc_deploy.exporters.onnx_bnc import _raw_codes_or_minus_one, build_onnx_model
+from bnc_deploy.exporters.onnx_bnc import build_onnx_model, raw_codes_or_minus_one
 from bnc_deploy.exporters.onnx_dnn import build_onnx_dnn
 from bnc_deploy.formats.bnc import OUTPUT_LOG_JOINT
 from bnc_deploy.formats.dnn import OUTPUT_LOGITS
@@ -259,7 +259,7 @@ def _cut_point_model(discretizer: Any) -> SimpleNamespace:
 def binning_model(discretizer: Any, opset: int = DEFAULT_OPSET) -> onnx.ModelProto:
     """The raw-input binning of the BN exporter as a model: float32 ``x`` [N, D] -> int64 ``codes``."""
     g = GraphBuilder()
-    codes = _raw_codes_or_minus_one(g, _cut_point_model(discretizer))
+    codes = raw_codes_or_minus_one(g, _cut_point_model(discretizer))
     g.op("Identity", [codes], CODES_OUTPUT)  # a named output; removed by skl2onnx's identity pass
     d = len(discretizer.cut_points_)
     graph = helper.make_graph(
