@@ -178,7 +178,9 @@ def json_params(params: dict) -> dict:
 
 def attach_metadata(estimator, artifact, classes) -> None:
     """Add ``metadata["sklearn"]`` to a fitted estimator's artifact: its class, labels (JSON-safe, or
-    None), hyper-parameters, and whether it saw string feature names.
+    None), hyper-parameters, and whether it saw string feature names. The trainers' ``errors["test"]``
+    is renamed ``errors["check_set"]``: an estimator has no test split, and those rows are training
+    rows, so nothing reads it as a test error (``bnc-profile`` reports none without ``--data``).
 
     The metadata is passed through JSON, so the artifact in memory holds what a model file of it
     holds (e.g. plain strings instead of torch's version object, which would make a pickled
@@ -190,7 +192,12 @@ def attach_metadata(estimator, artifact, classes) -> None:
         "params": json_params(estimator.get_params()),
         "feature_names_in": hasattr(estimator, "feature_names_in_"),
     }
-    artifact.metadata = json.loads(json.dumps({**artifact.metadata, "sklearn": info}))
+    metadata = {**artifact.metadata, "sklearn": info}
+    errors = dict(metadata.get("errors") or {})
+    if "test" in errors:  # the trainers' "test" split is training rows here: not a test error
+        errors["check_set"] = errors.pop("test")
+        metadata["errors"] = errors
+    artifact.metadata = json.loads(json.dumps(metadata))
 
 
 def batch_size_for(batch_size: int, n: int) -> int:
