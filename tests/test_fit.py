@@ -9,6 +9,7 @@ not its accuracy. The Cortex-M run is skipped without the toolchain (as in
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import json
 import os
@@ -31,7 +32,8 @@ needs_toolchain = pytest.mark.skipif(
 _TFLITE = [m for m in ("tensorflow", "ai_edge_litert") if importlib.util.find_spec(m) is None]
 needs_tflite = pytest.mark.skipif(bool(_TFLITE), reason=f"TFLite export needs {', '.join(_TFLITE)}")
 
-TINY = ["--epochs", "2", "--draws", "1", "--bits", "1..2", "--quiet", "--json"]
+#: Tiny BN searches without the time budget's probe (tested on its own below).
+TINY = "--epochs 2 --draws 1 --bits 1..2 --families nb,tan --time-budget none --quiet --json".split()
 SMALL = SpaceSettings(bits=(1, 2), int_bits=(1,), lrs=(3e-2,), draws=1, epochs=2)
 #: digits: 64 features of 17 values, 10 classes -> 10 x (1 + 64 x 17) table entries for NB.
 NB_ENTRIES = 10 * (1 + 64 * 17)
@@ -65,7 +67,15 @@ def x86_fit(tmp_path_factory):
 
 def test_pruned_configurations_are_never_trained(tmp_path):
     # Only NB at 1 bit has at most NB_ENTRIES bits; NB 2-bit and every TAN are pruned.
-    result = fit_to_budget("digits", "x86-64", out_dir=tmp_path, settings=SMALL, max_bits=NB_ENTRIES)
+    result = fit_to_budget(
+        "digits",
+        "x86-64",
+        out_dir=tmp_path,
+        settings=SMALL,
+        families=["nb", "tan"],
+        time_budget=None,
+        max_bits=NB_ENTRIES,
+    )
     pruned = {(c["family"], c["bits"]) for c in result.cells if c["pruned"]}
     assert pruned == {("nb", 2), ("tan", 1), ("tan", 2)}
     assert all(p["axis"] == "bits" for c in result.cells for p in c["pruned"])
@@ -83,8 +93,10 @@ def test_x86_64_end_to_end(capsys, x86_fit):
     assert chosen["fits"] and chosen["measured"]["file_bytes"] <= 2**20
     assert chosen["candidate"]["val_error"] is not None and chosen["candidate"]["test_error"] is not None
     assert {os.path.basename(f) for f in report["files"]} <= {"x86-64.onnx", "x86-64.h"}
-    for name in ("model.bnc", "report.json", "report.md", "x86-64.onnx"):
+    for name in ("model.bnc", "report.json", "report.md", "x86-64.onnx", "pareto.png", "pareto.svg"):
         assert (out / name).is_file(), name
+    assert "<svg" in (out / "pareto.svg").read_text()[:2000]
+    assert {str(out / "pareto.png"), str(out / "pareto.svg")} <= set(report["reports"])
     assert json.loads((out / "report.json").read_text())["chosen"]["candidate"]["id"] == chosen["candidate"]["id"]
     ranked = [c["val_error"] for c in report["candidates"]]
     assert ranked == sorted(ranked)  # taken in order of validation error
@@ -134,7 +146,15 @@ def test_an_infeasible_budget_exits_2_naming_the_smallest_cost_and_the_flag(caps
     (line,) = err.strip().splitlines()
     assert f"the smallest file_bytes measured was {smallest:,} B" in line and line.endswith("relax --max-file-bytes")
     with pytest.raises(InfeasibleBudget, match="relax --max-file-bytes") as exc:
-        fit_to_budget("digits", "x86-64", out_dir=tmp_path / "b", settings=SMALL, max_file_bytes=1400)
+        fit_to_budget(
+            "digits",
+            "x86-64",
+            out_dir=tmp_path / "b",
+            settings=SMALL,
+            families=["nb", "tan"],
+            time_budget=None,
+            max_file_bytes=1400,
+        )
     assert exc.value.result is not None and not exc.value.result.fits
 
 
@@ -189,17 +209,145 @@ def test_a_time_budget_narrows_draws_then_learning_rates_then_epochs(tmp_path, m
     space = plan_space(load_dataset("digits", validation_fraction=0.2), get_target("x86-64"), Budget(), ["nb"], wide)
     n = plan.n_configurations(space, wide, 0)
     assert n == 2 * 2 * 3
-    seconds = 100.0  # the forecast of the wide grid: 1/12 s per configuration of 100 epochs x 12
+    seconds = 100.0  # the forecast of the wide grid; 30 % of a batched epoch does not shrink with configurations
     assert plan.narrow(space, wide, 0, seconds, allowed=100.0) == wide
-    assert plan.narrow(space, wide, 0, seconds, allowed=40.0).draws == 1  # 4 configurations: 33 s
-    only = plan.narrow(space, wide, 0, seconds, allowed=20.0)
-    assert (only.draws, only.lrs, only.epochs) == (1, (3e-2,), 100)  # 2 configurations: 17 s
+    fewer = plan.narrow(space, wide, 0, seconds, allowed=60.0)  # 4 configurations: 30 + 70 x 4/12 = 53 s
+    assert (fewer.draws, fewer.lrs, fewer.epochs) == (1, (3e-2, 3e-3), 100)
+    only = plan.narrow(space, wide, 0, seconds, allowed=45.0)  # 2 configurations: 42 s
+    assert (only.draws, only.lrs, only.epochs) == (1, (3e-2,), 100)
     cut = plan.narrow(space, wide, 0, seconds, allowed=5.0)
-    assert (cut.draws, cut.lrs, cut.epochs) == (1, (3e-2,), 30)
+    assert (cut.draws, cut.lrs, cut.epochs) == (1, (3e-2,), 12)
     assert plan.narrow(space, wide, 0, seconds, allowed=0.1).epochs == plan.MIN_EPOCHS
     probes = []
     monkeypatch.setattr(plan, "forecast_seconds", lambda *a, **k: probes.append(1) or seconds)
     for _ in range(2):  # the second call reads plan.json: same inputs, same grid, no probe
-        got = plan.fit_time_budget(space, wide, "digits", 0, 25.0, out_dir=tmp_path)
+        got = plan.fit_time_budget(space, wide, "digits", 0, 45.0, out_dir=tmp_path)
         assert got == only
     assert probes == [1] and (tmp_path / plan.PLAN_FILE).is_file()
+
+
+def test_the_default_time_budget_covers_the_search_less_a_measurement_allowance(tmp_path, monkeypatch):
+    import inspect
+
+    from bnc_deploy.cli.fit import build_parser, parse_duration
+    from bnc_deploy.datasets import load_dataset
+    from bnc_deploy.fit import plan
+    from bnc_deploy.fit.space import plan_space
+    from bnc_deploy.targets.base import get_target
+    from bnc_deploy.targets.budget import Budget
+
+    assert inspect.signature(fit_to_budget).parameters["time_budget"].default == plan.DEFAULT_TIME_BUDGET == 720
+    assert parse_duration(None) == 720 and parse_duration("none") is None and parse_duration("90s") == 90
+    assert "(default 12m)" in " ".join(build_parser().format_help().split())
+    wide = SpaceSettings(bits=(1, 2), int_bits=(1,), lrs=(3e-2, 3e-3), draws=3, epochs=100)
+    data = load_dataset("digits", validation_fraction=0.2)
+    cortex = plan_space(data, get_target("cortex-m4"), Budget(), ["nb"], wide)
+    # 2 kept cells x (default, packed) measurements, each estimated for a Cortex-M build and run.
+    assert plan.measure_allowance(cortex, get_target("cortex-m4")) == 4 * plan.MEASURE_SECONDS["cortex-m"]
+    space = plan_space(data, get_target("x86-64"), Budget(), ["nb"], wide)
+    monkeypatch.setattr(plan, "forecast_seconds", lambda *a, **k: 100.0)  # the wide grid: 100 s
+    # 160 s less 100 s spent and set aside leave 60 s: one draw, both learning rates (53 s).
+    got = plan.fit_time_budget(space, wide, "digits", 0, 160.0, out_dir=tmp_path, reserve=100.0)
+    assert (got.draws, got.lrs, got.epochs) == (1, (3e-2, 3e-3), 100)
+    stored = json.loads((tmp_path / plan.PLAN_FILE).read_text())
+    assert stored["reserve_seconds"] == 100.0 and 59.0 < stored["training_seconds_allowed"] <= 60.0
+    assert stored["planned_seconds"] == pytest.approx(30 + 70 * 4 / 12)
+    # A reserve beyond the budget still leaves MIN_TRAIN_SHARE of it to training (30 s of 120 s).
+    floor = plan.fit_time_budget(space, wide, "digits", 0, 120.0, reserve=1000.0)
+    assert (floor.lrs, floor.epochs) == ((3e-2,), 72)
+
+
+def test_progress_lines_name_each_stage_and_the_best_fit_so_far(capsys, tmp_path):
+    # The default time budget: the sweep's probe plans the (tiny) grid; plan.json records it.
+    args = ["--data", "digits", "--target", "x86-64", "--max-file-bytes", "1MiB", "-o", str(tmp_path)]
+    args += ["--epochs", "2", "--draws", "1", "--bits", "1", "--families", "nb"]
+    assert main(args) == 0
+    captured = capsys.readouterr()
+    lines = [line for line in captured.err.splitlines() if line.startswith("bnc-fit: ")]
+    assert lines[0] == "bnc-fit: digits on x86-64, budget file_bytes <= 1,048,576 B; families nb"
+    assert lines[1] == "bnc-fit: time budget 12.0 min: probing the training speed"
+    assert lines[2].startswith("bnc-fit: plan: ") and "min of training forecast (allowed " in lines[2]
+    assert lines[3] == "bnc-fit: search space: 1 cells, 0 pruned before training; 2 configurations x 2 epochs to train"
+    measured = [line for line in lines if line.startswith("bnc-fit: measured nb 1-bit default")]
+    assert len(measured) == 1 and ": fits; best so far that fits: nb 1-bit default, val " in measured[0]
+    assert lines[-1].startswith("bnc-fit: done in ") and "file_bytes" in lines[-1]
+    assert captured.out.startswith("bnc-fit: digits on x86-64: fits")
+    assert (tmp_path / "plan.json").is_file()
+    assert main([*args, "--quiet"]) == 0
+    assert "bnc-fit: " not in capsys.readouterr().err
+
+
+def test_dnn_cells_are_sized_to_the_budget_and_refused_where_the_target_takes_no_dnn():
+    from bnc_deploy.datasets import load_dataset
+    from bnc_deploy.errors import ConfigError
+    from bnc_deploy.fit.dnn_space import dnn_costs_of
+    from bnc_deploy.fit.space import check_families, plan_space
+    from bnc_deploy.targets.base import get_target
+    from bnc_deploy.targets.budget import Budget
+
+    x86, cortex = get_target("x86-64"), get_target("cortex-m4")
+    assert check_families(None, x86, image=True) == ("nb", "tan", "fc", "cnn")
+    assert check_families(None, x86, image=False) == ("nb", "tan", "fc")
+    assert check_families(None, cortex, image=True) == ("nb", "tan")
+    with pytest.raises(ConfigError, match="cnn needs image data"):
+        check_families(["cnn"], x86, image=False)
+    with pytest.raises(ConfigError, match="target cortex-m4 takes bnc models"):
+        check_families(["fc"], cortex, image=True)
+    data = load_dataset("digits", validation_fraction=0.2)
+    settings = SpaceSettings(bits=(1, 2, 8), lrs=(3e-2,))
+    # An exact axis: one size per weight bit width, the widest the matcher rounds to within the limit.
+    space = plan_space(data, x86, Budget(max_bits=8_000), ["fc", "cnn"], settings)
+    assert [(c.family, c.bits) for c in space.cells] == [(f, b) for f in ("fc", "cnn") for b in (1, 2, 8)]
+    for cell in space.cells:
+        assert cell.kept and 0.8 * 8_000 < cell.costs.size_bits <= 8_000, cell.label
+        assert cell.costs.size_bits == dnn_costs_of(cell.family, data, cell.widths, cell.bits, settings).size_bits
+    assert {r["hidden"] for r in space.records} == {",".join(map(str, c.widths)) for c in space.cells}
+    # A measured axis: F bytes hold F int8 weights (F / 2 int16 ones above 7 bits), and half that size.
+    space = plan_space(data, x86, Budget(max_file_bytes=16_384), ["fc"], settings)
+    widths = {b: [c.widths[0] for c in space.cells if c.bits == b] for b in (1, 2, 8)}
+    assert widths[2] == [219, 109] and widths[8] == [110, 55]  # 74 weights per unit, 10 biases
+    # A target without DNN exports: the DNN cells are listed, refused, never trained.
+    space = plan_space(data, cortex, Budget(max_flash=4096), ["nb", "fc"], SpaceSettings(bits=(1, 2)))
+    refused = [c for c in space.cells if c.family == "fc"]
+    assert refused and all(c.refused == "target cortex-m4 takes no dnn models" and not c.kept for c in refused)
+    assert {r["model"] for r in space.records} == {"nb"}
+
+
+def test_fc_and_cnn_train_through_the_sweep_and_a_network_is_chosen(capsys, tmp_path):
+    args = ["--data", "digits", "--target", "x86-64", "--max-bits", "8000", "--families", "fc,cnn", "--bits", "2"]
+    args += ["--epochs", "2", "--time-budget", "none", "--quiet", "--json", "-o", str(tmp_path)]
+    code, report, _ = run_cli(capsys, *args)
+    assert code == 0 and report["chosen"]["candidate"]["config"]["model"] in ("fc", "cnn")
+    assert report["chosen"]["measured"]["bits"] <= 8_000
+    (sweep,) = report["sweep_dirs"]
+    configs = trained_configs(sweep)
+    cells = {(c["family"], ",".join(map(str, c["widths"]))) for c in report["cells"]}
+    assert {(c["model"], c["hidden"]) for c in configs} == cells and len(configs) == 2 * len(cells)  # 2 rates
+    assert len(report["candidates"]) == len(cells)  # the best of each cell
+    again = run_cli(capsys, *args)[1]
+    assert again["trained"] == 0 and again["chosen"]["candidate"]["id"] == report["chosen"]["candidate"]["id"]
+
+
+def test_learned_tan_cells_are_bounded_by_nb_and_train_per_size_penalty(tmp_path):
+    from bnc_deploy.datasets import load_dataset
+    from bnc_deploy.fit.space import plan_space
+    from bnc_deploy.targets.base import get_target
+    from bnc_deploy.targets.budget import Budget
+
+    settings = SpaceSettings(bits=(1, 2), int_bits=(1,), lrs=(3e-2,), draws=1, epochs=2, size_penalties=(1e-3, 1e-1))
+    data = load_dataset("digits", validation_fraction=0.2)
+    space = plan_space(data, get_target("x86-64"), Budget(max_bits=NB_ENTRIES), ["tan-learn"], settings)
+    # Its structure is learned: the bound is NB's, so only the 1-bit cells (one per lambda_MS) survive.
+    assert [(c.bits, c.size_penalty, c.kept) for c in space.cells] == [
+        (1, 1e-3, True), (1, 1e-1, True), (2, 1e-3, False), (2, 1e-1, False)
+    ]  # fmt: skip
+    assert [(r["structure"], r["size_penalty"]) for r in space.records] == [("learn", 1e-3), ("learn", 1e-1)]
+    one = dataclasses.replace(settings, bits=(1,), size_penalties=(1e-3,))
+    result = fit_to_budget(
+        "digits", "x86-64", out_dir=tmp_path, settings=one, families=["tan-learn"], time_budget=None,
+        max_file_bytes="1MiB",
+    )  # fmt: skip
+    (config,) = trained_configs(result.sweep_dir)
+    assert (config["model"], config["structure"], config["size_penalty"]) == ("tan", "learn", 1e-3)
+    assert result.fits and result.chosen.candidate.short == "tan-learn 1-bit lambda_MS 0.001"
+    assert result.chosen.measured.bits >= NB_ENTRIES

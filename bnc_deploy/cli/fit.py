@@ -6,11 +6,15 @@
 
 Budgets (units accepted: ``2KiB``, ``1.5kB``, ``20k``, ``250us``): --max-flash, --max-ram, --max-ops,
 --max-bits, --max-file-bytes, --max-latency-us, --max-instructions; a budget the target cannot
-measure is refused. Configurations whose lower bounds exceed the budget are never trained; the
-others train through the sweep engine (``DIR/sweep/``, rerunning resumes) and are ranked on a
+measure is refused. Families: nb, tan, plus fc (and cnn on image data) where the target takes DNN
+models (DNNs sized to the budget); tan-learn (the learned TAN) when listed in --families.
+Configurations whose lower bounds exceed the budget are never trained; the others train through
+the sweep engine (``DIR/sweep/``, rerunning resumes) within the time budget (default 12 minutes
+for the whole search, measuring included; ``--time-budget none``: no limit) and are ranked on a
 validation split; candidates are exported and measured on the target in that order, and the first
 measured to fit is written to ``DIR`` (``model.bnc``, the deployable file, ``report.json``,
-``report.md``, ``pareto.png``).
+``report.md``, ``pareto.png``, ``pareto.svg``). Progress goes to stderr (a line per stage and per
+measured candidate with the best so far that fits) unless --quiet or --json.
 
 Exit status 0 when a model fits; 2 with one line naming the smallest cost reached and the flag to
 relax when nothing fits (the reports are written all the same), or for bad options or data.
@@ -25,6 +29,7 @@ from pathlib import Path
 from bnc_deploy.cli.common import cli_main, print_json
 from bnc_deploy.errors import ConfigError, require_extra
 from bnc_deploy.fit import FAMILIES, InfeasibleBudget, SpaceSettings, fit_to_budget
+from bnc_deploy.fit.plan import DEFAULT_TIME_BUDGET
 from bnc_deploy.fit.report import format_table
 from bnc_deploy.targets.base import target_names
 from bnc_deploy.targets.budget import AXES
@@ -47,7 +52,7 @@ _DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?)\s*(s|m|min|h)?\s*$")
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=PROG,
-        description="Train, export and measure the most accurate BN classifier that fits a device budget.",
+        description="Train, export and measure the most accurate BN or DNN classifier that fits a device budget.",
         epilog=__doc__.split("\n\n")[1],
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
@@ -59,8 +64,20 @@ def build_parser() -> argparse.ArgumentParser:
             "--max-" + axis.replace("_", "-"), dest=f"max_{axis}", metavar="LIMIT", default=None, help=BUDGET_HELP[axis]
         )
     search = p.add_argument_group("search")
-    search.add_argument("--families", default=None, metavar="LIST", help=f"comma list of {', '.join(FAMILIES)}")
-    search.add_argument("--time-budget", default=None, metavar="T", help="training time: seconds, or 10m, 1h")
+    search.add_argument(
+        "--families",
+        default=None,
+        metavar="LIST",
+        help=f"comma list of {', '.join(FAMILIES)} (default: nb,tan, plus fc and on image data cnn where the "
+        "target takes DNN models; tan-learn, the learned TAN over lambda_MS, only when listed)",
+    )
+    search.add_argument(
+        "--time-budget",
+        default=None,
+        metavar="T",
+        help=f"wall time of the whole search (training planned to fit after an allowance for measuring): "
+        f"seconds, or 10m, 1h; none for no limit (default {DEFAULT_TIME_BUDGET / 60:g}m)",
+    )
     search.add_argument("--seed", type=int, default=0, help="seed of the split, the draws and the training")
     search.add_argument("--epochs", type=int, default=None, metavar="E", help="epochs per configuration")
     search.add_argument("--draws", type=int, default=None, metavar="N", help="hybrid-loss draws per configuration")
@@ -70,13 +87,16 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--backend", choices=("local", "ray"), default="local", help="the sweep's backend")
     run.add_argument("-o", "--output", default=None, metavar="DIR", help="output folder (default fit-DATA-TARGET)")
     run.add_argument("--json", action="store_true", help="print report.json's content instead of the table")
-    run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.add_argument("--quiet", action="store_true", help="no progress lines or bar on stderr")
     return p
 
 
 def parse_duration(text: str | None) -> float | None:
-    """Seconds from ``90``, ``90s``, ``10m``, ``1.5h``; ConfigError naming --time-budget otherwise."""
+    """Seconds from ``90``, ``90s``, ``10m``, ``1.5h``; the default time budget for None; None (no
+    limit) for ``none``; ConfigError naming --time-budget otherwise."""
     if text is None:
+        return DEFAULT_TIME_BUDGET
+    if text.strip().lower() == "none":
         return None
     m = _DURATION.match(text)
     if m is None:

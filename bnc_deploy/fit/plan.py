@@ -2,15 +2,21 @@
 
 Contract
 --------
+* The time budget is the whole search's wall time: loading and planning, the probe, training,
+  exporting and measuring. Its default is :data:`DEFAULT_TIME_BUDGET`.
 * The forecast is the sweep's: :func:`bnc_deploy.sweep.estimate.probe` times a short run of each
   kind of configuration on this machine and device, times the planned configuration-epochs.
-  Training may take :data:`TRAIN_SHARE` of the time budget; the rest is left for exporting and
-  measuring the candidates.
+  Training may take what is left of the time budget after the time already spent (``spent``:
+  loading, planning), the probe's own time and the **measurement allowance**
+  (:func:`measure_allowance`: the estimated seconds of one export and measurement on the target,
+  :func:`seconds_per_measurement`, times the measurements the kept cells can need, at most
+  :data:`MAX_PLANNED_MEASUREMENTS`), but never less than :data:`MIN_TRAIN_SHARE` of the budget.
 * When the forecast is over, the search narrows in this order, each step only while still over:
   one hybrid-loss draw (the trainer's default), one learning rate (the first), then fewer epochs
   (proportionally, never below :data:`MIN_EPOCHS`). The bit widths and families are never cut:
-  they are the size curve the budget selects on. The forecast scales linearly in configurations
-  and epochs (the batched trainer's cost per configuration-epoch is flat).
+  they are the size curve the budget selects on. The forecast scales linearly in epochs and, for
+  the single-run trainers, in configurations; a batched BN chunk's epoch has a part that does not
+  shrink with fewer configurations (:data:`BATCH_FIXED_SHARE`, :func:`scaled_forecast`).
 * The choice is stored in ``out_dir/plan.json`` with what it was made from (search space, data,
   seed, device, time budget); the same command reuses it without probing, so a rerun plans the
   same grid and resumes its sweep instead of starting another.
@@ -20,40 +26,90 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from pathlib import Path
 
 from bnc_deploy.fileio import atomic_write_bytes
-from bnc_deploy.fit.space import SearchSpace, SpaceSettings, cell_records, hybrid_draws, search_spec
+from bnc_deploy.fit.space import (
+    LEARN_FAMILY,
+    SearchSpace,
+    SpaceSettings,
+    hybrid_draws,
+    model_kind,
+    records_of_cell,
+    search_specs,
+    variants_for,
+)
 
-#: Share of the time budget the training may take.
-TRAIN_SHARE = 0.8
+#: The default time budget (seconds) of a whole search: 12 minutes.
+DEFAULT_TIME_BUDGET = 12 * 60.0
+#: Share of a batched BN chunk's epoch that does not shrink with its configurations (data passes,
+#: per-step overhead). On letter (NB, 2 CPU cores) an epoch costs about 4 s + 0.3 s per
+#: configuration: 36 configurations 0.41 s each, 9 about 0.75 s each.
+BATCH_FIXED_SHARE = 0.3
+#: Share of the time budget the training may take at least, whatever the allowances.
+MIN_TRAIN_SHARE = 0.25
+#: Estimated seconds of one export + measurement, by target name prefix (cross-compiling and
+#: emulating a Cortex-M board, finding a TFLM arena, converting TFLite), else :data:`DEFAULT_MEASURE_SECONDS`.
+MEASURE_SECONDS = {"cortex-m": 5.0, "tflm": 8.0, "edgetpu": 6.0, "web": 6.0, "android": 6.0, "aarch64": 6.0}
+DEFAULT_MEASURE_SECONDS = 2.0
+#: Measurements the allowance plans for at most (the first candidate that fits ends the search).
+MAX_PLANNED_MEASUREMENTS = 12
 #: Fewest epochs a time budget cuts a configuration to.
 MIN_EPOCHS = 10
 PLAN_FILE = "plan.json"
 
 
+def seconds_per_measurement(target_name: str) -> float:
+    """Estimated seconds of one export + measurement on ``target_name`` (:data:`MEASURE_SECONDS`)."""
+    for prefix, seconds in MEASURE_SECONDS.items():
+        if target_name.startswith(prefix):
+            return seconds
+    return DEFAULT_MEASURE_SECONDS
+
+
+def measure_allowance(space: SearchSpace, target) -> float:
+    """Seconds set aside for measuring: one per kept cell and export variant, at most
+    :data:`MAX_PLANNED_MEASUREMENTS`, times :func:`seconds_per_measurement`."""
+    n = sum(len(variants_for(target, model_kind(c.family))) for c in space.kept)
+    return seconds_per_measurement(target.name) * min(n, MAX_PLANNED_MEASUREMENTS)
+
+
 def forecast_seconds(space: SearchSpace, settings: SpaceSettings, data_spec: str, seed: int, device: str) -> float:
-    """Seconds the sweep of ``space`` is forecast to train, probed on ``device``."""
+    """Seconds the sweeps of ``space`` are forecast to train, probed on ``device``."""
     from bnc_deploy.sweep.estimate import probe
     from bnc_deploy.sweep.runner import SweepOptions, plan_chunks, records_of
 
-    records = records_of(search_spec(space, settings, data_spec, seed))
-    tasks = plan_chunks(records, SweepOptions(directory=Path("."), device=device))
-    return sum(e.seconds for e in probe(tasks, device=device))
+    total = 0.0
+    for spec in search_specs(space, settings, data_spec, seed):
+        tasks = plan_chunks(records_of(spec), SweepOptions(directory=Path("."), device=device))
+        total += sum(e.seconds for e in probe(tasks, device=device))
+    return total
 
 
 def n_configurations(space: SearchSpace, settings: SpaceSettings, seed: int) -> int:
     """Configurations the kept cells of ``space`` have under ``settings``."""
     draws = hybrid_draws(settings.draws, seed)
-    return sum(len(cell_records(cell, settings, draws)) for cell in space.kept)
+    return sum(len(records_of_cell(cell, settings, draws)) for cell in space.kept)
+
+
+def scaled_forecast(
+    space: SearchSpace, base: SpaceSettings, seed: int, seconds: float, settings: SpaceSettings
+) -> float:
+    """The forecast ``seconds`` of ``base`` scaled to ``settings``: linear in epochs; in
+    configurations linear but for :data:`BATCH_FIXED_SHARE` when BN cells train batched."""
+    batched = any(model_kind(c.family) == "bnc" and c.family != LEARN_FAMILY for c in space.kept)
+    share = BATCH_FIXED_SHARE if batched else 0.0
+    configs = n_configurations(space, settings, seed) / max(1, n_configurations(space, base, seed))
+    return seconds * settings.epochs / base.epochs * (share + (1 - share) * configs)
 
 
 def narrow(space: SearchSpace, settings: SpaceSettings, seed: int, seconds: float, allowed: float) -> SpaceSettings:
     """``settings`` narrowed (see the module docstring) until the scaled forecast is within ``allowed``."""
-    per_config_epoch = seconds / max(1, n_configurations(space, settings, seed) * settings.epochs)
+    base = settings
 
     def cost(s: SpaceSettings) -> float:
-        return per_config_epoch * n_configurations(space, s, seed) * s.epochs
+        return scaled_forecast(space, base, seed, seconds, s)
 
     for change in ({"draws": 1}, {"lrs": settings.lrs[:1]}):
         if cost(settings) <= allowed:
@@ -74,9 +130,12 @@ def fit_time_budget(
     *,
     device: str = "cpu",
     out_dir: str | Path | None = None,
+    reserve: float = 0.0,
 ) -> SpaceSettings:
-    """Settings whose forecast training time fits ``TRAIN_SHARE x time_budget`` seconds (reused from
-    ``out_dir/plan.json`` when it was planned from the same inputs)."""
+    """Settings whose forecast training time fits ``time_budget`` seconds less ``reserve`` (the
+    time spent so far and the measurement allowance) and the probe's time, at least
+    ``MIN_TRAIN_SHARE x time_budget`` (reused from ``out_dir/plan.json`` when it was planned from
+    the same inputs)."""
     key = {
         "cells": [c.label for c in space.kept],
         "settings": json.loads(json.dumps(dataclasses.asdict(settings))),
@@ -94,10 +153,21 @@ def fit_time_budget(
                 return SpaceSettings(**{k: tuple(v) if isinstance(v, list) else v for k, v in values})
         except (OSError, ValueError, TypeError, KeyError):
             pass  # an unreadable plan is planned again
+    started = time.perf_counter()
     seconds = forecast_seconds(space, settings, data_spec, seed, device)
-    chosen = narrow(space, settings, seed, seconds, TRAIN_SHARE * time_budget)
+    probe_seconds = time.perf_counter() - started
+    allowed = max(MIN_TRAIN_SHARE * time_budget, time_budget - reserve - probe_seconds)
+    chosen = narrow(space, settings, seed, seconds, allowed)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        record = {"key": key, "forecast_seconds": seconds, "settings": dataclasses.asdict(chosen)}
+        record = {
+            "key": key,
+            "forecast_seconds": seconds,
+            "probe_seconds": probe_seconds,
+            "reserve_seconds": reserve,
+            "training_seconds_allowed": allowed,
+            "planned_seconds": scaled_forecast(space, settings, seed, seconds, chosen),
+            "settings": dataclasses.asdict(chosen),
+        }
         atomic_write_bytes(path, (json.dumps(record, indent=2) + "\n").encode())
     return chosen

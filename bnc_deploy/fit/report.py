@@ -3,9 +3,11 @@
 * :func:`format_table`: a few lines for people (budget vs measured per axis, errors, files).
 * :func:`write_reports`: ``report.json`` (:meth:`FitResult.to_dict`), ``report.md`` (budget vs
   measured, validation and test error, every candidate with what its measurement said, the pruned
-  cells with their lower bounds) and, when matplotlib is installed, ``pareto.png``: validation
+  cells with their lower bounds, the refused ones with the reason) and, when matplotlib is
+  installed, the Pareto plot as ``pareto.png`` and ``pareto.svg`` (the same figure): validation
   error against each budget axis, measured values where measured (the analytic size/operations
-  otherwise), the Pareto front and the limit drawn. Each file is written atomically.
+  otherwise), the Pareto front and the limit drawn. Each file is written atomically; a plot that
+  cannot be drawn removes the plot files of an earlier fit.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from bnc_deploy.fit.result import Candidate, FitResult
 from bnc_deploy.targets.budget import AXES, UNITS
 
 PLOT_FILE = "pareto.png"
+#: The plot's files, one per format (``PLOT_FILE`` first).
+PLOT_FILES = (PLOT_FILE, "pareto.svg")
 
 
 def _pct(value: float | None) -> str:
@@ -91,29 +95,33 @@ def format_markdown(result: FitResult) -> str:
             f"| {i} | {c.label} | {_pct(c.val_error)} | {_pct(c.test_error)} | {c.size_bits:,} | {c.ops:,} | "
             f"{_attempt_note(result, c)} |"
         )
-    pruned = [c for c in result.cells if c["pruned"]]
+    pruned = [c for c in result.cells if c["pruned"] or c.get("refused")]
     if pruned:
-        out += ["", "## Pruned before training (a lower bound exceeds the budget)", ""]
+        out += ["", "## Not trained (a lower bound exceeds the budget, or the target takes no such model)", ""]
         for c in pruned:
-            why = ", ".join(f"{p['axis']} >= {_num(p['axis'], p['lower_bound'])}" for p in c["pruned"])
-            out.append(f"- {c['family']} {c['bits']}-bit: {why}")
-    out += ["", "## Search", "", f"- sweep directory: `{result.sweep_dir}`"]
+            why = c.get("refused") or ", ".join(
+                f"{p['axis']} >= {_num(p['axis'], p['lower_bound'])}" for p in c["pruned"]
+            )
+            size = " " + "x".join(str(w) for w in c["widths"]) if c.get("widths") else ""
+            size += f" lambda_MS {c['size_penalty']:g}" if c.get("size_penalty") is not None else ""
+            out.append(f"- {c['family']} {c['bits']}-bit{size}: {why}")
+    dirs = result.sweep_dirs or ((result.sweep_dir,) if result.sweep_dir else ())
+    out += ["", "## Search", "", "- sweep directories: " + (", ".join(f"`{d}`" for d in dirs) or "none")]
     out.append(f"- trained now: {result.trained}; resumed: {result.skipped}; {result.seconds:.1f} s")
     out.append(f"- settings: `{json.dumps(result.settings, sort_keys=True)}`")
     if (Path(result.out_dir) / PLOT_FILE).exists():
-        out += ["", f"![Pareto front]({PLOT_FILE})"]
+        out += ["", f"![Pareto front]({PLOT_FILE}) ([SVG]({PLOT_FILES[1]}))"]
     return "\n".join(out) + "\n"
 
 
 def write_reports(result: FitResult, out_dir) -> list[str]:
-    """Write ``report.json``, ``report.md`` and (with matplotlib) ``pareto.png``; return their paths."""
+    """Write ``report.json``, ``report.md`` and (with matplotlib) ``pareto.png`` and ``pareto.svg``;
+    return their paths."""
     out = Path(out_dir)
-    written = []
-    plot = plot_pareto(result, out / PLOT_FILE)
-    if plot is None:
-        (out / PLOT_FILE).unlink(missing_ok=True)  # never a plot of an earlier fit
-    else:
-        written.append(plot)
+    written = plot_pareto(result, out)
+    if not written:
+        for name in PLOT_FILES:
+            (out / name).unlink(missing_ok=True)  # never a plot of an earlier fit
     data = result.to_dict()
     data["reports"] = [str(out / "report.json"), str(out / "report.md")] + written
     atomic_write_bytes(out / "report.json", (json.dumps(data, indent=2, default=str) + "\n").encode())
@@ -136,21 +144,21 @@ def _points(result: FitResult, axis: str) -> list[tuple[float, float, bool, bool
     return points
 
 
-def plot_pareto(result: FitResult, path: Path) -> str | None:
-    """``pareto.png``: one panel per budget axis (``bits`` without a budget); None without
-    matplotlib or without a point to draw."""
+def plot_pareto(result: FitResult, out_dir: Path) -> list[str]:
+    """The Pareto plot in ``out_dir`` as :data:`PLOT_FILES` (PNG, SVG): one panel per budget axis
+    (``bits`` without a budget); their paths, none without matplotlib or a point to draw."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        return None
+        return []
     axes = list(result.budget.axes()) or ["bits"]
     panels = [(a, _points(result, a)) for a in axes]
     panels = [(a, p) for a, p in panels if p]
     if not panels:
-        return None
+        return []
     fig, grid = plt.subplots(1, len(panels), figsize=(6 * len(panels), 4.2), squeeze=False)
     for ax, (axis, points) in zip(grid[0], panels):
         _draw_panel(ax, axis, points, result.budget.limits().get(axis))
@@ -158,9 +166,14 @@ def plot_pareto(result: FitResult, path: Path) -> str | None:
         f"bnc-fit: {result.data} on {result.target} (validation error; filled: measured on the target)", fontsize=10
     )
     fig.tight_layout()
-    atomic_write_with(path, lambda tmp: fig.savefig(tmp, format="png", dpi=120))
+    written = []
+    for name in PLOT_FILES:
+        path = Path(out_dir) / name
+        kind = path.suffix[1:]
+        atomic_write_with(path, lambda tmp, kind=kind: fig.savefig(tmp, format=kind, dpi=120))
+        written.append(str(path))
     plt.close(fig)
-    return str(path)
+    return written
 
 
 def _draw_panel(ax, axis: str, points, limit) -> None:

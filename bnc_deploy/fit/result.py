@@ -40,9 +40,26 @@ class Candidate:
     model_path: str
 
     @property
+    def bits(self) -> int | None:
+        """Bits per parameter: ``bits`` of a BN model, ``weight_bits`` of a DNN."""
+        return self.config.get("bits", self.config.get("weight_bits"))
+
+    @property
+    def short(self) -> str:
+        """``nb 3-bit``; a DNN with its widths: ``fc 2-bit 37``; a learned TAN with its lambda_MS:
+        ``tan-learn 3-bit lambda_MS 0.001``."""
+        c = self.config
+        if c.get("structure") == "learn":
+            return f"tan-learn {self.bits}-bit lambda_MS {c.get('size_penalty'):g}"
+        hidden = c.get("hidden")
+        return f"{c['model']} {self.bits}-bit" + (f" {hidden.replace(',', 'x')}" if hidden else "")
+
+    @property
     def label(self) -> str:
         c = self.config
-        return f"{c['model']} {c['bits']}-bit (B_I {c.get('int_bits')}, lr {c.get('lr'):g})"
+        if c.get("int_bits") is not None:
+            return f"{self.short} (B_I {c.get('int_bits')}, lr {c.get('lr'):g})"
+        return f"{self.short} (lr {c.get('lr'):g})"
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -71,6 +88,7 @@ class Attempt:
     files: tuple[str, ...]
     measurement: dict = field(default_factory=dict)
     problems: tuple[str, ...] = ()  # the target's checks or the export that failed (part of ``why``)
+    seconds: float = 0.0  # export + measurement wall time
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -82,6 +100,7 @@ class Attempt:
             "files": list(self.files),
             "measurement": self.measurement,
             "problems": list(self.problems),
+            "seconds": self.seconds,
         }
 
 
@@ -92,7 +111,8 @@ class FitResult:
     ``files``: the deployable file(s) copied to ``out_dir`` (empty when nothing fits);
     ``model_path``: ``out_dir/model.bnc`` (None when nothing fits); ``attempts``: every measurement,
     in the order taken; ``candidates``: every trained candidate, best validation error first;
-    ``cells``: the search space (pruned cells marked; ``space.Cell.to_dict``)."""
+    ``cells``: the search space (pruned cells marked; ``space.Cell.to_dict``); ``sweep_dirs``: the
+    sweeps trained (BN, then DNN; ``sweep_dir`` is the first)."""
 
     data: str
     target: str
@@ -111,6 +131,7 @@ class FitResult:
     settings: dict = field(default_factory=dict)
     message: str = ""
     reports: tuple[str, ...] = ()
+    sweep_dirs: tuple[str, ...] = ()
 
     @property
     def fits(self) -> bool:
@@ -136,6 +157,7 @@ class FitResult:
             "cells": list(self.cells),
             "out_dir": self.out_dir,
             "sweep_dir": self.sweep_dir,
+            "sweep_dirs": list(self.sweep_dirs),
             "model_path": self.model_path,
             "files": list(self.files),
             "trained": self.trained,

@@ -4,22 +4,32 @@ Contract
 --------
 1. The budget is checked against the target (:meth:`~bnc_deploy.targets.base.Target.check_budget`:
    an axis the target cannot measure is refused before anything runs).
-2. The search space (:mod:`bnc_deploy.fit.space`) is planned on the training split; cells whose
-   lower bounds exceed the budget under every export variant are pruned, **never trained**.
-   Nothing left: :class:`~bnc_deploy.fit.result.InfeasibleBudget` naming the smallest lower bound.
-3. The kept configurations train through the sweep engine (``sweep.runner.run_sweep``: batched,
-   resumable, ``device``/``backend``) in ``out_dir/sweep/<id>``, where ``<id>`` hashes the
-   configurations and the data settings: the same command resumes (trains nothing twice), another
-   search space gets its own directory. Selection is on the validation split; the test error is
-   reported, never used to choose.
-4. Candidates (the best configuration of each cell) are taken in order of validation error (ties:
-   smaller model first), exported for each variant of the target and measured
-   (:meth:`~bnc_deploy.targets.base.Target.measure`); the first measurement that
+2. The search space (:mod:`bnc_deploy.fit.space`) is planned on the training split: BN cells per
+   bit width, DNN cells per weight bit width sized to the budget; cells whose lower bounds exceed
+   the budget under every export variant are pruned, cells of a model kind the target does not
+   take are refused: neither is **ever trained**. Nothing left:
+   :class:`~bnc_deploy.fit.result.InfeasibleBudget` naming the smallest lower bound.
+3. With a time budget (default :data:`~bnc_deploy.fit.plan.DEFAULT_TIME_BUDGET`), the search
+   space is narrowed to the sweep's forecast (:mod:`bnc_deploy.fit.plan`): the budget covers the
+   whole search, so the time spent planning, the probe and an allowance for the measurements are
+   deducted before the training is fitted in.
+4. The kept configurations train through the sweep engine (``sweep.runner.run_sweep``: batched
+   for BN models, one after another for DNNs, resumable, ``device``/``backend``), one sweep per
+   record shape (BN, DNN) in ``out_dir/sweep/<id>``, where ``<id>`` hashes the configurations and
+   the data settings: the same command resumes (trains nothing twice), another search space gets
+   its own directory. Selection is on the validation split; the test error is reported, never
+   used to choose.
+5. Candidates (the best configuration of each cell) are taken in order of validation error (ties:
+   smaller model first), exported for each variant of the target that differs for their model
+   kind and measured (:meth:`~bnc_deploy.targets.base.Target.measure`); the first measurement that
    :meth:`~bnc_deploy.targets.base.TargetMeasurement.fits` is chosen. **What is reported as
    fitting has been measured to fit**: a candidate one unit over any limit is passed over.
-5. ``out_dir`` gets ``model.bnc``, the deployable file(s) of the chosen variant, ``report.json``,
-   ``report.md`` (and ``pareto.png`` with matplotlib), also when nothing fits (then without the
-   model files, and :class:`InfeasibleBudget` is raised after the reports are written).
+6. ``out_dir`` gets ``model.bnc``, the deployable file(s) of the chosen variant, ``report.json``,
+   ``report.md`` (and ``pareto.png``, ``pareto.svg`` with matplotlib), also when nothing fits
+   (then without the model files, and :class:`InfeasibleBudget` is raised after the reports are
+   written).
+7. With ``progress``, each stage and each measurement is a line on stderr
+   (:mod:`bnc_deploy.fit.progress`), the sweep's bar between them.
 """
 
 from __future__ import annotations
@@ -37,8 +47,19 @@ from typing import Any
 from bnc_deploy.artifacts import load_artifact, save_artifact
 from bnc_deploy.datasets import load_dataset
 from bnc_deploy.errors import BncDeployError, ConfigError
+from bnc_deploy.fit.dnn_space import image_shape_of
+from bnc_deploy.fit.plan import DEFAULT_TIME_BUDGET, PLAN_FILE
+from bnc_deploy.fit.progress import Progress, describe_fit
 from bnc_deploy.fit.result import Attempt, Candidate, FitResult, InfeasibleBudget
-from bnc_deploy.fit.space import SearchSpace, SpaceSettings, check_families, export_variants, plan_space, search_spec
+from bnc_deploy.fit.space import (
+    BN_FAMILIES,
+    SearchSpace,
+    SpaceSettings,
+    check_families,
+    plan_space,
+    search_specs,
+    variants_for,
+)
 from bnc_deploy.targets.base import Target, get_target
 from bnc_deploy.targets.budget import AXES, Budget
 
@@ -54,7 +75,7 @@ def fit_to_budget(
     out_dir: str | os.PathLike[str],
     families: Iterable[str] | None = None,
     seed: int = 0,
-    time_budget: float | None = None,
+    time_budget: float | None = DEFAULT_TIME_BUDGET,
     settings: SpaceSettings | None = None,
     device: str = "cpu",
     backend: str = "local",
@@ -64,27 +85,36 @@ def fit_to_budget(
     """The most accurate model (on the validation split) that ``target`` measured within ``budget``.
 
     ``budget`` or ``budget_flags`` (``max_flash="2KiB"``, ...: :meth:`Budget.from_flags`), not both;
-    ``families``: ``nb``, ``tan`` (default both); ``settings``: the search's width (epochs, bit
-    widths, draws); ``time_budget`` (seconds): scales ``settings`` down to fit the forecast of the
-    sweep's probe (:func:`bnc_deploy.fit.plan.fit_time_budget`). See the module docstring for the steps.
-    Raises ConfigError for a bad budget, target or family; :class:`InfeasibleBudget` (a ConfigError)
-    when nothing fits, after writing the reports."""
+    ``families``: ``nb``, ``tan``, ``fc``, ``cnn`` (default: ``nb`` and ``tan``, plus ``fc`` and, on
+    image data, ``cnn`` when the target takes DNN models; :func:`~bnc_deploy.fit.space.check_families`);
+    ``settings``: the search's width (epochs, bit widths, draws); ``time_budget`` (seconds, default
+    :data:`~bnc_deploy.fit.plan.DEFAULT_TIME_BUDGET` = 12 minutes; None: no limit): the wall time
+    of the whole search, to which ``settings`` is scaled down from the sweep's probe after
+    deducting the time spent and an allowance for the measurements
+    (:func:`bnc_deploy.fit.plan.fit_time_budget`); ``progress``: a line per stage and per measured
+    candidate on stderr (:class:`~bnc_deploy.fit.progress.Progress`) and the sweep's progress bar.
+    See the module docstring for the steps. Raises ConfigError for a bad budget, target or family;
+    :class:`InfeasibleBudget` (a ConfigError) when nothing fits, after writing the reports."""
     started = time.perf_counter()
+    say = Progress(progress)
     target = get_target(target) if isinstance(target, str) else target
     budget = resolve_budget(budget, budget_flags)
     target.check_budget(budget)
-    chosen_families = check_families(families, target)
     settings = settings or SpaceSettings()
     data_spec = data_spec_of(data)
     dataset = load_dataset(data_spec, seed=seed, validation_fraction=settings.validation)
+    if families is None and device not in ("cpu", "auto"):
+        families = BN_FAMILIES  # the DNN trainer runs on the CPU only
+    chosen_families = check_families(families, target, image_shape_of(dataset) is not None)
+    say.line(f"{data_spec} on {target.name}, budget {budget_text(budget)}; families {', '.join(chosen_families)}")
     space = plan_space(dataset, target, budget, chosen_families, settings, seed)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     if time_budget is not None and space.records:
-        from bnc_deploy.fit.plan import fit_time_budget
-
-        settings = fit_time_budget(space, settings, data_spec, seed, time_budget, device=device, out_dir=out)
+        spent = time.perf_counter() - started
+        settings = planned_settings(space, target, settings, data_spec, seed, time_budget, device, out, spent, say)
         space = plan_space(dataset, target, budget, chosen_families, settings, seed)
+    say.line(space_text(space, settings))
     base = {
         "data": data_spec,
         "target": target.name,
@@ -96,13 +126,15 @@ def fit_to_budget(
     if not space.records:
         message = pruned_message(space, budget, target)
         raise InfeasibleBudget(message, _finish(base, out, target, started, message=message))
-    sweep_dir, trained, skipped = run_search_sweep(space, settings, data_spec, seed, out, device, backend, progress)
-    candidates = ranked_candidates(sweep_dir)
-    attempts = measure_in_order(candidates, target, budget, out / "measure")
+    sweep_dirs, trained, skipped = run_search_sweeps(space, settings, data_spec, seed, out, device, backend, progress)
+    candidates = ranked_candidates(sweep_dirs)
+    say.line(f"measuring {len(candidates)} candidates on {target.name}, best validation error first")
+    attempts = measure_in_order(candidates, target, budget, out / "measure", on_attempt=say.measured)
     chosen = attempts[-1] if attempts and attempts[-1].fits else None
     message = "" if chosen else measured_message(attempts, budget, target, space)
+    dirs = tuple(str(d) for d in sweep_dirs)
     result = _finish(
-        {**base, "sweep_dir": str(sweep_dir), "trained": trained, "skipped": skipped},
+        {**base, "sweep_dir": dirs[0], "sweep_dirs": dirs, "trained": trained, "skipped": skipped},
         out,
         target,
         started,
@@ -111,9 +143,54 @@ def fit_to_budget(
         candidates=tuple(candidates),
         message=message,
     )
+    say.line(f"done in {result.seconds:.1f} s: " + (describe_fit(chosen, budget) if chosen else "nothing fits"))
     if chosen is None:
         raise InfeasibleBudget(message, result)
     return result
+
+
+def planned_settings(
+    space: SearchSpace,
+    target: Target,
+    settings: SpaceSettings,
+    data_spec: str,
+    seed: int,
+    time_budget: float,
+    device: str,
+    out: Path,
+    spent: float,
+    say: Progress,
+) -> SpaceSettings:
+    """``settings`` scaled to ``time_budget`` less the ``spent`` seconds and the measurement
+    allowance (:func:`bnc_deploy.fit.plan.fit_time_budget`)."""
+    from bnc_deploy.fit.plan import fit_time_budget, measure_allowance
+
+    say.line(f"time budget {time_budget / 60:.1f} min: probing the training speed")
+    reserve = spent + measure_allowance(space, target)
+    chosen = fit_time_budget(space, settings, data_spec, seed, time_budget, device=device, out_dir=out, reserve=reserve)
+    try:
+        plan = json.loads((out / PLAN_FILE).read_text())
+        say.line(
+            f"plan: {plan['planned_seconds'] / 60:.1f} min of training forecast "
+            f"(allowed {plan['training_seconds_allowed'] / 60:.1f} min)"
+        )
+    except (OSError, ValueError, KeyError):
+        pass  # the line is informative only
+    return chosen
+
+
+def budget_text(budget: Budget) -> str:
+    """``flash <= 2,048 B, ram <= 1,024 B`` (``unlimited`` without a limit)."""
+    return ", ".join(f"{a} <= {_show(a, v)}" for a, v in budget.limits().items()) or "unlimited"
+
+
+def space_text(space: SearchSpace, settings: SpaceSettings) -> str:
+    """One line: cells kept, pruned and refused; configurations and epochs to train."""
+    refused = sum(1 for c in space.cells if c.refused)
+    pruned = len(space.pruned) - refused
+    text = f"search space: {len(space.cells)} cells, {pruned} pruned before training"
+    text += f", {refused} refused by the target" if refused else ""
+    return text + f"; {len(space.records)} configurations x {settings.epochs} epochs to train"
 
 
 def _finish(fields: dict, out: Path, target: Target, started: float, **more: Any) -> FitResult:
@@ -148,7 +225,7 @@ def data_spec_of(data: str | os.PathLike[str]) -> str:
     return str(Path(text).resolve()) if isinstance(data, os.PathLike) or os.path.exists(text) else text
 
 
-def run_search_sweep(
+def run_search_sweeps(
     space: SearchSpace,
     settings: SpaceSettings,
     data_spec: str,
@@ -157,49 +234,59 @@ def run_search_sweep(
     device: str,
     backend: str,
     progress: bool,
-) -> tuple[Path, int, int]:
-    """Train (or resume) the kept configurations; ``(sweep directory, trained now, already done)``."""
-    from bnc_deploy.sweep.runner import SweepOptions, run_sweep
+) -> tuple[list[Path], int, int]:
+    """Train (or resume) the kept configurations, one sweep per record shape (BN, DNN);
+    ``(sweep directories, trained now, already done)``. A DNN's selection group adds its layers
+    and widths to the sweep's default (each size of a weight bit width is one cell), a learned
+    TAN's its lambda_MS."""
+    from bnc_deploy.sweep.runner import DEFAULT_GROUP_BY, SweepOptions, run_sweep
 
-    spec = search_spec(space, settings, data_spec, seed)
-    ident = hashlib.sha256(spec.to_json().encode()).hexdigest()[:12]
-    directory = out / "sweep" / ident
-    options = SweepOptions(
-        directory=directory,
-        select="validation",
-        device=device,
-        backend=backend,
-        keep="best",
-        resume=True,
-        progress=progress,
-    )
-    summary = run_sweep(spec, options)
-    return directory, summary.trained, summary.skipped
+    directories, trained, skipped = [], 0, 0
+    for spec in search_specs(space, settings, data_spec, seed):
+        ident = hashlib.sha256(spec.to_json().encode()).hexdigest()[:12]
+        directory = out / "sweep" / ident
+        extra = ("layers", "hidden") if "weight_bits" in spec.draws else ()
+        extra += ("size_penalty",) if "size_penalty" in spec.draws else ()
+        options = SweepOptions(
+            directory=directory,
+            select="validation",
+            device=device,
+            backend=backend,
+            keep="best",
+            resume=True,
+            progress=progress,
+            group_by=DEFAULT_GROUP_BY + extra,
+        )
+        summary = run_sweep(spec, options)
+        directories.append(directory)
+        trained, skipped = trained + summary.trained, skipped + summary.skipped
+    return directories, trained, skipped
 
 
-def ranked_candidates(sweep_dir: Path) -> list[Candidate]:
+def ranked_candidates(sweep_dirs: Iterable[Path]) -> list[Candidate]:
     """The kept model of each cell, best validation error first (ties: fewer bits, then id)."""
     from bnc_deploy.sweep.table import ResultsTable
 
-    table = ResultsTable(sweep_dir)
-    try:
-        rows = [r for r in table.rows() if r.get("model_path") and r["status"] == "done"]
-    finally:
-        table.close()
     out = []
-    for row in rows:
-        final = row.get("final") or {}
-        out.append(
-            Candidate(
-                id=row["id"],
-                config=dict(row["config"]),
-                val_error=final.get("val_error"),
-                test_error=final.get("test_error"),
-                size_bits=int(row["size_bits"]),
-                ops=int(row["ops"]),
-                model_path=str(sweep_dir / row["model_path"]),
+    for sweep_dir in sweep_dirs:
+        table = ResultsTable(sweep_dir)
+        try:
+            rows = [r for r in table.rows() if r.get("model_path") and r["status"] == "done"]
+        finally:
+            table.close()
+        for row in rows:
+            final = row.get("final") or {}
+            out.append(
+                Candidate(
+                    id=row["id"],
+                    config=dict(row["config"]),
+                    val_error=final.get("val_error"),
+                    test_error=final.get("test_error"),
+                    size_bits=int(row["size_bits"]),
+                    ops=int(row["ops"]),
+                    model_path=str(Path(sweep_dir) / row["model_path"]),
+                )
             )
-        )
     inf = float("inf")
     out.sort(key=lambda c: (inf if c.val_error is None else c.val_error, c.size_bits, c.id))
     return out
@@ -211,19 +298,24 @@ def measured_axes(target: Target, budget: Budget) -> tuple[str, ...]:
     return tuple(a for a in AXES if a in wanted)
 
 
-def measure_in_order(candidates: list[Candidate], target: Target, budget: Budget, workdir: Path) -> list[Attempt]:
-    """Measure each candidate under each export variant until one fits (then it is the last attempt).
+def measure_in_order(
+    candidates: list[Candidate], target: Target, budget: Budget, workdir: Path, on_attempt=None
+) -> list[Attempt]:
+    """Measure each candidate under each export variant of its kind (:func:`variants_for`) until
+    one fits (then it is the last attempt); ``on_attempt(attempt, budget)`` after each.
 
     A variant whose lower bounds (from the trained model) already exceed the budget is not exported."""
     axes = measured_axes(target, budget)
     attempts: list[Attempt] = []
     for candidate in candidates:
         artifact = load_artifact(candidate.model_path)
-        for variant in export_variants(target):
+        for variant in variants_for(target, artifact.kind):
             if variant.target.cannot_fit(budget, artifact):
                 continue
             attempt = measure_one(candidate, artifact, variant.label, variant.target, budget, axes, workdir)
             attempts.append(attempt)
+            if on_attempt is not None:
+                on_attempt(attempt, budget)
             if attempt.fits:
                 return attempts
     return attempts
@@ -236,15 +328,18 @@ def measure_one(candidate: Candidate, artifact, label: str, target: Target, budg
     folder = workdir / f"{candidate.id}-{label}"
     if folder.exists():
         shutil.rmtree(folder)  # a rerun measures afresh: no stale file is ever measured or shipped
+    started = time.perf_counter()
     try:
         m = target.measure(artifact, folder, axes=axes)
     except BncDeployError as exc:
         problem = f"export failed: {exc}"
-        return Attempt(candidate, label, Measured(), False, (problem,), (), problems=(problem,))
+        seconds = time.perf_counter() - started
+        return Attempt(candidate, label, Measured(), False, (problem,), (), problems=(problem,), seconds=seconds)
     why = tuple(m.problems) + tuple(budget.describe(m.measured))
     details = json.loads(json.dumps(m.to_dict(), default=str))
     files = tuple(str(f.path) for f in m.files)
-    return Attempt(candidate, label, m.measured, m.fits(budget), why, files, details, problems=tuple(m.problems))
+    fits, seconds = m.fits(budget), time.perf_counter() - started
+    return Attempt(candidate, label, m.measured, fits, why, files, details, tuple(m.problems), seconds)
 
 
 def publish(chosen: Attempt | None, out: Path, target: Target) -> tuple[str | None, tuple[str, ...]]:
@@ -283,7 +378,7 @@ def pruned_message(space: SearchSpace, budget: Budget, target: Target) -> str:
     limits = budget.limits()
     over = [(a, v, cell) for a, (v, cell) in smallest.items() if v > limits[a]]
     if not over:  # each axis is reachable alone, never all at once
-        cell = min(space.cells, key=lambda c: len(c.pruned))
+        cell = min((c for c in space.cells if not c.refused), key=lambda c: len(c.pruned))
         over = [(a, v, cell) for a, v, _ in cell.pruned]
     parts = "; ".join(f"{a} needs at least {_show(a, v)} ({cell.label}) > {_show(a, limits[a])}" for a, v, cell in over)
     flags = " or ".join(_flag(a) for a, _, _ in over)
@@ -312,8 +407,8 @@ def measured_message(attempts: list[Attempt], budget: Budget, target: Target, sp
         flags = " or ".join(_flag(a) for a in limits)
         return f"no candidate meets every limit of {target.name}'s budget at once; relax {flags}"
     parts = "; ".join(
-        f"the smallest {axis} measured was {_show(axis, v)} ({a.candidate.config['model']} "
-        f"{a.candidate.config['bits']}-bit, {a.variant}) > {_show(axis, limits[axis])}"
+        f"the smallest {axis} measured was {_show(axis, v)} ({a.candidate.short}, {a.variant}) "
+        f"> {_show(axis, limits[axis])}"
         for axis, v, a in over
     )
     return f"no candidate fits {target.name}'s budget: {parts}; relax {' or '.join(_flag(x) for x, _, _ in over)}"

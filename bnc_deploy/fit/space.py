@@ -2,23 +2,35 @@
 
 Contract
 --------
-* A **cell** is one point of a size curve: a family (``nb``, ``tan``: Chow-Liu TAN) at one bit
-  width ``B``. Its analytic costs (``costs.bnc_cost_terms``) are known before training: the
-  cardinalities and class count come from the data, the parents from the structure (none for
-  NB; the Chow-Liu tree of the training split for TAN, the same split and seed the sweep's
-  workers use, so the structure estimated here is the one trained).
+* A **cell** is one point of a size curve: a family at one bit width ``B``. BN families: ``nb``,
+  ``tan`` (Chow-Liu TAN). Their analytic costs (``costs.bnc_cost_terms``) are known before
+  training: the cardinalities and class count come from the data, the parents from the structure
+  (none for NB; the Chow-Liu tree of the training split for TAN, the same split and seed the
+  sweep's workers use, so the structure estimated here is the one trained). ``tan-learn`` (a TAN
+  whose structure is learned with the size penalty lambda_MS, ``train.structure_learning``): one
+  cell per bit width and :attr:`SpaceSettings.size_penalties` value; its structure is unknown
+  before training, so its lower bounds are those of NB at the same bit width (parents only add
+  parameters) and the measurement decides the rest. DNN families (``fc``, ``cnn``): one cell per
+  weight bit width and size, sized to the budget (:mod:`bnc_deploy.fit.dnn_space`), with the
+  exact costs of their layer lists.
+* **Families** (:func:`check_families`): by default ``nb`` and ``tan``, plus ``fc`` (and ``cnn``
+  on image data) when the target takes DNN models; ``tan-learn`` only when asked for (its
+  trainer runs one configuration at a time). A family the target takes no models of is
+  **refused**: its cells are listed with the reason and never trained.
 * **Pruning.** A cell is pruned when, under every export variant of the target
   (:func:`export_variants`), :meth:`~bnc_deploy.targets.base.Target.cannot_fit` says a lower
-  bound already exceeds the budget. A pruned cell contributes no configuration to the sweep:
-  it is never trained.
-* **Configurations** of a surviving cell: every integer-bit width ``B_I`` of
+  bound already exceeds the budget. A pruned or refused cell contributes no configuration to
+  the sweep: it is never trained.
+* **Configurations** of a surviving BN cell: every integer-bit width ``B_I`` of
   :attr:`SpaceSettings.int_bits` at most ``B`` (at least one), times the learning rates, times the
   hybrid-loss draws (the trainer's default ``(lambda, gamma)`` first, then draws from the paper's
-  distributions, ``lambda = 10^U(1, 3)``, ``gamma = 10^U(-1, 2)``, seeded by the fit's seed).
-  Records are flat sweep records (``sweep.records``) without the dataset keys, which the search
-  fixes for the whole sweep.
+  distributions, ``lambda = 10^U(1, 3)``, ``gamma = 10^U(-1, 2)``, seeded by the fit's seed). A
+  surviving DNN or learned TAN cell: one configuration per learning rate. Records are flat sweep records
+  (``sweep.records``) without the dataset keys, which the search fixes for the whole sweep;
+  BN, learned TAN and DNN records go to separate sweeps (:func:`search_specs`: their keys differ).
 
-This module imports no torch: the Chow-Liu structure is numpy code (``train.chow_liu``).
+This module imports no torch: the Chow-Liu structure is numpy code (``train.chow_liu``), the DNN
+sizing integer arithmetic (``train.sizing``).
 """
 
 from __future__ import annotations
@@ -35,10 +47,15 @@ from bnc_deploy.errors import ConfigError
 from bnc_deploy.targets.base import Target
 from bnc_deploy.targets.budget import Budget, Measured
 
-#: Families searched in this version, in report order.
-FAMILIES = ("nb", "tan")
+#: BN families (the batched trainer) and DNN families (the single-run DNN trainer).
+BN_FAMILIES = ("nb", "tan")
+DNN_FAMILIES = ("fc", "cnn")
+#: The learned TAN (structure learning with the size penalty lambda_MS; single-run trainer, opt-in).
+LEARN_FAMILY = "tan-learn"
+#: Families searched, in report order.
+FAMILIES = BN_FAMILIES + (LEARN_FAMILY,) + DNN_FAMILIES
 #: Families the issue asks for that the search does not cover yet (refused by name).
-PLANNED_FAMILIES = ("tan-learn", "fc", "cnn")
+PLANNED_FAMILIES: tuple[str, ...] = ()
 #: The trainer's default hybrid-loss weights (``train.bnc.TrainConfig``): the first draw.
 DEFAULT_HYBRID = (18.70, 0.1277)
 
@@ -47,7 +64,9 @@ DEFAULT_HYBRID = (18.70, 0.1277)
 class SpaceSettings:
     """How wide the search is. ``draws``: hybrid-loss ``(lambda, gamma)`` pairs per configuration
     (the first is the trainer's default); ``validation``: fraction of the training rows held out
-    for selection."""
+    for selection. DNN cells: ``fc_layers`` weight layers, ``cnn_layers`` convolutions, sizes
+    scaled by ``dnn_scales`` under flash/file limits, ``dnn_widths`` without a size limit, FC
+    widths at most ``max_width`` (:mod:`bnc_deploy.fit.dnn_space`)."""
 
     bits: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8)
     int_bits: tuple[int, ...] = (1, 2, 3)
@@ -56,6 +75,12 @@ class SpaceSettings:
     epochs: int = 100
     batch_size: int = 100
     validation: float = 0.2
+    fc_layers: int = 2
+    cnn_layers: int = 1
+    dnn_scales: tuple[float, ...] = (1.0, 0.5)
+    dnn_widths: tuple[int, ...] = (16, 64)
+    max_width: int = 1024
+    size_penalties: tuple[float, ...] = (1e-5, 1e-3, 1e-1)
 
     def __post_init__(self) -> None:
         if not self.bits or any(not 1 <= b <= 8 for b in self.bits):
@@ -66,6 +91,14 @@ class SpaceSettings:
             raise ConfigError("draws, epochs and batch size must be >= 1 and at least one learning rate given")
         if not 0 < self.validation < 1:
             raise ConfigError(f"the validation fraction must be in (0, 1), got {self.validation}")
+        if not 2 <= self.fc_layers <= 5 or self.cnn_layers not in (1, 2):
+            raise ConfigError(f"fc_layers must be in 2..5, cnn_layers 1 or 2: got {self.fc_layers}, {self.cnn_layers}")
+        if not self.dnn_scales or any(not 0 < s <= 1 for s in self.dnn_scales):
+            raise ConfigError(f"dnn_scales must be in (0, 1], got {self.dnn_scales}")
+        if not self.dnn_widths or min(self.dnn_widths) < 1 or self.max_width < 1:
+            raise ConfigError("dnn_widths and max_width must be >= 1")
+        if not self.size_penalties or any(not v >= 0 for v in self.size_penalties):
+            raise ConfigError(f"size_penalties (lambda_MS) must be >= 0, got {self.size_penalties}")
 
 
 @dataclass(frozen=True)
@@ -78,17 +111,27 @@ class Variant:
 
 @dataclass(frozen=True)
 class Cell:
-    """One family at one bit width: its costs, the lower bound per variant, why it was pruned."""
+    """One family at one bit width (a DNN: and one size, ``widths``): its costs, the lower bound per
+    variant, why it was pruned (exceeded axes) or refused (the target takes no such models)."""
 
     family: str
     bits: int
     costs: CostReport
     bounds: dict[str, Measured]  # variant label -> lower bounds
     pruned: tuple[tuple[str, int | float, int | float], ...] = ()  # the best variant's exceeded axes
+    widths: tuple[int, ...] = ()  # DNN hidden widths / channels
+    refused: str = ""  # why the target cannot take this family
+    size_penalty: float | None = None  # a learned TAN's lambda_MS
 
     @property
     def label(self) -> str:
-        return f"{self.family} {self.bits}-bit"
+        size = f" {'x'.join(str(w) for w in self.widths)}" if self.widths else ""
+        penalty = f" lambda_MS {self.size_penalty:g}" if self.size_penalty is not None else ""
+        return f"{self.family} {self.bits}-bit{size}{penalty}"
+
+    @property
+    def kept(self) -> bool:
+        return not self.pruned and not self.refused
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -99,6 +142,9 @@ class Cell:
             "n_parameters": int(self.costs.n_parameters),
             "lower_bounds": {k: v.to_dict() for k, v in self.bounds.items()},
             "pruned": [{"axis": a, "lower_bound": v, "limit": lim} for a, v, lim in self.pruned],
+            "widths": list(self.widths),
+            "refused": self.refused,
+            "size_penalty": self.size_penalty,
         }
 
 
@@ -111,11 +157,12 @@ class SearchSpace:
 
     @property
     def kept(self) -> tuple[Cell, ...]:
-        return tuple(c for c in self.cells if not c.pruned)
+        return tuple(c for c in self.cells if c.kept)
 
     @property
     def pruned(self) -> tuple[Cell, ...]:
-        return tuple(c for c in self.cells if c.pruned)
+        """Cells not trained: pruned by a bound or refused by the target."""
+        return tuple(c for c in self.cells if not c.kept)
 
 
 def export_variants(target: Target) -> tuple[Variant, ...]:
@@ -129,10 +176,22 @@ def export_variants(target: Target) -> tuple[Variant, ...]:
     return tuple(variants)
 
 
-def check_families(families: Iterable[str] | None, target: Target) -> tuple[str, ...]:
-    """The families to search (default: all of :data:`FAMILIES`); ConfigError for an unknown one,
-    one not searched yet, or a target that takes no BN models."""
-    chosen = tuple(FAMILIES if families is None else dict.fromkeys(f.strip() for f in families if f.strip()))
+def model_kind(family: str) -> str:
+    """The artifact kind a family trains: ``bnc`` or ``dnn``."""
+    return "dnn" if family in DNN_FAMILIES else "bnc"
+
+
+def check_families(families: Iterable[str] | None, target: Target, image: bool = False) -> tuple[str, ...]:
+    """The families to search. Default: the BN families, plus ``fc`` (and ``cnn`` when ``image``:
+    the data has a known image layout) when ``target`` takes DNN models. ConfigError for an
+    unknown family, one not searched yet, ``cnn`` without image data, or a selection the target
+    takes no model of (a selection it takes only some of: the others are refused cells)."""
+    if families is None:
+        chosen = BN_FAMILIES
+        if "dnn" in target.kinds():
+            chosen += DNN_FAMILIES if image else ("fc",)
+    else:
+        chosen = tuple(dict.fromkeys(f.strip() for f in families if f.strip()))
     for name in chosen:
         if name in PLANNED_FAMILIES:
             raise ConfigError(f"--families: {name} is not searched yet (searched: {', '.join(FAMILIES)})")
@@ -140,14 +199,31 @@ def check_families(families: Iterable[str] | None, target: Target) -> tuple[str,
             raise ConfigError(f"--families: unknown family {name!r}; families: {', '.join(FAMILIES)}")
     if not chosen:
         raise ConfigError("--families: no family given")
-    if "bnc" not in target.kinds():
-        raise ConfigError(f"target {target.name} takes {', '.join(target.kinds())} models; bnc-fit searches BN models")
+    if "cnn" in chosen and not image:
+        raise ConfigError("--families: cnn needs image data (a dataset with a known image layout, e.g. digits, usps)")
+    if not any(model_kind(f) in target.kinds() for f in chosen):
+        raise ConfigError(
+            f"target {target.name} takes {', '.join(target.kinds())} models; none of the families "
+            f"{', '.join(chosen)} trains one"
+        )
     return chosen
 
 
+def variants_for(target: Target, kind: str) -> tuple[Variant, ...]:
+    """The export variants that differ for ``kind`` models (``packed`` changes only BN C files)."""
+    out, seen = [], []
+    for variant in export_variants(target):
+        exports = tuple(e for e in variant.target.exports if kind in e.kinds)
+        if exports and exports not in seen:
+            seen.append(exports)
+            out.append(variant)
+    return tuple(out)
+
+
 def structure_of(family: str, dataset) -> np.ndarray:
-    """Parents of ``family`` on ``dataset``'s training split (the sweep's workers compute the same)."""
-    if family == "nb":
+    """Parents of ``family`` on ``dataset``'s training split (the sweep's workers compute the same);
+    a learned TAN's lower bound: no parents (its structure is learned in training)."""
+    if family in ("nb", LEARN_FAMILY):
         return np.full(dataset.n_features, -1, dtype=np.int64)
     from bnc_deploy.train.chow_liu import chow_liu_parents  # numpy only, no torch
 
@@ -157,23 +233,35 @@ def structure_of(family: str, dataset) -> np.ndarray:
 def plan_space(
     dataset, target: Target, budget: Budget, families: Sequence[str], settings: SpaceSettings, seed: int = 0
 ) -> SearchSpace:
-    """Every cell of ``families`` x ``settings.bits`` with its lower bounds, the pruned ones marked,
-    and the sweep records of the kept ones (see the module docstring)."""
+    """Every cell of ``families`` x ``settings.bits`` (DNNs: x their sizes) with its lower bounds,
+    the pruned and refused ones marked, and the sweep records of the kept ones (see the module
+    docstring)."""
+    from bnc_deploy.fit import dnn_space
+
     target.check_budget(budget)
-    variants = export_variants(target)
     cells, records = [], []
     hybrid = hybrid_draws(settings.draws, seed)
     for family in families:
-        parents = structure_of(family, dataset)
+        kind = model_kind(family)
+        refused = "" if kind in target.kinds() else f"target {target.name} takes no {kind} models"
+        variants = variants_for(target, kind) or export_variants(target)
+        parents = structure_of(family, dataset) if kind == "bnc" else None
         for bits in sorted(set(settings.bits)):
-            costs = bnc_cost_terms(dataset.cardinalities, parents, dataset.n_classes, bits)
-            bounds = {v.label: v.target.estimate(costs) for v in variants}
-            exceeded = [v.target.cannot_fit(budget, costs) for v in variants]
-            pruned = () if any(not e for e in exceeded) else tuple(min(exceeded, key=_overshoot))
-            cell = Cell(family, bits, costs, bounds, pruned)
-            cells.append(cell)
-            if not pruned:
-                records += cell_records(cell, settings, hybrid)
+            if kind == "dnn":
+                sizes = dnn_space.dnn_widths(family, dataset, bits, budget, settings)
+                sized = [(w, None, dnn_space.dnn_costs_of(family, dataset, w, bits, settings)) for w in sizes]
+            else:  # a learned TAN costs at least the NB of its bit width: the bound prunes on that
+                costs = bnc_cost_terms(dataset.cardinalities, parents, dataset.n_classes, bits)
+                penalties = settings.size_penalties if family == LEARN_FAMILY else (None,)
+                sized = [((), penalty, costs) for penalty in penalties]
+            for widths, penalty, costs in sized:
+                bounds = {v.label: v.target.estimate(costs) for v in variants}
+                exceeded = [v.target.cannot_fit(budget, costs) for v in variants]
+                pruned = () if any(not e for e in exceeded) else tuple(min(exceeded, key=_overshoot))
+                cell = Cell(family, bits, costs, bounds, pruned, widths, refused, penalty)
+                cells.append(cell)
+                if cell.kept:
+                    records += records_of_cell(cell, settings, hybrid)
     return SearchSpace(tuple(cells), tuple(records))
 
 
@@ -191,6 +279,26 @@ def hybrid_draws(n: int, seed: int) -> list[tuple[float, float]]:
         gamma = float(10.0 ** rng.uniform(-1, 2))
         draws.append((round(lam, 4), round(gamma, 4)))
     return draws
+
+
+def records_of_cell(cell: Cell, settings: SpaceSettings, hybrid: list[tuple[float, float]]) -> list[dict]:
+    """The sweep records of one kept cell, whatever its family."""
+    from bnc_deploy.fit.dnn_space import dnn_records
+
+    if cell.family in DNN_FAMILIES:
+        return dnn_records(cell.family, cell.bits, cell.widths, settings)
+    if cell.family == LEARN_FAMILY:
+        return learn_records(cell, settings)
+    return cell_records(cell, settings, hybrid)
+
+
+def learn_records(cell: Cell, settings: SpaceSettings) -> list[dict]:
+    """A learned TAN cell's records: one per learning rate (the trainer's B_I, hybrid loss and
+    structure-learning settings; ``size_penalty`` is the cell's lambda_MS)."""
+    return [
+        {"model": "tan", "structure": "learn", "bits": cell.bits, "lr": float(lr), "size_penalty": cell.size_penalty}
+        for lr in settings.lrs
+    ]
 
 
 def cell_records(cell: Cell, settings: SpaceSettings, hybrid: list[tuple[float, float]]) -> list[dict]:
@@ -217,6 +325,8 @@ def smallest_bounds(cells: Iterable[Cell], budget: Budget) -> dict[str, tuple[in
     """Per limited axis, the smallest lower bound any cell (under any variant) has, and that cell."""
     best: dict[str, tuple[int | float, Cell]] = {}
     for cell in cells:
+        if cell.refused:
+            continue
         for bound in cell.bounds.values():
             for axis in budget.axes():
                 value = bound.get(axis)
@@ -230,12 +340,14 @@ def with_settings(settings: SpaceSettings, **changes: Any) -> SpaceSettings:
     return dataclasses.replace(settings, **changes)
 
 
-def search_spec(space: SearchSpace, settings: SpaceSettings, data_spec: str, seed: int):
-    """The sweep's grid: the kept records as joint columns, the data settings fixed."""
+def search_specs(space: SearchSpace, settings: SpaceSettings, data_spec: str, seed: int) -> list:
+    """The sweep grids: the kept records as joint columns, one grid per record shape (BN, then DNN),
+    the data settings fixed."""
     from bnc_deploy.sweep.grid import GridSpec
 
-    keys = list(space.records[0])
-    draws = {key: [r[key] for r in space.records] for key in keys}
+    shapes: dict[tuple[str, ...], list[dict]] = {}
+    for record in space.records:
+        shapes.setdefault(tuple(record), []).append(record)
     fixed = {
         "data": data_spec,
         "validation": settings.validation,
@@ -243,4 +355,9 @@ def search_spec(space: SearchSpace, settings: SpaceSettings, data_spec: str, see
         "epochs": settings.epochs,
         "batch_size": settings.batch_size,
     }
-    return GridSpec(axes={}, draws=draws, fixed=fixed).normalized("bnc-fit search space")
+    return [
+        GridSpec(axes={}, draws={key: [r[key] for r in records] for key in keys}, fixed=fixed).normalized(
+            "bnc-fit search space"
+        )
+        for keys, records in shapes.items()
+    ]
