@@ -218,6 +218,11 @@ def test_a_time_budget_narrows_draws_then_learning_rates_then_epochs(tmp_path, m
     cut = plan.narrow(space, wide, 0, seconds, allowed=5.0)
     assert (cut.draws, cut.lrs, cut.epochs) == (1, (3e-2,), 12)
     assert plan.narrow(space, wide, 0, seconds, allowed=0.1).epochs == plan.MIN_EPOCHS
+    # Room to spare: more epochs, up to max_epochs, aiming at WIDEN_MARGIN (0.7) of the allowed time.
+    assert plan.narrow(space, wide, 0, seconds, allowed=200.0).epochs == 140
+    assert plan.narrow(space, wide, 0, seconds, allowed=10_000.0).epochs == wide.max_epochs == 500
+    kept = dataclasses.replace(wide, max_epochs=100)  # --epochs given: never raised
+    assert plan.narrow(space, kept, 0, seconds, allowed=10_000.0) == kept
     probes = []
     monkeypatch.setattr(plan, "forecast_seconds", lambda *a, **k: probes.append(1) or seconds)
     for _ in range(2):  # the second call reads plan.json: same inputs, same grid, no probe

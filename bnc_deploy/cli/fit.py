@@ -75,11 +75,18 @@ def build_parser() -> argparse.ArgumentParser:
         "--time-budget",
         default=None,
         metavar="T",
-        help=f"wall time of the whole search (training planned to fit after an allowance for measuring): "
-        f"seconds, or 10m, 1h; none for no limit (default {DEFAULT_TIME_BUDGET / 60:g}m)",
+        help=f"wall time of the whole search (training planned to fit after an allowance for measuring: fewer "
+        f"draws, learning rates, epochs when over; more epochs, up to 500, when there is room): seconds, or 10m, "
+        f"1h; none for no limit (default {DEFAULT_TIME_BUDGET / 60:g}m)",
     )
     search.add_argument("--seed", type=int, default=0, help="seed of the split, the draws and the training")
-    search.add_argument("--epochs", type=int, default=None, metavar="E", help="epochs per configuration")
+    search.add_argument(
+        "--epochs",
+        type=int,
+        default=None,
+        metavar="E",
+        help="epochs per configuration (default 100, raised to fit the time budget; given: kept)",
+    )
     search.add_argument("--draws", type=int, default=None, metavar="N", help="hybrid-loss draws per configuration")
     search.add_argument("--bits", default=None, metavar="LIST", help="bit widths to search (default 1..8)")
     run = p.add_argument_group("run")
@@ -119,7 +126,8 @@ def parse_bits(text: str | None) -> tuple[int, ...] | None:
 
 
 def settings_from_args(args) -> SpaceSettings:
-    changes = {"epochs": args.epochs, "draws": args.draws, "bits": parse_bits(args.bits)}
+    # Epochs given on the command line are kept: the time budget may cut them, never raise them.
+    changes = {"epochs": args.epochs, "max_epochs": args.epochs, "draws": args.draws, "bits": parse_bits(args.bits)}
     return SpaceSettings(**{k: v for k, v in changes.items() if v is not None})
 
 

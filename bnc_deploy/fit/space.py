@@ -58,6 +58,9 @@ FAMILIES = BN_FAMILIES + (LEARN_FAMILY,) + DNN_FAMILIES
 PLANNED_FAMILIES: tuple[str, ...] = ()
 #: The trainer's default hybrid-loss weights (``train.bnc.TrainConfig``): the first draw.
 DEFAULT_HYBRID = (18.70, 0.1277)
+#: BN configurations start from maximum likelihood: at the search's epoch counts a uniform start
+#: (the paper's, which trains 500 epochs) ends far from a good model (docs/guide/train.md).
+BN_INIT = "ml"
 
 
 @dataclass(frozen=True)
@@ -73,6 +76,7 @@ class SpaceSettings:
     lrs: tuple[float, ...] = (3e-2, 3e-3)
     draws: int = 2
     epochs: int = 100
+    max_epochs: int = 500  # a time budget with room to spare trains up to this many (the paper's 500)
     batch_size: int = 100
     validation: float = 0.2
     fc_layers: int = 2
@@ -87,7 +91,7 @@ class SpaceSettings:
             raise ConfigError(f"bit widths must be in 1..8, got {self.bits}")
         if not self.int_bits or any(not 1 <= b <= 6 for b in self.int_bits):
             raise ConfigError(f"integer bits must be in 1..6, got {self.int_bits}")
-        if self.draws < 1 or self.epochs < 1 or self.batch_size < 1 or not self.lrs:
+        if self.draws < 1 or self.epochs < 1 or self.batch_size < 1 or not self.lrs or self.max_epochs < 1:
             raise ConfigError("draws, epochs and batch size must be >= 1 and at least one learning rate given")
         if not 0 < self.validation < 1:
             raise ConfigError(f"the validation fraction must be in (0, 1), got {self.validation}")
@@ -311,6 +315,7 @@ def cell_records(cell: Cell, settings: SpaceSettings, hybrid: list[tuple[float, 
                 out.append(
                     {
                         "model": cell.family,
+                        "init": BN_INIT,
                         "bits": cell.bits,
                         "int_bits": b_i,
                         "lr": float(lr),
