@@ -12,7 +12,7 @@ Contract
   :func:`seconds_per_measurement`, times the measurements the kept cells can need, at most
   :data:`MAX_PLANNED_MEASUREMENTS`), but never less than :data:`MIN_TRAIN_SHARE` of the budget.
 * When the forecast is over, the search narrows in this order, each step only while still over:
-  one hybrid-loss draw (the trainer's default), one learning rate (the first), then fewer epochs
+  a third of the hybrid-loss draws, one draw (the trainer's default), one learning rate (the first), then fewer epochs
   (proportionally, never below :data:`MIN_EPOCHS`). The bit widths and families are never cut:
   they are the size curve the budget selects on. The forecast scales linearly in epochs and, for
   the single-run trainers, in configurations; a batched BN chunk's epoch has a part that does not
@@ -88,7 +88,8 @@ def forecast_seconds(space: SearchSpace, settings: SpaceSettings, data_spec: str
 
     total = 0.0
     for spec in search_specs(space, settings, data_spec, seed):
-        tasks = plan_chunks(records_of(spec), SweepOptions(directory=Path("."), device=device))
+        options = SweepOptions(directory=Path("."), device=device, halving=settings.halving)
+        tasks = plan_chunks(records_of(spec), options)
         total += sum(e.seconds for e in probe(tasks, device=device))
     return total
 
@@ -117,7 +118,7 @@ def narrow(space: SearchSpace, settings: SpaceSettings, seed: int, seconds: floa
     def cost(s: SpaceSettings) -> float:
         return scaled_forecast(space, base, seed, seconds, s)
 
-    for change in ({"draws": 1}, {"lrs": settings.lrs[:1]}):
+    for change in ({"draws": max(1, settings.draws // 3)}, {"draws": 1}, {"lrs": settings.lrs[:1]}):
         if cost(settings) <= allowed:
             return widen(settings, cost(settings), allowed)
         settings = dataclasses.replace(settings, **change)

@@ -253,6 +253,7 @@ def run_search_sweeps(
             device=device,
             backend=backend,
             keep="best",
+            halving=settings.halving,
             resume=True,
             progress=progress,
             group_by=DEFAULT_GROUP_BY + extra,
