@@ -146,6 +146,16 @@ def training_dataset(estimator, codes, y_enc, cardinalities, classes, seed: int)
     )
 
 
+def fit_data(estimator, X, y) -> tuple[DiscreteDataset, np.ndarray, int]:
+    """What every estimator's ``fit`` starts from: the checked codes and labels as the trainers'
+    data set (:func:`training_dataset`), the classes (``classes_``) and the training seed."""
+    codes, y = check_input(estimator, X, y, fit=True)
+    classes, y_enc = encode_labels(y)
+    cardinalities = resolve_n_values(estimator.n_values, codes)
+    seed = seed_of(estimator.random_state)
+    return training_dataset(estimator, codes, y_enc, cardinalities, classes, seed), classes, seed
+
+
 def json_safe_classes(classes: np.ndarray) -> list | None:
     """``classes_`` as a JSON list that :func:`restore_classes` turns back into an equal array, or None."""
     values = classes.tolist()

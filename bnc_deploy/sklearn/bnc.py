@@ -26,16 +26,7 @@ from sklearn.base import BaseEstimator, ClassifierMixin
 from bnc_deploy.artifacts.bnc import check_acyclic
 from bnc_deploy.errors import ArtifactError
 from bnc_deploy.reference.bnc import ReferencePredictor
-from bnc_deploy.sklearn._common import (
-    ScoresClassifierMixin,
-    attach_metadata,
-    batch_size_for,
-    check_input,
-    encode_labels,
-    resolve_n_values,
-    seed_of,
-    training_dataset,
-)
+from bnc_deploy.sklearn._common import ScoresClassifierMixin, attach_metadata, batch_size_for, fit_data
 
 STRUCTURES = ("nb", "chow-liu", "learn")
 
@@ -123,11 +114,8 @@ class BNClassifier(ScoresClassifierMixin, ClassifierMixin, BaseEstimator):
         """Train on codes ``X`` (n_samples, n_features) and labels ``y`` (n_samples,)."""
         from bnc_deploy.train.bnc import TrainConfig, train_bnc
 
-        codes, y = check_input(self, X, y, fit=True)
-        classes, y_enc = encode_labels(y)
-        cardinalities = resolve_n_values(self.n_values, codes)
-        seed = seed_of(self.random_state)
-        dataset = training_dataset(self, codes, y_enc, cardinalities, classes, seed)
+        dataset, classes, seed = fit_data(self, X, y)
+        codes = dataset.x_train
         parents = self._explicit_parents(codes.shape[1])
         config = TrainConfig(
             model="nb" if self._structure_name() == "nb" else "tan",

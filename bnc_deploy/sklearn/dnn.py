@@ -21,16 +21,7 @@ import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin
 
 from bnc_deploy.reference.dnn import DNNReferencePredictor
-from bnc_deploy.sklearn._common import (
-    ScoresClassifierMixin,
-    attach_metadata,
-    batch_size_for,
-    check_input,
-    encode_labels,
-    resolve_n_values,
-    seed_of,
-    training_dataset,
-)
+from bnc_deploy.sklearn._common import ScoresClassifierMixin, attach_metadata, batch_size_for, fit_data
 
 
 class DNNClassifier(ScoresClassifierMixin, ClassifierMixin, BaseEstimator):
@@ -105,11 +96,8 @@ class DNNClassifier(ScoresClassifierMixin, ClassifierMixin, BaseEstimator):
         """Train on codes ``X`` (n_samples, n_features) and labels ``y`` (n_samples,)."""
         from bnc_deploy.train.dnn import DNNConfig, train_dnn
 
-        codes, y = check_input(self, X, y, fit=True)
-        classes, y_enc = encode_labels(y)
-        cardinalities = resolve_n_values(self.n_values, codes)
-        seed = seed_of(self.random_state)
-        dataset = training_dataset(self, codes, y_enc, cardinalities, classes, seed)
+        dataset, classes, seed = fit_data(self, X, y)
+        codes = dataset.x_train
         config = DNNConfig(
             architecture=self.model,
             layers=self.layers,
