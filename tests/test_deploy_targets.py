@@ -287,10 +287,10 @@ def test_web_measures_the_larger_file(tmp_path):
 
 
 @needs_onnxruntime
-def test_x86_64_measures_latency_of_each_file(tmp_path):
+def test_x86_64_measures_latency_of_the_native_file(tmp_path):
     target = dataclasses.replace(get_target("x86-64"), runs=20, repeats=1, warmup=2)
     m = target.measure(_model(), tmp_path)
-    assert [f.format for f in m.files] == ["onnx", "c"]
+    assert [(f.format, f.result.runtime) for f in m.files] == [("c", "native")]  # a BN model: C alone
     _check_file_bytes(m)
     if target.machines and os.uname().machine.lower() not in target.machines:
         assert m.measured.latency_us is None and m.problems
@@ -300,6 +300,15 @@ def test_x86_64_measures_latency_of_each_file(tmp_path):
     assert set(timings) == {f.path.name for f in m.files}
     assert m.measured.latency_us == max(t["p50_us"] for t in timings.values()) > 0
     assert not m.fits(Budget(max_latency_us=m.measured.latency_us / 2))
+
+
+@needs_onnxruntime
+def test_server_measures_latency_in_onnxruntime(tmp_path):
+    target = dataclasses.replace(get_target("server"), runs=20, repeats=1, warmup=2)
+    m = target.measure(_model(), tmp_path)
+    assert m.ok, m.problems
+    assert [(f.format, f.result.runtime) for f in m.files] == [("onnx", "onnxruntime")]
+    assert m.measured.latency_us == m.details["latency"]["server.onnx"]["p50_us"] > 0
 
 
 @needs_onnxruntime

@@ -1,6 +1,6 @@
 """``bnc-fit`` (issue 27): pruning before training, strict measured budgets, the infeasible exit,
-resume, end-to-end runs on the built-in digits for ``x86-64``, ``cortex-m4`` and ``web``, and a
-toy target registered from a test.
+resume, end-to-end runs on the built-in digits for ``x86-64``, ``cortex-m4``, ``tflm`` and ``web``,
+and a toy target registered from a test.
 
 Every run is tiny (1..2 bits, 2 epochs, one hybrid draw): the tests check the search's contract,
 not its accuracy. The Cortex-M run is skipped without the toolchain (as in
@@ -31,6 +31,9 @@ needs_toolchain = pytest.mark.skipif(
 )
 _TFLITE = [m for m in ("tensorflow", "ai_edge_litert") if importlib.util.find_spec(m) is None]
 needs_tflite = pytest.mark.skipif(bool(_TFLITE), reason=f"TFLite export needs {', '.join(_TFLITE)}")
+needs_tflm = pytest.mark.skipif(
+    bool(_TFLITE) or importlib.util.find_spec("tflite_micro") is None, reason="needs TensorFlow, LiteRT, tflite-micro"
+)
 
 #: Tiny BN searches without the time budget's probe (tested on its own below).
 TINY = "--epochs 2 --draws 1 --bits 1..2 --families nb,tan --time-budget none --quiet --json".split()
@@ -92,8 +95,8 @@ def test_x86_64_end_to_end(capsys, x86_fit):
     chosen = report["chosen"]
     assert chosen["fits"] and chosen["measured"]["file_bytes"] <= 2**20
     assert chosen["candidate"]["val_error"] is not None and chosen["candidate"]["test_error"] is not None
-    assert {os.path.basename(f) for f in report["files"]} <= {"x86-64.onnx", "x86-64.h"}
-    for name in ("model.bnc", "report.json", "report.md", "x86-64.onnx", "pareto.png", "pareto.svg"):
+    assert [os.path.basename(f) for f in report["files"]] == ["x86-64.h"]  # BN models run native on x86-64
+    for name in ("model.bnc", "report.json", "report.md", "x86-64.h", "pareto.png", "pareto.svg"):
         assert (out / name).is_file(), name
     assert "<svg" in (out / "pareto.svg").read_text()[:2000]
     assert {str(out / "pareto.png"), str(out / "pareto.svg")} <= set(report["reports"])
@@ -174,11 +177,24 @@ def test_cortex_m4_end_to_end_measures_flash_on_the_toolchain(capsys, tmp_path):
 @needs_tflite
 def test_web_end_to_end(capsys, tmp_path):
     code, report, _ = run_cli(
-        capsys, "--data", "digits", "--target", "web", "--max-file-bytes", "256KiB", "--families", "nb", "-o",
-        str(tmp_path), *TINY,
+        capsys, "--data", "digits", "--target", "web", "--max-file-bytes", "256KiB", "-o", str(tmp_path), *TINY,
+        "--families", "nb",
     )  # fmt: skip
     assert code == 0 and report["chosen"]["measured"]["file_bytes"] <= 256 * 1024
     assert {os.path.basename(f) for f in report["files"]} == {"web.tflite", "web.onnx"}
+
+
+@needs_tflm
+def test_tflm_end_to_end_measures_the_arena_and_refuses_one_byte_less(capsys, tmp_path):
+    common = ["--data", "digits", "--target", "tflm", "-o", str(tmp_path), *TINY, "--families", "nb"]
+    code, report, _ = run_cli(capsys, *common, "--max-ram", "64KiB")
+    assert code == 0, report["message"]
+    arena = report["chosen"]["measured"]["ram"]
+    assert 0 < arena <= 64 * 1024
+    assert [os.path.basename(f) for f in report["files"]] == ["tflm.tflite"]
+    code, report, err = run_cli(capsys, *common, "--max-ram", str(arena - 1))
+    assert code == 2 and not report["fits"] and report["trained"] == 0
+    assert f"ram measured was {arena:,} B" in err and "relax --max-ram" in err
 
 
 def test_a_toy_target_registered_from_a_test_is_a_valid_target(capsys, tmp_path):
@@ -356,3 +372,42 @@ def test_learned_tan_cells_are_bounded_by_nb_and_train_per_size_penalty(tmp_path
     assert (config["model"], config["structure"], config["size_penalty"]) == ("tan", "learn", 1e-3)
     assert result.fits and result.chosen.candidate.short == "tan-learn 1-bit lambda_MS 0.001"
     assert result.chosen.measured.bits >= NB_ENTRIES
+
+
+def test_a_latency_budget_prunes_slow_architectures_before_training(tmp_path, monkeypatch):
+    from bnc_deploy.fit import latency_probe
+
+    timed = []
+
+    def fake_fastest(model_path, target, workdir):  # a DNN 100 us, a BN model 1 us
+        artifact = latency_probe.load_artifact(model_path)
+        timed.append(artifact.kind)
+        return 100.0 if artifact.kind == "dnn" else 1.0
+
+    monkeypatch.setattr(latency_probe, "_fastest", fake_fastest)
+    monkeypatch.setattr("bnc_deploy.fit.search.measured_axes", lambda target, budget: ("file_bytes",))
+    budget = {"max_latency_us": 5}
+    with pytest.raises(InfeasibleBudget):  # file_bytes only is measured: latency stays unmeasured, nothing fits
+        fit_to_budget(
+            "digits", "x86-64", out_dir=tmp_path, settings=SMALL, families=["nb", "fc"], time_budget=None, **budget
+        )
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert sorted(timed) == ["bnc", "dnn", "dnn"]  # one per architecture: nb; fc at its two widths
+    probe = report["latency_probe"]
+    assert probe["latencies_us"] == {"nb": 1.0, **{k: 100.0 for k in probe["latencies_us"] if k.startswith("fc")}}
+    fc_cells = [c for c in report["cells"] if c["family"] == "fc"]
+    assert fc_cells and all(c["pruned"] == [{"axis": "latency_us", "lower_bound": 100.0, "limit": 5}] for c in fc_cells)
+    assert all(not c["pruned"] for c in report["cells"] if c["family"] == "nb")
+    configs = trained_configs(report["sweep_dir"])
+    assert configs and {c["model"] for c in configs} == {"nb"}  # no DNN trained in the search
+
+
+@pytest.mark.skipif(os.uname().machine.lower() not in ("x86_64", "amd64"), reason="x86-64 times latency there only")
+def test_a_latency_no_architecture_meets_exits_2_before_the_search(capsys, tmp_path):
+    code, report, err = run_cli(
+        capsys, "--data", "digits", "--target", "x86-64", "--max-latency-us", "0.001", "-o", str(tmp_path), *TINY
+    )
+    assert code == 2 and report["trained"] == 0 and report["sweep_dir"] is None
+    assert set(report["latency_probe"]["latencies_us"]) == {"nb", "tan"}
+    assert all(c["pruned"][0]["axis"] == "latency_us" for c in report["cells"])
+    assert "relax --max-latency-us" in err

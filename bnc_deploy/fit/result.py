@@ -112,7 +112,9 @@ class FitResult:
     ``model_path``: ``out_dir/model.bnc`` (None when nothing fits); ``attempts``: every measurement,
     in the order taken; ``candidates``: every trained candidate, best validation error first;
     ``cells``: the search space (pruned cells marked; ``space.Cell.to_dict``); ``sweep_dirs``: the
-    sweeps trained (BN, then DNN; ``sweep_dir`` is the first)."""
+    sweeps trained (BN, then DNN; ``sweep_dir`` is the first); ``latency_probe``: with a latency
+    budget, each architecture's latency timed before training and the cells it pruned
+    (:class:`bnc_deploy.fit.latency_probe.LatencyProbe`), else None."""
 
     data: str
     target: str
@@ -132,6 +134,7 @@ class FitResult:
     message: str = ""
     reports: tuple[str, ...] = ()
     sweep_dirs: tuple[str, ...] = ()
+    latency_probe: dict | None = None
 
     @property
     def fits(self) -> bool:
@@ -167,4 +170,5 @@ class FitResult:
             "message": self.message,
             "selection": "validation split (test error reported, never used to choose)",
             "reports": list(self.reports),
+            "latency_probe": self.latency_probe,
         }

@@ -35,7 +35,6 @@ Contract
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import os
 import shutil
@@ -48,18 +47,12 @@ from bnc_deploy.artifacts import load_artifact, save_artifact
 from bnc_deploy.datasets import load_dataset
 from bnc_deploy.errors import BncDeployError, ConfigError
 from bnc_deploy.fit.dnn_space import image_shape_of
+from bnc_deploy.fit.latency_probe import LatencyProbe, needs_probe, probe_latency, probe_text
 from bnc_deploy.fit.plan import DEFAULT_TIME_BUDGET, PLAN_FILE
 from bnc_deploy.fit.progress import Progress, describe_fit
 from bnc_deploy.fit.result import Attempt, Candidate, FitResult, InfeasibleBudget
-from bnc_deploy.fit.space import (
-    BN_FAMILIES,
-    SearchSpace,
-    SpaceSettings,
-    check_families,
-    plan_space,
-    search_specs,
-    variants_for,
-)
+from bnc_deploy.fit.space import BN_FAMILIES, SearchSpace, SpaceSettings, check_families, plan_space, variants_for
+from bnc_deploy.fit.sweeps import ranked_candidates, run_search_sweeps
 from bnc_deploy.targets.base import Target, get_target
 from bnc_deploy.targets.budget import AXES, Budget
 
@@ -107,13 +100,10 @@ def fit_to_budget(
         families = BN_FAMILIES  # the DNN trainer runs on the CPU only
     chosen_families = check_families(families, target, image_shape_of(dataset) is not None)
     say.line(f"{data_spec} on {target.name}, budget {budget_text(budget)}; families {', '.join(chosen_families)}")
-    space = plan_space(dataset, target, budget, chosen_families, settings, seed)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    if time_budget is not None and space.records:
-        spent = time.perf_counter() - started
-        settings = planned_settings(space, target, settings, data_spec, seed, time_budget, device, out, spent, say)
-        space = plan_space(dataset, target, budget, chosen_families, settings, seed)
+    search = _Search(dataset, data_spec, target, budget, chosen_families, seed, out, device, backend, say)
+    space, settings, probe = search.plan(settings, time_budget, started)
     say.line(space_text(space, settings))
     base = {
         "data": data_spec,
@@ -122,6 +112,7 @@ def fit_to_budget(
         "cells": tuple(c.to_dict() for c in space.cells),
         "out_dir": str(out),
         "settings": {**dataclasses.asdict(settings), "seed": seed, "families": list(chosen_families)},
+        "latency_probe": probe.to_dict() if probe.latencies else None,
     }
     if not space.records:
         message = pruned_message(space, budget, target)
@@ -147,6 +138,62 @@ def fit_to_budget(
     if chosen is None:
         raise InfeasibleBudget(message, result)
     return result
+
+
+@dataclasses.dataclass(frozen=True)
+class _Search:
+    """What a search is planned from: the data, the target and its budget, the families, where."""
+
+    dataset: Any
+    data_spec: str
+    target: Target
+    budget: Budget
+    families: tuple[str, ...]
+    seed: int
+    out: Path
+    device: str
+    backend: str
+    say: Progress
+
+    def space(self, settings: SpaceSettings, measured=None) -> SearchSpace:
+        return plan_space(self.dataset, self.target, self.budget, self.families, settings, self.seed, measured)
+
+    def plan(
+        self, settings: SpaceSettings, time_budget: float | None, started: float
+    ) -> tuple[SearchSpace, SpaceSettings, LatencyProbe]:
+        """The search space after the latency probe (with a latency limit) and the time budget."""
+        space, probe = self.space(settings), LatencyProbe()
+        if needs_probe(self.target, self.budget) and space.records:
+            self.say.line("latency budget: timing a 1-epoch model of each architecture on the target")
+            probe = probe_latency(
+                space,
+                self.target,
+                self.budget,
+                settings,
+                self.data_spec,
+                self.seed,
+                self.out,
+                self.device,
+                self.backend,
+            )
+            self.say.line(probe_text(probe))
+            space = self.space(settings, probe.pruned)
+        if time_budget is not None and space.records:
+            spent = time.perf_counter() - started
+            settings = planned_settings(
+                space,
+                self.target,
+                settings,
+                self.data_spec,
+                self.seed,
+                time_budget,
+                self.device,
+                self.out,
+                spent,
+                self.say,
+            )
+            space = self.space(settings, probe.pruned)
+        return space, settings, probe
 
 
 def planned_settings(
@@ -223,74 +270,6 @@ def data_spec_of(data: str | os.PathLike[str]) -> str:
     (the workers and a rerun from another folder load the same file)."""
     text = os.fspath(data)
     return str(Path(text).resolve()) if isinstance(data, os.PathLike) or os.path.exists(text) else text
-
-
-def run_search_sweeps(
-    space: SearchSpace,
-    settings: SpaceSettings,
-    data_spec: str,
-    seed: int,
-    out: Path,
-    device: str,
-    backend: str,
-    progress: bool,
-) -> tuple[list[Path], int, int]:
-    """Train (or resume) the kept configurations, one sweep per record shape (BN, DNN);
-    ``(sweep directories, trained now, already done)``. A DNN's selection group adds its layers
-    and widths to the sweep's default (each size of a weight bit width is one cell), a learned
-    TAN's its lambda_MS."""
-    from bnc_deploy.sweep.runner import DEFAULT_GROUP_BY, SweepOptions, run_sweep
-
-    directories, trained, skipped = [], 0, 0
-    for spec in search_specs(space, settings, data_spec, seed):
-        ident = hashlib.sha256(spec.to_json().encode()).hexdigest()[:12]
-        directory = out / "sweep" / ident
-        extra = ("layers", "hidden") if "weight_bits" in spec.draws else ()
-        extra += ("size_penalty",) if "size_penalty" in spec.draws else ()
-        options = SweepOptions(
-            directory=directory,
-            select="validation",
-            device=device,
-            backend=backend,
-            keep="best",
-            halving=settings.halving,
-            resume=True,
-            progress=progress,
-            group_by=DEFAULT_GROUP_BY + extra,
-        )
-        summary = run_sweep(spec, options)
-        directories.append(directory)
-        trained, skipped = trained + summary.trained, skipped + summary.skipped
-    return directories, trained, skipped
-
-
-def ranked_candidates(sweep_dirs: Iterable[Path]) -> list[Candidate]:
-    """The kept model of each cell, best validation error first (ties: fewer bits, then id)."""
-    from bnc_deploy.sweep.table import ResultsTable
-
-    out = []
-    for sweep_dir in sweep_dirs:
-        table = ResultsTable(sweep_dir)
-        try:
-            rows = [r for r in table.rows() if r.get("model_path") and r["status"] == "done"]
-        finally:
-            table.close()
-        for row in rows:
-            final = row.get("final") or {}
-            out.append(
-                Candidate(
-                    id=row["id"],
-                    config=dict(row["config"]),
-                    val_error=final.get("val_error"),
-                    test_error=final.get("test_error"),
-                    size_bits=int(row["size_bits"]),
-                    ops=int(row["ops"]),
-                    model_path=str(Path(sweep_dir) / row["model_path"]),
-                )
-            )
-    inf = float("inf")
-    out.sort(key=lambda c: (inf if c.val_error is None else c.val_error, c.size_bits, c.id))
-    return out
 
 
 def measured_axes(target: Target, budget: Budget) -> tuple[str, ...]:

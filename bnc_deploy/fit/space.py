@@ -36,7 +36,7 @@ sizing integer arithmetic (``train.sizing``).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -237,11 +237,18 @@ def structure_of(family: str, dataset) -> np.ndarray:
 
 
 def plan_space(
-    dataset, target: Target, budget: Budget, families: Sequence[str], settings: SpaceSettings, seed: int = 0
+    dataset,
+    target: Target,
+    budget: Budget,
+    families: Sequence[str],
+    settings: SpaceSettings,
+    seed: int = 0,
+    measured: Mapping[str, tuple[tuple[str, int | float, int | float], ...]] | None = None,
 ) -> SearchSpace:
     """Every cell of ``families`` x ``settings.bits`` (DNNs: x their sizes) with its lower bounds,
     the pruned and refused ones marked, and the sweep records of the kept ones (see the module
-    docstring)."""
+    docstring). ``measured``: cell label -> exceeded axes measured before training (the latency
+    probe, :mod:`bnc_deploy.fit.latency_probe`), pruning those cells too."""
     from bnc_deploy.fit import dnn_space
 
     target.check_budget(budget)
@@ -265,6 +272,8 @@ def plan_space(
                 exceeded = [v.target.cannot_fit(budget, costs) for v in variants]
                 pruned = () if any(not e for e in exceeded) else tuple(min(exceeded, key=_overshoot))
                 cell = Cell(family, bits, costs, bounds, pruned, widths, refused, penalty)
+                if cell.kept and measured and cell.label in measured:
+                    cell = dataclasses.replace(cell, pruned=measured[cell.label])
                 cells.append(cell)
                 if cell.kept:
                     records += records_of_cell(cell, settings, hybrid)
