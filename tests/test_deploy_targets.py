@@ -339,3 +339,27 @@ def test_edgetpu_checks_the_mapped_part(tmp_path):
     assert 0 < report["n_mapped"] <= report["n_ops"]
     assert report["prefix"]["class_scores_equal"] is True
     _check_file_bytes(m)
+
+
+@needs_tflite
+def test_android_ships_ort_and_tflite_with_metadata(tmp_path):
+    m = get_target("android").measure(_model(), tmp_path)
+    assert m.ok, m.problems
+    assert [(f.format, f.path.name) for f in m.files] == [("ort", "android.ort"), ("tflite", "android.tflite")]
+    assert [f.result.runtime for f in m.files] == ["onnxruntime", "litert"]
+    assert all(f.result.exact for f in m.files)
+    import zipfile
+
+    assert zipfile.is_zipfile(m.files[1].path)  # the TFLite metadata's associated files ride in a zip tail
+    _check_file_bytes(m)
+    assert m.measured.latency_us is None and m.measured.ram is None
+
+
+@needs_tflite
+def test_aarch64_ships_onnx_and_tflite_verified_on_the_host(tmp_path):
+    m = get_target("aarch64").measure(_model(), tmp_path)
+    assert m.ok, m.problems
+    assert [f.format for f in m.files] == ["onnx", "tflite"] and all(f.result.exact for f in m.files)
+    _check_file_bytes(m)
+    with pytest.raises(ConfigError, match="qemu-user"):
+        get_target("aarch64").check_budget(Budget(max_latency_us=10))
