@@ -411,3 +411,21 @@ def test_a_latency_no_architecture_meets_exits_2_before_the_search(capsys, tmp_p
     assert set(report["latency_probe"]["latencies_us"]) == {"nb", "tan"}
     assert all(c["pruned"][0]["axis"] == "latency_us" for c in report["cells"])
     assert "relax --max-latency-us" in err
+
+
+def test_device_and_backend_reach_the_sweep_engine(tmp_path, monkeypatch):
+    import bnc_deploy.sweep.runner as runner
+
+    seen = []
+    real = runner.run_sweep
+
+    def spy(spec, options, **kw):
+        seen.append((options.device, options.backend, options.resume, options.select))
+        return real(spec, dataclasses.replace(options, backend="local"), **kw)  # Ray itself: tests/sweep
+
+    monkeypatch.setattr(runner, "run_sweep", spy)
+    fit_to_budget(
+        "digits", "x86-64", out_dir=tmp_path, settings=SMALL, families=["nb"], time_budget=None,
+        max_bits=NB_ENTRIES, backend="ray", device="cpu",
+    )  # fmt: skip
+    assert seen == [("cpu", "ray", True, "validation")]
