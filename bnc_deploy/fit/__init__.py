@@ -5,6 +5,10 @@
 * :mod:`bnc_deploy.fit.search`: :func:`fit_to_budget`: the sweep engine trains the kept
   configurations (selection on the validation split), then the candidates are exported and measured
   on the target in order until one fits;
+* :mod:`bnc_deploy.fit.sweeps`: the kept configurations through the sweep engine, and the trained
+  candidates read back from its tables;
+* :mod:`bnc_deploy.fit.latency_probe`: with a latency limit, one short-trained model per
+  architecture timed on the target before training; the cells too slow are pruned;
 * :mod:`bnc_deploy.fit.plan`: scales the search to a time budget (default 12 minutes) with the
   sweep's probe, after an allowance for measuring;
 * :mod:`bnc_deploy.fit.progress`: the progress lines on stderr;
