@@ -2,8 +2,10 @@
 
 One run measures, on one machine and model (letter NB, 3 bits, ONNX in onnxruntime):
 
-* **local**: the runtime call itself (``rt.invoke(rt.prepare(row))``, 1 thread) and the adapter
-  call with validation (``rt.run(row)``), batch 1 - the floor a server adds its overhead to;
+* **local**: the runtime call itself (``rt.invoke(rt.prepare(row))``, 1 thread), the adapter
+  call with validation (``rt.run(row)``, the fused small-batch check) and the same with the full
+  check (the path a batch the fused check declines takes), batch 1, interleaved
+  (benchmarks/bench_run_overhead.py) - the floor a server adds its overhead to;
 * **batch-1 round trip** p50/p99 of tritonclient over loopback: HTTP binary tensors (tritonclient's
   default), HTTP JSON, gRPC; and the project's own ``http`` runtime adapter (stdlib client); and
   the floor of each protocol: tritonclient's ``is_server_live`` (a round trip with no work);
@@ -45,6 +47,7 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_run_overhead, beside this file
 DRIVER = ROOT / "tests" / "serve" / "tritonclient_driver.py"
 
 
@@ -156,24 +159,21 @@ def percentiles(seconds) -> dict:
 
 
 def local_latency(model: Path, x: np.ndarray, n: int) -> dict:
+    """The runtime call and the validated adapter call, interleaved (benchmarks/bench_run_overhead.py)."""
+    from bench_run_overhead import side_by_side
+
     from bnc_deploy.runtimes.base import load_runtime
 
     rt = load_runtime(model, threads=1)
-    rows = [rt.prepare(x[i : i + 1]) for i in range(min(len(x), 256))]
-    out = {}
-    for label, call, args in (
-        ("local runtime call (invoke)", rt.invoke, rows),
-        ("local adapter call (run, validated)", rt.run, [x[i : i + 1] for i in range(256)]),
-    ):
-        for k in range(200):
-            call(args[k % len(args)])
-        times = []
-        for k in range(n):
-            t0 = time.perf_counter()
-            call(args[k % len(args)])
-            times.append(time.perf_counter() - t0)
-        out[label] = percentiles(times)
-    return out
+    rt_full = load_runtime(model, threads=1)
+    rt_full._fused_check = lambda rows: None  # the full check's column: what run costs without the fused one
+    times = side_by_side(rt, rt_full, x, n)
+    names = {
+        "invoke": "local runtime call (invoke)",
+        "run": "local adapter call (run, validated)",
+        "run, full check": "local adapter call (run, full check)",
+    }
+    return {label: percentiles(times[key]) for key, label in names.items()}
 
 
 def adapter_latency(url: str, x: np.ndarray, n: int) -> dict:
@@ -307,6 +307,10 @@ def main(argv=None) -> int:
     print(f"{'':44} {'p50 us':>8} {'p99 us':>8}")
     for name, r in results["latency"].items():
         print(f"{name:44} {r['p50_us']:8.1f} {r['p99_us']:8.1f}")
+    lat = results["latency"]
+    ratio = lat["local adapter call (run, validated)"]["p50_us"] / lat["local runtime call (invoke)"]["p50_us"]
+    above = lat["tritonclient HTTP binary"]["p50_us"] - lat["floor: tritonclient HTTP is_server_live"]["p50_us"]
+    print(f"run p50 / invoke p50: {ratio:.2f}; HTTP binary p50 above the HTTP empty-call floor: {above:.1f} us")
     print(f"\nload loop: {args.clients} tritonclient processes x {args.seconds:g} s, batch-1 requests")
     for name, r in results["throughput"].items():
         print(f"{name:44} {r['requests_per_s']:10.1f} req/s  ({r['requests']} requests, {r['failures']} failed)")

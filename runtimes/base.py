@@ -34,6 +34,16 @@ also after other inputs were prepared (an adapter that allocates per batch size 
 ``invoke`` when the sizes differ). ``invoke`` returns the runtime's outputs as they come: the
 scores in the runtime's dtype (float32 for exported files) and the labels in theirs.
 
+Small batches (a NumPy array of 1 to :data:`~bnc_deploy.runtimes.fused_check.FAST_ROWS` rows, the
+serving case) are checked in one vectorized pass against per-feature bounds cached per adapter and
+input dtype (:mod:`bnc_deploy.runtimes.fused_check`), by ``check`` and so by ``run``, ``predict``
+and ``prepare``; ``run`` and ``predict`` then skip the chunking machinery. The checks are the same:
+an input the fused pass does not accept goes through the full check, which raises the same error
+as ever, and an accepted one gets the same checked rows, outputs and output checks. Outputs
+returned to the caller are new arrays on every call (the caller owns them). An adapter may run the
+runtime into buffers it allocated in advance only per thread and copy them out (onnxruntime binds
+them once per thread and batch size), so ``run`` stays as thread-safe as the runtime's own call.
+
 Errors a user can cause are :mod:`bnc_deploy.errors` types: a bad ``threads`` value, an unknown
 runtime or an unknown file extension raise :class:`~bnc_deploy.errors.ConfigError`; a runtime
 whose framework is not installed raises :class:`~bnc_deploy.errors.MissingExtraError` (also an
@@ -61,6 +71,7 @@ from bnc_deploy.formats import integrity
 from bnc_deploy.formats.metadata import INPUT_RAW, INVALID_LABEL, contract_outputs, parse_metadata
 from bnc_deploy.reference.chunks import run_in_chunks
 from bnc_deploy.registry import claim
+from bnc_deploy.runtimes.fused_check import FAST_ROWS, FusedCheck
 from bnc_deploy.validation import check_codes
 
 __all__ = [
@@ -136,6 +147,16 @@ class RuntimeAdapter:
     metadata: dict[str, Any]
     cardinalities: NDArray[np.int64]
     _chunk_rows: int | Literal["auto"] | None
+    #: The small-batch check, built on first use for :attr:`cardinalities` (rebuilt if replaced).
+    _fused: FusedCheck | None = None
+    #: Whether :meth:`run`/:meth:`predict` may take the small-batch path (False when a subclass
+    #: overrides :meth:`check`, which that path would bypass).
+    _small_batches: bool = True
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # A subclass with its own check() keeps it on every path: no small-batch shortcut around it.
+        cls._small_batches = cls.check is RuntimeAdapter.check
 
     def __init__(
         self,
@@ -235,7 +256,11 @@ class RuntimeAdapter:
 
         Returns int64 codes of shape (n, D), or float32 raw values of shape (n, D) for a raw model.
         Raises InputError naming the feature, value and row on a bad shape, dtype or value.
+        A small NumPy batch is checked by the fused check (:meth:`_fused_check`) first: same result.
         """
+        checked = self._fused_check(x)
+        if checked is not None:
+            return checked
         where = f"{self.path.name} input"
         if not self.raw_inputs:
             return check_codes(x, self.cardinalities, self.feature_names, where=where)
@@ -253,6 +278,13 @@ class RuntimeAdapter:
             raise InputError(f"{self.path.name} input: no rows to prepare (run() returns empty outputs for no rows)")
         return self._prepare(checked)
 
+    def _fused_check(self, x: ArrayLike) -> NDArray[np.int64] | NDArray[np.float32] | None:
+        """:meth:`check`'s result for a small valid NumPy batch, else None (see :mod:`.fused_check`)."""
+        fused = self._fused
+        if fused is None or fused.cardinalities is not self.cardinalities:
+            fused = self._fused = FusedCheck(self.cardinalities, self.raw_inputs)
+        return fused(x)
+
     # -- running ----------------------------------------------------------------------------------
     def invoke(self, prepared: Any) -> Sequence[NDArray[Any]]:
         """The bare runtime call on :meth:`prepare`'s result: ``(scores, label)`` as the runtime
@@ -265,8 +297,10 @@ class RuntimeAdapter:
 
         Rows go to the runtime in chunks of :attr:`chunk_rows` (each validated, converted and run
         into preallocated outputs); an invalid value raises InputError naming its row in ``x``.
+        A small batch takes the fused check first (:meth:`_run_small`); the result is the same.
         """
-        return self._run_rows(x, scores=True)
+        small = self._run_small(x, True)
+        return small if small is not None else self._run_rows(x, scores=True)
 
     def log_joint(self, x: ArrayLike) -> NDArray[np.float64]:
         """``log p(c, x)``, shape (n, C), float64."""
@@ -274,7 +308,29 @@ class RuntimeAdapter:
 
     def predict(self, x: ArrayLike) -> NDArray[np.int64]:
         """Most probable class (first maximum), shape (n,), int64 (the scores are not kept)."""
-        return self._run_rows(x, scores=False)[1]
+        small = self._run_small(x, False)
+        return (small if small is not None else self._run_rows(x, scores=False))[1]
+
+    @overload
+    def _run_small(
+        self, x: ArrayLike, scores: Literal[True]
+    ) -> tuple[NDArray[np.float64], NDArray[np.int64]] | None: ...
+    @overload
+    def _run_small(self, x: ArrayLike, scores: Literal[False]) -> tuple[None, NDArray[np.int64]] | None: ...
+    def _run_small(self, x: ArrayLike, scores: bool) -> tuple[NDArray[np.float64] | None, NDArray[np.int64]] | None:
+        """The small-batch path: :class:`~bnc_deploy.runtimes.fused_check.FusedCheck` instead of
+        :meth:`check`, then the same :meth:`_run_checked` as one chunk of the full path. None when
+        ``x`` needs the full path: not a small NumPy batch, a value the fused check does not pass
+        (the full check then raises the error), or more rows than an explicit ``chunk_rows``."""
+        if not self._small_batches:
+            return None
+        checked = self._fused_check(x)
+        if checked is None:
+            return None
+        limit = self._chunk_rows
+        if type(limit) is int and checked.shape[0] > limit:
+            return None  # the full path runs it in chunks of that many rows
+        return self._run_checked(checked, scores, 0)
 
     @overload
     def _run_rows(self, x: ArrayLike, scores: Literal[True]) -> tuple[NDArray[np.float64], NDArray[np.int64]]: ...
@@ -309,7 +365,8 @@ class RuntimeAdapter:
                 f"{self.path}: runtime returned shapes {log_joint.shape} and {label.shape} "
                 f"for {checked.shape[0]} rows and {self.n_classes} classes"
             )
-        if np.any(label == INVALID_LABEL):
+        # A short list is searched faster than a NumPy comparison and reduction (a few us per call).
+        if INVALID_LABEL in label.tolist() if label.shape[0] <= FAST_ROWS else np.any(label == INVALID_LABEL):
             # Inputs were checked, so the graph's guard firing means the file and the metadata disagree.
             row = offset + int(np.flatnonzero(label == INVALID_LABEL)[0])
             raise RuntimeError(
