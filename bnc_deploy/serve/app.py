@@ -8,13 +8,18 @@ Routes::
 
     GET  /v2/health/live                      200 (no auth: a liveness probe)
     GET  /v2/health/ready                     200 when every model is loaded and checked, else 503
+                                              (503 too once shutdown began: ServingHealth)
     GET  /v2                                  server metadata (name, version, extensions)
     GET  /v2/models/{m}[/versions/{v}]        model metadata (ServedModel.metadata)
     GET  /v2/models/{m}[/versions/{v}]/ready  200, 503 (not ready), 404 (unknown)
     POST /v2/models/{m}[/versions/{v}]/infer  inference (JSON, or the binary tensor data extension)
+    GET  /v2/models[/{m}[/versions/{v}]]/stats  Triton's statistics (serve.statistics)
+    GET  /v2/models/{m}[/versions/{v}]/config Triton's model configuration (serve.statistics)
+    GET|POST /v2[/models/{m}]/trace/setting   Triton's trace settings (serve.tracing)
     POST /v2/repository/index                 [{"name", "version", "state", "reason"}]
-    POST /v2/repository/models/{m}/load       (re)load from the file: 200, or 400 with the error
-    POST /v2/repository/models/{m}/unload     200
+    POST /v2/repository/models/{m}/load       (re)load from the files: 200, or 400 with the error
+                                              (parameters "version", "config": serve.versions)
+    POST /v2/repository/models/{m}/unload     200 (parameter "version": that version only)
     GET  /metrics                             Prometheus text
 
 Inference body: JSON ``{"id"?, "parameters"?, "inputs": [{"name", "datatype", "shape", "data" |
@@ -61,9 +66,10 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from bnc_deploy.serve import accesslog, auth, metrics
+from bnc_deploy.serve import accesslog, auth, metrics, statistics, tracing, versions
 from bnc_deploy.serve.accesslog import AccessLogMiddleware
 from bnc_deploy.serve.errors import BadRequest, PayloadTooLarge, status_of
+from bnc_deploy.serve.health import ServingHealth
 from bnc_deploy.serve.limits import ServeLimits
 from bnc_deploy.serve.protocol import SERVER_EXTENSIONS, SERVER_NAME
 from bnc_deploy.serve.rest_codec import InferRequest, encode_infer_body, parse_infer_request
@@ -139,8 +145,9 @@ def check_content_length(length: str | None, limit: int) -> None:
 class Routes:
     """The Starlette routes of everything but inference (:class:`InferFastPath`), over one repository."""
 
-    def __init__(self, repository, limit: int, pools: WorkerPools) -> None:
+    def __init__(self, repository, limit: int, pools: WorkerPools, health: ServingHealth | None = None) -> None:
         self.repository, self.limit, self.pools = repository, limit, pools
+        self.health = health or ServingHealth(repository)
 
     def model_of(self, request: Request):
         p = request.path_params
@@ -150,14 +157,32 @@ class Routes:
         return Response(b"", status_code=200)
 
     async def ready(self, request: Request) -> Response:
-        return Response(b"", status_code=200 if self.repository.ready() else 503)
+        return Response(b"", status_code=200 if self.health.ready() else 503)
 
     async def server_metadata(self, request: Request) -> Response:
-        return _json_response({"name": SERVER_NAME, "version": __version__, "extensions": list(SERVER_EXTENSIONS)})
+        extensions = statistics.server_extensions(SERVER_EXTENSIONS)
+        return _json_response({"name": SERVER_NAME, "version": __version__, "extensions": extensions})
 
     @answers_errors
     async def model_metadata(self, request: Request) -> Response:
         return _json_response(self.model_of(request).metadata())
+
+    @answers_errors
+    async def model_stats(self, request: Request) -> Response:
+        models = [self.model_of(request)] if "model" in request.path_params else self.repository.models()
+        return _json_response(statistics.stats_json(models))
+
+    @answers_errors
+    async def model_config(self, request: Request) -> Response:
+        return _json_response(statistics.model_config(self.model_of(request)))
+
+    @answers_errors
+    async def trace_setting(self, request: Request) -> Response:
+        model = request.path_params.get("model")
+        if model is not None:
+            self.repository.get(model)  # an unknown model is 404, as everywhere
+        body = await read_body(request, self.limit) if request.method == "POST" else None
+        return _json_response(tracing.STATE.answer(model, body))
 
     @answers_errors
     async def model_ready(self, request: Request) -> Response:
@@ -183,15 +208,16 @@ class Routes:
 
     @answers_errors
     async def repo_load(self, request: Request) -> Response:
-        await read_body(request, self.limit)  # a body (Triton's load parameters) is read and ignored
+        # Triton's load parameters: "config" (its version_policy) and "version" (serve.versions).
+        options = versions.load_options(versions.rest_parameters(await read_body(request, self.limit)))
         # In a worker thread (a C file compiles on load), awaited: the swap happens before 200.
-        await self.pools.run(self.repository.load, request.path_params["model"])
+        await self.pools.run(functools.partial(self.repository.load, request.path_params["model"], **options))
         return _json_response({})
 
     @answers_errors
     async def repo_unload(self, request: Request) -> Response:
-        await read_body(request, self.limit)
-        await self.pools.run(self.repository.unload, request.path_params["model"])
+        options = versions.unload_options(versions.rest_parameters(await read_body(request, self.limit)))
+        await self.pools.run(functools.partial(self.repository.unload, request.path_params["model"], **options))
         return _json_response({})
 
     async def prometheus(self, request: Request) -> Response:
@@ -203,6 +229,13 @@ class Routes:
             Route("/v2/health/live", self.live, methods=["GET"]),
             Route("/v2/health/ready", self.ready, methods=["GET"]),
             Route("/v2", self.server_metadata, methods=["GET"]),
+            Route("/v2/models/stats", self.model_stats, methods=["GET"]),  # before /v2/models/{model}, as Triton's
+            Route("/v2/models/{model}/stats", self.model_stats, methods=["GET"]),
+            Route("/v2/models/{model}/versions/{version}/stats", self.model_stats, methods=["GET"]),
+            Route("/v2/models/{model}/config", self.model_config, methods=["GET"]),
+            Route("/v2/models/{model}/versions/{version}/config", self.model_config, methods=["GET"]),
+            Route("/v2/trace/setting", self.trace_setting, methods=["GET", "POST"]),
+            Route("/v2/models/{model}/trace/setting", self.trace_setting, methods=["GET", "POST"]),
             Route("/v2/models/{model}", self.model_metadata, methods=["GET"]),
             Route("/v2/models/{model}/versions/{version}", self.model_metadata, methods=["GET"]),
             Route("/v2/models/{model}/ready", self.model_ready, methods=["GET"]),
@@ -223,6 +256,7 @@ def create_app(
     close_repository: bool = True,
     limits: ServeLimits | None = None,
     threads: int | None = None,
+    health: ServingHealth | None = None,
 ):
     """The ASGI app over ``repository`` (see the module docstring).
 
@@ -230,7 +264,9 @@ def create_app(
     stream, or False - the JSON access log middleware; ``close_repository``: close the repository
     (drain batchers, stop polling) on the ASGI lifespan shutdown; ``limits``: the request limits
     (:class:`~bnc_deploy.serve.limits.ServeLimits`; ``max_request_bytes`` overrides its field);
-    ``threads``: the worker pool's size (default: the CPU count).
+    ``threads``: the worker pool's size (default: the CPU count); ``health``: the
+    :class:`~bnc_deploy.serve.health.ServingHealth` behind ``/v2/health/ready`` (shared with the
+    gRPC front end; default: one of its own).
     """
     limits = limits or ServeLimits()
     if max_request_bytes is not None:
@@ -245,7 +281,8 @@ def create_app(
         if close_repository:
             repository.close()
 
-    app = Starlette(routes=Routes(repository, limits.max_request_bytes, pools).table(), lifespan=lifespan)
+    routes = Routes(repository, limits.max_request_bytes, pools, health)
+    app = Starlette(routes=routes.table(), lifespan=lifespan)
     asgi = InferFastPath(app, repository, limits, pools)
     if api_keys:
         asgi = BearerAuthMiddleware(asgi, list(api_keys))
@@ -350,19 +387,22 @@ class InferFastPath:
             if not message.get("more_body", False):
                 return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
-    async def _answer(self, model, body: bytes, header_length: str | None) -> tuple[int, list[bytes], list]:
-        """Decode, run and encode one request, each where it belongs (class docstring)."""
+    async def _answer(
+        self, model, body: bytes, header_length: str | None, record: statistics.InferRecord
+    ) -> tuple[int, list[bytes], list]:
+        """Decode, run and encode one request, each where it belongs (class docstring); ``record``
+        gets the stage times."""
         max_rows = self.limits.max_rows
         if len(body) <= INLINE_BODY_BYTES:
-            request = parse_infer_request(body, header_length, max_rows)
+            request = record.timed_input(parse_infer_request, body, header_length, max_rows)
             if request.rows <= INLINE_ROWS:
                 outputs = await model.infer_async(
-                    request.inputs, request.output_names or None, classification=request.classification
+                    request.inputs, request.output_names or None, classification=request.classification, record=record
                 )
-                return encode_infer_body(model.name, model.version, request, outputs)
+                return record.timed_output(encode_infer_body, model.name, model.version, request, outputs)
         else:
-            request = await self.pools.parse(body, header_length, max_rows)
-        return await self.pools.run(_run_and_encode, model, request)
+            request = await record.timed_input_async(self.pools.parse(body, header_length, max_rows))
+        return await self.pools.run(_run_and_encode, model, request, record)
 
     async def infer(self, scope, receive, send, name: str, version: str | None) -> None:
         start = time.perf_counter()
@@ -375,17 +415,19 @@ class InferFastPath:
                 header_length = v
             elif k == b"content-encoding":
                 encoding = v.lower()
-        code = None
+        code, record = None, None
         try:
             model = self.repository.get(name, version)
+            record = statistics.begin(model, "rest", scope["headers"])  # stage times; span (traceparent)
             if encoding not in (b"identity", b""):
                 raise BadRequest("compressed request bodies (Content-Encoding) are not supported")
             body = await self._body(receive, content_length)
             status, chunks, headers = await self._answer(
-                model, body, None if header_length is None else header_length.decode("latin-1")
+                model, body, None if header_length is None else header_length.decode("latin-1"), record
             )
         except _Disconnected:
             metrics.observe_request(name, "rest", time.perf_counter() - start, str(DISCONNECTED))
+            statistics.end(record, str(DISCONNECTED))
             return
         except Exception as exc:
             status, content = error_body(exc)
@@ -397,6 +439,7 @@ class InferFastPath:
         for i, chunk in enumerate(chunks):  # a large body chunk by chunk: the server's flow control paces it
             await send({"type": "http.response.body", "body": chunk, "more_body": i < last})
         metrics.observe_request(name, "rest", time.perf_counter() - start, code)
+        statistics.end(record, code)
 
 
 def _parse_narrowed(body: bytes, header_length: str | None, max_rows: int) -> tuple[InferRequest, dict]:
@@ -418,10 +461,12 @@ def _widened(inputs: dict, dtypes: dict) -> dict:
     return {name: a.astype(dtypes[name]) if name in dtypes else a for name, a in inputs.items()}
 
 
-def _run_and_encode(model, request: InferRequest) -> tuple[int, list[bytes], list]:
+def _run_and_encode(model, request: InferRequest, record: statistics.InferRecord) -> tuple[int, list[bytes], list]:
     """The blocking model call and the response's encoding, in a worker thread."""
-    outputs = model.infer(request.inputs, request.output_names or None, classification=request.classification)
-    return encode_infer_body(model.name, model.version, request, outputs)
+    outputs = model.infer(
+        request.inputs, request.output_names or None, classification=request.classification, record=record
+    )
+    return record.timed_output(encode_infer_body, model.name, model.version, request, outputs)
 
 
 class BearerAuthMiddleware:
@@ -462,9 +507,12 @@ def app_from_env():
     (``uvicorn --factory bnc_deploy.serve.app:app_from_env --workers N``; Ray Serve, gunicorn):
     ``BNC_SERVE_REPOSITORY`` (required), ``BNC_SERVE_RUNTIME``, ``BNC_SERVE_THREADS``,
     ``BNC_SERVE_MAX_BATCH``, ``BNC_SERVE_MAX_QUEUE_DELAY_MS``, ``BNC_SERVE_API_KEY_FILE``,
-    ``BNC_SERVE_POLL``, ``BNC_SERVE_ACCESS_LOG`` (``1``/``0``), and the limits
+    ``BNC_SERVE_POLL``, ``BNC_SERVE_ACCESS_LOG`` (``1``/``0``), ``BNC_SERVE_VERSION_POLICY``,
+    ``BNC_SERVE_KEY_FILE``, and the limits
     ``BNC_SERVE_<FIELD>`` of :class:`~bnc_deploy.serve.limits.ServeLimits` (``BNC_SERVE_MAX_REQUEST_BYTES``,
-    ``BNC_SERVE_MAX_ROWS``, ...). Every process loads and checks the models itself."""
+    ``BNC_SERVE_MAX_ROWS``, ...), and the trace settings ``BNC_SERVE_TRACE_LEVEL``, ``_RATE``,
+    ``_COUNT`` (:func:`bnc_deploy.serve.tracing.configure_from_env`). Every process loads and
+    checks the models itself."""
     from bnc_deploy.errors import ConfigError
     from bnc_deploy.serve.repository import ModelRepository
 
@@ -485,12 +533,14 @@ def app_from_env():
         threads=number("BNC_SERVE_THREADS", int, None),
         max_batch=number("BNC_SERVE_MAX_BATCH", int, 0),
         max_queue_delay_ms=number("BNC_SERVE_MAX_QUEUE_DELAY_MS", float, 0.0),
+        **ModelRepository.options_from_env(env),  # BNC_SERVE_VERSION_POLICY, BNC_SERVE_KEY_FILE
     )
     repository.load_all()
     poll = number("BNC_SERVE_POLL", float, 0.0)
     if poll:
         repository.start_polling(poll)
     keys = auth.load_api_keys(env["BNC_SERVE_API_KEY_FILE"]) if env.get("BNC_SERVE_API_KEY_FILE") else None
+    tracing.configure_from_env(env)
     access = env.get("BNC_SERVE_ACCESS_LOG", "1") == "1"  # one JSON line per request on stdout
     return create_app(
         repository,

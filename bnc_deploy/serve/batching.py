@@ -46,6 +46,7 @@ class Batcher:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
         self._run, self.max_batch, self.name = run, int(max_batch), name
         self.delay = max(0.0, float(max_queue_delay_ms)) / 1000.0
+        self._delay_ns = int(self.delay * 1e9)
         self._queue: collections.deque = collections.deque()
         self._cond = threading.Condition()
         self._closed = False
@@ -53,14 +54,16 @@ class Batcher:
         self._thread = threading.Thread(target=self._worker, name=f"batcher-{name}", daemon=True)
         self._thread.start()
 
-    def submit(self, rows: np.ndarray) -> Future:
+    def submit(self, rows: np.ndarray, record=None) -> Future:
+        """Queue ``rows``; ``record`` (a :class:`~bnc_deploy.serve.statistics.InferRecord` or None)
+        gets the request's queue and compute times, and its span their spans."""
         fut: Future = Future()
         with self._cond:
             if not self._closed:
-                self._queue.append((rows, fut, time.perf_counter()))
+                self._queue.append((rows, fut, time.perf_counter_ns(), record))
                 self._cond.notify()
                 return fut
-        self._execute([(rows, fut, time.perf_counter())])  # closed: run on the caller's thread
+        self._execute([(rows, fut, time.perf_counter_ns(), record)])  # closed: run on the caller's thread
         return fut
 
     def close(self, timeout: float | None = None) -> None:
@@ -79,7 +82,7 @@ class Batcher:
                 self._cond.wait()
             batch = [self._queue.popleft()]
             rows = len(batch[0][0])
-            deadline = batch[0][2] + self.delay
+            deadline = batch[0][2] + self._delay_ns
             while rows < self.max_batch:
                 if self._queue:
                     if rows + len(self._queue[0][0]) > self.max_batch:
@@ -88,10 +91,10 @@ class Batcher:
                     batch.append(item)
                     rows += len(item[0])
                     continue
-                left = deadline - time.perf_counter()
+                left = deadline - time.perf_counter_ns()
                 if left <= 0 or self._closed:
                     break
-                self._cond.wait(left)
+                self._cond.wait(left / 1e9)
             return batch
 
     def _worker(self) -> None:
@@ -99,19 +102,24 @@ class Batcher:
             self._execute(batch)
 
     def _execute(self, batch: list) -> None:
-        start = time.perf_counter()
-        for _, _, queued in batch[1:]:
-            self._metrics.queue.observe(start - queued)
+        start = time.perf_counter_ns()
+        for _, _, queued, _ in batch[1:]:
+            self._metrics.queue.observe((start - queued) / 1e9)
         try:
             x = batch[0][0] if len(batch) == 1 else np.concatenate([b[0] for b in batch])
             scores, labels = self._run(x)
         except BaseException as exc:  # noqa: BLE001 - every waiting request gets the error
-            for _, fut, _ in batch:
+            for _, fut, _, _ in batch:
                 fut.set_exception(exc)
             return
-        self._metrics.observe_run(start - batch[0][2], time.perf_counter() - start, len(x))
+        end = time.perf_counter_ns()
+        self._metrics.observe_run((start - batch[0][2]) / 1e9, (end - start) / 1e9, len(x))
+        counted = False  # the batch's one runtime call goes to the first request with a record
         pos = 0
-        for rows, fut, _ in batch:
+        for rows, fut, queued, record in batch:
             n = len(rows)
+            if record is not None:
+                record.ran(queued, start, end, len(x), 0 if counted else 1)
+                counted = True
             fut.set_result((scores[pos : pos + n], labels[pos : pos + n]))
             pos += n

@@ -3,14 +3,23 @@
 ::
 
     server = start_grpc_server(repository, "127.0.0.1:8001", api_keys=keys)   # started
+    server = start_grpc_server(repository, address, tls=load_tls(cert, key))   # TLS (serve.tls)
     ...
     server.stop(grace=5.0).wait()        # the caller stops it (drains requests in flight)
 
 RPCs (messages of :mod:`bnc_deploy.serve.proto`, field for field Triton's, so the official
 ``tritonclient.grpc`` works unchanged): ``ServerLive``, ``ServerReady``, ``ServerMetadata``,
-``ModelReady``, ``ModelMetadata``, ``ModelInfer``, and the repository extension
-``RepositoryIndex``, ``RepositoryModelLoad``, ``RepositoryModelUnload``. Other RPCs of Triton's
-service (streaming, statistics, shared memory, ...) answer ``UNIMPLEMENTED``.
+``ModelReady``, ``ModelMetadata``, ``ModelInfer``, the repository extension
+``RepositoryIndex``, ``RepositoryModelLoad``, ``RepositoryModelUnload`` (parameters ``version``
+and ``config``: :mod:`~bnc_deploy.serve.versions`), and the statistics, model
+configuration and trace extensions ``ModelStatistics``, ``ModelConfig``, ``TraceSetting``
+(:mod:`~bnc_deploy.serve.grpc_extensions`: REST's answers as protobuf). Other RPCs of Triton's
+service (streaming, shared memory, log settings) answer ``UNIMPLEMENTED``. The same port serves
+the standard ``grpc.health.v1.Health`` service (:mod:`bnc_deploy.serve.health`: the server, the V2
+service and each model by name), without a token, as Kubernetes' gRPC probes send none.
+
+With ``tls`` (:func:`bnc_deploy.serve.tls.load_tls`) the port speaks only TLS; with a client CA
+only to clients presenting a certificate it signed (mutual TLS).
 
 ``ModelInfer`` takes each input either as ``raw_input_contents`` (one little-endian buffer per
 input, in input order: what tritonclient sends) or as typed ``contents`` (``int64_contents``
@@ -27,7 +36,8 @@ row), ``NOT_FOUND`` (unknown model or version), ``UNAVAILABLE`` (not ready, shut
 ``authorization: Bearer <key>``), ``RESOURCE_EXHAUSTED`` (a message over ``max_message_bytes``,
 enforced by gRPC itself). Anything else is a bug: ``INTERNAL`` with a generic message, the
 traceback in the log. Each inference request is counted in :mod:`bnc_deploy.serve.metrics`
-(protocol ``grpc``).
+(protocol ``grpc``) and :mod:`~bnc_deploy.serve.statistics` (both front ends serve the statistics), and
+traced (:mod:`~bnc_deploy.serve.tracing`) as a child of its metadata's ``traceparent``.
 
 Concurrency: a synchronous ``grpc.server`` whose ``workers`` threads run the handlers; the model
 call itself is thread-safe and blocking (``ServedModel.infer``, batched there when enabled).
@@ -59,10 +69,12 @@ from concurrent import futures
 
 import grpc
 import numpy as np
+from grpc_health.v1 import health_pb2_grpc
 
 from bnc_deploy.serve import auth as serve_auth
-from bnc_deploy.serve import metrics
+from bnc_deploy.serve import grpc_extensions, metrics, statistics, versions
 from bnc_deploy.serve.errors import BadRequest, Unauthenticated, status_of
+from bnc_deploy.serve.health import ServingHealth
 from bnc_deploy.serve.limits import ServeLimits, check_count, check_rows
 from bnc_deploy.serve.proto import grpc_service_pb2 as pb
 from bnc_deploy.serve.proto import grpc_service_pb2_grpc as pb_grpc
@@ -209,9 +221,16 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     """``inference.GRPCInferenceService`` over a :class:`~bnc_deploy.serve.repository.ModelRepository`."""
 
     def __init__(
-        self, repository, *, api_keys=None, server_name: str = SERVER_NAME, limits: ServeLimits | None = None
+        self,
+        repository,
+        *,
+        api_keys=None,
+        server_name: str = SERVER_NAME,
+        limits: ServeLimits | None = None,
+        health: ServingHealth | None = None,
     ) -> None:
         self.repository = repository
+        self.health = health or ServingHealth(repository)  # ServerReady: false once shutdown began
         self.limits = limits or ServeLimits()
         self.api_keys = list(api_keys) if api_keys else None
         self.server_name = server_name
@@ -248,13 +267,13 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         return pb.ServerLiveResponse(live=True)  # liveness never needs a token
 
     def ServerReady(self, request, context):
-        return self._call(context, lambda: pb.ServerReadyResponse(ready=bool(self.repository.ready())))
+        return self._call(context, lambda: pb.ServerReadyResponse(ready=self.health.ready()))
 
     def ServerMetadata(self, request, context):
         return self._call(
             context,
             lambda: pb.ServerMetadataResponse(
-                name=self.server_name, version=__version__, extensions=list(SERVER_EXTENSIONS)
+                name=self.server_name, version=__version__, extensions=statistics.server_extensions(SERVER_EXTENSIONS)
             ),
         )
 
@@ -291,20 +310,24 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
     def ModelInfer(self, request, context):
         start = time.perf_counter()
         model_name = "(unknown)"  # a metrics label only for models that exist: random names must not grow it
+        record = None
         try:
             self._authorize(context)
             model = self.repository.get(request.model_name, request.model_version or None)
             model_name = model.name
-            inputs = decode_inputs(request, self.limits.max_rows)
+            record = statistics.begin(model, "grpc", context.invocation_metadata)  # stage times; span (traceparent)
+            inputs = record.timed_input(decode_inputs, request, self.limits.max_rows)
             wanted = [o.name for o in request.outputs] or None
-            outputs = model.infer(inputs, wanted, classification=classification_of(request))
+            outputs = model.infer(inputs, wanted, classification=classification_of(request), record=record)
             response = pb.ModelInferResponse(model_name=model.name, model_version=str(model.version), id=request.id)
-            encode_outputs(response, outputs)
+            record.timed_output(encode_outputs, response, outputs)
         except Exception as exc:  # noqa: BLE001 - every error becomes a status
             code = status_of(exc)[1]
             metrics.observe_request(model_name, "grpc", time.perf_counter() - start, code)
+            statistics.end(record, code)
             self._abort(context, exc)
         metrics.observe_request(model_name, "grpc", time.perf_counter() - start)
+        statistics.end(record)
         return response
 
     # -- model repository extension ---------------------------------------------------------------
@@ -325,18 +348,30 @@ class InferenceServicer(pb_grpc.GRPCInferenceServiceServicer):
         return self._call(context, index)
 
     def RepositoryModelLoad(self, request, context):
-        def load():
-            self.repository.load(request.model_name)
+        def load():  # parameters "config" (its version_policy) and "version": serve.versions
+            options = versions.load_options(versions.grpc_parameters(request.parameters))
+            self.repository.load(request.model_name, **options)
             return pb.RepositoryModelLoadResponse()
 
         return self._call(context, load)
 
     def RepositoryModelUnload(self, request, context):
         def unload():
-            self.repository.unload(request.model_name)
+            options = versions.unload_options(versions.grpc_parameters(request.parameters))
+            self.repository.unload(request.model_name, **options)
             return pb.RepositoryModelUnloadResponse()
 
         return self._call(context, unload)
+
+    # -- statistics, model configuration and trace extensions (serve.grpc_extensions) -------------
+    def ModelStatistics(self, request, context):
+        return self._call(context, lambda: grpc_extensions.model_statistics(self.repository, request))
+
+    def ModelConfig(self, request, context):
+        return self._call(context, lambda: grpc_extensions.model_config(self.repository, request))
+
+    def TraceSetting(self, request, context):
+        return self._call(context, lambda: grpc_extensions.trace_setting(self.repository, request))
 
 
 def grpc_options(limits: ServeLimits, max_message_bytes: int | None = None) -> list[tuple[str, int]]:
@@ -367,13 +402,17 @@ def start_grpc_server(
     workers: int = 8,
     max_message_bytes: int | None = None,
     limits: ServeLimits | None = None,
+    tls=None,
+    health: ServingHealth | None = None,
 ) -> grpc.Server:
     """Serve ``repository`` over gRPC on ``address`` (``HOST:PORT``; port 0 picks a free one, read
     back from ``server.bound_port``); returns the started server. ``api_keys``: the keys of
     :func:`bnc_deploy.serve.auth.load_api_keys` (None: no authentication). ``workers``: handler
     threads. ``limits``: :class:`~bnc_deploy.serve.limits.ServeLimits` (``max_message_bytes``
-    overrides its ``max_request_bytes``). Raises :class:`~bnc_deploy.errors.ConfigError` when the
-    address cannot be bound."""
+    overrides its ``max_request_bytes``). ``tls``: a :class:`~bnc_deploy.serve.tls.TlsConfig`
+    (None: plain text). ``health``: the :class:`~bnc_deploy.serve.health.ServingHealth` shared with
+    the REST front end (default: one of its own; ``server.health`` either way). Raises
+    :class:`~bnc_deploy.errors.ConfigError` when the address cannot be bound."""
     from bnc_deploy.errors import ConfigError
 
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
@@ -384,15 +423,24 @@ def start_grpc_server(
         options=grpc_options(limits, max_message_bytes),
         maximum_concurrent_rpcs=None,
     )
-    servicer = InferenceServicer(repository, api_keys=api_keys, limits=limits)
+    health = health or ServingHealth(repository)
+    servicer = InferenceServicer(repository, api_keys=api_keys, limits=limits, health=health)
     pb_grpc.add_GRPCInferenceServiceServicer_to_server(servicer, server)
+    health_pb2_grpc.add_HealthServicer_to_server(health.servicer(), server)
     try:
-        port = server.add_insecure_port(address)
+        if tls is None:
+            port = server.add_insecure_port(address)
+        else:
+            credentials = grpc.ssl_server_credentials(
+                [(tls.key_pem, tls.cert_pem)], root_certificates=tls.client_ca_pem, require_client_auth=tls.mutual
+            )
+            port = server.add_secure_port(address, credentials)
     except RuntimeError as exc:
         raise ConfigError(f"--grpc {address}: cannot bind ({exc})") from None
     if port == 0:
         raise ConfigError(f"--grpc {address}: cannot bind (address in use or invalid)")
     server.bound_port = port
+    server.health = health
     server.start()
     log.info("gRPC listening on %s", address.rsplit(":", 1)[0] + f":{port}")
     return server

@@ -7,15 +7,34 @@ the batch's rows in ``bnc_serve_batch_rows``). Per server: REST connections clos
 by reason (``bnc_serve_connections_closed_total``). Both front ends call :func:`observe_request` once
 per inference request; the core (:mod:`~bnc_deploy.serve.model`) observes queue and compute.
 
+Per model version: ``bnc_serve_model_ready{model, version}`` is 1 while that version serves (the
+version's number: ``1`` for a flat file), else 0 (:func:`set_version_ready`, called by the repository).
+
 The metrics live in a registry of their own (:data:`REGISTRY`), created once per process, so
-several apps in one process (tests) share them instead of registering twice. With several
-uvicorn workers each process has its own numbers (scrape each, or use prometheus_client's
-multiprocess mode; not set up here).
+several apps in one process (tests) share them instead of registering twice.
+
+Several processes (``bnc-serve --workers N``): prometheus_client's multiprocess mode. The parent
+creates an empty directory and sets ``PROMETHEUS_MULTIPROC_DIR`` to it before the workers start
+(:func:`multiprocess_dir`, which removes it when they have stopped); every worker then writes its
+values there (prometheus_client picks the mode when it is imported, from that variable), and
+``/metrics``, whichever worker answers it, reads every worker's values through
+``MultiProcessCollector`` (:func:`exposition`): counters and histograms are summed; the ready
+gauge is the minimum over the live workers (``livemin``: 1 only when every worker serves the
+version). A worker that stops marks its gauge values dead (:func:`process_exit`). The same works
+under any server that sets the variable (``uvicorn --factory ... --workers N``, gunicorn).
 """
 
 from __future__ import annotations
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+import contextlib
+import os
+import shutil
+import tempfile
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+#: The environment variable of prometheus_client's multiprocess mode.
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
 REGISTRY = CollectorRegistry(auto_describe=True)
 #: Sub-millisecond buckets: a letter-sized model answers in tens of microseconds.
@@ -57,6 +76,13 @@ BATCH_ROWS = Histogram(
     "Rows per runtime call",
     ["model"],
     buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 1024, 4096),
+    registry=REGISTRY,
+)
+MODEL_READY = Gauge(
+    "bnc_serve_model_ready",
+    "1 while the model version is serving (several workers: in every live worker)",
+    ["model", "version"],
+    multiprocess_mode="livemin",
     registry=REGISTRY,
 )
 
@@ -123,6 +149,48 @@ def connection_closed(reason: str) -> None:
     CONNECTIONS_CLOSED.labels(reason).inc()
 
 
+def set_version_ready(model: str, version: str, ready: bool) -> None:
+    """``bnc_serve_model_ready{model, version}``: 1 while that version serves, else 0."""
+    MODEL_READY.labels(model, version).set(1 if ready else 0)
+
+
+def multiprocess() -> bool:
+    """Whether this process runs in prometheus_client's multiprocess mode (module docstring)."""
+    return bool(os.environ.get(MULTIPROC_ENV))
+
+
 def exposition() -> tuple[bytes, str]:
-    """``(body, content_type)`` of the Prometheus text exposition."""
+    """``(body, content_type)`` of the Prometheus text exposition: this process's metrics, or
+    every worker's in multiprocess mode."""
+    if multiprocess():
+        from prometheus_client import multiprocess as mp
+
+        registry = CollectorRegistry()  # a fresh one per scrape, as prometheus_client documents
+        mp.MultiProcessCollector(registry)
+        return generate_latest(registry), CONTENT_TYPE_LATEST
     return generate_latest(REGISTRY), CONTENT_TYPE_LATEST
+
+
+def process_exit() -> None:
+    """In multiprocess mode, drop this process's live gauge values (a stopping worker calls it)."""
+    if multiprocess():
+        from prometheus_client import multiprocess as mp
+
+        mp.mark_process_dead(os.getpid())
+
+
+@contextlib.contextmanager
+def multiprocess_dir():
+    """For the parent of several workers: an empty temporary directory as ``PROMETHEUS_MULTIPROC_DIR``
+    while the block runs (the workers it starts inherit it); removed afterwards, the variable restored."""
+    path = tempfile.mkdtemp(prefix="bnc-serve-metrics-")
+    before = os.environ.get(MULTIPROC_ENV)
+    os.environ[MULTIPROC_ENV] = path
+    try:
+        yield path
+    finally:
+        if before is None:
+            os.environ.pop(MULTIPROC_ENV, None)
+        else:
+            os.environ[MULTIPROC_ENV] = before
+        shutil.rmtree(path, ignore_errors=True)

@@ -1,7 +1,10 @@
 """One served model: an exported file (or ``.bnc`` model file) loaded in its runtime and checked.
 
-``ServedModel(name, path)`` reads the file's bytes once for its version (the first 12 hex digits
-of its SHA-256, so every response's ``model_version`` tells old from new after a reload), loads
+``ServedModel(name, path)`` reads the file's bytes once for its ``digest`` (the first 12 hex digits
+of its SHA-256), which is its ``version`` (every response's ``model_version``: it tells old from
+new after a reload) unless the repository gives one (``version="2"``: Triton's version
+directories, :mod:`~bnc_deploy.serve.versions`); ``served_versions`` (set by the repository) are
+the model's versions serving beside it, listed in the metadata. It loads
 those same bytes in a runtime adapter (``bnc_deploy.runtimes``, which checks the file's
 integrity seal on them and never opens the path: a file changed in place after loading cannot
 change what a served version computes), then
@@ -12,7 +15,9 @@ file's own check set) and refuses the file (:class:`ModelLoadError`) unless it r
 ``infer`` is blocking and thread-safe (runtimes that are not thread-safe, e.g. LiteRT, run under a
 lock); with ``max_batch`` it goes through the model's :class:`~bnc_deploy.serve.batching.Batcher`.
 ``infer_async`` is the same for an asyncio front end (no thread hop when not batching: a call
-takes tens of microseconds).
+takes tens of microseconds). A front end passes each request's
+:class:`~bnc_deploy.serve.statistics.InferRecord` (``record=``), which gets the validation, queue,
+runtime-call and output times and, when the request is traced, its ``queue``/``compute`` spans.
 
 Tensors (V2): input ``x`` ``[-1, D]`` of the file's input datatype (integer codes: any integer
 datatype is accepted and range-checked by the adapter; raw files: ``FP32``, any real datatype
@@ -41,7 +46,7 @@ from bnc_deploy.errors import BncDeployError, InputError
 from bnc_deploy.formats.checkset import check_inputs, compare_check
 from bnc_deploy.formats.metadata import INPUT_NAME, INPUT_RAW, contract_outputs
 from bnc_deploy.runtimes.base import load_runtime
-from bnc_deploy.serve import metrics
+from bnc_deploy.serve import metrics, statistics
 from bnc_deploy.serve.batching import Batcher
 from bnc_deploy.serve.errors import BadRequest, ServeError
 from bnc_deploy.serve.protocol import NUMPY_NAMES
@@ -94,13 +99,16 @@ class ServedModel:
         max_batch: int = 0,
         max_queue_delay_ms: float = 0.0,
         key: bytes | None = None,
+        version: str | None = None,
     ) -> None:
         self.name, self.path = name, Path(path)
         try:
             before = self.path.read_bytes()
         except OSError as exc:
             raise ModelLoadError(f"{self.path}: cannot read ({exc.strerror or exc})") from None
-        self.version = file_version(before)
+        self.digest = file_version(before)
+        self.version = version or self.digest
+        self.served_versions = [self.version]
         self.file_bytes = len(before)
         try:
             self.adapter = load_runtime(
@@ -121,6 +129,9 @@ class ServedModel:
         self._batcher = None
         self.check_result = self._check()
         self._metrics = metrics.ModelMetrics(name)
+        self.statistics = statistics.ModelStatistics(name, self.version)
+        self.max_batch = max_batch if max_batch and max_batch > 0 else 0
+        self.max_queue_delay_ms = float(max_queue_delay_ms) if self.max_batch else 0.0
         if max_batch and max_batch > 0:
             self._batcher = Batcher(
                 self._run_rows, max_batch=max_batch, max_queue_delay_ms=max_queue_delay_ms, name=name
@@ -162,7 +173,7 @@ class ServedModel:
         )
         return {
             "name": self.name,
-            "versions": [self.version],
+            "versions": list(self.served_versions),
             "platform": f"bnc-deploy_{meta.get('format')}_{self.runtime}",
             "inputs": [
                 {
@@ -217,42 +228,62 @@ class ServedModel:
             x = self.adapter.check(x)
         return x, names, cls  # unbatched: adapter.run validates (once) on the way
 
-    def infer(self, inputs: dict, outputs=None, *, classification=0) -> list[tuple[str, np.ndarray]]:
+    def infer(self, inputs: dict, outputs=None, *, classification=0, record=None) -> list[tuple[str, np.ndarray]]:
         """Run one request; ``[(output name, array)]`` in the requested order (default: all).
 
         ``classification``: an int for every requested output, or ``{output name: k}``.
-        Raises BadRequest / InputError (400) for bad requests.
+        ``record``: the request's :class:`~bnc_deploy.serve.statistics.InferRecord` (stage times,
+        trace span), given by the front ends. Raises BadRequest / InputError (400) for bad requests.
         """
+        t = time.perf_counter_ns()
         x, names, cls = self._prepare_request(inputs, outputs, classification)
+        input_ns = time.perf_counter_ns() - t
         if self._batcher is not None and len(x):
-            scores, labels = self._batcher.submit(x).result()
+            scores, labels = self._batcher.submit(x, record).result()
         else:
-            scores, labels = self._timed(x)
-        return self._outputs(scores, labels, names, cls)
+            scores, labels = self._timed(x, record)
+        return self._recorded_outputs(scores, labels, names, cls, record, input_ns)
 
-    async def infer_async(self, inputs: dict, outputs=None, *, classification=0) -> list[tuple[str, np.ndarray]]:
+    async def infer_async(
+        self, inputs: dict, outputs=None, *, classification=0, record=None
+    ) -> list[tuple[str, np.ndarray]]:
         """:meth:`infer` for an event loop: batched requests await their batch; unbatched ones run
         inline (a thread hop would cost more than the runtime call)."""
+        t = time.perf_counter_ns()
         x, names, cls = self._prepare_request(inputs, outputs, classification)
+        input_ns = time.perf_counter_ns() - t
         if self._batcher is not None and len(x):
-            scores, labels = await asyncio.wrap_future(self._batcher.submit(x))
+            scores, labels = await asyncio.wrap_future(self._batcher.submit(x, record))
         else:
-            scores, labels = self._timed(x)
-        return self._outputs(scores, labels, names, cls)
+            scores, labels = self._timed(x, record)
+        return self._recorded_outputs(scores, labels, names, cls, record, input_ns)
 
-    def _timed(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _timed(self, x: np.ndarray, record=None) -> tuple[np.ndarray, np.ndarray]:
         """The unbatched call: ``adapter.run`` validates ``x`` (InputError -> 400) and runs it."""
-        start = time.perf_counter()
+        start = time.perf_counter_ns()
         if self._lock is None:
             scores, labels = self.adapter.run(x)
-            queued = 0.0
+            began = start
         else:
             with self._lock:
-                queued = time.perf_counter() - start
-                start += queued
+                began = time.perf_counter_ns()
                 scores, labels = self.adapter.run(x)
-        self._metrics.observe_run(queued, time.perf_counter() - start, len(labels))
+        ended = time.perf_counter_ns()
+        self._metrics.observe_run((began - start) / 1e9, (ended - began) / 1e9, len(labels))
+        if record is not None:
+            record.ran(start, began, ended, len(labels))
         return scores, labels
+
+    def _recorded_outputs(self, scores, labels, names, cls, record, input_ns: int) -> list[tuple[str, np.ndarray]]:
+        """:meth:`_outputs`, its time and the request's validation time and rows added to ``record``."""
+        if record is None:
+            return self._outputs(scores, labels, names, cls)
+        t = time.perf_counter_ns()
+        out = self._outputs(scores, labels, names, cls)
+        record.output_ns += time.perf_counter_ns() - t
+        record.input_ns += input_ns
+        record.rows += len(labels)
+        return out
 
     def _outputs(self, scores, labels, names, cls) -> list[tuple[str, np.ndarray]]:
         out = []

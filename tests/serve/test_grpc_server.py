@@ -213,13 +213,16 @@ def test_health_metadata_and_repository_rpcs(stub):
 
 def test_rpcs_left_out_are_unimplemented_and_big_messages_exhausted(stub):
     client, _, channel, models = stub
-    call = channel.unary_unary(
-        "/inference.GRPCInferenceService/ModelStatistics",
+    call = channel.unary_unary(  # shared memory: in Triton's service, not in ours
+        "/inference.GRPCInferenceService/SystemSharedMemoryStatus",
         request_serializer=lambda m: b"",
         response_deserializer=lambda b: b,
     )
     code, _ = _code(lambda: call(None))
     assert code == grpc.StatusCode.UNIMPLEMENTED
+    # Statistics answer now (test_grpc_extensions.py checks them), as the metadata advertises.
+    (entry,) = client.ModelStatistics(pb.ModelStatisticsRequest(name="nb_onnx")).model_stats
+    assert entry.name == "nb_onnx" and "statistics" in client.ServerMetadata(pb.ServerMetadataRequest()).extensions
     d = len(models["nb_onnx"].artifact.cardinalities)
     big = np.zeros(((1 << 20) // (8 * d) + 10, d), dtype=np.int64)  # just over the server's 1 MiB limit
     code, _ = _code(lambda: client.ModelInfer(_request("nb_onnx", big)))

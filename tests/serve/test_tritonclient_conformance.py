@@ -385,4 +385,57 @@ def test_proto_is_tritons_field_for_field():
         assert [m.input_type.full_name, m.output_type.full_name, m.client_streaming, m.server_streaming] == theirs[
             "methods"
         ][m.name], m.name
-    assert len(svc.methods) == 9
+    assert len(svc.methods) == 12  # health, metadata, infer, repository, statistics, config, trace
+
+
+_CONFIG_FIELDS = r'''
+def config_fields(d):
+    """{full name: [[field, number, type, repeated, message or enum type]] of each message, {value: number}
+    of each enum} of the file descriptor ``d``, nested ones included."""
+    out = {}
+
+    def enum(e):
+        out[e.full_name] = {v.name: v.number for v in e.values}
+
+    def message(m):
+        rows = []
+        for f in m.fields:
+            repeated = f.is_repeated if hasattr(f, "is_repeated") else f.label == 3
+            kind = f.message_type or f.enum_type
+            rows.append([f.name, f.number, f.type, bool(repeated), kind.full_name if kind else ""])
+        out[m.full_name] = rows
+        for e in m.enum_types:
+            enum(e)
+        for n in m.nested_types:
+            message(n)
+
+    for m in d.message_types_by_name.values():
+        message(m)
+    for e in d.enum_types_by_name.values():
+        enum(e)
+    return out
+'''
+
+
+def test_model_config_is_a_subset_of_tritons():
+    """Our model_config.proto is a wire-compatible subset of Triton's: every message is Triton's and
+    each field we declare has Triton's name, number, type and label; every enum is Triton's whole."""
+    import json
+    import subprocess
+
+    from bnc_deploy.serve.proto import model_config_pb2
+
+    code = "import json\nfrom tritonclient.grpc import model_config_pb2\n" + _CONFIG_FIELDS
+    code += "print(json.dumps(config_fields(model_config_pb2.DESCRIPTOR)))"
+    done = subprocess.run([str(client_python()), "-c", code], capture_output=True, text=True, check=True)
+    theirs = json.loads(done.stdout)
+    namespace: dict = {}
+    exec(_CONFIG_FIELDS, namespace)  # noqa: S102 - the same function on our side (the project's protobuf)
+    ours = namespace["config_fields"](model_config_pb2.DESCRIPTOR)
+    assert {"inference.ModelConfig", "inference.ModelInput", "inference.DataType"} <= set(ours)
+    for name, mine in ours.items():
+        assert name in theirs, name
+        if isinstance(mine, dict):
+            assert mine == theirs[name], f"enum {name} differs from tritonclient's"
+        else:
+            assert [row for row in mine if row not in theirs[name]] == [], f"message {name}: fields not Triton's"

@@ -14,13 +14,21 @@ Usage::
 
     {"arrays": "inputs.npz",                  # the request tensors, by key
      "http": "127.0.0.1:8000", "grpc": "127.0.0.1:8001", "headers": {...},
+     "tls": null | {"ca": PEM file | null, "cert": PEM file | null, "key": PEM file | null},
      "steps": [{"protocol": "http"|"http-json"|"grpc", "op": "infer"|"live"|"ready"|"server_metadata"|
-                "model_ready"|"model_metadata"|"index"|"load"|"unload"|"latency"|"loop", ...}]}
+                "model_ready"|"model_metadata"|"index"|"load"|"unload"|"latency"|"loop"|
+                "stats"|"config"|"trace_settings"|"load_config", ...}]}
 
 Each step's result is a JSON object: ``ok`` and either the call's value (metadata dicts, booleans,
 ``model_version`` and ``outputs``: output name -> key of an array in ``result.npz`` beside
 ``result.json``) or ``error``: ``{"status": ..., "message": ...}`` as tritonclient reports them
-(the HTTP status code, or the gRPC ``StatusCode.NAME``).
+(the HTTP status code, or the gRPC ``StatusCode.NAME``); a failure below the protocol (a TLS
+handshake refused, a connection closed) is ``{"status": "transport", "message": "Type: text"}``.
+
+``tls`` (the plan's, or a step's own ``"tls"``, which may be null: plain text) makes every client
+speak TLS: HTTPS with ``ca`` as the trusted roots (the certifi bundle without it) and the host name
+checked, gRPC with ``root_certificates`` (gRPC's bundled roots without it); ``cert`` and ``key``
+are the client's certificate for mutual TLS.
 
 ``latency``: ``n`` sequential batch-1 requests after ``warmup`` (``"call": "live"``: liveness
 requests instead, the client + transport floor); returns each round trip in seconds. ``loop``: ``clients`` threads,
@@ -47,10 +55,23 @@ from tritonclient.utils import InferenceServerException
 
 
 def _client(step: dict, plan: dict, concurrency: int = 1):
+    tls = step["tls"] if "tls" in step else plan.get("tls")
     if step["protocol"] == "grpc":
+        if tls:
+            return grpcclient.InferenceServerClient(
+                url=plan["grpc"],
+                ssl=True,
+                root_certificates=tls.get("ca"),
+                private_key=tls.get("key"),
+                certificate_chain=tls.get("cert"),
+            )
         return grpcclient.InferenceServerClient(url=plan["grpc"])
+    secure = {}
+    if tls:
+        options = {"ca_certs": tls.get("ca"), "certfile": tls.get("cert"), "keyfile": tls.get("key")}
+        secure = {"ssl": True, "ssl_options": {k: v for k, v in options.items() if v}}
     return httpclient.InferenceServerClient(
-        url=plan["http"], concurrency=concurrency, connection_timeout=30.0, network_timeout=30.0
+        url=plan["http"], concurrency=concurrency, connection_timeout=30.0, network_timeout=30.0, **secure
     )
 
 
@@ -168,11 +189,35 @@ def run_step(step: dict, plan: dict, arrays, saved: dict, index: int) -> dict:
         if op == "unload":
             client.unload_model(step["model"], headers=headers)
             return {"ok": True}
+        if op == "load_config":  # Triton's load with a model configuration ("config": its version_policy)
+            client.load_model(step["model"], config=json.dumps(step["config"]), headers=headers)
+            return {"ok": True}
+        if op in EXTENSION_OPS:
+            return {"ok": True, "value": _as_json(_extension(client, step, headers), grpc)}
         raise SystemExit(f"unknown op {op!r}")
     except InferenceServerException as exc:
         return {"ok": False, "error": _error(exc)}
+    except Exception as exc:  # noqa: BLE001 - below the protocol: a refused TLS handshake, a closed connection
+        return {"ok": False, "error": {"status": "transport", "message": f"{type(exc).__name__}: {exc}"}}
     finally:
         client.close()
+
+
+#: Triton's statistics, model configuration and trace extensions, through tritonclient's own calls:
+#: ``stats`` (``model``, ``version``: "" for all), ``config``, ``trace_settings`` (``model``: None
+#: for the global settings; with ``settings``: the update, answered with the settings in force).
+EXTENSION_OPS = ("stats", "config", "trace_settings")
+
+
+def _extension(client, step: dict, headers):
+    op = step["op"]
+    if op == "stats":
+        return client.get_inference_statistics(step.get("model", ""), step.get("version", ""), headers=headers)
+    if op == "config":
+        return client.get_model_config(step["model"], step.get("version", ""), headers=headers)
+    if step.get("settings") is not None:
+        return client.update_trace_settings(model_name=step.get("model"), settings=step["settings"], headers=headers)
+    return client.get_trace_settings(model_name=step.get("model"), headers=headers)
 
 
 def _latency(step: dict, plan: dict, arrays) -> dict:

@@ -64,7 +64,9 @@ def run_plan(
     background: bool = False,
 ):
     """Run ``steps`` in the tritonclient driver against ``server`` (a ``serve_support.ServerProcess``);
-    ``(results, saved arrays)`` (or the Popen and the result path when ``background``)."""
+    ``(results, saved arrays)`` (or the Popen and the result path when ``background``). A server
+    with a ``tls`` attribute (``{"ca", "cert", "key"}`` file names, see tritonclient_driver.py) is
+    spoken to over TLS."""
     python = client_python()
     tag = f"{time.monotonic_ns()}"
     arrays_path = tmp_path / f"plan-{tag}-inputs.npz"
@@ -74,6 +76,7 @@ def run_plan(
         "http": f"127.0.0.1:{server.http_port}",
         "grpc": server.grpc_address,
         "headers": headers or {},
+        "tls": getattr(server, "tls", None),
         "steps": steps,
     }
     plan_path = tmp_path / f"plan-{tag}.json"

@@ -64,6 +64,16 @@ class GRPCInferenceServiceStub(object):
                 request_serializer=bnc__deploy_dot_serve_dot_proto_dot_grpc__service__pb2.ModelInferRequest.SerializeToString,
                 response_deserializer=bnc__deploy_dot_serve_dot_proto_dot_grpc__service__pb2.ModelInferResponse.FromString,
                 _registered_method=True)
+        self.ModelConfig = channel.unary_unary(
+                '/inference.GRPCInferenceService/ModelConfig',
+                request_serializer=bnc__deploy_dot_serve_dot_proto_dot_grpc__service__pb2.ModelConfigRequest.SerializeToString,
+                response_deserializer=bnc__deploy_dot_serve_dot_proto_dot_grpc__service__pb2.ModelConfigResponse.FromString,
+                _registered_method=True)
+        self.ModelStatistics = channel.unary_unary(
+                '/inference.GRPCInferenceService/ModelStatistics',
+                request_serializer=bnc__deploy_dot_serve_dot_proto_dot_grpc__service__pb2.ModelStatisticsRequest.SerializeToString,
+                response_deserializer=bnc__deploy_dot_serve_dot_proto_dot_grpc__service__pb2.ModelStatisticsResponse.FromString,
+                _registered_method=True)
         self.RepositoryIndex = channel.unary_unary(
                 '/inference.GRPCInferenceService/RepositoryIndex',
                 request_serializer=bnc__deploy_dot_serve_dot_proto_dot_grpc__service__pb2.RepositoryIndexRequest.SerializeToString,
@@ -78,6 +88,11 @@ class GRPCInferenceServiceStub(object):
                 '/inference.GRPCInferenceService/RepositoryModelUnload',
                 request_serializer=bnc__deploy_dot_serve_dot_proto_dot_grpc__service__pb2.RepositoryModelUnloadRequest.SerializeToString,
                 response_deserializer=bnc__deploy_dot_serve_dot_proto_dot_grpc__service__pb2.RepositoryModelUnloadResponse.FromString,
+                _registered_method=True)
+        self.TraceSetting = channel.unary_unary(
+                '/inference.GRPCInferenceService/TraceSetting',
+                request_serializer=bnc__deploy_dot_serve_dot_proto_dot_grpc__service__pb2.TraceSettingRequest.SerializeToString,
+                response_deserializer=bnc__deploy_dot_serve_dot_proto_dot_grpc__service__pb2.TraceSettingResponse.FromString,
                 _registered_method=True)
 
 
@@ -120,6 +135,18 @@ class GRPCInferenceServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ModelConfig(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ModelStatistics(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def RepositoryIndex(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -133,6 +160,12 @@ class GRPCInferenceServiceServicer(object):
         raise NotImplementedError('Method not implemented!')
 
     def RepositoryModelUnload(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def TraceSetting(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -171,6 +204,16 @@ def add_GRPCInferenceServiceServicer_to_server(servicer, server):
                     request_deserializer=bnc__deploy_dot_serve_dot_proto_dot_grpc__service__pb2.ModelInferRequest.FromString,
                     response_serializer=bnc__deploy_dot_serve_dot_proto_dot_grpc__service__pb2.ModelInferResponse.SerializeToString,
             ),
+            'ModelConfig': grpc.unary_unary_rpc_method_handler(
+                    servicer.ModelConfig,
+                    request_deserializer=bnc__deploy_dot_serve_dot_proto_dot_grpc__service__pb2.ModelConfigRequest.FromString,
+                    response_serializer=bnc__deploy_dot_serve_dot_proto_dot_grpc__service__pb2.ModelConfigResponse.SerializeToString,
+            ),
+            'ModelStatistics': grpc.unary_unary_rpc_method_handler(
+                    servicer.ModelStatistics,
+                    request_deserializer=bnc__deploy_dot_serve_dot_proto_dot_grpc__service__pb2.ModelStatisticsRequest.FromString,
+                    response_serializer=bnc__deploy_dot_serve_dot_proto_dot_grpc__service__pb2.ModelStatisticsResponse.SerializeToString,
+            ),
             'RepositoryIndex': grpc.unary_unary_rpc_method_handler(
                     servicer.RepositoryIndex,
                     request_deserializer=bnc__deploy_dot_serve_dot_proto_dot_grpc__service__pb2.RepositoryIndexRequest.FromString,
@@ -185,6 +228,11 @@ def add_GRPCInferenceServiceServicer_to_server(servicer, server):
                     servicer.RepositoryModelUnload,
                     request_deserializer=bnc__deploy_dot_serve_dot_proto_dot_grpc__service__pb2.RepositoryModelUnloadRequest.FromString,
                     response_serializer=bnc__deploy_dot_serve_dot_proto_dot_grpc__service__pb2.RepositoryModelUnloadResponse.SerializeToString,
+            ),
+            'TraceSetting': grpc.unary_unary_rpc_method_handler(
+                    servicer.TraceSetting,
+                    request_deserializer=bnc__deploy_dot_serve_dot_proto_dot_grpc__service__pb2.TraceSettingRequest.FromString,
+                    response_serializer=bnc__deploy_dot_serve_dot_proto_dot_grpc__service__pb2.TraceSettingResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -360,6 +408,60 @@ class GRPCInferenceService(object):
             _registered_method=True)
 
     @staticmethod
+    def ModelConfig(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/inference.GRPCInferenceService/ModelConfig',
+            bnc__deploy_dot_serve_dot_proto_dot_grpc__service__pb2.ModelConfigRequest.SerializeToString,
+            bnc__deploy_dot_serve_dot_proto_dot_grpc__service__pb2.ModelConfigResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ModelStatistics(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/inference.GRPCInferenceService/ModelStatistics',
+            bnc__deploy_dot_serve_dot_proto_dot_grpc__service__pb2.ModelStatisticsRequest.SerializeToString,
+            bnc__deploy_dot_serve_dot_proto_dot_grpc__service__pb2.ModelStatisticsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def RepositoryIndex(request,
             target,
             options=(),
@@ -430,6 +532,33 @@ class GRPCInferenceService(object):
             '/inference.GRPCInferenceService/RepositoryModelUnload',
             bnc__deploy_dot_serve_dot_proto_dot_grpc__service__pb2.RepositoryModelUnloadRequest.SerializeToString,
             bnc__deploy_dot_serve_dot_proto_dot_grpc__service__pb2.RepositoryModelUnloadResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TraceSetting(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/inference.GRPCInferenceService/TraceSetting',
+            bnc__deploy_dot_serve_dot_proto_dot_grpc__service__pb2.TraceSettingRequest.SerializeToString,
+            bnc__deploy_dot_serve_dot_proto_dot_grpc__service__pb2.TraceSettingResponse.FromString,
             options,
             channel_credentials,
             insecure,

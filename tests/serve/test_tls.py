@@ -1,0 +1,308 @@
+"""TLS on both front ends: the official tritonclient over HTTPS and gRPC with TLS passes the
+conformance checks (mutual TLS), clients without the CA or without a certificate are refused, bad
+certificate files and plain text beyond loopback exit 2 with one line naming the file or flag.
+
+The certificates are made here, per test session, with ``cryptography``: a CA, a server
+certificate for 127.0.0.1/::1/localhost, a client CA and a client certificate, and a second CA
+that signed nothing the server trusts.
+"""
+
+from __future__ import annotations
+
+import datetime
+import http.client
+import ipaddress
+import json
+import ssl
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("uvicorn", reason="bnc-serve needs the 'serve' extra")
+x509 = pytest.importorskip("cryptography.x509", reason="the 'test' extra (cryptography) is not installed")
+
+import serve_support as ss
+import test_tritonclient_conformance as conformance
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from tritonclient_support import client_python, run_plan
+
+from bnc_deploy.cli.serve import main as serve_main
+from bnc_deploy.serve.tls import check_plaintext, is_loopback, load_tls
+
+
+# -- throwaway certificates --------------------------------------------------------------------
+def _key():
+    return ec.generate_private_key(ec.SECP256R1())  # P-256: milliseconds, unlike RSA
+
+
+def _cert(subject: str, key, issuer=None, issuer_key=None, *, ca=False, server=False):
+    """A certificate for ``subject`` signed by ``issuer`` (self-signed without one)."""
+    now = datetime.datetime.now(datetime.UTC)
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)])
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(issuer.subject if issuer else name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+    )
+    signer = issuer_key or key
+    builder = builder.add_extension(
+        x509.AuthorityKeyIdentifier.from_issuer_public_key(signer.public_key()), critical=False
+    )
+    if ca:
+        usage = dict.fromkeys(
+            ("digital_signature", "content_commitment", "key_encipherment", "data_encipherment", "key_agreement"), False
+        )
+        builder = builder.add_extension(
+            x509.KeyUsage(**usage, key_cert_sign=True, crl_sign=True, encipher_only=False, decipher_only=False),
+            critical=True,
+        )
+    elif server:
+        hosts = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
+        hosts.append(x509.IPAddress(ipaddress.ip_address("::1")))
+        builder = builder.add_extension(x509.SubjectAlternativeName(hosts), critical=False)
+        builder = builder.add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+    else:
+        builder = builder.add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+    return builder.sign(signer, hashes.SHA256())
+
+
+def _write(folder: Path, name: str, cert=None, key=None, password: bytes | None = None) -> str:
+    path = folder / name
+    if cert is not None:
+        path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    else:
+        encryption = serialization.BestAvailableEncryption(password) if password else serialization.NoEncryption()
+        path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption))
+    return str(path)
+
+
+@pytest.fixture(scope="session")
+def certs(tmp_path_factory) -> dict[str, str]:
+    """File names: ``ca``, ``server_cert``/``server_key`` (signed by ``ca``), ``client_ca``,
+    ``client_cert``/``client_key`` (signed by ``client_ca``), ``other_ca`` and
+    ``stranger_cert``/``stranger_key`` (signed by ``other_ca``), ``wrong_key`` (matches nothing),
+    ``encrypted_key`` (the server key under a password)."""
+    folder = tmp_path_factory.mktemp("certs")
+    out = {}
+    ca_key, client_ca_key, other_key = _key(), _key(), _key()
+    ca = _cert("bnc test CA", ca_key, ca=True)
+    client_ca = _cert("bnc test client CA", client_ca_key, ca=True)
+    other_ca = _cert("bnc other CA", other_key, ca=True)
+    for name, cert in (("ca", ca), ("client_ca", client_ca), ("other_ca", other_ca)):
+        out[name] = _write(folder, f"{name}.pem", cert=cert)
+    for name, issuer, issuer_key, server in (
+        ("server", ca, ca_key, True),
+        ("client", client_ca, client_ca_key, False),
+        ("stranger", other_ca, other_key, False),
+    ):
+        key = _key()
+        out[f"{name}_cert"] = _write(folder, f"{name}.pem", cert=_cert(name, key, issuer, issuer_key, server=server))
+        out[f"{name}_key"] = _write(folder, f"{name}.key", key=key)
+        if server:
+            out["encrypted_key"] = _write(folder, "encrypted.key", key=key, password=b"secret-password")
+    out["wrong_key"] = _write(folder, "wrong.key", key=_key())
+    return out
+
+
+class TlsServer(ss.ServerProcess):
+    """``bnc-serve`` with ``--tls-cert``/``--tls-key`` (and ``--tls-client-ca`` when ``mutual``):
+    its own readiness wait and ``request`` speak HTTPS; ``tls`` is the tritonclient driver's option."""
+
+    def __init__(self, repository, certs: dict[str, str], *, mutual: bool, args=(), **kwargs) -> None:
+        self.context = ssl.create_default_context(cafile=certs["ca"])
+        self.tls = {"ca": certs["ca"], "cert": None, "key": None}
+        flags = ["--tls-cert", certs["server_cert"], "--tls-key", certs["server_key"]]
+        if mutual:
+            flags += ["--tls-client-ca", certs["client_ca"]]
+            self.context.load_cert_chain(certs["client_cert"], certs["client_key"])
+            self.tls.update(cert=certs["client_cert"], key=certs["client_key"])
+        super().__init__(repository, args=[*flags, *args], **kwargs)
+        self.url = f"https://127.0.0.1:{self.http_port}"
+
+    def wait_until(self, timeout: float, path: str = "/v2/health/live") -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"bnc-serve exited with {self.proc.returncode}:\n{self.log()}")
+            try:
+                url = f"https://127.0.0.1:{self.http_port}{path}"
+                with urllib.request.urlopen(url, timeout=2, context=self.context) as r:
+                    if r.status == 200:
+                        return
+            except (OSError, urllib.error.URLError):
+                pass
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"bnc-serve did not answer over HTTPS within {timeout} s:\n{self.log()}")
+
+    def request(self, method: str, path: str, body: bytes | None = None, headers=None, timeout: float = 30):
+        conn = http.client.HTTPSConnection("127.0.0.1", self.http_port, timeout=timeout, context=self.context)
+        try:
+            conn.request(method, path, body=body, headers=dict(headers or {}))
+            r = conn.getresponse()
+            return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
+        finally:
+            conn.close()
+
+
+# -- bad input: exit 2, one line naming the file ---------------------------------------------------
+def _exit_2(argv: list[str], capsys) -> str:
+    with pytest.raises(SystemExit) as info:
+        serve_main(argv)
+    lines = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
+    assert info.value.code == 2, lines
+    assert len(lines) == 1 and lines[0].startswith("bnc-serve: error:"), lines
+    return lines[0]
+
+
+def test_bad_tls_files_exit_2_with_one_line_naming_the_file(certs, tmp_path, capsys):
+    repo = ["--repository", str(tmp_path)]
+    cert, key = certs["server_cert"], certs["server_key"]
+    garbage = tmp_path / "garbage.pem"
+    garbage.write_text("not a certificate\n")
+    missing = str(tmp_path / "missing.pem")
+    cases = [
+        (["--tls-cert", missing, "--tls-key", key], ["--tls-cert", missing, "cannot read"]),
+        (["--tls-cert", cert, "--tls-key", missing], ["--tls-key", missing, "cannot read"]),
+        (["--tls-cert", str(tmp_path), "--tls-key", key], ["--tls-cert", str(tmp_path), "cannot read"]),
+        (["--tls-cert", cert], ["--tls-cert needs --tls-key"]),
+        (["--tls-key", key], ["--tls-key needs --tls-cert"]),
+        (["--tls-client-ca", certs["client_ca"]], ["--tls-client-ca needs --tls-cert and --tls-key"]),
+        (["--tls-cert", str(garbage), "--tls-key", key], [str(garbage), "not a PEM certificate"]),
+        (["--tls-cert", key, "--tls-key", key], [key, "not a PEM certificate"]),
+        (["--tls-cert", cert, "--tls-key", cert], [cert, "not a PEM private key"]),
+        (["--tls-cert", cert, "--tls-key", certs["wrong_key"]], [certs["wrong_key"], "does not match", cert]),
+        (["--tls-cert", cert, "--tls-key", certs["encrypted_key"]], [certs["encrypted_key"], "encrypted"]),
+        (
+            ["--tls-cert", cert, "--tls-key", key, "--tls-client-ca", str(garbage)],
+            ["--tls-client-ca", str(garbage), "not a PEM CA certificate"],
+        ),
+    ]
+    for flags, fragments in cases:
+        line = _exit_2([*repo, *flags], capsys)
+        for fragment in fragments:
+            assert fragment in line, (flags, line)
+
+
+def test_plain_text_beyond_loopback_needs_insecure(certs, tmp_path, capsys):
+    repo = ["--repository", str(tmp_path)]
+    for flags, shown in [
+        (["--http", "0.0.0.0:0"], "--http 0.0.0.0:0"),
+        (["--grpc", "0.0.0.0:0"], "--grpc 0.0.0.0:0"),
+        (["--http", "127.0.0.1:0", "--grpc", "[::]:0"], "--grpc [::]:0"),
+        (["--http", "example.org:0"], "--http example.org:0"),
+    ]:
+        line = _exit_2([*repo, *flags], capsys)
+        assert shown in line and "plain text" in line, line
+        assert "--tls-cert" in line and "--tls-key" in line and "--insecure" in line, line
+    # The same addresses pass with --insecure or TLS; loopback needs neither.
+    tls = load_tls(certs["server_cert"], certs["server_key"])
+    wide = [("--http", "0.0.0.0", 8000), ("--grpc", "::", 8001)]
+    check_plaintext(wide, None, insecure=True)
+    check_plaintext(wide, tls, insecure=False)
+    check_plaintext([("--http", "127.0.0.1", 1), ("--grpc", "::1", 2), ("--http", "localhost", 3)], None, False)
+    assert is_loopback("127.0.0.2") and is_loopback("[::1]") and not is_loopback("10.0.0.1")
+
+
+def test_load_tls_keeps_the_checked_files(certs):
+    assert load_tls(None, None) is None
+    tls = load_tls(certs["server_cert"], certs["server_key"], certs["client_ca"])
+    assert tls.mutual and tls.cert_pem == Path(certs["server_cert"]).read_bytes()
+    assert tls.client_ca_pem == Path(certs["client_ca"]).read_bytes()
+    options = tls.uvicorn_options()
+    assert options["ssl_cert_reqs"] == ssl.CERT_REQUIRED and options["ssl_ca_certs"] == certs["client_ca"]
+    plain = load_tls(certs["server_cert"], certs["server_key"])
+    assert not plain.mutual and "ssl_ca_certs" not in plain.uvicorn_options()
+
+
+# -- tritonclient over TLS -------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def served_mtls(certs, tmp_path_factory):
+    """The conformance suite's repository behind mutual TLS on both front ends (and an API key)."""
+    client_python()  # skip before exporting anything when the client is absent
+    tmp = tmp_path_factory.mktemp("tls")
+    models = conformance._build_repository(tmp / "repo")
+    keys = tmp / "keys.txt"
+    keys.write_text(f"{conformance.API_KEY}\n")
+    server = TlsServer(tmp / "repo", certs, mutual=True, grpc=True, args=["--api-key-file", keys])
+    try:
+        yield tmp, models, server
+    finally:
+        assert server.stop() == 0, server.log()
+
+
+def test_conformance_over_https_and_grpc_with_mutual_tls(served_mtls):
+    """The plain-text conformance checks, unchanged, through tritonclient's HTTPS and gRPC-TLS
+    clients presenting a client certificate (run_plan passes the server's ``tls``)."""
+    server = served_mtls[2]
+    assert "HTTP on https://127.0.0.1:" in server.log() and "gRPC (TLS) on" in server.log()
+    conformance.test_every_endpoint_every_protocol_bit_identical(served_mtls)
+    conformance.test_errors_are_400_404_401_and_invalid_argument_not_found(served_mtls)
+    conformance.test_explicit_version_and_repository_unload_load(served_mtls)
+
+
+def test_mutual_tls_refuses_clients_without_a_certificate_or_the_ca(served_mtls, certs):
+    tmp, _, server = served_mtls
+    ca, cert, key = certs["ca"], certs["client_cert"], certs["client_key"]
+    refused = {
+        "no client certificate": {"ca": ca, "cert": None, "key": None},
+        "a certificate of another CA": {"ca": ca, "cert": certs["stranger_cert"], "key": certs["stranger_key"]},
+        "without the server's CA": {"ca": None, "cert": cert, "key": key},
+        "plain text": None,
+    }
+    steps = [
+        {"protocol": protocol, "op": "ready", "tls": tls} for tls in refused.values() for protocol in ("http", "grpc")
+    ]
+    steps += [{"protocol": protocol, "op": "ready"} for protocol in ("http", "grpc")]  # the plan's: accepted
+    results, _ = run_plan(steps, tmp, server=server, headers=conformance.AUTH)
+    for i, what in enumerate(refused):
+        for j, protocol in enumerate(("http", "grpc")):
+            r = results[2 * i + j]
+            assert not r["ok"], f"{what} over {protocol} was accepted: {r}"
+            # Refused by the handshake (the connection closed), not by an answer of the server.
+            assert r["error"]["status"] in ("transport", "StatusCode.UNAVAILABLE"), (what, r)
+            if what == "without the server's CA":  # the client's own check failed
+                assert "CERTIFICATE_VERIFY_FAILED" in r["error"]["message"], r
+    assert results[-2:] == [{"ok": True, "value": True}] * 2, results[-2:]
+    # The standard library sees the same: the handshake fails without a client certificate.
+    bare = ssl.create_default_context(cafile=ca)
+    with pytest.raises((ssl.SSLError, ConnectionError)):
+        conn = http.client.HTTPSConnection("127.0.0.1", server.http_port, timeout=10, context=bare)
+        conn.request("GET", "/v2/health/live")
+        conn.getresponse().read()
+    assert server.request("GET", "/v2/health/live")[0] == 200  # and keeps serving
+
+
+def test_tls_without_client_ca_serves_any_client_that_trusts_the_server(certs, tmp_path):
+    files = ss.build_repository(tmp_path / "repo", tflite=False)
+    with TlsServer(tmp_path / "repo", certs, mutual=False, grpc=True) as server:
+        x = ss.valid_rows(files["nb_onnx"], n=3)
+        xin = [{"name": "x", "datatype": "INT64", "array": "x"}]
+        steps = [{"protocol": p, "op": "infer", "model": "nb_onnx", "inputs": xin} for p in ("http", "grpc")]
+        steps += [{"protocol": p, "op": "live", "tls": {"ca": None}} for p in ("http", "grpc")]  # default roots
+        steps += [{"protocol": p, "op": "live", "tls": {"ca": certs["other_ca"]}} for p in ("http", "grpc")]
+        results, saved = run_plan(steps, tmp_path, server=server, arrays={"x": x})
+        for r in results[:2]:
+            assert r["ok"], r
+            assert saved[r["outputs"]["label"]].tolist() == conformance._expected(files["nb_onnx"].path, x)[2].tolist()
+        for r in results[2:]:
+            assert not r["ok"], f"a client that does not trust the server's CA was served: {r}"
+            assert "CERTIFICATE_VERIFY_FAILED" in r["error"]["message"], r
+        status, _, body = server.request("POST", "/v2/repository/index", b"{}")
+        assert status == 200 and {m["name"] for m in json.loads(body)} >= {"nb_onnx"}
+        with pytest.raises((http.client.RemoteDisconnected, ConnectionError)):  # plain HTTP to the TLS port
+            plain = http.client.HTTPConnection("127.0.0.1", server.http_port, timeout=10)
+            plain.request("GET", "/v2/health/live")
+            plain.getresponse().read()
+        assert server.stop() == 0, server.log()
