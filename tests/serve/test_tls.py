@@ -2,158 +2,36 @@
 conformance checks (mutual TLS), clients without the CA or without a certificate are refused, bad
 certificate files and plain text beyond loopback exit 2 with one line naming the file or flag.
 
-The certificates are made here, per test session, with ``cryptography``: a CA, a server
-certificate for 127.0.0.1/::1/localhost, a client CA and a client certificate, and a second CA
-that signed nothing the server trusts.
+The certificates are made per test session with ``cryptography`` (``tls_support.make_certs``): a
+CA, a server certificate for 127.0.0.1/::1/localhost, a client CA and a client certificate, and a
+second CA that signed nothing the server trusts.
 """
 
 from __future__ import annotations
 
-import datetime
 import http.client
-import ipaddress
 import json
 import ssl
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("uvicorn", reason="bnc-serve needs the 'serve' extra")
-x509 = pytest.importorskip("cryptography.x509", reason="the 'test' extra (cryptography) is not installed")
+pytest.importorskip("cryptography.x509", reason="the 'test' extra (cryptography) is not installed")
 
 import serve_support as ss
 import test_tritonclient_conformance as conformance
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+from tls_support import TlsServer, make_certs
 from tritonclient_support import client_python, run_plan
 
 from bnc_deploy.cli.serve import main as serve_main
 from bnc_deploy.serve.tls import check_plaintext, is_loopback, load_tls
 
 
-# -- throwaway certificates --------------------------------------------------------------------
-def _key():
-    return ec.generate_private_key(ec.SECP256R1())  # P-256: milliseconds, unlike RSA
-
-
-def _cert(subject: str, key, issuer=None, issuer_key=None, *, ca=False, server=False):
-    """A certificate for ``subject`` signed by ``issuer`` (self-signed without one)."""
-    now = datetime.datetime.now(datetime.UTC)
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, subject)])
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(issuer.subject if issuer else name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
-    )
-    signer = issuer_key or key
-    builder = builder.add_extension(
-        x509.AuthorityKeyIdentifier.from_issuer_public_key(signer.public_key()), critical=False
-    )
-    if ca:
-        usage = dict.fromkeys(
-            ("digital_signature", "content_commitment", "key_encipherment", "data_encipherment", "key_agreement"), False
-        )
-        builder = builder.add_extension(
-            x509.KeyUsage(**usage, key_cert_sign=True, crl_sign=True, encipher_only=False, decipher_only=False),
-            critical=True,
-        )
-    elif server:
-        hosts = [x509.DNSName("localhost"), x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]
-        hosts.append(x509.IPAddress(ipaddress.ip_address("::1")))
-        builder = builder.add_extension(x509.SubjectAlternativeName(hosts), critical=False)
-        builder = builder.add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-    else:
-        builder = builder.add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
-    return builder.sign(signer, hashes.SHA256())
-
-
-def _write(folder: Path, name: str, cert=None, key=None, password: bytes | None = None) -> str:
-    path = folder / name
-    if cert is not None:
-        path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    else:
-        encryption = serialization.BestAvailableEncryption(password) if password else serialization.NoEncryption()
-        path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, encryption))
-    return str(path)
-
-
 @pytest.fixture(scope="session")
 def certs(tmp_path_factory) -> dict[str, str]:
-    """File names: ``ca``, ``server_cert``/``server_key`` (signed by ``ca``), ``client_ca``,
-    ``client_cert``/``client_key`` (signed by ``client_ca``), ``other_ca`` and
-    ``stranger_cert``/``stranger_key`` (signed by ``other_ca``), ``wrong_key`` (matches nothing),
-    ``encrypted_key`` (the server key under a password)."""
-    folder = tmp_path_factory.mktemp("certs")
-    out = {}
-    ca_key, client_ca_key, other_key = _key(), _key(), _key()
-    ca = _cert("bnc test CA", ca_key, ca=True)
-    client_ca = _cert("bnc test client CA", client_ca_key, ca=True)
-    other_ca = _cert("bnc other CA", other_key, ca=True)
-    for name, cert in (("ca", ca), ("client_ca", client_ca), ("other_ca", other_ca)):
-        out[name] = _write(folder, f"{name}.pem", cert=cert)
-    for name, issuer, issuer_key, server in (
-        ("server", ca, ca_key, True),
-        ("client", client_ca, client_ca_key, False),
-        ("stranger", other_ca, other_key, False),
-    ):
-        key = _key()
-        out[f"{name}_cert"] = _write(folder, f"{name}.pem", cert=_cert(name, key, issuer, issuer_key, server=server))
-        out[f"{name}_key"] = _write(folder, f"{name}.key", key=key)
-        if server:
-            out["encrypted_key"] = _write(folder, "encrypted.key", key=key, password=b"secret-password")
-    out["wrong_key"] = _write(folder, "wrong.key", key=_key())
-    return out
-
-
-class TlsServer(ss.ServerProcess):
-    """``bnc-serve`` with ``--tls-cert``/``--tls-key`` (and ``--tls-client-ca`` when ``mutual``):
-    its own readiness wait and ``request`` speak HTTPS; ``tls`` is the tritonclient driver's option."""
-
-    def __init__(self, repository, certs: dict[str, str], *, mutual: bool, args=(), **kwargs) -> None:
-        self.context = ssl.create_default_context(cafile=certs["ca"])
-        self.tls = {"ca": certs["ca"], "cert": None, "key": None}
-        flags = ["--tls-cert", certs["server_cert"], "--tls-key", certs["server_key"]]
-        if mutual:
-            flags += ["--tls-client-ca", certs["client_ca"]]
-            self.context.load_cert_chain(certs["client_cert"], certs["client_key"])
-            self.tls.update(cert=certs["client_cert"], key=certs["client_key"])
-        super().__init__(repository, args=[*flags, *args], **kwargs)
-        self.url = f"https://127.0.0.1:{self.http_port}"
-
-    def wait_until(self, timeout: float, path: str = "/v2/health/live") -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"bnc-serve exited with {self.proc.returncode}:\n{self.log()}")
-            try:
-                url = f"https://127.0.0.1:{self.http_port}{path}"
-                with urllib.request.urlopen(url, timeout=2, context=self.context) as r:
-                    if r.status == 200:
-                        return
-            except (OSError, urllib.error.URLError):
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"bnc-serve did not answer over HTTPS within {timeout} s:\n{self.log()}")
-
-    def request(self, method: str, path: str, body: bytes | None = None, headers=None, timeout: float = 30):
-        conn = http.client.HTTPSConnection("127.0.0.1", self.http_port, timeout=timeout, context=self.context)
-        try:
-            conn.request(method, path, body=body, headers=dict(headers or {}))
-            r = conn.getresponse()
-            return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
-        finally:
-            conn.close()
+    """The throwaway certificates of :func:`tls_support.make_certs` (``ca``, ``server_cert``, ...)."""
+    return make_certs(tmp_path_factory.mktemp("certs"))
 
 
 # -- bad input: exit 2, one line naming the file ---------------------------------------------------
