@@ -153,6 +153,16 @@ class GuardedHttpToolsProtocol(HttpToolsProtocol):
                 return True
         return False
 
+    def shutdown(self) -> None:
+        """The server's graceful shutdown: an idle connection (no request in flight) is aborted.
+        uvicorn closes it, and over TLS a close waits for the client's close_notify, which an idle
+        keep-alive client never sends: the server would sit out its graceful timeout. Nothing is
+        lost by aborting: no response is pending. A connection mid-request finishes it first."""
+        if self.cycle is None or self.cycle.response_complete:
+            self._close()
+        else:
+            super().shutdown()
+
     def _close(self) -> None:
         self._waiting.pop(self, None)
         self._cancel()

@@ -12,6 +12,7 @@ from __future__ import annotations
 import http.client
 import json
 import ssl
+import time
 from pathlib import Path
 
 import pytest
@@ -184,3 +185,19 @@ def test_tls_without_client_ca_serves_any_client_that_trusts_the_server(certs, t
             plain.request("GET", "/v2/health/live")
             plain.getresponse().read()
         assert server.stop() == 0, server.log()
+
+
+def test_an_idle_https_connection_does_not_hold_the_shutdown(certs, tmp_path):
+    """A kept-alive HTTPS client that never reads again: closing its connection gracefully would
+    wait for its TLS close_notify, so the server would sit out --graceful-timeout; it aborts it."""
+    ss.build_repository(tmp_path / "repo", tflite=False)
+    server = TlsServer(tmp_path / "repo", certs, mutual=False, args=["--graceful-timeout", "20"])
+    idle = http.client.HTTPSConnection("127.0.0.1", server.http_port, timeout=30, context=server.context)
+    try:
+        idle.request("GET", "/v2/health/ready")
+        assert idle.getresponse().read() is not None  # kept alive, then left idle
+        started = time.monotonic()
+        assert server.stop() == 0, server.log()[-3000:]
+        assert time.monotonic() - started < 15, "the idle TLS connection held the shutdown"
+    finally:
+        idle.close()
