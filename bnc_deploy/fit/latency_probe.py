@@ -93,13 +93,12 @@ def probe_latency(
         return LatencyProbe()
     short = dataclasses.replace(settings, draws=1, lrs=settings.lrs[:1], epochs=PROBE_EPOCHS, halving=False)
     draws = hybrid_draws(1, seed)
-    records = tuple(records_of_cell(cell, short, draws)[0] for cell in probes.values())
-    probe_space = SearchSpace(tuple(probes.values()), records)
+    records = {key: records_of_cell(cell, short, draws)[0] for key, cell in probes.items()}
+    probe_space = SearchSpace(tuple(probes.values()), tuple(records.values()))
     dirs, _, _ = run_search_sweeps(probe_space, short, data_spec, seed, out / PROBE_DIR, device, backend, False)
     trained = ranked_candidates(dirs)
     latencies: dict[str, float | None] = {}
-    for key, cell in probes.items():
-        record = records_of_cell(cell, short, draws)[0]
+    for key, record in records.items():
         match = [c for c in trained if all(c.config.get(k) == v for k, v in record.items())]
         latencies[key] = _fastest(match[0].model_path, target, out / PROBE_DIR / "measure") if match else None
     pruned = {

@@ -13,11 +13,13 @@ folder on ``sys.path``; from elsewhere insert ``tests/serve`` first).
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -150,12 +152,31 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+@contextlib.contextmanager
+def loaded_repository(folder):
+    """``(files, repository)``: :func:`build_repository` in ``folder``, loaded in-process
+    (a :class:`~bnc_deploy.serve.repository.ModelRepository`, closed on exit)."""
+    from bnc_deploy.serve.repository import ModelRepository
+
+    files = build_repository(folder, tflite=False)
+    repository = ModelRepository(folder)
+    repository.load_all()
+    try:
+        yield files, repository
+    finally:
+        repository.close()
+
+
 class ServerProcess:
     """``bnc-serve`` running in a subprocess; a context manager that stops it with SIGTERM.
 
     ``url`` is ``http://127.0.0.1:PORT`` (None without HTTP); ``grpc_address`` ``127.0.0.1:PORT``
     (None without gRPC); ``stderr_path`` holds the server's log, ``stdout_path`` its JSON access log.
+    ``context``: the client's ``ssl.SSLContext`` of a server behind TLS (``tls_support.TlsServer``
+    sets it before starting; ``url`` is then ``https://``), None for plain HTTP.
     """
+
+    context: ssl.SSLContext | None = None
 
     def __init__(
         self,
@@ -172,7 +193,8 @@ class ServerProcess:
         self.repository = Path(repository)
         self.http_port = free_port() if http else None
         self.grpc_port = free_port() if grpc else None
-        self.url = f"http://127.0.0.1:{self.http_port}" if http else None
+        scheme = "http" if self.context is None else "https"
+        self.url = f"{scheme}://127.0.0.1:{self.http_port}" if http else None
         self.grpc_address = f"127.0.0.1:{self.grpc_port}" if grpc else None
         cmd = [*BNC_SERVE, "--repository", str(self.repository)]
         if http:
@@ -213,7 +235,7 @@ class ServerProcess:
                 raise RuntimeError(f"bnc-serve exited with {self.proc.returncode}:\n{self.log()}")
             try:
                 if self.url:
-                    with urllib.request.urlopen(self.url + path, timeout=2) as r:
+                    with urllib.request.urlopen(self.url + path, timeout=2, context=self.context) as r:
                         if r.status == 200:
                             return
                 else:
@@ -226,9 +248,12 @@ class ServerProcess:
         raise RuntimeError(f"bnc-serve did not answer within {timeout} s:\n{self.log()}")
 
     def request(self, method: str, path: str, body: bytes | None = None, headers=None, timeout: float = 30):
-        """``(status, headers with lower-case names, body bytes)`` of one plain HTTP request
+        """``(status, headers with lower-case names, body bytes)`` of one HTTP(S) request
         (http.client: no Content-Type is added, as tritonclient sends none)."""
-        conn = http.client.HTTPConnection("127.0.0.1", self.http_port, timeout=timeout)
+        if self.context is None:
+            conn = http.client.HTTPConnection("127.0.0.1", self.http_port, timeout=timeout)
+        else:
+            conn = http.client.HTTPSConnection("127.0.0.1", self.http_port, timeout=timeout, context=self.context)
         try:
             conn.request(method, path, body=body, headers=dict(headers or {}))
             r = conn.getresponse()

@@ -29,7 +29,6 @@ from bnc_deploy.serve.grpc_server import start_grpc_server
 from bnc_deploy.serve.proto import grpc_service_pb2 as pb
 from bnc_deploy.serve.proto import grpc_service_pb2_grpc as pb_grpc
 from bnc_deploy.serve.proto import model_config_pb2
-from bnc_deploy.serve.repository import ModelRepository
 
 KEY = b"grpc-extensions-key-0123456789ab"
 
@@ -37,24 +36,20 @@ KEY = b"grpc-extensions-key-0123456789ab"
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     """``(files, repository, stub, secured stub, REST client)`` over one repository."""
-    root = tmp_path_factory.mktemp("grpc_extensions") / "repo"
-    files = ss.build_repository(root, tflite=False)
-    repository = ModelRepository(root)
-    repository.load_all()
-    server = start_grpc_server(repository, "127.0.0.1:0", workers=2)
-    secured = start_grpc_server(repository, "127.0.0.1:0", workers=2, api_keys=[KEY])
-    channel = grpc.insecure_channel(f"127.0.0.1:{server.bound_port}")
-    secured_channel = grpc.insecure_channel(f"127.0.0.1:{secured.bound_port}")
-    try:
-        with TestClient(create_app(repository, access_log=False, close_repository=False)) as rest:
-            stub = pb_grpc.GRPCInferenceServiceStub(channel)
-            yield files, repository, stub, pb_grpc.GRPCInferenceServiceStub(secured_channel), rest
-    finally:
-        channel.close()
-        secured_channel.close()
-        server.stop(1).wait()
-        secured.stop(1).wait()
-        repository.close()
+    with ss.loaded_repository(tmp_path_factory.mktemp("grpc_extensions") / "repo") as (files, repository):
+        server = start_grpc_server(repository, "127.0.0.1:0", workers=2)
+        secured = start_grpc_server(repository, "127.0.0.1:0", workers=2, api_keys=[KEY])
+        channel = grpc.insecure_channel(f"127.0.0.1:{server.bound_port}")
+        secured_channel = grpc.insecure_channel(f"127.0.0.1:{secured.bound_port}")
+        try:
+            with TestClient(create_app(repository, access_log=False, close_repository=False)) as rest:
+                stub = pb_grpc.GRPCInferenceServiceStub(channel)
+                yield files, repository, stub, pb_grpc.GRPCInferenceServiceStub(secured_channel), rest
+        finally:
+            channel.close()
+            secured_channel.close()
+            server.stop(1).wait()
+            secured.stop(1).wait()
 
 
 @pytest.fixture

@@ -68,14 +68,8 @@ def infer_body(x: np.ndarray) -> bytes:
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    root = tmp_path_factory.mktemp("stats") / "repo"
-    files = ss.build_repository(root, tflite=False)
-    repository = ModelRepository(root)
-    repository.load_all()
-    try:
-        yield files, repository
-    finally:
-        repository.close()
+    with ss.loaded_repository(tmp_path_factory.mktemp("stats") / "repo") as loaded:
+        yield loaded
 
 
 def _stats(client, path: str) -> dict:

@@ -58,14 +58,8 @@ def exporter():
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
-    root = tmp_path_factory.mktemp("tracing") / "repo"
-    files = ss.build_repository(root, tflite=False)
-    repository = ModelRepository(root)
-    repository.load_all()
-    try:
-        yield files, repository
-    finally:
-        repository.close()
+    with ss.loaded_repository(tmp_path_factory.mktemp("tracing") / "repo") as loaded:
+        yield loaded
 
 
 def traceparent(sampled: bool = True) -> tuple[int, int, str]:

@@ -14,12 +14,8 @@ then ``import tls_support``.
 from __future__ import annotations
 
 import datetime
-import http.client
 import ipaddress
 import ssl
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import serve_support as ss
@@ -114,7 +110,7 @@ def make_certs(folder) -> dict[str, str]:
 # -- the server over HTTPS -------------------------------------------------------------------------
 class TlsServer(ss.ServerProcess):
     """``bnc-serve`` with ``--tls-cert``/``--tls-key`` (and ``--tls-client-ca`` when ``mutual``):
-    its own readiness wait and ``request`` speak HTTPS; ``context`` is the client's
+    the readiness wait and ``request`` speak HTTPS through ``context``, the client's
     ``ssl.SSLContext`` (trusts ``ca``; presents the client certificate when ``mutual``); ``tls`` is
     the tritonclient driver's option."""
 
@@ -126,30 +122,4 @@ class TlsServer(ss.ServerProcess):
             flags += ["--tls-client-ca", certs["client_ca"]]
             self.context.load_cert_chain(certs["client_cert"], certs["client_key"])
             self.tls.update(cert=certs["client_cert"], key=certs["client_key"])
-        super().__init__(repository, args=[*flags, *args], **kwargs)
-        self.url = f"https://127.0.0.1:{self.http_port}"
-
-    def wait_until(self, timeout: float, path: str = "/v2/health/live") -> None:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"bnc-serve exited with {self.proc.returncode}:\n{self.log()}")
-            try:
-                url = f"https://127.0.0.1:{self.http_port}{path}"
-                with urllib.request.urlopen(url, timeout=2, context=self.context) as r:
-                    if r.status == 200:
-                        return
-            except (OSError, urllib.error.URLError):
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"bnc-serve did not answer over HTTPS within {timeout} s:\n{self.log()}")
-
-    def request(self, method: str, path: str, body: bytes | None = None, headers=None, timeout: float = 30):
-        conn = http.client.HTTPSConnection("127.0.0.1", self.http_port, timeout=timeout, context=self.context)
-        try:
-            conn.request(method, path, body=body, headers=dict(headers or {}))
-            r = conn.getresponse()
-            return r.status, {k.lower(): v for k, v in r.getheaders()}, r.read()
-        finally:
-            conn.close()
+        super().__init__(repository, args=[*flags, *args], **kwargs)  # waits and requests over HTTPS
