@@ -18,6 +18,7 @@ import pytest
 
 from bnc_deploy.cli.fit import main
 from bnc_deploy.fit import InfeasibleBudget, SpaceSettings, fit_to_budget
+from bnc_deploy.sweep.estimate import Rates
 from bnc_deploy.sweep.table import ResultsTable
 from bnc_deploy.targets import cortex_m_build
 from bnc_deploy.targets.base import Export, Target, register_target, unregister_target
@@ -214,6 +215,23 @@ def test_a_toy_target_registered_from_a_test_is_a_valid_target(capsys, tmp_path)
         unregister_target("toy-fit-target")
 
 
+#: Probe rates of a batched NB chunk: 0.3 s per chunk-epoch whatever its configurations, plus 70 s
+#: per 1,200 configuration-epochs. The wide grid below (12 configurations, one chunk, 100 epochs)
+#: then costs 30 + 70 = 100 s, and n of its configurations 30 + 70 n / 12.
+FAKE_RATES = {"nb": Rates(70 / 1200, 0.3, 0.0, 12)}
+
+
+def fake_probe(monkeypatch, probes: list | None = None) -> None:
+    from bnc_deploy.sweep import estimate
+
+    def measure_rates(tasks, device="cpu"):
+        if probes is not None:
+            probes.append(len(tasks))
+        return FAKE_RATES
+
+    monkeypatch.setattr(estimate, "measure_rates", measure_rates)
+
+
 def test_a_time_budget_narrows_draws_then_learning_rates_then_epochs(tmp_path, monkeypatch):
     from bnc_deploy.datasets import load_dataset
     from bnc_deploy.fit import plan
@@ -221,26 +239,36 @@ def test_a_time_budget_narrows_draws_then_learning_rates_then_epochs(tmp_path, m
     from bnc_deploy.targets.base import get_target
     from bnc_deploy.targets.budget import Budget
 
-    wide = SpaceSettings(bits=(1, 2), int_bits=(1,), lrs=(3e-2, 3e-3), draws=3, epochs=100)
+    wide = SpaceSettings(bits=(1, 2), int_bits=(1,), lrs=(3e-2, 3e-3), draws=3, epochs=100, halving=False)
     space = plan_space(load_dataset("digits", validation_fraction=0.2), get_target("x86-64"), Budget(), ["nb"], wide)
     n = plan.n_configurations(space, wide, 0)
     assert n == 2 * 2 * 3
-    seconds = 100.0  # the forecast of the wide grid; 30 % of a batched epoch does not shrink with configurations
-    assert plan.narrow(space, wide, 0, seconds, allowed=100.0) == wide
-    fewer = plan.narrow(space, wide, 0, seconds, allowed=60.0)  # 4 configurations: 30 + 70 x 4/12 = 53 s
+    probes: list = []
+    fake_probe(monkeypatch, probes)
+    cost = plan.forecast(space, wide, "digits", 0, "cpu")
+    assert probes == [1] and cost(wide) == pytest.approx(100.0)
+    # The chunk part does not shrink with the configurations; everything scales with the epochs.
+    assert cost(dataclasses.replace(wide, draws=1)) == pytest.approx(30 + 70 * 4 / 12)
+    assert cost(dataclasses.replace(wide, epochs=50)) == pytest.approx(50.0)
+    assert plan.narrow(wide, cost, allowed=100.0) == wide
+    fewer = plan.narrow(wide, cost, allowed=60.0)  # 4 configurations: 53 s
     assert (fewer.draws, fewer.lrs, fewer.epochs) == (1, (3e-2, 3e-3), 100)
-    only = plan.narrow(space, wide, 0, seconds, allowed=45.0)  # 2 configurations: 42 s
+    only = plan.narrow(wide, cost, allowed=45.0)  # 2 configurations: 42 s
     assert (only.draws, only.lrs, only.epochs) == (1, (3e-2,), 100)
-    cut = plan.narrow(space, wide, 0, seconds, allowed=5.0)
+    # Draws are kept down to DRAW_EPOCHS (50) epochs: 9 draws -> 3, one learning rate, 6 configurations
+    # cost 0.65 s an epoch; 61 epochs fit 40 s.
+    assert plan.narrow(dataclasses.replace(wide, draws=9), cost, allowed=40.0).epochs == 61
+    kept_draws = plan.narrow(dataclasses.replace(wide, draws=9), cost, allowed=40.0)
+    assert (kept_draws.draws, kept_draws.lrs) == (3, (3e-2,))
+    cut = plan.narrow(wide, cost, allowed=5.2)  # 0.417 s an epoch: 12 epochs
     assert (cut.draws, cut.lrs, cut.epochs) == (1, (3e-2,), 12)
-    assert plan.narrow(space, wide, 0, seconds, allowed=0.1).epochs == plan.MIN_EPOCHS
-    # Room to spare: more epochs, up to max_epochs, aiming at WIDEN_MARGIN (0.7) of the allowed time.
-    assert plan.narrow(space, wide, 0, seconds, allowed=200.0).epochs == 140
-    assert plan.narrow(space, wide, 0, seconds, allowed=10_000.0).epochs == wide.max_epochs == 500
+    assert plan.narrow(wide, cost, allowed=0.1).epochs == plan.MIN_EPOCHS
+    # Room to spare: more epochs, up to max_epochs, the most within WIDEN_MARGIN (0.7) of the allowed time.
+    assert plan.narrow(wide, cost, allowed=210.0).epochs == 147
+    assert plan.narrow(wide, cost, allowed=10_000.0).epochs == wide.max_epochs == 500
     kept = dataclasses.replace(wide, max_epochs=100)  # --epochs given: never raised
-    assert plan.narrow(space, kept, 0, seconds, allowed=10_000.0) == kept
-    probes = []
-    monkeypatch.setattr(plan, "forecast_seconds", lambda *a, **k: probes.append(1) or seconds)
+    assert plan.narrow(kept, cost, allowed=10_000.0) == kept
+    probes.clear()
     for _ in range(2):  # the second call reads plan.json: same inputs, same grid, no probe
         got = plan.fit_time_budget(space, wide, "digits", 0, 45.0, out_dir=tmp_path)
         assert got == only
@@ -260,20 +288,23 @@ def test_the_default_time_budget_covers_the_search_less_a_measurement_allowance(
     assert inspect.signature(fit_to_budget).parameters["time_budget"].default == plan.DEFAULT_TIME_BUDGET == 720
     assert parse_duration(None) == 720 and parse_duration("none") is None and parse_duration("90s") == 90
     assert "(default 12m)" in " ".join(build_parser().format_help().split())
-    wide = SpaceSettings(bits=(1, 2), int_bits=(1,), lrs=(3e-2, 3e-3), draws=3, epochs=100)
+    wide = SpaceSettings(bits=(1, 2), int_bits=(1,), lrs=(3e-2, 3e-3), draws=3, epochs=100, halving=False)
     data = load_dataset("digits", validation_fraction=0.2)
     cortex = plan_space(data, get_target("cortex-m4"), Budget(), ["nb"], wide)
     # 2 kept cells x (default, packed) measurements, each estimated for a Cortex-M build and run.
     assert plan.measure_allowance(cortex, get_target("cortex-m4")) == 4 * plan.MEASURE_SECONDS["cortex-m"]
     space = plan_space(data, get_target("x86-64"), Budget(), ["nb"], wide)
-    monkeypatch.setattr(plan, "forecast_seconds", lambda *a, **k: 100.0)  # the wide grid: 100 s
+    fake_probe(monkeypatch)  # the wide grid: 100 s
     # 160 s less 100 s spent and set aside leave 60 s: one draw, both learning rates (53 s).
     got = plan.fit_time_budget(space, wide, "digits", 0, 160.0, out_dir=tmp_path, reserve=100.0)
     assert (got.draws, got.lrs, got.epochs) == (1, (3e-2, 3e-3), 100)
     stored = json.loads((tmp_path / plan.PLAN_FILE).read_text())
     assert stored["reserve_seconds"] == 100.0 and 59.0 < stored["training_seconds_allowed"] <= 60.0
+    assert stored["forecast_seconds"] == pytest.approx(100.0)
+    assert stored["rates"]["nb"]["seconds_per_chunk_epoch"] == 0.3
     assert stored["planned_seconds"] == pytest.approx(30 + 70 * 4 / 12)
-    # A reserve beyond the budget still leaves MIN_TRAIN_SHARE of it to training (30 s of 120 s).
+    # A reserve beyond the budget still leaves MIN_TRAIN_SHARE of it to training (30 s of 120 s):
+    # 0.4167 s an epoch for 2 configurations, 72 epochs.
     floor = plan.fit_time_budget(space, wide, "digits", 0, 120.0, reserve=1000.0)
     assert (floor.lrs, floor.epochs) == ((3e-2,), 72)
 

@@ -202,6 +202,8 @@ def _estimate(tasks: list, args) -> dict:
                 "probed": e.probed,
                 "seconds_per_config_epoch": e.seconds_per_config_epoch,
                 "seconds_per_config": e.seconds_per_config,
+                "chunk_epochs": e.chunk_epochs,
+                "seconds_per_chunk_epoch": e.seconds_per_chunk_epoch,
                 "seconds": e.seconds,
             }
             for e in estimates

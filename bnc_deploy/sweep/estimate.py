@@ -4,17 +4,25 @@
   will run them: every configuration's epochs, or with successive halving the survivors of each
   selection group between rungs (``ceil(n / rate**k)`` per group and chunk, as ``tasks`` keeps
   them). An upper bound only in that a resumed sweep skips what is done.
-* :func:`probe`: times a few configurations of each kind (model, and structure of a TAN) on the
-  chosen device, without data loading, model building and evaluation. The batched BN trainer runs
-  a chunk of up to :data:`BNC_PROBE_CONFIGS` configurations for 2 epochs (on a GPU the first chunk
-  whole, as it will run) and the second epoch is the cost; the single-run trainers (FC/CNN,
-  structure learning) run up to :data:`SINGLE_PROBE_CONFIGS` configurations spread over the plan
-  (their sizes differ) for 1 and 3 epochs after a warm-up, and half the difference is the cost.
+* :func:`measure_rates`: times a few configurations of each kind (model, and structure of a TAN)
+  on the chosen device, without data loading, model building and evaluation, and returns its
+  :class:`Rates`. The batched BN trainer runs a chunk of up to :data:`BNC_PROBE_CONFIGS`
+  configurations (on a GPU the first chunk whole, as it will run) and one of an eighth of that
+  (:data:`SMALL_PROBE_SHARE`) for 2 epochs each; the second epochs give a line: a chunk's epoch
+  costs a part that does not grow with its configurations (data passes, per-step overhead) plus
+  a part per configuration. The single-run trainers (FC/CNN, structure learning) run up to
+  :data:`SINGLE_PROBE_CONFIGS` configurations spread over the plan (their sizes differ) for 1 and
+  3 epochs after a warm-up: half the difference is the cost of an epoch, the rest of the 1-epoch
+  run the fixed cost per configuration.
+* :func:`price`: the forecast of any plan of the same kinds from those rates, without running
+  anything: per kind, seconds per configuration-epoch times the planned configuration-epochs, plus
+  the chunk part times the epochs each batched chunk runs (its longest configuration's: a halved
+  chunk keeps stepping its survivors), plus the fixed cost per configuration. So a plan narrowed
+  after the probe (``bnc-fit``'s time budget) is priced as it will run.
+* :func:`probe` is both on one plan.
 
-The estimate is the probe's seconds per configuration-epoch times the planned configuration-
-epochs, per kind, plus the probe's fixed cost per configuration for the single-run trainers. It
-is a forecast for this machine and device, reported as such: small chunks, a loaded machine or a
-very uneven grid move it.
+It is a forecast for this machine and device, reported as such: a loaded machine or a very uneven
+grid move it.
 """
 
 from __future__ import annotations
@@ -29,8 +37,20 @@ from bnc_deploy.sweep.tasks import run_chunk
 #: Configurations of one batched BN probe on the CPU (its cost per configuration-epoch is flat
 #: beyond a cache block; on a GPU the chunk is probed whole).
 BNC_PROBE_CONFIGS = 64
+#: The second batched probe's configurations, as a share of the first's (at least one).
+SMALL_PROBE_SHARE = 1 / 8
 #: Configurations probed per single-run kind (spread over the plan: the budgets differ).
 SINGLE_PROBE_CONFIGS = 3
+
+
+@dataclass(frozen=True)
+class Rates:
+    """Measured costs of one kind of configuration (:func:`measure_rates`)."""
+
+    seconds_per_config_epoch: float
+    seconds_per_chunk_epoch: float  # batched: the part of a chunk's epoch its configurations share
+    seconds_per_config: float  # single-run trainers: fixed cost per configuration
+    probed: int  # configurations in the (largest) probe
 
 
 @dataclass
@@ -42,6 +62,8 @@ class FamilyEstimate:
     seconds_per_config_epoch: float
     seconds_per_config: float  # fixed cost per configuration (single-run trainers)
     seconds: float  # the forecast
+    chunk_epochs: int = 0  # epochs the batched chunks run (each chunk its longest configuration's)
+    seconds_per_chunk_epoch: float = 0.0  # the part of a batched chunk's epoch its configurations share
 
 
 def planned_config_epochs(task) -> int:
@@ -64,22 +86,28 @@ def planned_config_epochs(task) -> int:
     return total
 
 
-def probe(tasks: list, *, device: str = "cpu") -> list[FamilyEstimate]:
-    """One :class:`FamilyEstimate` per family in ``tasks`` (see the module's docstring)."""
-    by_kind: dict[str, list] = {}
-    for task in tasks:
-        by_kind.setdefault(kind_of(task), []).append(task)
-    out = []
-    for kind, members in by_kind.items():
-        family = members[0].family
-        planned = sum(planned_config_epochs(t) for t in members)
-        n_configs = sum(len(t.records) for t in members)
-        if family == "bnc":
+def chunk_epochs(task) -> int:
+    """Epochs a batched chunk steps (its longest configuration's); 0 for the single-run trainers."""
+    return max(int(r["epochs"]) for r in task.records) if task.family == "bnc" else 0
+
+
+def measure_rates(tasks: list, *, device: str = "cpu") -> dict[str, Rates]:
+    """The :class:`Rates` of each kind of configuration in ``tasks`` (see the module's docstring)."""
+    rates = {}
+    for kind, members in _by_kind(tasks).items():
+        if members[0].family == "bnc":
             first = members[0]
             limit = len(first.records) if device not in ("cpu", "auto") else BNC_PROBE_CONFIGS
-            records = first.records[:limit]
-            per_epoch = _epoch_seconds(first, records) / len(records)
-            fixed = 0.0
+            large = first.records[:limit]
+            small = large[: max(1, round(len(large) * SMALL_PROBE_SHARE))]
+            t_large = _epoch_seconds(first, large)
+            if len(small) == len(large):
+                per_config, per_chunk = t_large / len(large), 0.0
+            else:
+                t_small = _epoch_seconds(first, small)
+                per_config = max(0.0, (t_large - t_small) / (len(large) - len(small)))
+                per_chunk = max(0.0, t_large - per_config * len(large))
+            rates[kind] = Rates(per_config, per_chunk, 0.0, len(large))
         else:
             records = _spread([r for t in members for r in t.records], SINGLE_PROBE_CONFIGS)
             _chunk_seconds(members[0], records[:1], 1)  # warm-up (first-call costs)
@@ -87,18 +115,47 @@ def probe(tasks: list, *, device: str = "cpu") -> list[FamilyEstimate]:
             three = [_chunk_seconds(members[0], [r], 3) for r in records]
             per_epoch = max(0.0, sum(b - a for a, b in zip(one, three)) / (2 * len(records)))
             fixed = max(0.0, sum(one) / len(records) - per_epoch)
+            rates[kind] = Rates(per_epoch, 0.0, fixed, len(records))
+    return rates
+
+
+def price(tasks: list, rates: dict[str, Rates]) -> list[FamilyEstimate]:
+    """One :class:`FamilyEstimate` per kind in ``tasks``, priced with ``rates`` (a kind without
+    rates raises ``KeyError``: probe the plan it comes from)."""
+    out = []
+    for kind, members in _by_kind(tasks).items():
+        rate = rates[kind]
+        planned = sum(planned_config_epochs(t) for t in members)
+        n_configs = sum(len(t.records) for t in members)
+        steps = sum(chunk_epochs(t) for t in members)
         out.append(
             FamilyEstimate(
                 family=kind,
                 configurations=n_configs,
                 config_epochs=planned,
-                probed=len(records),
-                seconds_per_config_epoch=per_epoch,
-                seconds_per_config=fixed,
-                seconds=per_epoch * planned + fixed * n_configs,
+                probed=rate.probed,
+                seconds_per_config_epoch=rate.seconds_per_config_epoch,
+                seconds_per_config=rate.seconds_per_config,
+                seconds=rate.seconds_per_config_epoch * planned
+                + rate.seconds_per_chunk_epoch * steps
+                + rate.seconds_per_config * n_configs,
+                chunk_epochs=steps,
+                seconds_per_chunk_epoch=rate.seconds_per_chunk_epoch,
             )
         )
     return out
+
+
+def probe(tasks: list, *, device: str = "cpu") -> list[FamilyEstimate]:
+    """:func:`price` of ``tasks`` with the :func:`measure_rates` of ``tasks``."""
+    return price(tasks, measure_rates(tasks, device=device))
+
+
+def _by_kind(tasks: list) -> dict[str, list]:
+    by_kind: dict[str, list] = {}
+    for task in tasks:
+        by_kind.setdefault(kind_of(task), []).append(task)
+    return by_kind
 
 
 def kind_of(task) -> str:
@@ -115,6 +172,11 @@ def describe(estimates: list[FamilyEstimate], device: str) -> str:
         f"{e.family}: {e.config_epochs:,} configuration-epochs x "
         f"{_duration(e.seconds_per_config_epoch)} (probe of {e.probed})"
         + (f" + {_duration(e.seconds_per_config)} per configuration" if e.seconds_per_config else "")
+        + (
+            f" + {e.chunk_epochs:,} chunk-epochs x {_duration(e.seconds_per_chunk_epoch)}"
+            if e.seconds_per_chunk_epoch
+            else ""
+        )
         for e in estimates
     ]
     return f"estimated time on {device}: {_duration(total)} ({'; '.join(parts)})"

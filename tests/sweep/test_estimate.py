@@ -11,7 +11,7 @@ import pytest
 pytest.importorskip("torch")
 
 from bnc_deploy.cli.reproduce import main as reproduce
-from bnc_deploy.sweep.estimate import planned_config_epochs
+from bnc_deploy.sweep.estimate import Rates, chunk_epochs, planned_config_epochs, price
 from bnc_deploy.sweep.grid import GridSpec
 from bnc_deploy.sweep.runner import SweepOptions, check_plan, records_of, run_sweep
 
@@ -62,6 +62,27 @@ def test_estimate_probes_each_kind_and_writes_nothing(tmp_path, capsys):
     nb, fc = estimate["families"]["nb"], estimate["families"]["fc"]
     assert nb["probed"] >= 1 and fc["probed"] == min(3, fc["configurations"]) >= 1
     assert nb["seconds_per_config_epoch"] > 0 and fc["seconds_per_config_epoch"] >= 0
+    assert nb["chunk_epochs"] > 0 and nb["seconds_per_chunk_epoch"] >= 0
+    assert fc["chunk_epochs"] == 0 and fc["seconds_per_chunk_epoch"] == 0
     assert nb["config_epochs"] + fc["config_epochs"] == plan["planned_config_epochs"]
     assert estimate["seconds"] == pytest.approx(sum(f["seconds"] for f in estimate["families"].values()))
     assert estimate["text"].startswith("estimated time on cpu: ") and estimate["text"] in plan["sweeps"]
+
+
+@pytest.mark.parametrize("halving", [False, True])
+def test_price_adds_the_chunk_part_once_per_chunk_epoch(tmp_path, halving):
+    # Two chunks (batch sizes differ) of 6 configurations, 9 epochs each: the chunk part is paid
+    # for every epoch a chunk steps, whatever its configurations; halving cuts only the rest.
+    spec = GridSpec(
+        axes={"bits": [2, 3], "lr": [3e-2, 3e-3, 1e-3], "batch_size": [50, 100]},
+        fixed={"data": "digits", "model": "nb", "epochs": 9, "validation": 0.2},
+    ).normalized()
+    tasks = check_plan(records_of(spec), SweepOptions(directory=tmp_path, halving=halving, min_rung=1))
+    assert len(tasks) == 2 and [chunk_epochs(t) for t in tasks] == [9, 9]
+    (estimate,) = price(tasks, {"nb": Rates(0.5, 2.0, 0.0, 6)})
+    config_epochs = sum(planned_config_epochs(t) for t in tasks)
+    assert (config_epochs < 12 * 9) == halving
+    assert estimate.seconds == pytest.approx(0.5 * config_epochs + 2.0 * 18)
+    assert (estimate.configurations, estimate.chunk_epochs) == (12, 18)
+    with pytest.raises(KeyError):
+        price(tasks, {})  # a kind never probed is not guessed
