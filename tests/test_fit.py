@@ -460,3 +460,28 @@ def test_device_and_backend_reach_the_sweep_engine(tmp_path, monkeypatch):
         max_bits=NB_ENTRIES, backend="ray", device="cpu",
     )  # fmt: skip
     assert seen == [("cpu", "ray", True, "validation")]
+
+
+def test_dnn_cells_are_sized_to_the_measured_file_bytes_and_fit(capsys, tmp_path):
+    from bnc_deploy.datasets import load_dataset
+    from bnc_deploy.fit import dnn_space
+    from bnc_deploy.targets.budget import Budget
+
+    limit = 12 * 1024
+    code, report, err = run_cli(
+        capsys, "--data", "digits", "--target", "x86-64", "--max-file-bytes", str(limit), "-o", str(tmp_path),
+        "--epochs", "2", "--draws", "1", "--bits", "2,8", "--families", "fc", "--time-budget", "none", "--json",
+    )  # fmt: skip
+    assert code == 0, err
+    lines = report["size_probe"]
+    assert set(lines) == {"fc 1-byte weights file_bytes", "fc 2-byte weights file_bytes"}
+    assert all(line["fixed"] > 0 and line["per_parameter"] > 0 for line in lines.values())
+    # Sized by the measured line, every network measured fits; the weight bound alone sizes wider.
+    fc = [a for a in report["attempts"] if a["candidate"]["config"]["model"] == "fc"]
+    assert fc and all(a["fits"] and a["measured"]["file_bytes"] <= limit for a in fc)
+    data = load_dataset("digits", validation_fraction=0.2)
+    settings = SpaceSettings(bits=(2, 8))
+    for bits in (2, 8):
+        sized = [c["widths"] for c in report["cells"] if c["family"] == "fc" and c["bits"] == bits]
+        bound = dnn_space.dnn_widths("fc", data, bits, Budget(max_file_bytes=limit), settings)
+        assert max(tuple(w) for w in sized) < bound[0]

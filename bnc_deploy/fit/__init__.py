@@ -7,6 +7,8 @@
   on the target in order until one fits;
 * :mod:`bnc_deploy.fit.sweeps`: the kept configurations through the sweep engine, and the trained
   candidates read back from its tables;
+* :mod:`bnc_deploy.fit.size_probe`: with a flash or file limit, two short-trained networks per DNN
+  family and weight storage measured on the target, so DNN cells are sized to what the file adds;
 * :mod:`bnc_deploy.fit.latency_probe`: with a latency limit, one short-trained model per
   architecture timed on the target before training; the cells too slow are pruned;
 * :mod:`bnc_deploy.fit.plan`: scales the search to a time budget (default 12 minutes) with the

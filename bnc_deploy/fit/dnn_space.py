@@ -11,9 +11,11 @@ Contract
   paper's cost polynomials), once per size limit of the budget:
 
   - ``max_bits``: that many bits; ``max_ops``: that many operations (both exact axes);
-  - ``max_flash`` / ``max_file_bytes`` ``F``: the bits of ``F / s(B)`` stored weights, where
-    ``s(B)`` is the bytes the exporters store one weight code in (:func:`stored_bytes`): a file
-    or flash image of at most ``F`` bytes holds at most that many weights.
+  - ``max_flash`` / ``max_file_bytes`` ``F``: the bits of the weights the file holds. Measured
+    (:mod:`bnc_deploy.fit.size_probe`: the target's file or flash bytes of two probe networks per
+    family and weight storage, a line in the parameters), the parameters that line puts within
+    ``F``; otherwise the bound ``F / s(B)``, where ``s(B)`` is the bytes the exporters store one
+    weight code in (:func:`stored_bytes`): a file of at most ``F`` bytes holds at most that many weights.
 
   The smallest widths over the limits are taken; without a size limit (``ram``, ``latency_us``,
   ``instructions`` or none) the widths of :attr:`SpaceSettings.dnn_widths` are used instead. When
@@ -84,16 +86,19 @@ def _match(family: str, dataset, bits: int, settings, kind: str, target: int) ->
         return (1,) if family == "fc" or settings.cnn_layers == 1 else (1, 2)
 
 
-def _size_targets(budget: Budget, bits: int) -> list[tuple[str, int, bool]]:
-    """``(kind, target, exact)`` per size limit of ``budget`` (see the module docstring)."""
+def _size_targets(budget: Budget, bits: int, family: str = "", size_model=None) -> list[tuple[str, int, bool]]:
+    """``(kind, target, exact)`` per size limit of ``budget`` (see the module docstring);
+    ``size_model``: the measured :class:`~bnc_deploy.fit.size_probe.SizeModel`, or None."""
     out = []
     for axis, limit in budget.limits().items():
         if axis not in SIZE_AXES:
             continue
         if axis in ("bits", "ops"):
             out.append((axis, int(limit), True))
-        else:
-            out.append(("bits", max(1, int(limit) // stored_bytes(bits) * bits), False))
+            continue
+        line = None if size_model is None else size_model.line(family, stored_bytes(bits), axis)
+        parameters = int(limit) // stored_bytes(bits) if line is None else line.parameters_within(limit)
+        out.append(("bits", max(1, parameters * bits), False))
     return out
 
 
@@ -116,9 +121,10 @@ def _shrink(family: str, dataset, widths: tuple[int, ...], bits: int, settings, 
         widths = smaller
 
 
-def dnn_widths(family: str, dataset, bits: int, budget: Budget, settings) -> list[tuple[int, ...]]:
-    """The sizes (widths or channels) of the ``family`` cells at ``bits``, largest first, distinct."""
-    targets = _size_targets(budget, bits)
+def dnn_widths(family: str, dataset, bits: int, budget: Budget, settings, size_model=None) -> list[tuple[int, ...]]:
+    """The sizes (widths or channels) of the ``family`` cells at ``bits``, largest first, distinct
+    (``size_model``: the measured file sizes, :mod:`bnc_deploy.fit.size_probe`)."""
+    targets = _size_targets(budget, bits, family, size_model)
     if not targets:
         base = [(w,) if family == "fc" or settings.cnn_layers == 1 else (w, 2 * w) for w in settings.dnn_widths]
         sizes = [_capped(family, tuple(max(1, w // (1 if family == "fc" else 8)) for w in b), settings) for b in base]

@@ -37,7 +37,7 @@ from bnc_deploy.fit.space import (
     records_of_cell,
     variants_for,
 )
-from bnc_deploy.fit.sweeps import ranked_candidates, run_search_sweeps
+from bnc_deploy.fit.sweeps import SweepPlace, train_probes
 from bnc_deploy.targets.base import Target
 from bnc_deploy.targets.budget import Budget
 
@@ -70,15 +70,7 @@ def needs_probe(target: Target, budget: Budget) -> bool:
 
 
 def probe_latency(
-    space: SearchSpace,
-    target: Target,
-    budget: Budget,
-    settings: SpaceSettings,
-    data_spec: str,
-    seed: int,
-    out: Path,
-    device: str = "cpu",
-    backend: str = "local",
+    space: SearchSpace, target: Target, budget: Budget, settings: SpaceSettings, place: SweepPlace
 ) -> LatencyProbe:
     """Train one short configuration per architecture of the kept cells, time it on ``target``,
     and name the cells to prune (see the module docstring)."""
@@ -92,15 +84,13 @@ def probe_latency(
     if not probes:
         return LatencyProbe()
     short = dataclasses.replace(settings, draws=1, lrs=settings.lrs[:1], epochs=PROBE_EPOCHS, halving=False)
-    draws = hybrid_draws(1, seed)
+    draws = hybrid_draws(1, place.seed)
     records = {key: records_of_cell(cell, short, draws)[0] for key, cell in probes.items()}
-    probe_space = SearchSpace(tuple(probes.values()), tuple(records.values()))
-    dirs, _, _ = run_search_sweeps(probe_space, short, data_spec, seed, out / PROBE_DIR, device, backend, False)
-    trained = ranked_candidates(dirs)
-    latencies: dict[str, float | None] = {}
-    for key, record in records.items():
-        match = [c for c in trained if all(c.config.get(k) == v for k, v in record.items())]
-        latencies[key] = _fastest(match[0].model_path, target, out / PROBE_DIR / "measure") if match else None
+    paths = train_probes(records, short, place, PROBE_DIR)
+    latencies: dict[str, float | None] = {
+        key: None if path is None else _fastest(path, target, place.out / PROBE_DIR / "measure")
+        for key, path in paths.items()
+    }
     pruned = {
         cell.label: (("latency_us", latencies[architecture_key(cell)], limit),)
         for cell in space.kept

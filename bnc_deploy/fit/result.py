@@ -114,7 +114,9 @@ class FitResult:
     ``cells``: the search space (pruned cells marked; ``space.Cell.to_dict``); ``sweep_dirs``: the
     sweeps trained (BN, then DNN; ``sweep_dir`` is the first); ``latency_probe``: with a latency
     budget, each architecture's latency timed before training and the cells it pruned
-    (:class:`bnc_deploy.fit.latency_probe.LatencyProbe`), else None."""
+    (:class:`bnc_deploy.fit.latency_probe.LatencyProbe`), else None; ``size_probe``: with a flash
+    or file limit and DNN cells, the measured bytes per family and weight storage that sized them
+    (:class:`bnc_deploy.fit.size_probe.SizeModel`), else None."""
 
     data: str
     target: str
@@ -135,6 +137,7 @@ class FitResult:
     reports: tuple[str, ...] = ()
     sweep_dirs: tuple[str, ...] = ()
     latency_probe: dict | None = None
+    size_probe: dict | None = None
 
     @property
     def fits(self) -> bool:
@@ -171,4 +174,5 @@ class FitResult:
             "selection": "validation split (test error reported, never used to choose)",
             "reports": list(self.reports),
             "latency_probe": self.latency_probe,
+            "size_probe": self.size_probe,
         }

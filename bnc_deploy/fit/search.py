@@ -51,8 +51,11 @@ from bnc_deploy.fit.latency_probe import LatencyProbe, needs_probe, probe_latenc
 from bnc_deploy.fit.plan import DEFAULT_TIME_BUDGET, PLAN_FILE
 from bnc_deploy.fit.progress import Progress, describe_fit
 from bnc_deploy.fit.result import Attempt, Candidate, FitResult, InfeasibleBudget
+from bnc_deploy.fit.size_probe import SizeModel, probe_sizes
+from bnc_deploy.fit.size_probe import needs_probe as needs_size_probe
+from bnc_deploy.fit.size_probe import probe_text as size_probe_text
 from bnc_deploy.fit.space import BN_FAMILIES, SearchSpace, SpaceSettings, check_families, plan_space, variants_for
-from bnc_deploy.fit.sweeps import ranked_candidates, run_search_sweeps
+from bnc_deploy.fit.sweeps import SweepPlace, ranked_candidates, run_search_sweeps
 from bnc_deploy.targets.base import Target, get_target
 from bnc_deploy.targets.budget import AXES, Budget
 
@@ -103,7 +106,7 @@ def fit_to_budget(
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     search = _Search(dataset, data_spec, target, budget, chosen_families, seed, out, device, backend, say)
-    space, settings, probe = search.plan(settings, time_budget, started)
+    space, settings, probe, sizes = search.plan(settings, time_budget, started)
     say.line(space_text(space, settings))
     base = {
         "data": data_spec,
@@ -113,6 +116,7 @@ def fit_to_budget(
         "out_dir": str(out),
         "settings": {**dataclasses.asdict(settings), "seed": seed, "families": list(chosen_families)},
         "latency_probe": probe.to_dict() if probe.latencies else None,
+        "size_probe": sizes.to_dict() if sizes.lines else None,
     }
     if not space.records:
         message = pruned_message(space, budget, target)
@@ -155,29 +159,28 @@ class _Search:
     backend: str
     say: Progress
 
-    def space(self, settings: SpaceSettings, measured=None) -> SearchSpace:
-        return plan_space(self.dataset, self.target, self.budget, self.families, settings, self.seed, measured)
+    def space(self, settings: SpaceSettings, measured=None, sizes: SizeModel | None = None) -> SearchSpace:
+        return plan_space(
+            self.dataset, self.target, self.budget, self.families, settings, self.seed, measured, size_model=sizes
+        )
 
     def plan(
         self, settings: SpaceSettings, time_budget: float | None, started: float
-    ) -> tuple[SearchSpace, SpaceSettings, LatencyProbe]:
-        """The search space after the latency probe (with a latency limit) and the time budget."""
-        space, probe = self.space(settings), LatencyProbe()
+    ) -> tuple[SearchSpace, SpaceSettings, LatencyProbe, SizeModel]:
+        """The search space after the size probe (DNN cells under a flash or file limit), the
+        latency probe (with a latency limit) and the time budget."""
+        space, probe, sizes = self.space(settings), LatencyProbe(), SizeModel()
+        where = SweepPlace(self.data_spec, self.seed, self.out, self.device, self.backend)
+        if needs_size_probe(self.target, self.budget, space):
+            self.say.line("size budget: measuring two networks per DNN family and weight storage on the target")
+            sizes = probe_sizes(space, self.target, self.budget, settings, where)
+            self.say.line(size_probe_text(sizes))
+            space = self.space(settings, sizes=sizes)
         if needs_probe(self.target, self.budget) and space.records:
             self.say.line("latency budget: timing a 1-epoch model of each architecture on the target")
-            probe = probe_latency(
-                space,
-                self.target,
-                self.budget,
-                settings,
-                self.data_spec,
-                self.seed,
-                self.out,
-                self.device,
-                self.backend,
-            )
+            probe = probe_latency(space, self.target, self.budget, settings, where)
             self.say.line(probe_text(probe))
-            space = self.space(settings, probe.pruned)
+            space = self.space(settings, probe.pruned, sizes)
         if time_budget is not None and space.records:
             spent = time.perf_counter() - started
             settings = planned_settings(
@@ -192,8 +195,8 @@ class _Search:
                 spent,
                 self.say,
             )
-            space = self.space(settings, probe.pruned)
-        return space, settings, probe
+            space = self.space(settings, probe.pruned, sizes)
+        return space, settings, probe, sizes
 
 
 def planned_settings(

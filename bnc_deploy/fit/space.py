@@ -244,11 +244,13 @@ def plan_space(
     settings: SpaceSettings,
     seed: int = 0,
     measured: Mapping[str, tuple[tuple[str, int | float, int | float], ...]] | None = None,
+    size_model=None,
 ) -> SearchSpace:
     """Every cell of ``families`` x ``settings.bits`` (DNNs: x their sizes) with its lower bounds,
     the pruned and refused ones marked, and the sweep records of the kept ones (see the module
     docstring). ``measured``: cell label -> exceeded axes measured before training (the latency
-    probe, :mod:`bnc_deploy.fit.latency_probe`), pruning those cells too."""
+    probe, :mod:`bnc_deploy.fit.latency_probe`), pruning those cells too; ``size_model``: the measured
+    file sizes DNN cells are sized with (:mod:`bnc_deploy.fit.size_probe`)."""
     from bnc_deploy.fit import dnn_space
 
     target.check_budget(budget)
@@ -261,7 +263,7 @@ def plan_space(
         parents = structure_of(family, dataset) if kind == "bnc" else None
         for bits in sorted(set(settings.bits)):
             if kind == "dnn":
-                sizes = dnn_space.dnn_widths(family, dataset, bits, budget, settings)
+                sizes = dnn_space.dnn_widths(family, dataset, bits, budget, settings, size_model)
                 sized = [(w, None, dnn_space.dnn_costs_of(family, dataset, w, bits, settings)) for w in sizes]
             else:  # a learned TAN costs at least the NB of its bit width: the bound prunes on that
                 costs = bnc_cost_terms(dataset.cardinalities, parents, dataset.n_classes, bits)

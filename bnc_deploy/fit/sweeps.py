@@ -1,11 +1,12 @@
 """The search's training: the kept configurations through the sweep engine, and the trained
 candidates read back from the sweep tables, best validation error first (used by the search and
-by the latency probe, :mod:`bnc_deploy.fit.latency_probe`)."""
+by the probes, :func:`train_probes`)."""
 
 from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
 
 from bnc_deploy.fit.result import Candidate
@@ -78,3 +79,29 @@ def ranked_candidates(sweep_dirs: Iterable[Path]) -> list[Candidate]:
     inf = float("inf")
     out.sort(key=lambda c: (inf if c.val_error is None else c.val_error, c.size_bits, c.id))
     return out
+
+
+@dataclass(frozen=True)
+class SweepPlace:
+    """Where and how a search trains: the data, the seed, the output folder, the device and backend."""
+
+    data_spec: str
+    seed: int
+    out: Path
+    device: str = "cpu"
+    backend: str = "local"
+
+
+def train_probes(records: dict, settings: SpaceSettings, place: SweepPlace, folder: str) -> dict:
+    """Train one short configuration per key of ``records`` (key -> sweep record) in
+    ``place.out / folder`` (resumed by a rerun); key -> its model file, or None when it did not
+    train. The probes of :mod:`bnc_deploy.fit.latency_probe` and :mod:`bnc_deploy.fit.size_probe`."""
+    space = SearchSpace((), tuple(records.values()))
+    where = (place.data_spec, place.seed, place.out / folder, place.device, place.backend)
+    dirs, _, _ = run_search_sweeps(space, settings, *where, False)
+    trained = ranked_candidates(dirs)
+    paths = {}
+    for key, record in records.items():
+        match = [c for c in trained if all(c.config.get(k) == v for k, v in record.items())]
+        paths[key] = match[0].model_path if match else None
+    return paths
