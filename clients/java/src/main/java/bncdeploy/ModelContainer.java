@@ -47,7 +47,9 @@ final class ModelContainer {
     static ModelContainer read(InputStream in, String where) throws BncFormatException {
         Map<String, byte[]> entries = new TreeMap<String, byte[]>(Json.CODE_POINT_ORDER);
         try {
-            ZipInputStream zip = new ZipInputStream(in, Charset.forName("UTF-8"));
+            // Entry names are decoded as UTF-8 (this constructor's documented charset on the JVM and on Android;
+            // the (InputStream, Charset) overload only exists from Android API 24 on).
+            ZipInputStream zip = new ZipInputStream(in);
             ZipEntry entry;
             while ((entry = zip.getNextEntry()) != null) {
                 if (entries.containsKey(entry.getName())) {
