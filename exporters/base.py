@@ -20,9 +20,11 @@ their framework (onnx, TensorFlow) lazily or at their top; a module whose framew
 is recorded in :func:`unavailable` with what to install, instead of breaking the others.
 
 Options are declared, typed and documented here, and ``bnc-export`` builds its flags from them:
-an option named ``pack_bits`` is the flag ``--pack-bits``. An option given to an exporter that
-does not declare it is refused with a message saying which exporters take it; a value outside an
-option's declared ``choices`` is refused naming the option, the value and the choices.
+an option named ``pack_bits`` is the flag ``--pack-bits`` (a ``bool`` option that defaults to
+True is switched off instead: ``self_test`` is the flag ``--no-self-test``). An option given to
+an exporter that does not declare it is refused with a message saying which exporters take it; a
+value outside an option's declared ``choices`` is refused naming the option, the value and the
+choices.
 
 What an exporter refuses on purpose is declared too (:class:`Refusal`, scikit-learn's
 ``expected_failed_checks`` in spirit): option values it refuses on some models, each with the
@@ -69,7 +71,9 @@ class Option:
 
     @property
     def flag(self) -> str:
-        return "--" + self.name.replace("_", "-")
+        """The command-line flag: ``--NAME``, or ``--no-NAME`` for a bool option that defaults to True."""
+        off = self.type == "bool" and self.default is True
+        return ("--no-" if off else "--") + self.name.replace("_", "-")
 
     def check(self, value: Any, where: str) -> Any:
         """``value`` checked against the declared type (bool flags) and ``choices``; ExportError naming
@@ -172,7 +176,7 @@ class ExporterSpec:
         if unknown:
             name = unknown[0]
             takers = [s for s in exporters().values() if name in s.option_names]
-            flag = "--" + name.replace("_", "-")
+            flag = next((o.flag for s in takers for o in s.options if o.name == name), "--" + name.replace("_", "-"))
             kinds = sorted({s.kind for s in takers})
             if takers and self.kind not in kinds:
                 raise ExportError(

@@ -8,10 +8,12 @@
  * constant arrays), formatted by the exporter. This text, before the first marker, is not written.
  *
  * Sections, in the order they are written:
- *   head, head_raw (--raw-inputs), macros          the doc comment, the metadata, the #defines
- *   arrays, arrays_tan (TAN), codes_bytes or codes_packed (--pack-bits), arrays_raw (--raw-inputs)
+ *   head, head_raw (--raw-inputs), head_self_test (self_test, the default), macros
+ *                                                  the doc comment, the metadata, the #defines
+ *   arrays, arrays_tan (TAN), codes_bytes or codes_packed (--pack-bits), arrays_raw (--raw-inputs),
+ *   arrays_self_test (self_test)
  *   code_bytes, code_packed (B divides 8) or code_packed_straddle (a code may straddle two bytes)
- *   sums_naive_bayes or sums_tan, predict, raw (--raw-inputs), end
+ *   sums_naive_bayes or sums_tan, predict, proba, raw (--raw-inputs), self_test (self_test), end
  *
  * Contract: the exported header is byte-identical for the same model and options, and its digest
  * covers every byte, so any edit here changes every exported file (and the export tests, which
@@ -40,12 +42,33 @@ ${feature_list}
  *     scores[c] = -(sum of class c's codes): log p(c, x) = scores[c] * 2^-${PREFIX}_STEP_SHIFT
  *     (${PREFIX}_STEP_SHIFT = B_F = ${frac_bits}; negative B_F means a step of 2^|B_F|).
  *     Returns 0, or -1 for an invalid x (scores untouched).
+ *   int ${prefix}_predict_proba(const uint8_t *x, uint16_t *out);
+ *     out[c] / 65536 ~ p(c | x) (unsigned Q0.16; 1.0 itself is written 65535), integer arithmetic
+ *     only: the softmax of the scores, exp(-d * 2^-B_F) in Q1.31 for d = max score - scores[c]
+ *     as a product of the rounded factors ${prefix}_exp_q31[j] = exp(-2^j * 2^-B_F) over the set
+ *     bits j of d (0 for d >= 2^${PREFIX}_EXP_TERMS), then per class one division by their sum,
+ *     rounded to nearest (16 shift-and-subtract steps: no division instruction or helper).
+ *     Proven bound against the exact softmax of the scores (which the float64 reference matches
+ *     to about 1e-16): per class
+ *     |out[c] / 65536 - p(c | x)| <= max(2^-16, 2^-17 + C * max(J, 1) * 2^-31) = ${proba_bound}
+ *     (C = ${n_classes} classes, J = ${PREFIX}_EXP_TERMS = ${exp_terms}), and
+ *     |sum_c out[c] - 65536| <= (C + 1) / 2 = ${proba_sum_bound}. Returns 0, or -1 for an invalid
+ *     x (out untouched). 64-bit integer products and sums (a 32x32->64 multiply: one UMULL on
+ *     Cortex-M3 and up).
 //@ head_raw
  *   int ${prefix}_predict_raw(const float *x);
  *   int ${prefix}_log_joint_raw(const float *x, int32_t *scores);
  *     Raw float32 values; code_i = number of float32 thresholds t with x_i > t (the discretizer's
  *     cut points rounded down to float32, exact for float32 inputs). NaN or +-inf: -1.
  *     Do not compile with -ffast-math (it may drop the NaN test).
+//@ head_self_test
+ *   int ${prefix}_self_test(void);
+ *     Runs the ${self_test_rows} rows stored below (${self_test_source}; at most ${self_test_max}
+ *     rows and ${self_test_max_bytes} bytes of rows and expected values) through ${prefix}_predict
+ *     and ${prefix}_log_joint and compares the labels and scores with the model file's reference
+ *     values (stored below too): returns 0 when every row matches, else the 1-based index of the
+ *     first row that does not. Not called, it and its rows cost no flash in an optimizing build
+ *     (-O0: with -fdata-sections and --gc-sections); bnc-export --no-self-test leaves them out.
 //@ macros
  */
 ${metadata}
@@ -68,6 +91,7 @@ ${metadata}
 #define ${PREFIX}_PACKED ${packed}
 #define ${PREFIX}_RAW_INPUTS ${raw_inputs}
 #define ${PREFIX}_INVALID (-1)
+#define ${PREFIX}_EXP_TERMS ${exp_terms}
 ${card_macros}
 
 //@ arrays
@@ -75,6 +99,8 @@ ${card_macros}
 ${max_code_array}
 /* First code-stream row of each feature (row 0 is the class prior). */
 ${row_offset_array}
+/* exp(-2^j * 2^-B_F) in Q1.31 (2^31 = 1.0), rounded to nearest, j = 0 .. ${PREFIX}_EXP_TERMS - 1. */
+${exp_array}
 //@ arrays_tan
 /* Parent feature of each feature (-1: the class only) and the parent's cardinality. */
 ${parent_array}
@@ -89,6 +115,12 @@ ${codes_array}
 /* Binning thresholds (float32, exact hexadecimal literals), feature i's are ${prefix}_cut_begin[i] .. ${prefix}_cut_begin[i + 1] - 1. */
 ${thresholds_array}
 ${cut_begin_array}
+//@ arrays_self_test
+/* Self-test rows (${self_test_source}), the reference's labels and code sums (scores = -sums). */
+#define ${PREFIX}_SELF_TEST_ROWS ${self_test_rows}
+${self_test_x_array}
+${self_test_label_array}
+${self_test_sum_array}
 //@ code_bytes
 
 static inline unsigned ${prefix}_code(uint32_t k)
@@ -194,6 +226,74 @@ static inline int ${prefix}_log_joint(const uint8_t *x, int32_t *scores)
     }
     return 0;
 }
+//@ proba
+
+/* exp(-d * 2^-B_F) in Q1.31: the product of the factors of the set bits of d, rounded after each. */
+static inline uint32_t ${prefix}_exp_q31_of(uint32_t d)
+{
+    uint32_t e = 0x80000000u;
+    int j;
+    if ((d >> ${PREFIX}_EXP_TERMS) != 0u) {
+        return 0u;
+    }
+    for (j = 0; j < ${PREFIX}_EXP_TERMS; ++j) {
+        if (((d >> j) & 1u) != 0u) {
+            e = (uint32_t)(((uint64_t)e * ${prefix}_exp_q31[j] + 0x40000000u) >> 31);
+        }
+    }
+    return e;
+}
+
+/* round(e * 2^16 / total) for e <= total (half up), at most 65535: the division as 16 shift-and-subtract
+ * steps after the integer bit, so that no core needs a 64-bit division instruction or helper. */
+static inline uint16_t ${prefix}_q16_of(uint32_t e, uint64_t total)
+{
+    uint64_t rem = e;
+    uint32_t q = 0u;
+    int k;
+    if (rem >= total) {
+        rem -= total;
+        q = 1u;
+    }
+    for (k = 0; k < 16; ++k) {
+        rem <<= 1;
+        q <<= 1;
+        if (rem >= total) {
+            rem -= total;
+            q |= 1u;
+        }
+    }
+    if ((rem << 1) >= total) {
+        ++q;
+    }
+    return (uint16_t)(q > 65535u ? 65535u : q);
+}
+
+static inline int ${prefix}_predict_proba(const uint8_t *x, uint16_t *out)
+{
+    ${acc} sum[${PREFIX}_N_CLASSES];
+    uint32_t e[${PREFIX}_N_CLASSES];
+    uint64_t total = 0u;
+    ${acc} low;
+    int c;
+    if (${prefix}_sums(x, sum) != 0) {
+        return ${PREFIX}_INVALID;
+    }
+    low = sum[0];
+    for (c = 1; c < ${PREFIX}_N_CLASSES; ++c) {
+        if (sum[c] < low) {
+            low = sum[c];
+        }
+    }
+    for (c = 0; c < ${PREFIX}_N_CLASSES; ++c) {
+        e[c] = ${prefix}_exp_q31_of((uint32_t)(sum[c] - low));
+        total += e[c];
+    }
+    for (c = 0; c < ${PREFIX}_N_CLASSES; ++c) {
+        out[c] = ${prefix}_q16_of(e[c], total);
+    }
+    return 0;
+}
 //@ raw
 
 /* Raw float32 values -> codes (0), or -1 for NaN or +-inf. */
@@ -233,6 +333,25 @@ static inline int ${prefix}_log_joint_raw(const float *x, int32_t *scores)
         return ${PREFIX}_INVALID;
     }
     return ${prefix}_log_joint(codes, scores);
+}
+//@ self_test
+
+static inline int ${prefix}_self_test(void)
+{
+    int32_t scores[${PREFIX}_N_CLASSES];
+    int r, c;
+    for (r = 0; r < ${PREFIX}_SELF_TEST_ROWS; ++r) {
+        const uint8_t *x = ${prefix}_self_test_x[r];
+        if (${prefix}_predict(x) != (int)${prefix}_self_test_label[r] || ${prefix}_log_joint(x, scores) != 0) {
+            return r + 1;
+        }
+        for (c = 0; c < ${PREFIX}_N_CLASSES; ++c) {
+            if (scores[c] != -(int32_t)${prefix}_self_test_sum[r][c]) {
+                return r + 1;
+            }
+        }
+    }
+    return 0;
 }
 //@ end
 

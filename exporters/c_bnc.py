@@ -1,6 +1,6 @@
 """C99 exporter for quantized Bayesian network classifiers (naive Bayes and TAN): one header file.
 
-``bnc-export MODEL --format c -o model.h [--name PREFIX] [--pack-bits] [--raw-inputs]`` writes a
+``bnc-export MODEL --format c -o model.h [--name PREFIX] [--pack-bits] [--raw-inputs] [--no-self-test]`` writes a
 header-only C99 library (``static const`` tables, ``static inline`` functions, an ``#ifndef``
 guard). ``PREFIX`` (default ``bnc``) starts every identifier: functions and arrays use it as
 given, macros upper-cased (``bnc_predict``, ``BNC_N_FEATURES``).
@@ -17,6 +17,17 @@ API
     ``log p(c, x) = scores[c] * 2^-PREFIX_FRAC_BITS`` (``PREFIX_STEP_SHIFT`` is the same number;
     it is negative when ``B_I > B``, then the step is ``2^|B_F|``). Returns 0, or -1 for an invalid
     ``x`` (``scores`` untouched). The most probable class is the first index of the largest score.
+``int PREFIX_predict_proba(const uint8_t *x, uint16_t *out)``
+    ``out[c] / 2^16`` approximates ``p(c | x)``, the softmax of the scores (unsigned Q0.16; 1.0 is
+    written 65535), in integer arithmetic (Arithmetic, below). Returns 0, or -1 for an invalid
+    ``x`` (``out`` untouched).
+``int PREFIX_self_test(void)`` (unless ``--no-self-test``)
+    Runs the stored self-test rows (:func:`self_test_rows`: the first rows of the model's check set,
+    else seeded random rows; at most :data:`SELF_TEST_MAX_ROWS` rows and
+    :data:`SELF_TEST_MAX_BYTES` bytes) through ``PREFIX_predict`` and ``PREFIX_log_joint`` and
+    compares them with the reference's labels and code sums, stored beside them as ``static const``
+    arrays (as ExecuTorch's bundled programs carry their test inputs and outputs). Returns 0 when
+    every row matches, else the 1-based index of the first row that does not.
 ``--raw-inputs``: ``int PREFIX_predict_raw(const float *x)``, ``int PREFIX_log_joint_raw(const float
 *x, int32_t *scores)``
     Raw float32 feature values, binned with the model's discretizer: ``code_i = number of
@@ -33,6 +44,21 @@ possible sum), else ``uint32_t``, and negated into ``int32_t``. The sums are exa
 reference's integer sums, so labels and scores are bit-identical with the model file (the
 verifier checks it on the check set / ``--data`` test split and random rows before publishing).
 Float models are refused (``C export needs a quantized model (--bits)``).
+
+Posteriors (``predict_proba``): with ``d_c = max score - scores[c] >= 0`` (an integer) and the step
+``s = 2^-B_F`` (natural log: the quantizer stores ``log p`` in nats), ``p(c | x) = x_c / sum_k x_k``
+with ``x_c = exp(-d_c * s)``. ``e_c`` approximates ``x_c`` in Q1.31: starting from ``2^31``, one
+rounded product ``(e * T_j + 2^30) >> 31`` with ``T_j = round(2^31 * exp(-2^j * s))`` (exact decimal
+arithmetic, :func:`exp_q31_table`) for every set bit ``j < J`` of ``d_c``; 0 when ``d_c >= 2^J``
+(:func:`exp_terms`: then ``x_c <= e^-32 < 2^-32``). Each product adds at most ``2^-32`` (the
+factor's rounding; ``e <= 1``) plus ``2^-32`` (the product's), so ``|e_c / 2^31 - x_c| <= eps =
+max(J, 1) * 2^-31``, and the top class (``d = 0``) is exactly ``2^31``. With ``E = sum e_c / 2^31 >= 1``
+the fixed-point posterior ``e_c / (2^31 E)`` is within ``(eps + p_c (C - 1) eps) / E <= C * eps``
+of ``p(c | x)``. ``out[c] = min(65535, round(2^16 e_c / sum e))`` (a 17-bit restoring division,
+half up) adds at most ``2^-17``, or, where it clamps (``e_c / sum e >= 1 - 2^-17``), at most
+``2^-16``. Hence ``|out[c] / 2^16 - p(c | x)| <= max(2^-16, 2^-17 + C * eps)``
+(:func:`proba_error_bound`; ``2^-16`` whenever ``C * J <= 2^14``), and since the rounded values'
+exact sum is ``2^16``, ``|sum_c out[c] - 2^16| <= (C - 1) / 2 + 1 = (C + 1) / 2``.
 
 Storage
 -------
@@ -63,6 +89,7 @@ Registered as the ``("bnc", "c")`` exporter (extension ``.h``, runtime ``native`
 
 from __future__ import annotations
 
+import decimal
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
@@ -74,6 +101,7 @@ from bnc_deploy.exporters.base import Option, Refusal, float_model, register_exp
 from bnc_deploy.formats.bnc import export_metadata, padded_thresholds, raw_cut_points
 from bnc_deploy.formats.c import check_c_name, comment_text, metadata_comment
 from bnc_deploy.formats.c_template import template_sections
+from bnc_deploy.formats.checkset import random_rows
 from bnc_deploy.version import __version__
 
 if TYPE_CHECKING:
@@ -87,6 +115,13 @@ MAX_CARDINALITY = 256
 PER_LINE = 20
 #: The C of the header (package data, beside this module), cut into sections; see its first comment.
 TEMPLATE = "c_bnc.h"
+#: ``PREFIX_self_test``: at most this many stored rows, and at most this many bytes of rows and
+#: expected values (labels; code sums in the narrowest type of the largest possible sum), at least one row.
+SELF_TEST_MAX_ROWS = 64
+SELF_TEST_MAX_BYTES = 4096
+#: ``PREFIX_predict_proba``: fractional bits of the factors and of exp (Q1.31) and of the output (Q0.16).
+EXP_FRAC_BITS = 31
+PROBA_FRAC_BITS = 16
 
 
 def accumulator_type(n_features: int, bits: int) -> str:
@@ -117,6 +152,55 @@ def unpack_codes(stream: np.ndarray, bits: int, n: int) -> np.ndarray:
     return sums.astype(np.uint8)
 
 
+def exp_terms(frac_bits: int, max_sum: int) -> int:
+    """``J = PREFIX_EXP_TERMS``: the factors ``exp(-2^j * 2^-B_F)``, ``j < J``, that ``predict_proba``
+    multiplies. ``J = B_F + 5`` (at least 0) is the first ``J`` with ``2^J * 2^-B_F >= 32``, so
+    every ``d >= 2^J`` has ``exp(-d * 2^-B_F) <= e^-32 < 2^-32`` (written 0); ``J`` is capped at the
+    bit length of ``max_sum``, the largest possible ``d``."""
+    return min(max(0, frac_bits + 5), int(max_sum).bit_length())
+
+
+def exp_q31_table(frac_bits: int, terms: int) -> list[int]:
+    """``round(2^31 * exp(-2^j * 2^-B_F))`` for ``j < terms``, from correctly rounded decimal
+    arithmetic (not the platform's libm), so the same model always gives the same bytes."""
+    ctx = decimal.Context(prec=60, rounding=decimal.ROUND_HALF_EVEN)
+    table = []
+    for j in range(terms):
+        x = ctx.exp(-ctx.power(decimal.Decimal(2), j - frac_bits))
+        table.append(int(ctx.multiply(x, decimal.Decimal(2**EXP_FRAC_BITS)).to_integral_value()))
+    return table
+
+
+def proba_error_bound(n_classes: int, terms: int) -> float:
+    """The proven bound on ``|out[c] / 2^16 - p(c | x)|`` of ``predict_proba`` (module docstring)."""
+    exp_error = n_classes * max(terms, 1) * 2.0**-EXP_FRAC_BITS
+    return max(2.0**-PROBA_FRAC_BITS, 2.0 ** -(PROBA_FRAC_BITS + 1) + exp_error)
+
+
+def self_test_rows(artifact: BNCArtifact) -> tuple[np.ndarray, str]:
+    """``(rows (n, D) int64, what they are)`` stored for ``PREFIX_self_test``: the first rows of
+    the model's check set, else seeded random valid rows; at most :data:`SELF_TEST_MAX_ROWS` rows
+    and :data:`SELF_TEST_MAX_BYTES` bytes (one code byte per feature, a label, ``C`` sums)."""
+    d, c = artifact.n_features, artifact.n_classes
+    per_row = d + _type_bytes(_uint_type(c - 1)) + c * _type_bytes(_self_test_sum_type(artifact))
+    n = max(1, min(SELF_TEST_MAX_ROWS, SELF_TEST_MAX_BYTES // per_row))
+    check = artifact.check_x
+    if check is not None and len(check):
+        rows = np.asarray(check, dtype=np.int64)[:n]
+        which = f"all {len(rows)}" if len(rows) == len(check) else f"the first {len(rows)}"
+        return rows, f"{which} of the model's {len(check)} check rows"
+    return random_rows(artifact, n), f"{n} seeded random valid rows: the model stores no check set"
+
+
+def _self_test_sum_type(artifact: BNCArtifact) -> str:
+    """The stored code sums' type: the narrowest that holds every possible sum, ``(D + 1) * (2^B - 1)``."""
+    return _uint_type((artifact.n_features + 1) * codes_of(artifact).quantizer.max_code)
+
+
+def _type_bytes(ctype: str) -> int:
+    return int(ctype.removeprefix("uint").removesuffix("_t")) // 8
+
+
 def _uint_type(max_value: int) -> str:
     for bits in (8, 16, 32):
         if max_value < 2**bits:
@@ -135,6 +219,16 @@ def _array(
         lines.append("    " + ", ".join(fmt(v) for v in values[k : k + per_line]) + ",")
     lines.append("};")
     return lines
+
+
+def _array_2d(ctype: str, name: str, rows: np.ndarray) -> list[str]:
+    """``static const ctype name[n][m]``, one row per line (wrapped every :data:`PER_LINE` values)."""
+    n, m = rows.shape
+    lines = [f"static const {ctype} {name}[{n}][{m}] = {{"]
+    for row in rows:
+        chunks = [", ".join(str(int(v)) for v in row[k : k + PER_LINE]) for k in range(0, m, PER_LINE)]
+        lines.append("    {" + ",\n     ".join(chunks) + "},")
+    return lines + ["};"]
 
 
 def _float_literal(value: float | np.floating[Any]) -> str:
@@ -187,7 +281,12 @@ def _lines(values: Iterable[str]) -> str:
 
 
 def build_c_source(
-    artifact: BNCArtifact, *, name: str = DEFAULT_NAME, pack_bits: bool = False, raw_inputs: bool = False
+    artifact: BNCArtifact,
+    *,
+    name: str = DEFAULT_NAME,
+    pack_bits: bool = False,
+    raw_inputs: bool = False,
+    self_test: bool = True,
 ) -> str:
     """The text of the header file (see the module docstring for its contract).
 
@@ -199,15 +298,42 @@ def build_c_source(
     stream = code_stream(artifact)
     assert int(stream.size) == artifact.n_parameters
     packed = pack_codes(stream, bits) if pack_bits else None
-    values = _model_values(artifact, name, packed, raw_inputs)
+    values = _model_values(artifact, name, packed, raw_inputs, self_test)
     sections = _sections(artifact, name, values, packed, raw_inputs)
+    if self_test:
+        values.update(_self_test_values(artifact, name))
+        sections.insert(sections.index("macros"), "head_self_test")
+        # the arrays after the other arrays, before the first function (the code lookup)
+        sections.insert(next(k for k, s in enumerate(sections) if s.startswith("code_")), "arrays_self_test")
+        sections.insert(sections.index("end"), "self_test")
     template = template_sections(__package__, TEMPLATE)
     return "".join(template[section].substitute(values) for section in sections)
 
 
-def _model_values(artifact: BNCArtifact, name: str, packed: np.ndarray | None, raw_inputs: bool) -> dict[str, object]:
+def _self_test_values(artifact: BNCArtifact, name: str) -> dict[str, object]:
+    """The placeholders of the self-test sections: the rows, the reference's labels and code sums."""
+    from bnc_deploy.reference import reference_predictor  # lazy, as formats.checkset does
+
+    rows, source = self_test_rows(artifact)
+    reference = reference_predictor(artifact)
+    sums, labels = reference.integer_scores(rows), reference.predict(rows)
+    return {
+        "self_test_rows": len(rows),
+        "self_test_source": source,
+        "self_test_max": SELF_TEST_MAX_ROWS,
+        "self_test_max_bytes": SELF_TEST_MAX_BYTES,
+        "self_test_x_array": _lines(_array_2d("uint8_t", f"{name}_self_test_x", rows)),
+        "self_test_label_array": _lines(_array(_uint_type(artifact.n_classes - 1), f"{name}_self_test_label", labels)),
+        "self_test_sum_array": _lines(_array_2d(_self_test_sum_type(artifact), f"{name}_self_test_sum", sums)),
+    }
+
+
+def _model_values(
+    artifact: BNCArtifact, name: str, packed: np.ndarray | None, raw_inputs: bool, self_test: bool = True
+) -> dict[str, object]:
     """The placeholders every variant of the header fills in: names, model facts, metadata, the
-    arrays of the NB part (``packed``: the bit stream of ``--pack-bits``, None for one byte per code)."""
+    arrays of the NB part (``packed``: the bit stream of ``--pack-bits``, None for one byte per code;
+    ``self_test``: whether the header has ``PREFIX_self_test``, recorded in the metadata)."""
     q = codes_of(artifact).quantizer
     d, bits = artifact.n_features, q.total_bits
     pack_bits = packed is not None
@@ -227,9 +353,12 @@ def _model_values(artifact: BNCArtifact, name: str, packed: np.ndarray | None, r
             "table_bytes": table_bytes,
             "table_storage": f"packed{bits}" if pack_bits else "uint8",
             "c_standard": "c99",
+            "self_test": bool(self_test),
         },
     )
     offsets = artifact.row_offsets + 1  # stream row 0 is the prior
+    terms = exp_terms(q.frac_bits, (d + 1) * q.max_code)
+    bound = proba_error_bound(artifact.n_classes, terms)
     return {
         "prefix": name,
         "PREFIX": name.upper(),
@@ -269,7 +398,17 @@ def _model_values(artifact: BNCArtifact, name: str, packed: np.ndarray | None, r
         "code_mask": 2**bits - 1,
         "last_code_bit": bits - 1,
         "max_aligned_shift": 8 - bits,
+        "exp_terms": terms,
+        "exp_array": _lines(
+            _array("uint32_t", f"{name}_exp_q31", exp_q31_table(q.frac_bits, terms), fmt=_hex32, per_line=6)
+        ),
+        "proba_bound": ("2^-16" if bound == 2.0**-PROBA_FRAC_BITS else f"{bound:.6g}"),
+        "proba_sum_bound": f"{(artifact.n_classes + 1) / 2:g}",
     }
+
+
+def _hex32(value: int) -> str:
+    return f"0x{int(value):08x}u"
 
 
 def _sections(
@@ -314,15 +453,22 @@ def _sections(
     else:
         # when B does not divide 8 some codes span two bytes, and only then the lookup reads a second byte
         sections.append("code_packed_straddle" if 8 % bits else "code_packed")
-    sections += ["sums_tan" if tan else "sums_naive_bayes", "predict"] + (["raw"] if raw_inputs else []) + ["end"]
+    sections += ["sums_tan" if tan else "sums_naive_bayes", "predict", "proba"] + (["raw"] if raw_inputs else [])
+    sections.append("end")
     return sections
 
 
 def build_c_bytes(
-    artifact: BNCArtifact, *, name: str = DEFAULT_NAME, pack_bits: bool = False, raw_inputs: bool = False
+    artifact: BNCArtifact,
+    *,
+    name: str = DEFAULT_NAME,
+    pack_bits: bool = False,
+    raw_inputs: bool = False,
+    self_test: bool = True,
 ) -> bytes:
     """The header file's bytes (ASCII) for the verifier (:mod:`bnc_deploy.verify`)."""
-    return build_c_source(artifact, name=name, pack_bits=pack_bits, raw_inputs=raw_inputs).encode("ascii")
+    source = build_c_source(artifact, name=name, pack_bits=pack_bits, raw_inputs=raw_inputs, self_test=self_test)
+    return source.encode("ascii")
 
 
 register_exporter(
@@ -349,6 +495,14 @@ register_exporter(
             "instead of one byte each",
         ),
         RAW_INPUTS,
+        Option(
+            "self_test",
+            "bool",
+            True,
+            help="C export: include PREFIX_self_test(), which runs up to "
+            f"{SELF_TEST_MAX_ROWS} stored check rows against their stored reference labels and scores "
+            "(default: included; --no-self-test leaves it and its rows out)",
+        ),
     ],
     refusals=[
         Refusal(

@@ -48,11 +48,11 @@ def matrix_examples(kind: str) -> dict[str, object]:
 
 
 def option_variants(spec) -> list[dict]:
-    """The default options, then each declared non-default value alone (bool flags on, other choices)."""
+    """The default options, then each declared non-default value alone (bool flags flipped, other choices)."""
     variants = [{}]
     for option in spec.options:
         if option.type == "bool":
-            variants.append({option.name: True})
+            variants.append({option.name: not option.default})
         elif option.choices:
             variants += [{option.name: choice} for choice in option.choices if choice != option.default]
     return variants

@@ -211,6 +211,70 @@ def test_cli_header_needs_its_own_model(tmp_path, capsys):
     assert report["ok"] and report["boards"][0]["passed"] == 30 + 16
 
 
+SELF_TEST_MAIN = r"""
+#include <stdio.h>
+#include "model.h"
+int main(void);
+int main(void)
+{
+    uint16_t p[BNC_N_CLASSES];
+    int c, rc = bnc_predict_proba(bnc_self_test_x[3], p);
+    printf("PROBA %d", rc);
+    for (c = 0; c < BNC_N_CLASSES; ++c) {
+        printf(" %u", (unsigned)p[c]);
+    }
+    printf("\n");
+    return bnc_self_test();
+}
+"""
+
+
+def _self_test_image(header: str, workdir, tools):
+    """An image for the Cortex-M4 board around ``header``: prints predict_proba of self-test row 3,
+    exits with bnc_self_test()."""
+    from bnc_deploy.targets import cortex_m_sources
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    files = {"startup.c": cortex_m_sources.STARTUP_C, "link.ld": cortex_m_sources.LINK_LD, "model.h": header}
+    for name, text in {**files, "main.c": SELF_TEST_MAIN}.items():
+        (workdir / name).write_text(text, encoding="ascii")
+    cpu = cortex_m_build.BOARDS["mps2-an386"][0]
+    cmd = [tools.gcc, f"-mcpu={cpu}", *cortex_m_build.CFLAGS, "-Werror", *cortex_m_build.LDFLAGS, "-T", "link.ld"]
+    warnings = cortex_m_build._compile([*cmd, "startup.c", "main.c", "-o", "image.elf"], workdir, "self-test image")
+    assert warnings == ""
+    return workdir / "image.elf"
+
+
+@pytest.mark.slow
+@needs_toolchain
+def test_self_test_and_predict_proba_on_the_cortex_m4_board(tmp_path):
+    """PREFIX_self_test() returns 0 on the emulated Cortex-M4, and the index of an edited expected label;
+    PREFIX_predict_proba gives the host's integer answer (no division helper, no float)."""
+    from test_export_c_selftest import proba_model
+
+    from bnc_deploy.exporters.c_bnc import exp_q31_table
+    from bnc_deploy.reference import ReferencePredictor
+
+    a = _nb()
+    header = _header(a, tmp_path / "m.h").read_text()
+    tools = cortex_m_build.find_tools(["mps2-an386"])
+    run = cortex_m_build.run_image(_self_test_image(header, tmp_path / "ok", tools), "mps2-an386", tools)
+    assert run.exit_code == 0, run.stdout
+    line = next(line for line in run.stdout.splitlines() if line.startswith("PROBA "))
+    got = [int(v) for v in line.split()[1:]]
+    sums = ReferencePredictor(a).integer_scores(np.asarray(a.check_x[3:4], dtype=np.int64))
+    terms = int(header.split("#define BNC_EXP_TERMS ")[1].split()[0])
+    assert got[0] == 0 and got[1:] == proba_model(sums, exp_q31_table(a.quantizer.frac_bits, terms), terms)[0].tolist()
+    # an edited expected label (row 13): self_test names that row
+    start = header.index("{", header.index(" bnc_self_test_label["))
+    end = header.index("};", start)
+    labels = [int(v) for v in header[start:end].replace("{", " ").replace(",", " ").split()]
+    labels[12] = (labels[12] + 1) % a.n_classes
+    edited = header[:start] + "{\n    " + ", ".join(map(str, labels)) + ",\n" + header[end:]
+    run = cortex_m_build.run_image(_self_test_image(edited, tmp_path / "edited", tools), "mps2-an386", tools)
+    assert run.exit_code == 13, run.stdout
+
+
 @pytest.mark.slow
 @needs_toolchain
 @pytest.mark.skipif(

@@ -537,7 +537,7 @@ def test_cardinalities_beyond_uint8_are_refused():
 def test_the_exporter_is_registered():
     spec = exporter_for("bnc", "c")
     assert (spec.extension, spec.runtime) == (".h", "native")
-    assert set(spec.option_names) == {"name", "pack_bits", "raw_inputs"}
+    assert set(spec.option_names) == {"name", "pack_bits", "raw_inputs", "self_test"}
 
 
 # -- the native runtime ---------------------------------------------------------------------------------------------

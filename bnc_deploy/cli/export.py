@@ -83,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
                 option["flag"],
                 dest=option["name"],
                 action="store_const",
-                const=True,
+                const=not option["default"],  # --flag sets True; --no-flag (a True default) sets False
                 default=None,
                 help=f"{option['help']} [{takers}]",
             )
@@ -112,6 +112,7 @@ def _cli_options(specs) -> dict[str, dict]:
                     "name": option.name,
                     "flag": option.flag,
                     "type": option.type,
+                    "default": option.default,
                     "help": option.help,
                     "choices": [],
                     "takers": [],
