@@ -3,6 +3,7 @@
 Usage::
 
     bnc-export MODEL --format FORMAT -o OUT [--data PATH_OR_NAME [--fold K]] [--json] [--sign-key FILE]
+               [--package {cmake,arduino} (with --format c: OUT is a library folder)]
                [exporter options: --lowering {gather,onehot-fc,gather-grouped}, --raw-inputs, --opset N,
                 --pack-bits, --onehot {equal-cast,relu,edgetpu}, --profile {default,micro,web}, --metadata,
                 --output-layer {int8,float32}, ... (bnc-export --help lists them all)]
@@ -18,7 +19,11 @@ verification rows: the TEST split of ``--data``, else the check set stored in th
 seeded random rows. It is published at ``OUT`` only if a file that promises exactness (see its
 ``exact`` metadata) is exact. The file carries a digest of all its bytes in its metadata
 (``integrity``: its SHA-256, or its HMAC-SHA256 under ``--sign-key FILE``), which runtimes and
-``bnc-profile`` check on load (:mod:`bnc_deploy.formats.integrity`). A raw-input export is fed the raw value on the
+``bnc-profile`` check on load (:mod:`bnc_deploy.formats.integrity`). With ``--package cmake|arduino`` (``--format c``
+only) ``OUT`` is a library folder: the header is exported through the same verifier into it
+(``include/`` or ``src/``), the files around it are added (:mod:`bnc_deploy.formats.c_package`) and
+the folder is renamed into place, all or nothing; an existing ``OUT`` must be an empty folder. A raw-input export
+is fed the raw value on the
 upper edge of each
 row's bins, and the reference codes are what the model's discretizer makes of those values.
 
@@ -34,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -51,6 +57,7 @@ class CLIError(Exception):
 
 def build_parser() -> argparse.ArgumentParser:
     from bnc_deploy.exporters.base import exporters, formats
+    from bnc_deploy.formats.c_package import PACKAGE_KINDS
 
     p = argparse.ArgumentParser(
         prog="bnc-export",
@@ -58,7 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("model", metavar="MODEL", help="model file written by bnc-train (.bnc)")
     p.add_argument("--format", required=True, choices=formats(), help="output format")
-    p.add_argument("-o", "--output", required=True, metavar="OUT", help="file to write")
+    p.add_argument("-o", "--output", required=True, metavar="OUT", help="file to write (a folder with --package)")
     p.add_argument(
         "--data",
         metavar="PATH_OR_NAME",
@@ -67,6 +74,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--fold", type=int, default=None, metavar="K", help="1-based fold of --data (default 1)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a table")
+    p.add_argument(
+        "--package",
+        choices=PACKAGE_KINDS,
+        default=None,
+        help="with --format c: write a library folder at OUT instead of a lone header: 'cmake' (CMakeLists.txt "
+        "with an INTERFACE target named after --name, include/PREFIX.h, examples/self_test.c, README.md) or "
+        "'arduino' (library.properties, src/PREFIX.h, an example sketch); the header is the verified one, "
+        "byte-identical to --format c's; OUT must not exist or be an empty folder, and is written all or nothing",
+    )
     p.add_argument(
         "--sign-key",
         metavar="FILE",
@@ -138,10 +154,10 @@ def main(argv: list[str] | None = None) -> int:
         from bnc_deploy.fileio import holds
 
         # Concurrent writers to one -o: the last complete one wins; say so if that was not this one.
-        report["owned"] = bool(report["owned"] and holds(args.output, report["sha256"]))
+        report["owned"] = bool(report["owned"] and holds(report["output"], report["sha256"]))
         if not report["owned"]:
             print(
-                f"bnc-export: warning: {args.output} was replaced by another writer after this one; "
+                f"bnc-export: warning: {report['output']} was replaced by another writer after this one; "
                 "the file on disk is theirs",
                 file=sys.stderr,
             )
@@ -165,17 +181,23 @@ def run(args: argparse.Namespace) -> dict:
     from bnc_deploy.artifacts import load_artifact
     from bnc_deploy.exporters.base import exporter_for
     from bnc_deploy.fileio import check_output_path
+    from bnc_deploy.formats.c_package import check_package_dir, header_path
     from bnc_deploy.formats.integrity import read_key
     from bnc_deploy.verify import VerificationError, export_file
 
+    if args.package is not None and args.format != "c":
+        raise CLIError(f"--package {args.package} needs --format c (got --format {args.format})")
     try:
         key = None if args.sign_key is None else read_key(args.sign_key)
         artifact = load_artifact(args.model)
         spec = exporter_for(artifact.kind, args.format)
-        output = check_output_path(args.output, inputs=(args.model,))
+        if args.package is None:
+            output = check_output_path(args.output, inputs=(args.model,))
+        else:
+            output = check_package_dir(args.output, inputs=(args.model,))
     except BncDeployError as exc:
         raise CLIError(str(exc)) from None
-    if output.suffix.lower() != spec.extension:
+    if args.package is None and output.suffix.lower() != spec.extension:
         print(
             f"bnc-export: warning: {output} does not end in {spec.extension}, the extension of "
             f"{args.format} files; runtimes pick their format by it",
@@ -188,16 +210,40 @@ def run(args: argparse.Namespace) -> dict:
     for option in spec.options:
         if option.type == "rows" and args.data is not None:
             options[option.name] = _training_rows(args.data, args.fold)
+    export = partial(export_file, artifact, format=args.format, rows=x, labels=y, key=key, **options)
+    published_at, package = output, None
     try:
         spec.resolve_options(not_declared)  # an option this exporter does not declare: ExportError naming takers
-        result = export_file(artifact, output, args.format, rows=x, labels=y, key=key, **options)
+        if args.package is None:
+            result = export(output)
+        else:
+            header = header_path(args.package, spec.resolve_options(options)["name"])
+            published_at, package = output / header, {"kind": args.package, "dir": str(output), "files": []}
+            result = _export_package(args.package, output, header, export, package)
     except VerificationError as exc:  # nothing published: the report says why
         result = exc.report
     except BncDeployError as exc:
         raise CLIError(str(exc)) from None
     except OSError as exc:
         raise CLIError(f"cannot write {output}: {exc.strerror or exc}") from None
-    return make_report(artifact, args, result, data_desc)
+    report = make_report(artifact, args, result, data_desc, output=str(published_at))
+    if package is not None:
+        report["package"] = package
+    return report
+
+
+def _export_package(kind: str, folder, header, export, package: dict) -> ExportResult:
+    """``export(path)`` (the verifier) writes the header into a staged folder, the package's files are
+    added around it, and the folder is renamed to ``folder``; on any failure nothing is left behind.
+    Fills ``package["files"]`` once published."""
+    from bnc_deploy.formats.c_package import publish_package, staged_package, write_package
+
+    with staged_package(folder) as stage:
+        result = export(stage / header)
+        files = write_package(stage, kind, header)
+        publish_package(stage, folder)
+    package["files"] = files
+    return result
 
 
 def _all_specs():
@@ -240,11 +286,12 @@ def verification_rows(artifact, spec: str | None, fold: int | None) -> tuple[np.
     return x, np.asarray(y), desc
 
 
-def make_report(artifact, args, result: ExportResult, data_desc: str) -> dict:
-    """The ``--json`` object: the model's costs and facts, the file, and the verification."""
+def make_report(artifact, args, result: ExportResult, data_desc: str, *, output: str | None = None) -> dict:
+    """The ``--json`` object: the model's costs and facts, the file (``output``, default -o), the verification."""
     from bnc_deploy.verify import ExportReport
 
-    return ExportReport.of(artifact, result, model=str(args.model), output=str(args.output), data=data_desc).to_dict()
+    output = str(args.output) if output is None else output
+    return ExportReport.of(artifact, result, model=str(args.model), output=output, data=data_desc).to_dict()
 
 
 def format_table(r: dict) -> str:
@@ -288,6 +335,10 @@ def format_table(r: dict) -> str:
     lines.append(f"  {'result':<18}{status}")
     if r.get("integrity"):
         lines.append(f"  {'integrity':<18}{r['integrity']} digest in the file's metadata (checked on load)")
+    if r.get("package"):
+        pkg = r["package"]
+        state = f"{len(pkg['files'])} files in {pkg['dir']}" if pkg["files"] else f"nothing written to {pkg['dir']}"
+        lines.append(f"  {'package':<18}{pkg['kind']}: {state}")
     return "\n".join(lines)
 
 
