@@ -281,10 +281,13 @@ def test_rest_fuzz_no_5xx_still_serving_memory_flat(tmp_path):
 
         fuzz_pass(SEED)  # warm-up: every code path and buffer size seen
         fuzz_pass(SEED + 1)
-        rss_warm = proc_rss(proc)
-        for k in range(2, 5):  # new random requests: nothing may accumulate
+        rss = []
+        for k in range(2, 8):  # new random requests: nothing may accumulate
             fuzz_pass(SEED + k)
-        rss_after = proc_rss(proc)
+            rss.append(proc_rss(proc))
+        # A leak grows with the requests; the allocator's arenas and caches settle once. So the last
+        # three passes are compared with the highest reading of the three before them.
+        rss_warm, rss_after = max(rss[:3]), rss[-1]
         # Still serving, and correctly.
         status, _, body = proc.request("GET", "/v2/health/ready")
         assert status == 200
@@ -299,10 +302,10 @@ def test_rest_fuzz_no_5xx_still_serving_memory_flat(tmp_path):
         )
         assert status == 200, body
         assert proc.stop() == 0
-    print(f"statuses: {dict(sorted(statuses.items()))}; RSS {rss_warm} -> {rss_after} KiB")
+    print(f"statuses: {dict(sorted(statuses.items()))}; RSS after each pass {rss} KiB")
     assert sum(v for k, v in statuses.items() if k == 200) > 0 and sum(v for k, v in statuses.items() if k >= 400) > 0
     assert rss_after - rss_warm <= RSS_GROWTH_KIB, (
-        f"RSS grew {rss_after - rss_warm} KiB over {3 * REQUESTS_PER_PASS} requests"
+        f"RSS grew {rss_after - rss_warm} KiB over the last {3 * REQUESTS_PER_PASS} requests (per pass: {rss} KiB)"
     )
 
 
