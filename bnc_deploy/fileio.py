@@ -59,8 +59,17 @@ def check_output_path(
     if path.is_dir():
         raise OutputError(f"{what} {path} is a directory; give a file name")
     for other in inputs:
-        if other is not None and _same_file(path, Path(other)):
+        if other is not None and same_file(path, Path(other)):
             raise OutputError(f"{what} {path} is the input file {other}; writing it would destroy the input")
+    folder = writable_folder_of(path, what)
+    if path.exists() and not os.access(path, os.W_OK) and not os.access(folder, os.W_OK):
+        raise OutputError(f"cannot write {what} {path}: permission denied")
+    return path
+
+
+def writable_folder_of(path: Path, what: str = "output") -> Path:
+    """The folder ``path`` goes in, created when missing; OutputError naming ``path`` (a ``what``)
+    unless it is a writable folder."""
     folder = path.parent if str(path.parent) else Path(".")
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -70,12 +79,11 @@ def check_output_path(
         raise OutputError(f"cannot write {what} {path}: {folder} is not a folder")
     if not os.access(folder, os.W_OK | os.X_OK):
         raise OutputError(f"cannot write {what} {path}: the folder {folder} is not writable")
-    if path.exists() and not os.access(path, os.W_OK) and not os.access(folder, os.W_OK):
-        raise OutputError(f"cannot write {what} {path}: permission denied")
-    return path
+    return folder
 
 
-def _same_file(a: Path, b: Path) -> bool:
+def same_file(a: Path, b: Path) -> bool:
+    """Whether ``a`` and ``b`` both exist and are the same file (False when either cannot be read)."""
     try:
         return a.exists() and b.exists() and os.path.samefile(a, b)
     except OSError:

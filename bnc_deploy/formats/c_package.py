@@ -42,6 +42,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from bnc_deploy.errors import OutputError
+from bnc_deploy.fileio import same_file, writable_folder_of
 from bnc_deploy.formats.c import check_c_name, read_c_metadata
 
 #: ``--package`` choices.
@@ -73,19 +74,13 @@ def check_package_dir(path: str | os.PathLike[str], *, inputs: tuple[str | os.Pa
     if path.name in ("", ".", ".."):
         raise OutputError(f"package folder {path}: give the folder's own name (e.g. ../{Path.cwd().name})")
     for other in inputs:
-        if other is not None and path.exists() and Path(other).exists() and os.path.samefile(path, other):
+        if other is not None and same_file(path, Path(other)):
             raise OutputError(f"package folder {path} is the input file {other}")
     if path.exists() and not path.is_dir():
         raise OutputError(f"package folder {path} exists and is not a folder")
     if path.is_dir() and any(path.iterdir()):
         raise OutputError(f"package folder {path} exists and is not empty; remove it or give a new folder")
-    parent = path.parent if str(path.parent) else Path(".")
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise OutputError(f"cannot create the folder of package {path}: {exc.strerror or exc}") from None
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise OutputError(f"cannot write package {path}: the folder {parent} is not writable")
+    writable_folder_of(path, "package")
     return path
 
 
