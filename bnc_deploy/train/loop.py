@@ -1,4 +1,5 @@
-"""The one epoch loop every trainer runs (BN classifiers, DNN baselines, TAN structure learning).
+"""The epoch loop of the single-run trainers (BN classifiers, TAN structure learning; the DNNs train in
+:mod:`bnc_deploy.train.dnn_batched_loop`, which keeps the same data order and measurements).
 
 Contract
 --------
