@@ -335,8 +335,6 @@ def train_learned_tan(dataset, config, sl: StructureLearningConfig | None = None
     :class:`~bnc_deploy.train.bnc.TrainResult`; the artifact's metadata gains ``structure_learning``
     (settings, candidates, ``candidates_file``: :meth:`.CandidateSets.describe` or None, history).
     """
-    from bnc_deploy.train.bnc import train_bnc
-
     sl = sl or StructureLearningConfig()
     sl.validate()
     config.validate()
@@ -347,6 +345,18 @@ def train_learned_tan(dataset, config, sl: StructureLearningConfig | None = None
     candidates, sets = structure_candidates(dataset, config, sl)
     model = build_structure_model(dataset, config, sl, candidates)
     history = fit_structure(model, dataset, config, sl)
+    return finish_learned_tan(dataset, config, sl, model, sets, history, started)
+
+
+def finish_learned_tan(
+    dataset, config, sl: StructureLearningConfig, model: StructureLearningTAN, sets, history: dict, started: float
+):
+    """The trained ``model``'s TAN artifact (fine-tuned when ``sl.finetune_epochs``), as
+    :func:`train_learned_tan` returns it: shared with the batched trainer
+    (:mod:`bnc_deploy.train.structure_batched`), so both write the same model files.
+    ``started``: the ``time.perf_counter()`` the run's seconds count from."""
+    from bnc_deploy.train.bnc import train_bnc
+
     parents = model.parents()
     extracted = model.to_classifier()
     finetune = replace(config, epochs=sl.finetune_epochs, structure="learn")
