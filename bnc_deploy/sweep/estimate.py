@@ -6,14 +6,13 @@
   them). An upper bound only in that a resumed sweep skips what is done.
 * :func:`measure_rates`: times a few configurations of each kind (model, and structure of a TAN)
   on the chosen device, without data loading, model building and evaluation, and returns its
-  :class:`Rates`. The batched BN trainer runs a chunk of up to :data:`BNC_PROBE_CONFIGS`
+  :class:`Rates`. The batched trainers run a chunk of up to :data:`BNC_PROBE_CONFIGS`
   configurations (on a GPU the first chunk whole, as it will run) and one of an eighth of that
   (:data:`SMALL_PROBE_SHARE`) for 2 epochs each; the second epochs give a line: a chunk's epoch
   costs a part that does not grow with its configurations (data passes, per-step overhead) plus
-  a part per configuration. The single-run trainers (FC/CNN, structure learning) run up to
-  :data:`SINGLE_PROBE_CONFIGS` configurations spread over the plan (their sizes differ) for 1 and
-  3 epochs after a warm-up: half the difference is the cost of an epoch, the rest of the 1-epoch
-  run the fixed cost per configuration.
+  a part per configuration. DNN programs differ in size (the budgets), so up to
+  :data:`SINGLE_PROBE_CONFIGS` of them, spread over the plan, are probed so and averaged; a DNN
+  chunk's programs (:func:`dnn_bucket`) run back to back, each stepping its own epochs.
 * :func:`price`: the forecast of any plan of the same kinds from those rates, without running
   anything: per kind, seconds per configuration-epoch times the planned configuration-epochs, plus
   the chunk part times the epochs each batched chunk runs (its longest configuration's: a halved
@@ -31,7 +30,6 @@ import math
 import time
 from dataclasses import dataclass, replace
 
-from bnc_deploy.errors import ConfigError
 from bnc_deploy.sweep.tasks import run_chunk
 
 #: Configurations of one batched BN probe on the CPU (its cost per configuration-epoch is flat
@@ -39,7 +37,7 @@ from bnc_deploy.sweep.tasks import run_chunk
 BNC_PROBE_CONFIGS = 64
 #: The second batched probe's configurations, as a share of the first's (at least one).
 SMALL_PROBE_SHARE = 1 / 8
-#: Configurations probed per single-run kind (spread over the plan: the budgets differ).
+#: DNN programs probed per kind (spread over the plan: the budgets differ).
 SINGLE_PROBE_CONFIGS = 3
 
 
@@ -86,37 +84,79 @@ def planned_config_epochs(task) -> int:
     return total
 
 
+#: Record keys that decide a DNN's architecture (its widths), and so its batched program on the
+#: CPU; on a GPU widths mix (``train.dnn_batched``'s ``mix_widths``) and only the shape keys split.
+DNN_WIDTH_KEYS = ("weight_bits", "hidden", "match_bits", "match_ops")
+DNN_SHAPE_KEYS = ("model", "layers", "batch_norm", "activation", "one_hot", "image_shape", "pixel_order")
+DNN_STEP_KEYS = ("epochs", "batch_size")
+
+
+def dnn_bucket(record: dict, device: str) -> tuple:
+    """The batched program a DNN record trains in (``train.dnn_batched.bucket_key``, from the record)."""
+    keys = DNN_SHAPE_KEYS + DNN_STEP_KEYS + (() if _gpu(device) else DNN_WIDTH_KEYS)
+    return tuple(str(record.get(k)) for k in keys)
+
+
+def _gpu(device: str) -> bool:
+    return str(device).startswith("cuda")
+
+
 def chunk_epochs(task) -> int:
-    """Epochs a batched chunk steps (its longest configuration's); 0 for the single-run trainers."""
-    return max(int(r["epochs"]) for r in task.records) if task.family == "bnc" else 0
+    """Epochs a batched chunk steps: its longest configuration's (DNNs: summed over the chunk's
+    programs, which run back to back)."""
+    if task.family in ("bnc", "learn"):
+        return max(int(r["epochs"]) for r in task.records)
+    if task.family == "dnn":
+        buckets: dict[tuple, int] = {}
+        for r in task.records:
+            key = dnn_bucket(r, task.device)
+            buckets[key] = max(buckets.get(key, 0), int(r["epochs"]))
+        return sum(buckets.values())
+    return 0
 
 
 def measure_rates(tasks: list, *, device: str = "cpu") -> dict[str, Rates]:
     """The :class:`Rates` of each kind of configuration in ``tasks`` (see the module's docstring)."""
     rates = {}
     for kind, members in _by_kind(tasks).items():
-        if members[0].family == "bnc":
-            first = members[0]
-            limit = len(first.records) if device not in ("cpu", "auto") else BNC_PROBE_CONFIGS
-            large = first.records[:limit]
-            small = large[: max(1, round(len(large) * SMALL_PROBE_SHARE))]
-            t_large = _epoch_seconds(first, large)
-            if len(small) == len(large):
-                per_config, per_chunk = t_large / len(large), 0.0
-            else:
-                t_small = _epoch_seconds(first, small)
-                per_config = max(0.0, (t_large - t_small) / (len(large) - len(small)))
-                per_chunk = max(0.0, t_large - per_config * len(large))
-            rates[kind] = Rates(per_config, per_chunk, 0.0, len(large))
+        if members[0].family == "dnn":
+            rates[kind] = _dnn_rates(members, device)
         else:
-            records = _spread([r for t in members for r in t.records], SINGLE_PROBE_CONFIGS)
-            _chunk_seconds(members[0], records[:1], 1)  # warm-up (first-call costs)
-            one = [_chunk_seconds(members[0], [r], 1) for r in records]
-            three = [_chunk_seconds(members[0], [r], 3) for r in records]
-            per_epoch = max(0.0, sum(b - a for a, b in zip(one, three)) / (2 * len(records)))
-            fixed = max(0.0, sum(one) / len(records) - per_epoch)
-            rates[kind] = Rates(per_epoch, 0.0, fixed, len(records))
+            rates[kind] = _batched_rates(members[0], members[0].records, device)
     return rates
+
+
+def _batched_rates(task, records: list, device: str) -> Rates:
+    """Two probes of one batched program (``records``: one chunk's worth), 2 epochs each."""
+    limit = len(records) if _gpu(device) else BNC_PROBE_CONFIGS
+    large = records[:limit]
+    small = large[: max(1, round(len(large) * SMALL_PROBE_SHARE))]
+    t_large = _epoch_seconds(task, large)
+    if len(small) == len(large):
+        return Rates(t_large / len(large), 0.0, 0.0, len(large))
+    t_small = _epoch_seconds(task, small)
+    per_config = max(0.0, (t_large - t_small) / (len(large) - len(small)))
+    per_chunk = max(0.0, t_large - per_config * len(large))
+    return Rates(per_config, per_chunk, 0.0, len(large))
+
+
+def _dnn_rates(members: list, device: str) -> Rates:
+    """DNN programs differ in size (the budgets): probe up to :data:`SINGLE_PROBE_CONFIGS` of them,
+    spread over the plan, and average their rates."""
+    programs: dict[tuple, tuple] = {}
+    for task in members:
+        for r in task.records:
+            programs.setdefault(dnn_bucket(r, task.device), (task, []))[1].append(r)
+    probed = [
+        _batched_rates(task, records, device)
+        for task, records in _spread(list(programs.values()), SINGLE_PROBE_CONFIGS)
+    ]
+    return Rates(
+        sum(r.seconds_per_config_epoch for r in probed) / len(probed),
+        sum(r.seconds_per_chunk_epoch for r in probed) / len(probed),
+        0.0,
+        max(r.probed for r in probed),
+    )
 
 
 def price(tasks: list, rates: dict[str, Rates]) -> list[FamilyEstimate]:
@@ -193,20 +233,12 @@ def _probe_task(task, records: list, epochs: int):
     return replace(
         task,
         records=records,
-        groups=task.groups[: len(records)] if task.family == "bnc" else ["probe"] * len(records),
+        groups=["probe"] * len(records),
         checkpoints=[epochs],
         halving=None,
         keep="none",
         thresholds={},
     )
-
-
-def _chunk_seconds(task, records: list, epochs: int) -> float:
-    outcome = run_chunk(_probe_task(task, records, epochs))
-    failed = [row for row in outcome.rows if row["status"] == "failed"]
-    if failed:
-        raise ConfigError(f"the time probe failed on configuration {failed[0]['id']}: {failed[0]['error']}")
-    return sum(row["seconds"] for row in outcome.rows)
 
 
 def _epoch_seconds(task, records: list) -> float:

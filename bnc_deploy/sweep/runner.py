@@ -46,6 +46,8 @@ from bnc_deploy.sweep.tasks import ChunkTask, bnc_config, dnn_config, learn_conf
 #: Keys that name a record's selection group by default (one point of a size curve).
 DEFAULT_GROUP_BY = ("model", "structure", "bits", "weight_bits", "activation", "one_hot", "match_bits", "match_ops")
 MODELS_DIR = "models"
+#: Families whose chunk is one call of a batched trainer that ranks at checkpoints (halving applies).
+BATCHED_FAMILIES = ("bnc", "dnn")
 
 
 @dataclass
@@ -203,10 +205,11 @@ def plan_chunks(records: list[dict], options: SweepOptions) -> list[ChunkTask]:
             parents, source = None, None  # a file: resolved by the worker like bnc-train
         # Keep each selection group contiguous, so halving sees a group whole where it fits.
         members.sort(key=lambda r: group_of(r, options.group_by))
-        size = options.max_configs or (len(members) if family == "bnc" else 1)
+        # Every family trains batched: a chunk takes the whole group, the trainer splits it to memory.
+        size = options.max_configs or len(members)
         checkpoints = _checkpoints(first["epochs"], options)
         halving = None
-        if options.halving and family == "bnc":
+        if options.halving and family in BATCHED_FAMILIES:
             halving = {
                 "rate": options.halving_rate,
                 "metric": metric,
@@ -243,13 +246,6 @@ def check_plan(records: list[dict], options: SweepOptions) -> list[ChunkTask]:
     checked: set[str] = set()
     for record in records:
         family = _family(record)
-        if family != "bnc" and options.device not in ("cpu", "auto"):
-            # The single-run trainers are CPU only: each row would be a "failed" row, never retried.
-            what = "structure-learning" if family == "learn" else f"{record['model']}"
-            raise ConfigError(
-                f"--device {options.device}: {what} configurations train on the CPU only; use "
-                "--device cpu or auto (or sweep them separately)"
-            )
         # Records that differ only in keys a trainer does not validate share one check.
         key = json.dumps(
             {k: v for k, v in record.items() if k not in ("id", "draw", "data", "fold")}, sort_keys=True, default=str

@@ -11,16 +11,17 @@ Families
 --------
 * ``bnc`` (naive Bayes / TAN with Chow-Liu, a file's or the authors' parents): the batched
   trainer (``train.bnc_batched``), all configurations of the chunk in one tensor program.
-* ``learn`` (TAN structure learning) and ``dnn`` (FC/CNN): one configuration after another through
-  the single-run trainers (correctness and resumability first; their batching is future work).
+* ``dnn`` (FC nets and CNNs): the batched DNN trainer (``train.dnn_batched``), which trains each
+  architecture of the chunk (layers and widths) as one tensor program, buckets back to back.
+* ``learn`` (TAN structure learning): the batched structure-learning trainer
+  (``train.structure_batched``), all configurations of the chunk in one program per candidate shape.
 """
 
 from __future__ import annotations
 
 import math
 import time
-import traceback
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 
@@ -73,7 +74,7 @@ def run_chunk(task: ChunkTask, *, on_epoch=None) -> ChunkOutcome:
     """Train ``task``'s configurations; rows in the order of ``task.records``."""
     started = time.perf_counter()
     dataset = load_task_data(task.data)
-    runner = {"bnc": _run_bnc, "learn": _run_single, "dnn": _run_single}[task.family]
+    runner = {"bnc": _run_bnc, "learn": _run_learn, "dnn": _run_dnn}[task.family]
     rows, artifacts, config_epochs = runner(task, dataset, on_epoch)
     seconds = time.perf_counter() - started
     return ChunkOutcome(rows=rows, artifacts=artifacts, seconds=seconds, config_epochs=config_epochs)
@@ -142,21 +143,7 @@ def _run_bnc(task: ChunkTask, dataset, on_epoch):
     )
     # Model files only where the keep policy wants them: with "best", the chunk's best of each group
     # if it beats the best so far (building a file costs more than a configuration-epoch).
-    values = [
-        _metric_value(run.checkpoints[-1] if run.checkpoints and run.stopped_at is None else None, task.metric)
-        for run in runs
-    ]
-    wanted = set()
-    if task.keep == "all":
-        wanted = set(range(len(runs)))
-    elif task.keep == "best":
-        best_in_chunk: dict = {}
-        for i, value in enumerate(values):
-            group = task.groups[i]
-            if value < best_in_chunk.get(group, (float("inf"), -1))[0]:
-                best_in_chunk[group] = (value, i)
-        wanted = {i for value, i in best_in_chunk.values() if _wants_model(task, i, value)}
-    for i in sorted(wanted):
+    for i in sorted(_models_wanted(task, runs)):
         runs[i].result = finish_artifact(runs[i], dataset, parents, source)
     device = str(resolve_device(task.device))
     rows, artifacts, config_epochs = [], {}, 0
@@ -179,6 +166,87 @@ def _run_bnc(task: ChunkTask, dataset, on_epoch):
             artifacts[record["id"]] = run.result.artifact
         rows.append(row)
     return rows, artifacts, config_epochs
+
+
+def _models_wanted(task: ChunkTask, runs: list) -> set[int]:
+    """Which runs of a batched chunk get a model file: all, none, or with "best" the chunk's best of
+    each group if it beats the best so far (building a file costs more than a configuration-epoch)."""
+    values = [
+        _metric_value(run.checkpoints[-1] if run.checkpoints and run.stopped_at is None else None, task.metric)
+        for run in runs
+    ]
+    if task.keep == "all":
+        return set(range(len(runs)))
+    if task.keep != "best":
+        return set()
+    best_in_chunk: dict = {}
+    for i, value in enumerate(values):
+        group = task.groups[i]
+        if value < best_in_chunk.get(group, (float("inf"), -1))[0]:
+            best_in_chunk[group] = (value, i)
+    return {i for value, i in best_in_chunk.values() if _wants_model(task, i, value)}
+
+
+def _run_dnn(task: ChunkTask, dataset, on_epoch):
+    """FC/CNN configurations through the batched DNN trainer; a configuration the trainer refuses
+    or whose loss diverges gets a failed row, the others train."""
+    from bnc_deploy.train.bnc_batched import resolve_device
+    from bnc_deploy.train.dnn_batched import finish_run, train_dnn_batched
+
+    rows: list[dict | None] = [None] * len(task.records)
+    configs, positions = [], []
+    for i, record in enumerate(task.records):
+        try:
+            config = dnn_config(record)
+            config.validate()
+        except ConfigError as exc:
+            rows[i] = _failed_row(task, record, exc, 0.0)
+            continue
+        configs.append(config)
+        positions.append(i)
+    sub = replace(task, groups=[task.groups[i] for i in positions])
+    runs = train_dnn_batched(
+        dataset,
+        configs,
+        device=task.device,
+        checkpoints=task.checkpoints,
+        on_checkpoint=_halving_callback(sub),
+        build=False,
+        on_epoch=on_epoch,
+    )
+    artifacts, config_epochs, specs = {}, 0, {}
+    device = str(resolve_device(task.device))
+    wanted = _models_wanted(sub, runs)
+    for j, (i, run) in enumerate(zip(positions, runs)):
+        record = task.records[i]
+        config_epochs += len(run.history["train_loss"])
+        costs = _dnn_costs(run.config, dataset, specs)
+        last = run.checkpoints[-1] if run.checkpoints else {}
+        status = "failed" if run.error else ("stopped" if run.stopped_at is not None else "done")
+        rows[i] = _row(task, record, run.checkpoints, last, costs, run.seconds, device, status=status)
+        if run.error:
+            rows[i]["error"] = f"FloatingPointError: {run.error}"
+        elif j in wanted:
+            artifacts[record["id"]] = finish_run(dataset, run).artifact
+    return rows, artifacts, config_epochs
+
+
+def _dnn_costs(config, dataset, specs: dict):
+    """The paper's size and operation counts of a trained configuration (its resolved widths);
+    ``specs`` caches the input encodings by kind."""
+    from bnc_deploy.train import sizing
+    from bnc_deploy.train.dnn import input_spec
+
+    encoding = (config.architecture, config.one_hot, config.image_shape, config.pixel_order)
+    if encoding not in specs:
+        specs[encoding] = input_spec(dataset, config)
+    spec = specs[encoding]
+    widths = list(config.sizing["widths"])
+    if config.architecture == "fc":
+        return sizing.fc_costs(spec.n_inputs, widths, dataset.n_classes, config.weight_bits, config.batch_norm)
+    return sizing.cnn_costs(
+        spec.image_shape, spec.channels, widths, dataset.n_classes, config.weight_bits, config.batch_norm
+    )
 
 
 def _row(
@@ -214,38 +282,38 @@ def bnc_config(record: dict):
     return TrainConfig(**values, progress=False)
 
 
-def _run_single(task: ChunkTask, dataset, on_epoch):
-    """Structure learning and DNNs: one configuration after another, with the single-run trainers."""
-    rows, artifacts, config_epochs = [], {}, 0
+def _run_learn(task: ChunkTask, dataset, on_epoch):
+    """TAN structure learning through the batched trainer (``train.structure_batched``); every
+    configuration's model file is built (its row reports the file's errors, fine-tuning included),
+    and kept as the keep policy says. A configuration the trainer refuses gets a failed row."""
+    from bnc_deploy.train.bnc_batched import resolve_device
+    from bnc_deploy.train.structure_batched import train_learned_tan_batched
+    from bnc_deploy.train.structure_learning import StructureLearningConfig
+
+    rows: list[dict | None] = [None] * len(task.records)
+    pairs, positions = [], []
     for i, record in enumerate(task.records):
-        started = time.perf_counter()
         try:
-            result, costs, device = _train_one(task.family, record, dataset, task.device)
-        except (ConfigError, FloatingPointError, ValueError) as exc:
-            rows.append(
-                {
-                    **_row(
-                        task, record, [], {}, _NoCosts(), time.perf_counter() - started, task.device, status="failed"
-                    ),
-                    "error": f"{type(exc).__name__}: {exc}",
-                }
-            )
+            config = bnc_config({k: v for k, v in record.items() if k != "structure"} | {"structure": "chow-liu"})
+            learn = learn_config(record, StructureLearningConfig)
+            config.validate()
+            learn.validate()
+        except ConfigError as exc:
+            rows[i] = _failed_row(task, record, exc, 0.0)
             continue
-        except Exception:  # keep the sweep going; the row says what happened
-            rows.append(
-                {
-                    **_row(
-                        task, record, [], {}, _NoCosts(), time.perf_counter() - started, task.device, status="failed"
-                    ),
-                    "error": traceback.format_exc(limit=3),
-                }
-            )
-            continue
+        pairs.append((config, learn))
+        positions.append(i)
+    runs = train_learned_tan_batched(
+        dataset, pairs, device=task.device, checkpoints=task.checkpoints, build=True, on_epoch=on_epoch
+    )
+    device = str(resolve_device(task.device))
+    artifacts, config_epochs = {}, 0
+    for i, run in zip(positions, runs):
+        record, result = task.records[i], run.result
         errors = result.artifact.metadata.get("errors", {})
-        # A learned TAN's structure-learning epochs are in its own history; result.history holds
-        # only the fine-tuning epochs that follow (none by default).
-        learned = result.artifact.metadata.get("structure_learning", {}).get("history", {})
-        learned_loss = learned.get("train_loss", [])
+        # The structure-learning epochs are in the learned history; result.history holds only the
+        # fine-tuning epochs that follow (none by default).
+        learned_loss = run.history.get("train_loss", [])
         tuned_loss = result.history.get("train_loss", [])
         epochs = len(learned_loss) + len(tuned_loss)
         config_epochs += epochs
@@ -257,37 +325,22 @@ def _run_single(task: ChunkTask, dataset, on_epoch):
             "val_error": errors.get("val"),
             "test_error": errors.get("test"),
         }
-        row = _row(task, record, [last] if epochs else [], last, costs, result.seconds, device, status="done")
+        costs = analytic_costs(result.artifact)
+        rows[i] = _row(task, record, [last] if epochs else [], last, costs, run.seconds, device, status="done")
         if _wants_model(task, i, _metric_value(last, task.metric)):
             artifacts[record["id"]] = result.artifact
-        rows.append(row)
-    # (No per-epoch progress from the single-run trainers: the driver counts the chunk when it ends.)
     return rows, artifacts, config_epochs
+
+
+def _failed_row(task: ChunkTask, record: dict, exc: Exception, seconds: float) -> dict:
+    return {
+        **_row(task, record, [], {}, _NoCosts(), seconds, task.device, status="failed"),
+        "error": f"{type(exc).__name__}: {exc}",
+    }
 
 
 class _NoCosts:
     size_bits = n_parameters = n_ops = 0
-
-
-def _train_one(family: str, record: dict, dataset, device: str):
-    if device not in ("cpu", "auto"):
-        raise ConfigError(f"{family} configurations train on the CPU only (got --device {device})")
-    if family == "dnn":
-        from bnc_deploy.train.dnn import train_dnn  # lazy: imports torch (extra "train")
-
-        config = dnn_config(record)
-        config.validate()
-        result = train_dnn(dataset, config)
-    else:
-        from bnc_deploy.train.structure_learning import (  # lazy: imports torch (extra "train")
-            StructureLearningConfig,
-            train_learned_tan,
-        )
-
-        config = bnc_config({k: v for k, v in record.items() if k != "structure"} | {"structure": "chow-liu"})
-        learn = learn_config(record, StructureLearningConfig)
-        result = train_learned_tan(dataset, config, learn)
-    return result, analytic_costs(result.artifact), "cpu"
 
 
 def dnn_config(record: dict):

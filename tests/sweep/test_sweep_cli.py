@@ -191,7 +191,34 @@ KILL_GRID = (
 )
 
 
-def test_resume_after_kill_9_trains_every_configuration_exactly_once(tmp_path, capsys):
+#: The same for FC nets (the batched DNN trainer): 12 configurations, chunks of 2.
+KILL_GRID_DNN = (
+    "--data",
+    "digits",
+    "--model",
+    "fc",
+    "--hidden",
+    "8",
+    "--weight-bits",
+    "1,2",
+    "--lr",
+    "3e-2,3e-3,3e-4",
+    "--seed",
+    "0,1",
+    "--epochs",
+    "12",
+    "--batch-size",
+    "50",
+    "--max-configs",
+    "2",
+    "--threads",
+    "1",
+)
+
+
+@pytest.mark.parametrize("grid", [KILL_GRID, KILL_GRID_DNN], ids=["bnc", "dnn"])
+def test_resume_after_kill_9_trains_every_configuration_exactly_once(tmp_path, capsys, grid):
+    KILL_GRID = grid  # noqa: N806 (the grid of this run)
     ids = grid_ids(*KILL_GRID)
     assert len(ids) == 12
     killed, reference = tmp_path / "killed", tmp_path / "reference"
@@ -368,29 +395,14 @@ def test_a_ray_clusters_gpus_are_not_looked_for_on_this_machine(tmp_path, capsys
     assert not (tmp_path / "sweep").exists()
 
 
-def test_cpu_only_configurations_on_a_gpu_are_refused(tmp_path, capsys):
-    # DNN and structure-learning configurations train on the CPU only: refused up front, not turned
-    # into "failed" rows that a resume would never retry. (Through a dry run on a Ray cluster, so the
-    # check does not depend on this machine's GPU.)
+def test_every_family_trains_on_a_gpu(tmp_path, capsys):
+    # DNNs and structure learning train batched on either device, as the BN classifiers do. (Through
+    # a dry run on a Ray cluster, so the check does not depend on this machine's GPU.)
     cluster = ("--backend", "ray", "--address", "auto", "--device", "cuda", "--dry-run")
-    line = refused(
-        capsys, *TINY[:2], "--model", "fc", "--hidden", "16", "--epochs", "2", *cluster, "-o", str(tmp_path / "sweep")
-    )
-    assert "--device cuda: fc configurations train on the CPU only" in line
-    line = refused(
-        capsys,
-        *TINY[:2],
-        "--model",
-        "tan",
-        "--structure",
-        "learn",
-        "--epochs",
-        "2",
-        *cluster,
-        "-o",
-        str(tmp_path / "sweep"),
-    )
-    assert "--device cuda: structure-learning configurations train on the CPU only" in line
+    families = {"fc": ("--model", "fc", "--hidden", "16"), "learn": ("--model", "tan", "--structure", "learn")}
+    for name, args in families.items():
+        assert main([*TINY[:2], *args, "--epochs", "2", *cluster, "-o", str(tmp_path / name)]) == 0
+        assert "device cuda" in capsys.readouterr().out
 
 
 def test_ray_tasks_ask_for_a_gpu_for_cuda_and_for_auto_on_a_gpu_cluster():
