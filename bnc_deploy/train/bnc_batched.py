@@ -48,6 +48,7 @@ import torch
 
 from bnc_deploy.datasets.base import DiscreteDataset
 from bnc_deploy.errors import ConfigError
+from bnc_deploy.train.batched_records import CheckpointView, ChunkRecords
 from bnc_deploy.train.bnc import TrainConfig, _check_reference_agrees, _to_artifact, resolve_parents
 from bnc_deploy.train.bnc_batched_step import Chunk, evaluate, run_epoch, template_model
 from bnc_deploy.train.common import TrainResult
@@ -113,18 +114,6 @@ class BatchedRun:
     rho: np.ndarray  # (D, P, K, C) float32, unnormalized, padded
     seconds: float  # this configuration's share of the chunk's wall time
     result: TrainResult | None = None
-
-
-@dataclass
-class CheckpointView:
-    """What ``on_checkpoint`` sees: the epoch and, per active configuration (input indices), its errors."""
-
-    epoch: int
-    indices: np.ndarray  # input positions of the active configurations
-    train_error: np.ndarray
-    train_loss: np.ndarray
-    val_error: np.ndarray | None
-    test_error: np.ndarray
 
 
 # -- the loop -----------------------------------------------------------------------------------------
@@ -284,20 +273,13 @@ def _plan(
     return _Plan(epochs, batch, configs[0].loss, train_idx, train_y, evals, n, n_batches, wanted)
 
 
-class _History:
-    """Dense (configuration x epoch) records of a chunk, filled for the active rows each epoch
-    (active only shrinks, so a configuration's record is a prefix); per-configuration lists are
-    built at the end (:meth:`runs`)."""
+class _History(ChunkRecords):
+    """A chunk's records (:class:`~bnc_deploy.train.batched_records.ChunkRecords`) and the early
+    stops' tables; per-configuration runs are built at the end (:meth:`runs`)."""
 
     def __init__(self, m0: int, plan: _Plan):
-        self.per_epoch = {
-            key: np.full((m0, plan.epochs), np.nan) for key in ("lr", "train_loss", "train_error", "seconds")
-        }
-        self.last_epoch = np.zeros(m0, dtype=np.int64)
-        self.check_epochs: list[int] = []
-        self.per_check = {key: np.full((m0, len(plan.wanted)), np.nan) for key in ("val_error", "test_error")}
+        super().__init__(m0, plan.epochs, len(plan.wanted), "val" in plan.evals)
         self.stopped: dict[int, tuple] = {}  # position -> (epoch, rho, class_rho) of an early stop
-        self.has_val = "val" in plan.evals
 
     def record_epoch(self, blk: _Block, epoch: int, losses: np.ndarray, errors: np.ndarray) -> None:
         self.per_epoch["lr"][blk.active, epoch - 1] = blk.chunk.rates[:, epoch - 1]
@@ -311,18 +293,6 @@ class _History:
         for blk in blocks:
             for name, values in evaluate(blk.chunk, evals).items():
                 self.per_check[f"{name}_error"][blk.active, len(self.check_epochs) - 1] = values
-
-    def view(self, epoch: int, positions: np.ndarray, active: np.ndarray) -> CheckpointView:
-        """What ``on_checkpoint`` sees at the last measured epoch."""
-        k = len(self.check_epochs) - 1
-        return CheckpointView(
-            epoch,
-            positions[active],
-            self.per_epoch["train_error"][active, epoch - 1],
-            self.per_epoch["train_loss"][active, epoch - 1],
-            self.per_check["val_error"][active, k] if self.has_val else None,
-            self.per_check["test_error"][active, k],
-        )
 
     def stop(self, blocks: list[_Block], keep, epoch: int) -> list[_Block]:
         """Drop the configurations ``keep`` rejects (their state at ``epoch`` is kept); the blocks left."""
@@ -352,19 +322,7 @@ class _History:
         m0 = len(configs)
         out: list[BatchedRun] = []
         for pos in range(m0):
-            n_epochs = int(self.last_epoch[pos])
-            n_checks = sum(1 for e in self.check_epochs if e <= n_epochs)
-            h = self._history(pos, n_epochs, n_checks, checkpoints)
-            points = [
-                {
-                    "epoch": e,
-                    "train_loss": h["train_loss"][e - 1],
-                    "train_error": h["train_error"][e - 1],
-                    "val_error": h["val_error"][k] if self.has_val else None,
-                    "test_error": h["test_error"][k],
-                }
-                for k, e in enumerate(self.check_epochs[:n_checks])
-            ]
+            h, points = self.history(pos, checkpoints), self.points(pos)
             if pos in self.stopped:
                 epoch_stopped, rho, class_rho = self.stopped[pos]
             else:
@@ -382,17 +340,6 @@ class _History:
                 )
             )
         return out
-
-    def _history(self, pos: int, n_epochs: int, n_checks: int, checkpoints) -> dict:
-        # The single run's key order (train.common.HISTORY_KEYS).
-        h = {key: self.per_epoch[key][pos, :n_epochs].tolist() for key in ("lr", "train_loss", "train_error")}
-        if self.has_val:
-            h["val_error"] = self.per_check["val_error"][pos, :n_checks].tolist()
-        h["test_error"] = self.per_check["test_error"][pos, :n_checks].tolist()
-        h["seconds"] = self.per_epoch["seconds"][pos, :n_epochs].tolist()
-        if checkpoints is not None:
-            h["checkpoint_epochs"] = self.check_epochs[:n_checks]
-        return h
 
 
 def _train_block_epoch(

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from bnc_deploy.errors import ConfigError
-from bnc_deploy.train.bnc_batched import CheckpointView
+from bnc_deploy.train.batched_records import ChunkRecords
 from bnc_deploy.train.common import TrainResult
 
 
@@ -32,40 +32,6 @@ class DNNRun:
     error: str | None = None  # why it stopped, when its loss stopped being finite
     result: TrainResult | None = None
     state: dict | None = None  # the trained latent tensors (:meth:`StackedDNN.state_of`, CPU)
-
-
-class _Records:
-    """Dense (configuration x epoch) records of a chunk; a configuration's record is a prefix."""
-
-    def __init__(self, m0: int, epochs: int, n_checks: int, has_val: bool):
-        self.per_epoch = {key: np.full((m0, epochs), np.nan) for key in ("lr", "train_loss", "train_error", "seconds")}
-        self.per_check = {key: np.full((m0, n_checks), np.nan) for key in ("val_error", "test_error")}
-        self.last_epoch = np.zeros(m0, dtype=np.int64)
-        self.check_epochs: list[int] = []
-        self.has_val = has_val
-
-    def history(self, pos: int, checkpoints) -> tuple[dict, list[dict]]:
-        """Configuration ``pos``'s history (the single run's keys and order) and checkpoint points."""
-        n_epochs = int(self.last_epoch[pos])
-        n_checks = sum(1 for e in self.check_epochs if e <= n_epochs)
-        h = {key: self.per_epoch[key][pos, :n_epochs].tolist() for key in ("lr", "train_loss", "train_error")}
-        if self.has_val:
-            h["val_error"] = self.per_check["val_error"][pos, :n_checks].tolist()
-        h["test_error"] = self.per_check["test_error"][pos, :n_checks].tolist()
-        h["seconds"] = self.per_epoch["seconds"][pos, :n_epochs].tolist()
-        if checkpoints is not None:
-            h["checkpoint_epochs"] = self.check_epochs[:n_checks]
-        points = [
-            {
-                "epoch": e,
-                "train_loss": h["train_loss"][e - 1],
-                "train_error": h["train_error"][e - 1],
-                "val_error": h["val_error"][k] if self.has_val else None,
-                "test_error": h["test_error"][k],
-            }
-            for k, e in enumerate(self.check_epochs[:n_checks])
-        ]
-        return h, points
 
 
 def _orders(chunk, generators: dict, n: int) -> tuple[torch.Tensor, list[int]]:
@@ -92,7 +58,7 @@ def run_chunk_epochs(chunk, checkpoints, on_checkpoint, positions: np.ndarray, o
     wanted = set(range(1, epochs + 1)) if checkpoints is None else {e for e in checkpoints if 1 <= e <= epochs}
     if epochs:
         wanted.add(epochs)
-    records = _Records(len(chunk.configs), epochs, len(wanted), "val" in chunk.tensors)
+    records = ChunkRecords(len(chunk.configs), epochs, len(wanted), "val" in chunk.tensors)
     generators = {c.seed: torch.Generator().manual_seed(c.seed + 1) for c in chunk.configs}
     stopped: dict[int, tuple] = {}
     started = time.perf_counter()
@@ -121,7 +87,7 @@ def run_chunk_epochs(chunk, checkpoints, on_checkpoint, positions: np.ndarray, o
         records.per_epoch["seconds"][active, epoch - 1] = time.perf_counter() - tick
         _stop_diverged(chunk, records, epoch, stopped)
         if epoch in wanted and on_checkpoint is not None and chunk.net.m:
-            view = _view(records, epoch, positions, chunk.active)
+            view = records.view(epoch, positions, chunk.active)
             keep = on_checkpoint(view)
             if keep is not None and not np.all(keep):
                 chunk.drop(np.asarray(keep, dtype=bool), epoch, stopped)
@@ -139,13 +105,13 @@ def run_chunk_epochs(chunk, checkpoints, on_checkpoint, positions: np.ndarray, o
     total = time.perf_counter() - started
     runs = []
     for pos, cfg in enumerate(chunk.configs):
-        history, points = records.history(pos, checkpoints)
+        history, points = records.history(pos, checkpoints), records.points(pos)
         epoch_stopped, error = stopped.get(pos, (None, None))
         runs.append(DNNRun(cfg, history, points, epoch_stopped, total / len(chunk.configs), error))
     return runs
 
 
-def _measure(chunk, records: _Records, epoch: int) -> None:
+def _measure(chunk, records: ChunkRecords, epoch: int) -> None:
     records.check_epochs.append(epoch)
     k = len(records.check_epochs) - 1
     records.per_check["test_error"][chunk.active, k] = chunk.errors("test")
@@ -153,7 +119,7 @@ def _measure(chunk, records: _Records, epoch: int) -> None:
         records.per_check["val_error"][chunk.active, k] = chunk.errors("val")
 
 
-def _stop_diverged(chunk, records: _Records, epoch: int, stopped: dict) -> None:
+def _stop_diverged(chunk, records: ChunkRecords, epoch: int, stopped: dict) -> None:
     """Configurations whose loss is no longer finite stop here with the single run's message."""
     losses = records.per_epoch["train_loss"][chunk.active, epoch - 1]
     finite = np.isfinite(losses)
@@ -162,15 +128,3 @@ def _stop_diverged(chunk, records: _Records, epoch: int, stopped: dict) -> None:
     bad = losses[~finite]
     message = f"training loss became {bad[0]} in epoch {epoch}; try a smaller --lr"
     chunk.drop(finite, epoch, stopped, error=message)
-
-
-def _view(records: _Records, epoch: int, positions: np.ndarray, active: np.ndarray) -> CheckpointView:
-    k = len(records.check_epochs) - 1
-    return CheckpointView(
-        epoch,
-        positions[active],
-        records.per_epoch["train_error"][active, epoch - 1],
-        records.per_epoch["train_loss"][active, epoch - 1],
-        records.per_check["val_error"][active, k] if records.has_val else None,
-        records.per_check["test_error"][active, k],
-    )

@@ -57,8 +57,9 @@ from bnc_deploy.artifacts import BNCArtifact
 from bnc_deploy.datasets.base import DiscreteDataset
 from bnc_deploy.errors import ConfigError
 from bnc_deploy.models.structure_learning import StructureLearningTAN
+from bnc_deploy.train.batched_records import CheckpointView, ChunkRecords
 from bnc_deploy.train.bnc import TrainConfig
-from bnc_deploy.train.bnc_batched import CheckpointView, resolve_device
+from bnc_deploy.train.bnc_batched import resolve_device
 from bnc_deploy.train.common import TrainResult
 from bnc_deploy.train.structure_batched_step import SLChunk, step
 from bnc_deploy.train.structure_learning import (
@@ -253,21 +254,17 @@ def _plan(dataset: DiscreteDataset, member: _Member, device: torch.device, check
     return _Plan(c.epochs, c.batch_size, c.loss, tensors(dataset.x_train, dataset.y_train), evals, taus, wanted)
 
 
-class _History:
-    """Dense (configuration x epoch) records of a chunk, filled for the active rows each epoch (active
-    only shrinks, so a configuration's record is a prefix); per-configuration dicts at the end."""
+class _History(ChunkRecords):
+    """A chunk's records (:class:`~bnc_deploy.train.batched_records.ChunkRecords`) with the structure
+    of every epoch; per-configuration dicts at the end."""
 
     PER_EPOCH = ("lr", "tau", "train_loss", "train_error", "expected_added_parameters", "seconds")
 
     def __init__(self, members: list[_Member], plan: _Plan, dataset: DiscreteDataset) -> None:
         m0, e = len(members), plan.epochs
-        self.per_epoch = {key: np.full((m0, e), np.nan) for key in self.PER_EPOCH}
+        super().__init__(m0, e, len(plan.wanted), "val" in plan.evals, per_epoch=self.PER_EPOCH)
         self.counts = {key: np.zeros((m0, e), dtype=np.int64) for key in ("n_parameters", "n_with_parent")}
-        self.last_epoch = np.zeros(m0, dtype=np.int64)
-        self.check_epochs: list[int] = []
-        self.per_check = {key: np.full((m0, len(plan.wanted)), np.nan) for key in ("val_error", "test_error")}
         self.stopped: dict[int, tuple[Any, ...]] = {}  # chunk position -> (epoch, rho, class_rho, phi)
-        self.has_val = "val" in plan.evals
         self.cardinalities, self.n_classes = dataset.cardinalities, dataset.n_classes
         # train_learned_tan's history counts "added" parameters whatever the penalty's mode.
         self.added = [
@@ -306,17 +303,6 @@ class _History:
         for name, (x, y) in evals.items():
             self.per_check[f"{name}_error"][active, len(self.check_epochs) - 1] = evaluate(chunk, x, y)
 
-    def view(self, epoch: int, positions: np.ndarray, active: np.ndarray) -> CheckpointView:
-        k = len(self.check_epochs) - 1
-        return CheckpointView(
-            epoch,
-            positions[active],
-            self.per_epoch["train_error"][active, epoch - 1],
-            self.per_epoch["train_loss"][active, epoch - 1],
-            self.per_check["val_error"][active, k] if self.has_val else None,
-            self.per_check["test_error"][active, k],
-        )
-
     def stop(self, chunk: SLChunk, active: np.ndarray, keep: np.ndarray, epoch: int) -> np.ndarray:
         """Drop the configurations ``keep`` rejects (their state at ``epoch`` is kept); the active left."""
         keep = np.asarray(keep, dtype=bool)
@@ -341,20 +327,6 @@ class _History:
         if checkpoints is not None:
             h["checkpoint_epochs"] = self.check_epochs[:n_checks]
         return h
-
-    def points(self, pos: int, h: dict[str, list[Any]]) -> list[dict[str, Any]]:
-        n = int(self.last_epoch[pos])
-        return [
-            {
-                "epoch": e,
-                "train_loss": h["train_loss"][e - 1],
-                "train_error": h["train_error"][e - 1],
-                "val_error": float(self.per_check["val_error"][pos, k]) if self.has_val else None,
-                "test_error": h["test_error"][k],
-            }
-            for k, e in enumerate(self.check_epochs)
-            if e <= n
-        ]
 
 
 @torch.no_grad()
@@ -479,7 +451,7 @@ def _train_chunk(
         rho, class_rho, phi = state
         runs.append(
             StructureRun(
-                mb.config, mb.sl, h, history.points(pos, h), stopped_at, mb.candidates, class_rho, rho, phi, seconds
+                mb.config, mb.sl, h, history.points(pos), stopped_at, mb.candidates, class_rho, rho, phi, seconds
             )
         )
         runs[-1].sets, runs[-1].model = mb.sets, _trained_model(mb.model, rho, class_rho, phi)
