@@ -8,7 +8,7 @@ Contract
   of each kind of configuration of the wide grid on this machine and device, and
   :func:`bnc_deploy.sweep.estimate.price` prices any narrowed grid from those rates as its chunks
   will run (:func:`forecast`): configuration-epochs, plus the part of each batched chunk's epoch
-  that does not shrink with fewer configurations, plus the single-run trainers' fixed costs.
+  that does not shrink with fewer configurations.
   Training may take what is left of the time budget after the time already spent (``spent``:
   loading, planning), the probe's own time and the **measurement allowance**
   (:func:`measure_allowance`: the estimated seconds of one export and measurement on the target,

@@ -15,7 +15,7 @@ Contract
   exact costs of their layer lists.
 * **Families** (:func:`check_families`): by default ``nb`` and ``tan``, plus ``fc`` (and ``cnn``
   on image data) when the target takes DNN models; ``tan-learn`` only when asked for (its
-  trainer runs one configuration at a time). A family the target takes no models of is
+  configurations cost the most per epoch). A family the target takes no models of is
   **refused**: its cells are listed with the reason and never trained.
 * **Pruning.** A cell is pruned when, under every export variant of the target
   (:func:`export_variants`), :meth:`~bnc_deploy.targets.base.Target.cannot_fit` says a lower

@@ -47,7 +47,7 @@ class Rates:
 
     seconds_per_config_epoch: float
     seconds_per_chunk_epoch: float  # batched: the part of a chunk's epoch its configurations share
-    seconds_per_config: float  # single-run trainers: fixed cost per configuration
+    seconds_per_config: float  # fixed cost per configuration (0: every trainer is batched)
     probed: int  # configurations in the (largest) probe
 
 
@@ -58,7 +58,7 @@ class FamilyEstimate:
     config_epochs: int
     probed: int  # configurations in the probe
     seconds_per_config_epoch: float
-    seconds_per_config: float  # fixed cost per configuration (single-run trainers)
+    seconds_per_config: float  # fixed cost per configuration (0: every trainer is batched)
     seconds: float  # the forecast
     chunk_epochs: int = 0  # epochs the batched chunks run (each chunk its longest configuration's)
     seconds_per_chunk_epoch: float = 0.0  # the part of a batched chunk's epoch its configurations share

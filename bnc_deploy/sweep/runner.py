@@ -535,7 +535,7 @@ class _Progress:
         if self.bar is not None:
             planned = len(task.records) * task.records[0]["epochs"]
             # The chunk's planned epochs not counted yet: those halving skipped, and all of them where
-            # no per-epoch report came (a Ray worker cannot call back; single-run trainers report none).
+            # no per-epoch report came (a Ray worker cannot call back).
             self.bar.update(max(0, planned - counted))
             self._postfix()
             self.bar.refresh()
