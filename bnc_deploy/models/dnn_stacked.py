@@ -144,7 +144,7 @@ class StackedDNN:
 
     def __init__(self, nets: Sequence, bits: Sequence[int], sign_seeds: Sequence[int], device: torch.device):
         first = nets[0]
-        self.architecture, self.activation, self.device = first.architecture, first.activation, device
+        self.activation, self.device = first.activation, device
         blocks = list(first.hidden if isinstance(first, QuantMLP) else first.convs)
         self.batch_norm = "bn" in blocks[0] if blocks else False
         self.key = "linear" if isinstance(first, QuantMLP) else "conv"
@@ -197,34 +197,40 @@ class StackedDNN:
         """Inputs of weight layer ``i`` for hidden ``widths`` (-1: the network's inputs, unpadded)."""
         return -1 if i == 0 else widths[i - 1]
 
+    def _taps(self, i: int) -> int:
+        """Columns per input unit of weight layer ``i``: 9 for a convolution, the pooled pixels for a
+        CNN's output layer, else 1."""
+        n_layers = len(self.max_widths)
+        if self.key == "conv" and i < n_layers:
+            return 9
+        return self.pixels if i == n_layers else 1
+
     def _padded_weight(self, net, i: int) -> torch.Tensor:
         """Weight layer ``i`` of ``net`` as (out, in * taps), zero-padded to the stack's widths."""
         blocks = self._blocks(net)
         w = (blocks[i][self.key].weight if i < len(blocks) else net.output.weight).detach()
-        taps = 9 if self.key == "conv" and i < len(blocks) else self.pixels if i == len(blocks) else 1
         out = self.max_widths[i] if i < len(blocks) else w.shape[0]
         if i == 0:
             return _pad(w.reshape(w.shape[0], -1), (out, w[0].numel()))
-        k_in = self.max_widths[i - 1]
-        w = w.reshape(w.shape[0], -1, taps)  # (out, in, taps)
-        return _pad(w, (out, k_in, taps)).reshape(out, k_in * taps)
+        taps, k_in = self._taps(i), self.max_widths[i - 1]
+        return _pad(w.reshape(w.shape[0], -1, taps), (out, k_in, taps)).reshape(out, k_in * taps)
+
+    def _own_block(self, t: torch.Tensor, i: int, widths: list[int]) -> torch.Tensor:
+        """The part of weight layer ``i``'s padded (out, in * taps) slice ``t`` that a configuration with
+        hidden ``widths`` owns, as a (rows, cols, taps) view (the first layer's inputs are never padded)."""
+        rows = widths[i] if i < len(self.max_widths) else t.shape[0]
+        if i == 0:
+            return t[:rows].unsqueeze(-1)
+        return t.view(t.shape[0], self.max_widths[i - 1], self._taps(i))[:rows, : widths[i - 1]]
 
     def _layer_masks(self, device: torch.device) -> list:
         """Per weight layer, (M, out, in * taps) ones where a configuration's weight exists: padded
         units compute 0, feed nothing forward and get no gradient (so Adam leaves them at 0)."""
         masks = []
-        n_layers = len(self.max_widths)
         for i, w in enumerate(self.weights):
             mask = torch.zeros(w.shape, device=device)
-            taps = 9 if self.key == "conv" and i < n_layers else self.pixels if i == n_layers else 1
             for j, widths in enumerate(self.widths):
-                rows = widths[i] if i < n_layers else w.shape[1]
-                cols = w.shape[2] if i == 0 else widths[i - 1] * taps
-                if i > 0:
-                    view = mask[j].view(w.shape[1], self.max_widths[i - 1], taps)
-                    view[:rows, : widths[i - 1]] = 1.0
-                else:
-                    mask[j, :rows, :cols] = 1.0
+                self._own_block(mask[j], i, widths).fill_(1.0)
             masks.append(mask)
         return masks
 
@@ -380,16 +386,11 @@ class StackedDNN:
     @torch.no_grad()
     def state_of(self, j: int) -> dict:
         """Configuration ``j``'s trained tensors (CPU copies, its own widths), for :func:`write_back`."""
-        widths, n_layers = self.widths[j], len(self.max_widths)
+        widths = self.widths[j]
         weights = []
         for i, w in enumerate(self.weights):
-            taps = 9 if self.key == "conv" and i < n_layers else self.pixels if i == n_layers else 1
-            rows = widths[i] if i < n_layers else w.shape[1]
-            if i == 0:
-                weights.append(w[j, :rows].cpu().clone())
-            else:
-                cols = w[j].view(w.shape[1], self.max_widths[i - 1], taps)[:rows, : widths[i - 1]]
-                weights.append(cols.reshape(rows, -1).cpu().clone())
+            own = self._own_block(w[j], i, widths)
+            weights.append(own.reshape(own.shape[0], -1).cpu().clone())
         state = {"weights": weights, "bias": self.bias[j, 0].cpu().clone()}
         state["bn"] = [
             {k: layer[k][j, : widths[i]].cpu().clone() for k in ("weight", "bias", "running_mean", "running_var")}

@@ -150,18 +150,8 @@ def _run_bnc(task: ChunkTask, dataset, on_epoch):
     for record, run in zip(task.records, runs):
         bits = run.config.bits
         costs = bnc_cost_terms(dataset.cardinalities, parents, dataset.n_classes, bits if bits else 32)
-        last = run.checkpoints[-1] if run.checkpoints else {}
         config_epochs += len(run.history["train_loss"])
-        row = _row(
-            task,
-            record,
-            run.checkpoints,
-            last,
-            costs,
-            run.seconds,
-            device,
-            status="stopped" if run.stopped_at is not None else "done",
-        )
+        row = _batched_row(task, record, run, costs, device)
         if run.result is not None:
             artifacts[record["id"]] = run.result.artifact
         rows.append(row)
@@ -220,15 +210,22 @@ def _run_dnn(task: ChunkTask, dataset, on_epoch):
     for j, (i, run) in enumerate(zip(positions, runs)):
         record = task.records[i]
         config_epochs += len(run.history["train_loss"])
-        costs = _dnn_costs(run.config, dataset, specs)
-        last = run.checkpoints[-1] if run.checkpoints else {}
-        status = "failed" if run.error else ("stopped" if run.stopped_at is not None else "done")
-        rows[i] = _row(task, record, run.checkpoints, last, costs, run.seconds, device, status=status)
-        if run.error:
-            rows[i]["error"] = f"FloatingPointError: {run.error}"
-        elif j in wanted:
+        rows[i] = _batched_row(task, record, run, _dnn_costs(run.config, dataset, specs), device)
+        if run.error is None and j in wanted:
             artifacts[record["id"]] = finish_run(dataset, run).artifact
     return rows, artifacts, config_epochs
+
+
+def _batched_row(task: ChunkTask, record: dict, run, costs, device: str) -> dict:
+    """The row of a batched trainer's run: its checkpoints, last measurement and status (failed
+    with its message where the run's loss stopped being finite)."""
+    error = getattr(run, "error", None)
+    status = "failed" if error else ("stopped" if run.stopped_at is not None else "done")
+    last = run.checkpoints[-1] if run.checkpoints else {}
+    row = _row(task, record, run.checkpoints, last, costs, run.seconds, device, status=status)
+    if error:
+        row["error"] = f"FloatingPointError: {error}"
+    return row
 
 
 def _dnn_costs(config, dataset, specs: dict):

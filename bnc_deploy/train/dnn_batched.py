@@ -44,6 +44,9 @@ import torch.nn.functional as F
 from bnc_deploy.datasets.base import DiscreteDataset
 from bnc_deploy.models.dnn_stacked import StackedDNN, write_back
 from bnc_deploy.train.bnc_batched import CheckpointView, resolve_device
+
+# Fused Adam's vector unit and the runs of a group: the rule the BN trainer established (see there).
+from bnc_deploy.train.bnc_batched_step import _ADAM_UNIT, _runs
 from bnc_deploy.train.common import TrainResult, log_linear_rates
 from bnc_deploy.train.dnn_batched_loop import DNNRun, run_chunk_epochs
 
@@ -51,11 +54,6 @@ from bnc_deploy.train.dnn_batched_loop import DNNRun, run_chunk_epochs
 EVAL_ROWS = 1024
 #: Bytes of one step's activations that a CPU chunk aims to stay within (beyond, it runs slower).
 CPU_STEP_BYTES = 32 << 20
-#: torch's CPU fused Adam runs its vector loop over whole 16-float units and a scalar loop over a
-#: tensor's last ``numel % 16`` elements, which round differently: a configuration's slice of a
-#: stacked tensor gets the single run's bits only if its size is a multiple of this; otherwise each
-#: configuration is passed as its own tensor (as in ``train.bnc_batched_step``).
-_ADAM_UNIT = 16
 
 
 def bucket_key(config, widths: Sequence[int], mix_widths: bool = False) -> tuple:
@@ -188,7 +186,7 @@ class _ChunkRun:
     def __init__(self, dataset: DiscreteDataset, configs: list, spec, widths: list[list[int]], device: torch.device):
         from bnc_deploy.train.dnn_model import build_model
 
-        self.dataset, self.configs, self.spec, self.device = dataset, configs, spec, device
+        self.configs, self.device = configs, device
         nets = []
         for config, own in zip(configs, widths):
             # The single run's initialisation: global seed, then the net (Glorot from torch's global RNG).
@@ -301,17 +299,6 @@ class _ChunkRun:
         self.rates = self.rates[keep]
         self.eps = [self.eps[j] for j in idx_list]
         self.active = self.active[keep]
-
-
-def _runs(members: list[int]) -> list[tuple[int, int]]:
-    """Contiguous [start, stop) runs of sorted indices (fused Adam takes contiguous slices)."""
-    runs, start = [], members[0]
-    for prev, cur in zip(members, members[1:]):
-        if cur != prev + 1:
-            runs.append((start, prev + 1))
-            start = cur
-    runs.append((start, members[-1] + 1))
-    return runs
 
 
 def finish_run(dataset: DiscreteDataset, run: DNNRun, spec=None) -> TrainResult:
