@@ -73,8 +73,8 @@ class _StochasticSignU(torch.autograd.Function):
 class _MaxPool2x2(torch.autograd.Function):
     """``F.max_pool2d(x, 2)`` (stride 2, floor) over the last two axes, with its gradient rule: each
     window's gradient goes to its first maximum in scan order (row by row). Written with strided
-    views because torch's CPU kernel is slow for the small maps of these nets (1 ms for a
-    100 x 6 x 16 x 16 batch); elementwise, so exact for any stack."""
+    views because torch's CPU kernel is slow for the small, few-channel maps of these nets;
+    elementwise, so exact for any stack."""
 
     @staticmethod
     def forward(ctx, x):

@@ -144,8 +144,8 @@ def default_max_configs(config, spec, widths: Sequence[int], dataset: DiscreteDa
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
         return int(max(1, min(4096, free * 0.5 // max(per_config, 1))))
-    # On the CPU a step is memory-bound once a batch's activations outgrow the caches: a usps CNN
-    # ran at 6.6 configuration-epochs/s with 16 configurations and 2.9 with 64 (2 cores).
+    # On the CPU a step is memory-bound once a batch's activations outgrow the caches (see the CNN
+    # rows of `benchmarks/bench_sweep.py --models cnn --timing steady` at M = 16 and 64).
     cached = CPU_STEP_BYTES // max(1, 4 * per_row * config.batch_size)
     return int(max(1, min(4096, cached, (2 << 30) // max(per_config, 1))))
 
