@@ -6,7 +6,7 @@ as ``benchmarks/export_parity.py``), exported with ``bnc-export --format c --dat
 verifier compiles the header with the host ``cc`` and compares labels and integer scores with
 the NumPy reference on every test row plus 256 random rows; nothing is written unless they are
 identical), with and without ``--pack-bits``. With ``--cortex-m``, the listed models are then
-cross-compiled and run on all three emulated boards on every test row
+cross-compiled and run on all four emulated boards (Cortex-M0, M3, M4, M7) on every test row
 (``python -m bnc_deploy.targets.cortex_m``), which also reports FLASH, RAM and instructions per
 prediction (QEMU ``-icount``: instruction counts, not latency).
 
@@ -97,6 +97,17 @@ def table_bytes(header: str) -> int:
     return int(literal.rstrip("uUlL"))
 
 
+def board_line(board: dict) -> str:
+    """One board of a Cortex-M report: rows, the model's FLASH (code + tables) and RAM, instructions per call."""
+    m, ins = board.get("model", {}), board["instructions"]
+    return (
+        f"{board['board']} ({board['cpu']}) {board['passed']:,}/{board['n_rows']:,} rows, invalid failed "
+        f"{board['invalid_failed']}, FLASH {m.get('code_bytes', 0):,} + {m.get('table_bytes', 0):,} B, "
+        f"RAM {m.get('ram_bytes')} B, instructions predict {ins.get('predict_per_row')} / "
+        f"log_joint {ins.get('log_joint_per_row')}"
+    )
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--datasets", default="letter,satimage,usps")
@@ -106,7 +117,7 @@ def main(argv=None) -> int:
     p.add_argument(
         "--cortex-m",
         default="letter:nb:3,usps:tan:4",
-        help="comma-separated DATASET:MODEL:BITS run on the three QEMU boards ('' to skip)",
+        help="comma-separated DATASET:MODEL:BITS run on the four QEMU boards ('' to skip)",
     )
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args(argv)
@@ -167,10 +178,10 @@ def main(argv=None) -> int:
                 ]
             )
             targets.append({"dataset": dataset, "model": model, "bits": int(bits), "pack_bits": pack, "report": report})
-            print(
-                f"cortex-m {dataset} {model} {bits}-bit{' packed' if pack else ''}: {json.dumps(report)[:600]}",
-                flush=True,
-            )
+            for board in report["boards"]:
+                print(
+                    f"cortex-m {dataset} {model} {bits}-bit{' packed' if pack else ''}: {board_line(board)}", flush=True
+                )
     if args.json:
         args.json.write_text(json.dumps({"host": rows, "cortex_m": targets}, indent=1))
     print(f"{len(rows) - bad} of {len(rows)} models exact with and without --pack-bits")

@@ -14,7 +14,7 @@
  * stack are measured on (the same entry name as bnc_deploy.targets.cortex_m's footprint object).
  * Otherwise the program runs every row on the board, counts the rows whose label differs from the
  * host's (printed as "FAIL row 0 board_label host_label") and the test errors, then times the
- * predict loop against an empty call on the MPS2 timer, as bnc_deploy's driver does (QEMU
+ * predict loop against an empty call on the board's timer (board_timer.h), as bnc_deploy's driver does (QEMU
  * -icount shift=0: 1 instruction = 1 ns of virtual time), and prints
  *   TIMING calibration_instructions calibration_ticks baseline_ticks predict_ticks predict_ticks
  *   BENCH n_rows disagreements test_errors
@@ -34,10 +34,7 @@ int bnc_target_predict(const BENCH_INPUT_T *x)
 #else
 #include "bench_rows.h"
 
-/* CMSDK APB dual timer 1 of the MPS2 boards (25 MHz, 32-bit, counts down). */
-#define TIMER1_LOAD (*(volatile uint32_t *)0x40002000u)
-#define TIMER1_VALUE (*(volatile uint32_t *)0x40002004u)
-#define TIMER1_CONTROL (*(volatile uint32_t *)0x40002008u)
+#include "board_timer.h" /* the board's tick counter: bnc_deploy/targets/cortex_m_sources.c, section timer */
 #define CALIBRATION 100000u
 #define MAX_PRINTED 1000u
 
@@ -56,21 +53,18 @@ __attribute__((noinline)) static int call_baseline(const BENCH_INPUT_T *x)
 static uint32_t loop_ticks(int (*call)(const BENCH_INPUT_T *))
 {
     unsigned r;
-    uint32_t start = TIMER1_VALUE, stop;
+    uint32_t start = board_ticks();
     for (r = 0; r < N_ROWS; ++r) {
         sink += call(bench_x[r]);
     }
-    stop = TIMER1_VALUE;
-    return start - stop;
+    return board_ticks() - start;
 }
 
 int main(void)
 {
     unsigned r, disagreements = 0, errors = 0, printed = 0;
     uint32_t n = CALIBRATION, start, calibration, baseline, predict;
-    TIMER1_CONTROL = 0u;
-    TIMER1_LOAD = 0xFFFFFFFFu;
-    TIMER1_CONTROL = 0x82u; /* enable, free-running, 32-bit, prescale 1, no interrupt */
+    board_timer_start();
     for (r = 0; r < N_ROWS; ++r) {
         int label = bnc_target_predict(bench_x[r]);
         if (label != (int)bench_expected[r]) {
@@ -83,9 +77,10 @@ int main(void)
             ++errors;
         }
     }
-    start = TIMER1_VALUE;
-    __asm__ volatile ("1: subs %0, %0, #1\n\tbne 1b" : "+r"(n) : : "cc");
-    calibration = start - TIMER1_VALUE;
+    start = board_ticks();
+    /* unified syntax: GCC switches Thumb-1 (Cortex-M0) inline assembly to divided syntax otherwise */
+    __asm__ volatile (".syntax unified\n1: subs %0, %0, #1\n\tbne 1b" : "+r"(n) : : "cc");
+    calibration = board_ticks() - start;
     baseline = loop_ticks(call_baseline);
     predict = loop_ticks(bnc_target_predict);
     printf("TIMING %lu %lu %lu %lu %lu\n", (unsigned long)CALIBRATION * 2ul, (unsigned long)calibration,

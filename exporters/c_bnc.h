@@ -8,16 +8,20 @@
  * constant arrays), formatted by the exporter. This text, before the first marker, is not written.
  *
  * Sections, in the order they are written:
- *   head, head_raw (--raw-inputs), head_self_test (self_test, the default), macros
+ *   head, head_raw (--raw-inputs), head_self_test (self_test, the default), macros, lane_words (lane kernels)
  *                                                  the doc comment, the metadata, the #defines
- *   arrays, arrays_tan (TAN), codes_bytes or codes_packed (--pack-bits), arrays_raw (--raw-inputs),
- *   arrays_self_test (self_test)
- *   code_bytes, code_packed (B divides 8) or code_packed_straddle (a code may straddle two bytes)
- *   sums_naive_bayes or sums_tan, predict, proba, raw (--raw-inputs), self_test (self_test), end
+ *   arrays, arrays_tan (TAN), codes_lanes (lane kernels), codes_bytes (scalar kernel) or codes_packed
+ *   (--pack-bits), arrays_raw (--raw-inputs), arrays_self_test (self_test)
+ *   code_lanes, code_bytes or code_packed          PREFIX_code(k): code k of the stream (the native runtime's too)
+ *   row_naive_bayes or row_tan                     the range check and the stream row of each feature
+ *   word_lanes or word_packed, then lanes8 or lanes16 (the lane kernels), or sums_scalar
+ *   predict_lanes or predict_scalar, log_joint, proba, raw (--raw-inputs), self_test (self_test), end
+ * The kernels and layouts are the exporter's module docstring ("Kernels", "Storage").
  *
  * Contract: the exported header is byte-identical for the same model and options, and its digest
  * covers every byte, so any edit here changes every exported file (and the export tests, which
- * compile every variant with strict C99 flags, must pass). Keep the C as C99 with <stdint.h> only.
+ * compile every variant with strict C99 flags, must pass). Keep the C as C99 with <stdint.h> only
+ * (GNU C attributes and Arm inline assembly only under #if defined(__GNUC__), with a C99 fallback).
  * The exporter reads this file with universal newlines: the output has "\n" line ends whatever the
  * checkout does; every section must end with a newline.
  */
@@ -27,7 +31,7 @@
  *
  * Model: ${n_features} features, ${n_classes} classes; B = ${bits} bits per parameter (B_I = ${int_bits}, B_F = ${frac_bits}),
  *   ${n_parameters} parameters (${size_bits} bits), ${n_ops} additions per row;
- *   tables ${table_bytes} bytes (${table_layout}).
+ *   tables ${table_bytes} bytes (${table_layout}); sums kernel: ${kernel_text}.
  * Source model (content SHA-256): ${artifact_sha256}
  * Classes (index: name):
 ${class_list}
@@ -93,6 +97,16 @@ ${metadata}
 #define ${PREFIX}_INVALID (-1)
 #define ${PREFIX}_EXP_TERMS ${exp_terms}
 ${card_macros}
+/* The kernels' small helpers are inlined even at -Os (GCC and clang: where the compiler would rather call them). */
+#if defined(__GNUC__)
+#define ${PREFIX}_INLINE static inline __attribute__((always_inline))
+#else
+#define ${PREFIX}_INLINE static inline
+#endif
+
+//@ lane_words
+/* 32-bit words per stream row of the sum lanes: four classes per word. */
+#define ${PREFIX}_LANE_WORDS ${lane_words}u
 
 //@ arrays
 /* Largest valid code of each feature (cardinality - 1). */
@@ -108,8 +122,14 @@ ${stride_array}
 //@ codes_bytes
 /* ${n_parameters} codes, ${n_classes} per row: the class prior, then feature 0's rows, feature 1's, ... */
 ${codes_array}
+//@ codes_lanes
+/* ${n_parameters} codes in ${n_stream_rows} rows of ${lane_words} 32-bit words, one row per line (the class prior, then
+ * feature 0's rows, feature 1's, ...): the code of class c is byte c % 4 (bits 8 * (c % 4) ..) of the row's word c / 4,
+ * and the bytes past the last class are 0. */
+${codes_array}
 //@ codes_packed
-/* ${n_parameters} ${bits}-bit codes, LSB first: code k is bits k*${bits} .. k*${bits}+${last_code_bit} of the stream, stream bit j = bit j%8 of byte j/8. */
+/* ${n_parameters} ${bits}-bit codes, LSB first: code k is bits k*${bits} .. k*${bits}+${last_code_bit} of the stream, stream bit j = bit j%8 of byte j/8;
+ * then 3 zero bytes, so that the 32-bit window read at the byte of any code stays inside the array. */
 ${codes_array}
 //@ arrays_raw
 /* Binning thresholds (float32, exact hexadecimal literals), feature i's are ${prefix}_cut_begin[i] .. ${prefix}_cut_begin[i + 1] - 1. */
@@ -127,77 +147,348 @@ static inline unsigned ${prefix}_code(uint32_t k)
 {
     return ${prefix}_codes[k];
 }
+//@ code_lanes
+
+/* Code k of the stream (row k / C, class k % C). */
+static inline unsigned ${prefix}_code(uint32_t k)
+{
+    uint32_t row = k / (uint32_t)${PREFIX}_N_CLASSES, c = k % (uint32_t)${PREFIX}_N_CLASSES;
+    return (unsigned)(${prefix}_codes[row * ${PREFIX}_LANE_WORDS + (c >> 2)] >> (8u * (c & 3u))) & 0xFFu;
+}
 //@ code_packed
 
-/* Code k of the packed stream. */
+/* The 32 stream bits from byte q, assembled by value (the same on any byte order; one load where the core
+ * allows unaligned loads). The array's 3 zero bytes at the end keep q + 3 inside it. */
+${PREFIX}_INLINE uint32_t ${prefix}_window(uint32_t q)
+{
+    const uint8_t *p = ${prefix}_codes + q;
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+/* Code k of the packed stream: its B <= 8 bits start at most 7 bits into its byte's window. */
 static inline unsigned ${prefix}_code(uint32_t k)
 {
     uint32_t bit = k * ${bits}u;
-    unsigned value = (unsigned)${prefix}_codes[bit >> 3] >> (bit & 7u);
-    return value & ${code_mask}u;
+    return (unsigned)(${prefix}_window(bit >> 3) >> (bit & 7u)) & ${code_mask}u;
 }
-//@ code_packed_straddle
+//@ row_naive_bayes
 
-/* Code k of the packed stream. */
-static inline unsigned ${prefix}_code(uint32_t k)
+/* 0 when every code of x is valid, else -1: checked before any table is read. */
+static inline int ${prefix}_check(const uint8_t *x)
 {
-    uint32_t bit = k * ${bits}u;
-    unsigned value = (unsigned)${prefix}_codes[bit >> 3] >> (bit & 7u);
-    if ((bit & 7u) > ${max_aligned_shift}u) {
-        value |= (unsigned)${prefix}_codes[(bit >> 3) + 1u] << (8u - (bit & 7u));
-    }
-    return value & ${code_mask}u;
-}
-//@ sums_naive_bayes
-
-/* Code sums of x (0), or -1 if some code is out of range (then nothing is read). */
-static inline int ${prefix}_sums(const uint8_t *x, ${acc} *sum)
-{
-    int i, c;
+    int i;
     for (i = 0; i < ${PREFIX}_N_FEATURES; ++i) {
         if (x[i] > ${prefix}_max_code[i]) {
             return -1;
         }
     }
+    return 0;
+}
+
+/* The stream row that feature i adds for x. */
+${PREFIX}_INLINE uint32_t ${prefix}_row(const uint8_t *x, int i)
+{
+    return (uint32_t)${prefix}_row_offset[i] + (uint32_t)x[i];
+}
+//@ row_tan
+
+/* 0 when every code of x is valid, else -1: checked before any table is read. */
+static inline int ${prefix}_check(const uint8_t *x)
+{
+    int i;
+    for (i = 0; i < ${PREFIX}_N_FEATURES; ++i) {
+        if (x[i] > ${prefix}_max_code[i]) {
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The stream row that feature i adds for x: its own value's block, the parent's value's row in it. */
+${PREFIX}_INLINE uint32_t ${prefix}_row(const uint8_t *x, int i)
+{
+    uint32_t row = (uint32_t)${prefix}_row_offset[i] + (uint32_t)x[i] * (uint32_t)${prefix}_stride[i];
+    if (${prefix}_parent[i] >= 0) {
+        row += (uint32_t)x[${prefix}_parent[i]];
+    }
+    return row;
+}
+//@ sums_scalar
+
+/* Code sums of x (0), or -1 if some code is out of range (then nothing is read). */
+static inline int ${prefix}_sums(const uint8_t *x, ${acc} *sum)
+{
+    int i, c;
+    if (${prefix}_check(x) != 0) {
+        return -1;
+    }
     for (c = 0; c < ${PREFIX}_N_CLASSES; ++c) {
         sum[c] = (${acc})${prefix}_code((uint32_t)c);
     }
     for (i = 0; i < ${PREFIX}_N_FEATURES; ++i) {
-        uint32_t k = ((uint32_t)${prefix}_row_offset[i] + (uint32_t)x[i]) * (uint32_t)${PREFIX}_N_CLASSES;
+        uint32_t k = ${prefix}_row(x, i) * (uint32_t)${PREFIX}_N_CLASSES;
         for (c = 0; c < ${PREFIX}_N_CLASSES; ++c) {
             sum[c] = (${acc})(sum[c] + ${prefix}_code(k + (uint32_t)c));
         }
     }
     return 0;
 }
-//@ sums_tan
+//@ word_lanes
+
+/* Where stream row `row` starts, and its word j: the codes of classes 4j .. 4j+3, one per byte. */
+typedef const uint32_t *${prefix}_ref_t;
+
+${PREFIX}_INLINE ${prefix}_ref_t ${prefix}_ref(uint32_t row)
+{
+    return ${prefix}_codes + row * ${PREFIX}_LANE_WORDS;
+}
+
+${PREFIX}_INLINE uint32_t ${prefix}_word(${prefix}_ref_t ref, uint32_t j)
+{
+    return ref[j];
+}
+//@ word_packed
+
+/* Where stream row `row` starts (its first byte and bit), and its word j: the codes of classes 4j .. 4j+3
+ * spread to one per byte (0 past the last class). Group j starts 4Bj bits into the row, so its window is read
+ * at a byte and shift known at compile time from the row's start: a window holds 32 - 7 - (4Bj mod 8) >= 4B
+ * bits for B <= 6 and B = 8 (whose rows start on a byte); B = 7 reads two windows of two codes each. */
+typedef struct {
+    uint32_t byte, shift;
+} ${prefix}_ref_t;
+
+${PREFIX}_INLINE ${prefix}_ref_t ${prefix}_ref(uint32_t row)
+{
+    ${prefix}_ref_t ref;
+    uint32_t bit = row * ((uint32_t)${PREFIX}_N_CLASSES * ${bits}u);
+    ref.byte = bit >> 3;
+    ref.shift = bit & 7u;
+    return ref;
+}
+
+${PREFIX}_INLINE uint32_t ${prefix}_word(${prefix}_ref_t ref, uint32_t j)
+{
+    const uint32_t m = ${code_mask}u, at = 4u * ${bits}u * j;
+    uint32_t t = ${prefix}_window(ref.byte + (at >> 3)) >> ref.shift >> (at & 7u);
+    if (${bits}u == 7u) {
+        uint32_t high = at + 14u;
+        t = (t & 0x3FFFu) | (${prefix}_window(ref.byte + (high >> 3)) >> ref.shift >> (high & 7u)) << 14;
+    }
+    if (j == ${PREFIX}_LANE_WORDS - 1u) {
+        t &= ${last_group_mask}u; /* the last group's codes past the last class are the next row's */
+    }
+    return (t & m) | (t >> ${bits} & m) << 8 | (t >> (2 * ${bits}) & m) << 16 | (t >> (3 * ${bits}) & m) << 24;
+}
+//@ lanes8
+
+/* The sums as 8-bit lanes, four per 32-bit word (class c: byte c % 4 of word c / 4): the largest possible sum,
+ * (D + 1) * (2^B - 1) = ${max_sum}, fits a byte, so one 32-bit addition adds four classes and never carries
+ * into the next lane (on any core: no SIMD instruction needed). The lanes past the last class start at 255
+ * (${PREFIX}_PAD_LAST) and add 0s. A block of up to 8 words is summed over the rows in registers. */
+#define ${PREFIX}_BLOCK_WORDS ${block_words}u
+#define ${PREFIX}_LANE_ARRAY ${PREFIX}_LANE_WORDS
+#define ${PREFIX}_PAD_LAST 0x${pad_last}u
+#define ${PREFIX}_ADD_(k)                                                                                      \
+    if ((k) < ${PREFIX}_BLOCK_WORDS && b + (k) < ${PREFIX}_LANE_WORDS) {                                      \
+        a##k += ${prefix}_word(ref, b + (k));                                                                 \
+    }
+#define ${PREFIX}_ADD_ROW_                                                                                     \
+    ${PREFIX}_ADD_(0) ${PREFIX}_ADD_(1) ${PREFIX}_ADD_(2) ${PREFIX}_ADD_(3)                                    \
+    ${PREFIX}_ADD_(4) ${PREFIX}_ADD_(5) ${PREFIX}_ADD_(6) ${PREFIX}_ADD_(7)
+#define ${PREFIX}_PAD_(k) ((b + (k) == ${PREFIX}_LANE_WORDS - 1u) ? ${PREFIX}_PAD_LAST : 0u)
+#define ${PREFIX}_STORE_(k)                                                                                    \
+    if ((k) < ${PREFIX}_BLOCK_WORDS && b + (k) < ${PREFIX}_LANE_WORDS) {                                      \
+        lane[b + (k)] = a##k;                                                                                 \
+    }
+
+static inline void ${prefix}_lanes(const uint8_t *x, uint32_t *lane)
+{
+    uint32_t b;
+    int i;
+    for (b = 0; b < ${PREFIX}_LANE_WORDS; b += ${PREFIX}_BLOCK_WORDS) {
+        uint32_t a0 = ${PREFIX}_PAD_(0), a1 = ${PREFIX}_PAD_(1), a2 = ${PREFIX}_PAD_(2), a3 = ${PREFIX}_PAD_(3);
+        uint32_t a4 = ${PREFIX}_PAD_(4), a5 = ${PREFIX}_PAD_(5), a6 = ${PREFIX}_PAD_(6), a7 = ${PREFIX}_PAD_(7);
+        ${prefix}_ref_t ref = ${prefix}_ref(0u); /* the class prior */
+        ${PREFIX}_ADD_ROW_
+        for (i = 0; i < ${PREFIX}_N_FEATURES; ++i) {
+            ref = ${prefix}_ref(${prefix}_row(x, i));
+            ${PREFIX}_ADD_ROW_
+        }
+        ${PREFIX}_STORE_(0) ${PREFIX}_STORE_(1) ${PREFIX}_STORE_(2) ${PREFIX}_STORE_(3)
+        ${PREFIX}_STORE_(4) ${PREFIX}_STORE_(5) ${PREFIX}_STORE_(6) ${PREFIX}_STORE_(7)
+    }
+}
 
 /* Code sums of x (0), or -1 if some code is out of range (then nothing is read). */
 static inline int ${prefix}_sums(const uint8_t *x, ${acc} *sum)
 {
-    int i, c;
-    for (i = 0; i < ${PREFIX}_N_FEATURES; ++i) {
-        if (x[i] > ${prefix}_max_code[i]) {
-            return -1;
-        }
+    uint32_t lane[${PREFIX}_LANE_WORDS];
+    int c;
+    if (${prefix}_check(x) != 0) {
+        return -1;
     }
+    ${prefix}_lanes(x, lane);
     for (c = 0; c < ${PREFIX}_N_CLASSES; ++c) {
-        sum[c] = (${acc})${prefix}_code((uint32_t)c);
-    }
-    for (i = 0; i < ${PREFIX}_N_FEATURES; ++i) {
-        uint32_t row = (uint32_t)${prefix}_row_offset[i] + (uint32_t)x[i] * (uint32_t)${prefix}_stride[i];
-        uint32_t k;
-        if (${prefix}_parent[i] >= 0) {
-            row += (uint32_t)x[${prefix}_parent[i]];
-        }
-        k = row * (uint32_t)${PREFIX}_N_CLASSES;
-        for (c = 0; c < ${PREFIX}_N_CLASSES; ++c) {
-            sum[c] = (${acc})(sum[c] + ${prefix}_code(k + (uint32_t)c));
-        }
+        sum[c] = (${acc})(lane[c >> 2] >> (8 * (c & 3)));
     }
     return 0;
 }
-//@ predict
+
+/* The first class of the smallest sum. With the DSP extension: the lane-wise minimum of all words (USUB8 sets a
+ * flag per lane where the first word's lane is not smaller, SEL picks by those flags), reduced to one byte, then
+ * the first lane equal to it (the lowest zero byte of the word XOR the minimum: exact for the lowest one, as a
+ * borrow only runs upward from a zero byte). The pad lanes (255) come after every class, so they never come
+ * first. Elsewhere one comparison per class. */
+#if defined(__ARM_FEATURE_DSP) && defined(__GNUC__)
+${PREFIX}_INLINE uint32_t ${prefix}_min8(uint32_t a, uint32_t b)
+{
+    uint32_t out;
+    __asm__("usub8 %0, %1, %2\n\tsel %0, %2, %1" : "=&r"(out) : "r"(a), "r"(b));
+    return out;
+}
+
+static inline int ${prefix}_first_min(const uint32_t *lane)
+{
+    uint32_t m = lane[0], j;
+    for (j = 1; j < ${PREFIX}_LANE_WORDS; ++j) {
+        m = ${prefix}_min8(m, lane[j]);
+    }
+    m = ${prefix}_min8(m, m >> 16);
+    m = ${prefix}_min8(m, m >> 8);
+    m = (m & 0xFFu) * 0x01010101u;
+    for (j = 0; j + 1u < ${PREFIX}_LANE_WORDS; ++j) { /* not j < W - 1: no 'always false' warning at W = 1 */
+        uint32_t t = lane[j] ^ m;
+        uint32_t zero = (t - 0x01010101u) & ~t & 0x80808080u;
+        if (zero != 0u) {
+            return (int)(4u * j + ((uint32_t)__builtin_ctz(zero) >> 3));
+        }
+    }
+    {
+        uint32_t t = lane[j] ^ m;
+        return (int)(4u * j + ((uint32_t)__builtin_ctz((t - 0x01010101u) & ~t & 0x80808080u) >> 3));
+    }
+}
+#else
+#define ${PREFIX}_MIN_(q)                                                                                      \
+    if (((w >> (8 * (q))) & 0xFFu) < best) {                                                                   \
+        best = (w >> (8 * (q))) & 0xFFu;                                                                       \
+        arg = 4u * j + (q);                                                                                    \
+    }
+
+static inline int ${prefix}_first_min(const uint32_t *lane)
+{
+    uint32_t best = 0x100u, arg = 0u, j;
+    for (j = 0; j < ${PREFIX}_LANE_WORDS; ++j) {
+        uint32_t w = lane[j];
+        ${PREFIX}_MIN_(0) ${PREFIX}_MIN_(1) ${PREFIX}_MIN_(2) ${PREFIX}_MIN_(3)
+    }
+    return (int)arg;
+}
+#endif
+//@ lanes16
+
+/* The sums as 16-bit lanes: the largest possible sum, (D + 1) * (2^B - 1) = ${max_sum}, fits 16 bits. Each word
+ * of 4 byte codes (classes 4j .. 4j+3) is split into an even word (classes 4j, 4j+2 in its low and high half)
+ * and an odd word (4j+1, 4j+3); no addition carries into the next lane. On cores with the DSP extension
+ * (__ARM_FEATURE_DSP: Cortex-M4/M7) one UXTAB16 adds two bytes to two halves; elsewhere a mask and an add.
+ * The lanes past the last class start at 65535 (${PREFIX}_PAD_EVEN_LAST, ${PREFIX}_PAD_ODD_LAST). A block of up
+ * to 4 words (8 accumulators) is summed over the rows in registers. */
+#define ${PREFIX}_BLOCK_WORDS ${block_words}u
+#define ${PREFIX}_LANE_ARRAY (2u * ${PREFIX}_LANE_WORDS)
+#define ${PREFIX}_PAD_EVEN_LAST 0x${pad_even_last}u
+#define ${PREFIX}_PAD_ODD_LAST 0x${pad_odd_last}u
+
+#if defined(__ARM_FEATURE_DSP) && defined(__GNUC__)
+${PREFIX}_INLINE uint32_t ${prefix}_add_even(uint32_t acc, uint32_t w)
+{
+    uint32_t out;
+    __asm__("uxtab16 %0, %1, %2" : "=r"(out) : "r"(acc), "r"(w));
+    return out;
+}
+
+${PREFIX}_INLINE uint32_t ${prefix}_add_odd(uint32_t acc, uint32_t w)
+{
+    uint32_t out;
+    __asm__("uxtab16 %0, %1, %2, ror #8" : "=r"(out) : "r"(acc), "r"(w));
+    return out;
+}
+#else
+${PREFIX}_INLINE uint32_t ${prefix}_add_even(uint32_t acc, uint32_t w)
+{
+    return acc + (w & 0x00FF00FFu);
+}
+
+${PREFIX}_INLINE uint32_t ${prefix}_add_odd(uint32_t acc, uint32_t w)
+{
+    return acc + ((w >> 8) & 0x00FF00FFu);
+}
+#endif
+
+#define ${PREFIX}_ADD_(k)                                                                                      \
+    if ((k) < ${PREFIX}_BLOCK_WORDS && b + (k) < ${PREFIX}_LANE_WORDS) {                                      \
+        uint32_t w##k = ${prefix}_word(ref, b + (k));                                                         \
+        e##k = ${prefix}_add_even(e##k, w##k);                                                                \
+        o##k = ${prefix}_add_odd(o##k, w##k);                                                                 \
+    }
+#define ${PREFIX}_ADD_ROW_ ${PREFIX}_ADD_(0) ${PREFIX}_ADD_(1) ${PREFIX}_ADD_(2) ${PREFIX}_ADD_(3)
+#define ${PREFIX}_LAST_(k) (b + (k) == ${PREFIX}_LANE_WORDS - 1u)
+#define ${PREFIX}_STORE_(k)                                                                                    \
+    if ((k) < ${PREFIX}_BLOCK_WORDS && b + (k) < ${PREFIX}_LANE_WORDS) {                                      \
+        lane[2u * (b + (k))] = e##k;                                                                          \
+        lane[2u * (b + (k)) + 1u] = o##k;                                                                     \
+    }
+
+static inline void ${prefix}_lanes(const uint8_t *x, uint32_t *lane)
+{
+    uint32_t b;
+    int i;
+    for (b = 0; b < ${PREFIX}_LANE_WORDS; b += ${PREFIX}_BLOCK_WORDS) {
+        uint32_t e0 = ${PREFIX}_LAST_(0) ? ${PREFIX}_PAD_EVEN_LAST : 0u, o0 = ${PREFIX}_LAST_(0) ? ${PREFIX}_PAD_ODD_LAST : 0u;
+        uint32_t e1 = ${PREFIX}_LAST_(1) ? ${PREFIX}_PAD_EVEN_LAST : 0u, o1 = ${PREFIX}_LAST_(1) ? ${PREFIX}_PAD_ODD_LAST : 0u;
+        uint32_t e2 = ${PREFIX}_LAST_(2) ? ${PREFIX}_PAD_EVEN_LAST : 0u, o2 = ${PREFIX}_LAST_(2) ? ${PREFIX}_PAD_ODD_LAST : 0u;
+        uint32_t e3 = ${PREFIX}_LAST_(3) ? ${PREFIX}_PAD_EVEN_LAST : 0u, o3 = ${PREFIX}_LAST_(3) ? ${PREFIX}_PAD_ODD_LAST : 0u;
+        ${prefix}_ref_t ref = ${prefix}_ref(0u); /* the class prior */
+        ${PREFIX}_ADD_ROW_
+        for (i = 0; i < ${PREFIX}_N_FEATURES; ++i) {
+            ref = ${prefix}_ref(${prefix}_row(x, i));
+            ${PREFIX}_ADD_ROW_
+        }
+        ${PREFIX}_STORE_(0) ${PREFIX}_STORE_(1) ${PREFIX}_STORE_(2) ${PREFIX}_STORE_(3)
+    }
+}
+
+/* Code sums of x (0), or -1 if some code is out of range (then nothing is read). */
+static inline int ${prefix}_sums(const uint8_t *x, ${acc} *sum)
+{
+    uint32_t lane[${PREFIX}_LANE_ARRAY];
+    int c;
+    if (${prefix}_check(x) != 0) {
+        return -1;
+    }
+    ${prefix}_lanes(x, lane);
+    for (c = 0; c < ${PREFIX}_N_CLASSES; ++c) {
+        sum[c] = (${acc})(lane[2 * (c >> 2) + (c & 1)] >> (16 * ((c >> 1) & 1)));
+    }
+    return 0;
+}
+
+/* The first class of the smallest sum: one comparison per class, in class order (low even, low odd, high even,
+ * high odd half of each pair of words); the pad lanes (65535) come after every class. */
+#define ${PREFIX}_MIN_(q)                                                                                      \
+    if (((lane[2u * j + ((q) & 1u)] >> (16 * ((q) >> 1))) & 0xFFFFu) < best) {                                 \
+        best = (lane[2u * j + ((q) & 1u)] >> (16 * ((q) >> 1))) & 0xFFFFu;                                     \
+        arg = 4u * j + (q);                                                                                    \
+    }
+
+static inline int ${prefix}_first_min(const uint32_t *lane)
+{
+    uint32_t best = 0x10000u, arg = 0u, j;
+    for (j = 0; j < ${PREFIX}_LANE_WORDS; ++j) {
+        ${PREFIX}_MIN_(0) ${PREFIX}_MIN_(1) ${PREFIX}_MIN_(2) ${PREFIX}_MIN_(3)
+    }
+    return (int)arg;
+}
+//@ predict_scalar
 
 static inline int ${prefix}_predict(const uint8_t *x)
 {
@@ -213,6 +504,18 @@ static inline int ${prefix}_predict(const uint8_t *x)
     }
     return best;
 }
+//@ predict_lanes
+
+static inline int ${prefix}_predict(const uint8_t *x)
+{
+    uint32_t lane[${PREFIX}_LANE_ARRAY];
+    if (${prefix}_check(x) != 0) {
+        return ${PREFIX}_INVALID;
+    }
+    ${prefix}_lanes(x, lane);
+    return ${prefix}_first_min(lane);
+}
+//@ log_joint
 
 static inline int ${prefix}_log_joint(const uint8_t *x, int32_t *scores)
 {

@@ -39,11 +39,32 @@ API
 
 Arithmetic
 ----------
-Integers only: codes are added in ``uint16_t`` when ``(D + 1) * (2^B - 1) < 65536`` (the largest
-possible sum), else ``uint32_t``, and negated into ``int32_t``. The sums are exactly the
-reference's integer sums, so labels and scores are bit-identical with the model file (the
-verifier checks it on the check set / ``--data`` test split and random rows before publishing).
-Float models are refused (``C export needs a quantized model (--bits)``).
+Integers only: codes are added in the narrowest unsigned type that holds the largest possible sum
+``(D + 1) * (2^B - 1)`` (:func:`accumulator_type`: ``uint8_t``, ``uint16_t`` or ``uint32_t``) and negated
+into ``int32_t``. The sums are exactly the reference's integer sums, so labels and scores are
+bit-identical with the model file (the verifier checks it on the check set / ``--data`` test split and
+random rows before publishing). Float models are refused (``C export needs a quantized model (--bits)``).
+
+Kernels (:func:`lane_layout`, metadata ``kernel``), chosen by the exporter from that bound, then by the
+compiler from the target's macros:
+
+``lanes8`` (largest sum <= 255)
+    Four classes per 32-bit word, one byte lane each: a plain 32-bit addition adds four classes, and since
+    no lane can exceed 255 no carry ever crosses into the next lane, on any core (no SIMD instruction is
+    needed for the sums). Blocks of up to 8 words are summed over the ``1 + D`` rows in registers. The
+    first smallest sum: with ``__ARM_FEATURE_DSP`` (Cortex-M4/M7) the lane-wise minimum of all words by
+    ``USUB8``/``SEL``, then the first lane equal to it by a zero-byte test; elsewhere one comparison per
+    class.
+``lanes16`` (largest sum <= 65535)
+    Each word of four byte codes is added into an even and an odd word of two 16-bit lanes: ``UXTAB16``
+    with the DSP extension (two byte-to-halfword additions in one instruction), a mask and an add
+    elsewhere. Blocks of up to 4 words (8 accumulators).
+``scalar`` (larger sums)
+    One ``uint32_t`` per class, one code at a time.
+
+Lanes past the last class start at the lane's maximum and add zeros, so they are never below a real sum
+and, coming after every class, never the first minimum. ``predict`` reads the lanes directly;
+``log_joint``, ``predict_proba`` and the self-test read the per-class sums out of them.
 
 Posteriors (``predict_proba``): with ``d_c = max score - scores[c] >= 0`` (an integer) and the step
 ``s = 2^-B_F`` (natural log: the quantizer stores ``log p`` in nats), ``p(c | x) = x_c / sum_k x_k``
@@ -64,11 +85,17 @@ Storage
 -------
 One code stream of ``n_parameters = C * (1 + n_rows)`` B-bit codes: the class prior (stream row
 0), then the stacked tables of ``BNCArtifact`` (stream row ``1 + offset_i + x_i * |X_pa(i)| +
-x_pa(i)``), ``C`` codes per row. By default one ``uint8_t`` per code (``PREFIX_TABLE_BYTES =
-n_parameters``); with ``--pack-bits`` a ``uint8_t`` bit stream, LSB first: code ``k`` is the
-``B`` bits starting at bit ``k * B``, bit ``j`` of the stream being bit ``j % 8`` of byte ``j / 8``
-(a code may straddle two bytes), so ``PREFIX_TABLE_BYTES = ceil(n_parameters * B / 8)``, the
-paper's ``B * |theta|`` bits rounded up to bytes. Unpacking is a shift and a mask per lookup.
+x_pa(i)``), ``C`` codes per row. Without ``--pack-bits``, one byte per code: for the lane kernels a
+``uint32_t`` array, each row ``ceil(C / 4)`` words with class ``c`` in byte ``c % 4`` (value bits ``8 * (c %
+4)``, so the layout does not depend on the CPU's byte order) of word ``c / 4`` and zero bytes past the last
+class (``PREFIX_TABLE_BYTES = 4 * ceil(C / 4) * (1 + n_rows)``); for the scalar kernel a ``uint8_t``
+array of the stream (``PREFIX_TABLE_BYTES = n_parameters``). With ``--pack-bits`` a ``uint8_t`` bit stream,
+LSB first: code ``k`` is the ``B`` bits starting at bit ``k * B``, bit ``j`` of the stream being bit ``j %
+8`` of byte ``j / 8`` (a code may straddle two bytes): ``ceil(n_parameters * B / 8)`` bytes, the paper's
+``B * |theta|`` bits rounded up to bytes, plus 3 zero guard bytes (``PREFIX_TABLE_BYTES`` counts them).
+The packed kernels read the four codes of a lane word as one 32-bit window (assembled from bytes by
+value: a single unaligned load where the core has one), shifted by the row's first bit and a compile-time
+offset, then spread to bytes (B = 7: two windows); the guard bytes keep every window inside the array.
 
 Dependencies: ``<stdint.h>`` only (no other header, no libc call, no malloc, no static state).
 The model facts are ``#define``s and a comment block; the export metadata JSON is embedded in one
@@ -97,6 +124,19 @@ import numpy as np
 
 from bnc_deploy.errors import ExportError
 from bnc_deploy.exporters._bnc_options import RAW_INPUTS, RAW_INPUTS_NEED_DISCRETIZER, codes_of
+from bnc_deploy.exporters._c_bnc_layout import (
+    KERNEL_TEXT,
+    PACKED_GUARD_BYTES,
+    TABLE_LAYOUTS,
+    accumulator_type,
+    code_stream,
+    lane_layout,
+    lane_rows,
+    lane_values,
+    pack_codes,
+    table_storage,
+    uint_type,
+)
 from bnc_deploy.exporters.base import Option, Refusal, float_model, register_exporter
 from bnc_deploy.formats.bnc import export_metadata, padded_thresholds, raw_cut_points
 from bnc_deploy.formats.c import check_c_name, comment_text, metadata_comment
@@ -122,34 +162,6 @@ SELF_TEST_MAX_BYTES = 4096
 #: ``PREFIX_predict_proba``: fractional bits of the factors and of exp (Q1.31) and of the output (Q0.16).
 EXP_FRAC_BITS = 31
 PROBA_FRAC_BITS = 16
-
-
-def accumulator_type(n_features: int, bits: int) -> str:
-    """The narrowest unsigned type that holds every code sum: ``(D + 1) * (2^B - 1)``."""
-    return "uint16_t" if (n_features + 1) * (2**bits - 1) < 2**16 else "uint32_t"
-
-
-def code_stream(artifact: BNCArtifact) -> np.ndarray:
-    """All codes in stream order (prior, then the stacked table rows), uint8 of length n_parameters."""
-    return np.concatenate([codes_of(artifact).prior.reshape(-1), codes_of(artifact).table.reshape(-1)]).astype(np.uint8)
-
-
-def pack_codes(codes: np.ndarray, bits: int) -> np.ndarray:
-    """B-bit codes -> LSB-first bit stream, uint8 of length ``ceil(len(codes) * bits / 8)``.
-
-    Bit ``j`` of code ``k`` is stream bit ``k * bits + j``, i.e. bit ``(k * bits + j) % 8`` of
-    byte ``(k * bits + j) // 8``.
-    """
-    codes = np.asarray(codes, dtype=np.uint8).reshape(-1)
-    planes = ((codes[:, None] >> np.arange(bits, dtype=np.uint8)[None, :]) & 1).astype(np.uint8)  # [n, B]
-    return np.packbits(planes.reshape(-1), bitorder="little")
-
-
-def unpack_codes(stream: np.ndarray, bits: int, n: int) -> np.ndarray:
-    """Inverse of :func:`pack_codes` (what the C code computes per lookup)."""
-    flat = np.unpackbits(np.asarray(stream, dtype=np.uint8), bitorder="little")[: n * bits].reshape(n, bits)
-    sums: np.ndarray = (flat.astype(np.uint16) << np.arange(bits, dtype=np.uint16)[None, :]).sum(axis=1)
-    return sums.astype(np.uint8)
 
 
 def exp_terms(frac_bits: int, max_sum: int) -> int:
@@ -182,7 +194,7 @@ def self_test_rows(artifact: BNCArtifact) -> tuple[np.ndarray, str]:
     the model's check set, else seeded random valid rows; at most :data:`SELF_TEST_MAX_ROWS` rows
     and :data:`SELF_TEST_MAX_BYTES` bytes (one code byte per feature, a label, ``C`` sums)."""
     d, c = artifact.n_features, artifact.n_classes
-    per_row = d + _type_bytes(_uint_type(c - 1)) + c * _type_bytes(_self_test_sum_type(artifact))
+    per_row = d + _type_bytes(uint_type(c - 1)) + c * _type_bytes(_self_test_sum_type(artifact))
     n = max(1, min(SELF_TEST_MAX_ROWS, SELF_TEST_MAX_BYTES // per_row))
     check = artifact.check_x
     if check is not None and len(check):
@@ -194,18 +206,11 @@ def self_test_rows(artifact: BNCArtifact) -> tuple[np.ndarray, str]:
 
 def _self_test_sum_type(artifact: BNCArtifact) -> str:
     """The stored code sums' type: the narrowest that holds every possible sum, ``(D + 1) * (2^B - 1)``."""
-    return _uint_type((artifact.n_features + 1) * codes_of(artifact).quantizer.max_code)
+    return uint_type((artifact.n_features + 1) * codes_of(artifact).quantizer.max_code)
 
 
 def _type_bytes(ctype: str) -> int:
     return int(ctype.removeprefix("uint").removesuffix("_t")) // 8
-
-
-def _uint_type(max_value: int) -> str:
-    for bits in (8, 16, 32):
-        if max_value < 2**bits:
-            return f"uint{bits}_t"
-    raise ExportError(f"value {max_value} does not fit 32 bits")
 
 
 def _array(
@@ -261,17 +266,22 @@ def _check(artifact: BNCArtifact, name: str, raw_inputs: bool) -> None:
         raw_cut_points(artifact)  # ExportError without a usable discretizer
 
 
-def _codes_rows(artifact: BNCArtifact, name: str) -> list[str]:
-    """The unpacked ``PREFIX_codes`` array: one line per stream row, a comment before each feature's rows."""
-    lines = [
-        f"static const uint8_t {name}_codes[{artifact.n_parameters}] = {{",
-        "    /* class prior */ " + ", ".join(str(int(v)) for v in codes_of(artifact).prior) + ",",
-    ]
-    table = codes_of(artifact).table
+def _codes_rows(artifact: BNCArtifact, name: str, lanes: bool) -> list[str]:
+    """The unpacked ``PREFIX_codes`` array: one line per stream row (``lanes``: the row's lane words, else its
+    codes as bytes), a comment before each feature's rows."""
+    if lanes:
+        words = lane_rows(artifact)
+        ctype, size = "uint32_t", int(words.size)
+        row_text = [", ".join(_hex32(v) for v in row) for row in words]
+    else:
+        stream = code_stream(artifact).reshape(-1, artifact.n_classes)
+        ctype, size = "uint8_t", int(stream.size)
+        row_text = [", ".join(str(int(v)) for v in row) for row in stream]
+    lines = [f"static const {ctype} {name}_codes[{size}] = {{", "    /* class prior */ " + row_text[0] + ","]
     for i in range(artifact.n_features):
-        start, rows = int(artifact.row_offsets[i]), int(artifact.rows_per_feature[i])
+        start, rows = 1 + int(artifact.row_offsets[i]), int(artifact.rows_per_feature[i])
         lines.append(f"    /* feature {i}: {comment_text(artifact.feature_names[i])} */")
-        lines += ["    " + ", ".join(str(int(v)) for v in table[r]) + "," for r in range(start, start + rows)]
+        lines += ["    " + row_text[r] + "," for r in range(start, start + rows)]
     return lines + ["};"]
 
 
@@ -323,7 +333,7 @@ def _self_test_values(artifact: BNCArtifact, name: str) -> dict[str, object]:
         "self_test_max": SELF_TEST_MAX_ROWS,
         "self_test_max_bytes": SELF_TEST_MAX_BYTES,
         "self_test_x_array": _lines(_array_2d("uint8_t", f"{name}_self_test_x", rows)),
-        "self_test_label_array": _lines(_array(_uint_type(artifact.n_classes - 1), f"{name}_self_test_label", labels)),
+        "self_test_label_array": _lines(_array(uint_type(artifact.n_classes - 1), f"{name}_self_test_label", labels)),
         "self_test_sum_array": _lines(_array_2d(_self_test_sum_type(artifact), f"{name}_self_test_sum", sums)),
     }
 
@@ -337,9 +347,8 @@ def _model_values(
     q = codes_of(artifact).quantizer
     d, bits = artifact.n_features, q.total_bits
     pack_bits = packed is not None
-    n_params = int(artifact.n_parameters)
-    table_bytes = int(packed.size) if packed is not None else n_params
-    acc = accumulator_type(d, bits)
+    acc, lanes = accumulator_type(d, bits), lane_layout(d, bits)
+    table_bytes, storage = table_storage(artifact, None if packed is None else int(packed.size))
     meta = export_metadata(
         artifact,
         format="c",
@@ -351,7 +360,8 @@ def _model_values(
             "exact": True,
             "accumulator": acc,
             "table_bytes": table_bytes,
-            "table_storage": f"packed{bits}" if pack_bits else "uint8",
+            "table_storage": storage,
+            "kernel": lanes or "scalar",
             "c_standard": "c99",
             "self_test": bool(self_test),
         },
@@ -372,12 +382,13 @@ def _model_values(
         "frac_bits": q.frac_bits,
         # a negative macro value is parenthesized, so that ``x - PREFIX_FRAC_BITS`` stays right
         "frac_bits_macro": f"({q.frac_bits})" if q.frac_bits < 0 else q.frac_bits,
-        "n_parameters": n_params,
+        "n_parameters": int(artifact.n_parameters),
         "size_bits": artifact.size_bits,
         "n_ops": artifact.n_ops,
         "n_rows": artifact.n_rows,
         "table_bytes": table_bytes,
-        "table_layout": "B-bit codes packed LSB first" if pack_bits else "one byte per code",
+        "table_layout": TABLE_LAYOUTS["packed" if pack_bits else storage],
+        "kernel_text": KERNEL_TEXT[lanes or "scalar"],
         "packed": int(pack_bits),
         "raw_inputs": int(bool(raw_inputs)),
         "artifact_sha256": meta["artifact_sha256"],
@@ -393,11 +404,12 @@ def _model_values(
             f"#define {name.upper()}_CARD_{i} {int(c)}" for i, c in enumerate(artifact.cardinalities)
         ),
         "max_code_array": _lines(_array("uint8_t", f"{name}_max_code", artifact.cardinalities - 1)),
-        "row_offset_array": _lines(_array(_uint_type(int(offsets.max())), f"{name}_row_offset", offsets)),
+        "row_offset_array": _lines(_array(uint_type(int(offsets.max())), f"{name}_row_offset", offsets)),
         "acc": acc,
         "code_mask": 2**bits - 1,
         "last_code_bit": bits - 1,
-        "max_aligned_shift": 8 - bits,
+        "n_stream_rows": 1 + artifact.n_rows,
+        **lane_values(artifact.n_classes, bits, (d + 1) * q.max_code, lanes),
         "exp_terms": terms,
         "exp_array": _lines(
             _array("uint32_t", f"{name}_exp_q31", exp_q31_table(q.frac_bits, terms), fmt=_hex32, per_line=6)
@@ -418,22 +430,25 @@ def _sections(
     TAN, code-storage and raw-input arrays to ``values``."""
     d, bits = artifact.n_features, codes_of(artifact).quantizer.total_bits
     tan = artifact.structure == "tan"
-    sections = ["head"] + (["head_raw"] if raw_inputs else []) + ["macros", "arrays"]
+    sections = ["head"] + (["head_raw"] if raw_inputs else []) + ["macros"]
+    sections += ["lane_words", "arrays"] if lane_layout(d, bits) else ["arrays"]
     if tan:
         sections.append("arrays_tan")
         strides = artifact.parent_cardinalities
         values["parent_array"] = _lines(
             _array("int16_t" if d < 2**15 else "int32_t", f"{name}_parent", artifact.parents)
         )
-        values["stride_array"] = _lines(_array(_uint_type(int(strides.max())), f"{name}_stride", strides))
+        values["stride_array"] = _lines(_array(uint_type(int(strides.max())), f"{name}_stride", strides))
+    lanes = lane_layout(d, bits)
     if packed is not None:
         sections.append("codes_packed")
+        guarded = np.concatenate([packed, np.zeros(PACKED_GUARD_BYTES, dtype=np.uint8)])
         values["codes_array"] = _lines(
-            _array("uint8_t", f"{name}_codes", packed, fmt=lambda v: f"0x{int(v):02x}", per_line=16)
+            _array("uint8_t", f"{name}_codes", guarded, fmt=lambda v: f"0x{int(v):02x}", per_line=16)
         )
     else:
-        sections.append("codes_bytes")
-        values["codes_array"] = _lines(_codes_rows(artifact, name))
+        sections.append("codes_lanes" if lanes else "codes_bytes")
+        values["codes_array"] = _lines(_codes_rows(artifact, name, lanes is not None))
     if raw_inputs:
         sections.append("arrays_raw")
         thresholds, n_cuts = padded_thresholds(artifact)
@@ -447,13 +462,11 @@ def _sections(
                 per_line=6,
             )
         )
-        values["cut_begin_array"] = _lines(_array(_uint_type(int(begin.max())), f"{name}_cut_begin", begin))
-    if packed is None:
-        sections.append("code_bytes")
-    else:
-        # when B does not divide 8 some codes span two bytes, and only then the lookup reads a second byte
-        sections.append("code_packed_straddle" if 8 % bits else "code_packed")
-    sections += ["sums_tan" if tan else "sums_naive_bayes", "predict", "proba"] + (["raw"] if raw_inputs else [])
+        values["cut_begin_array"] = _lines(_array(uint_type(int(begin.max())), f"{name}_cut_begin", begin))
+    storage = "packed" if packed is not None else ("lanes" if lanes else "bytes")
+    sections += [f"code_{storage}", "row_tan" if tan else "row_naive_bayes"]
+    sections += [f"word_{storage}", lanes] if lanes else ["sums_scalar"]
+    sections += ["predict_lanes" if lanes else "predict_scalar", "log_joint", "proba"] + (["raw"] if raw_inputs else [])
     sections.append("end")
     return sections
 

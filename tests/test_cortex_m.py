@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 
 from bnc_deploy.artifacts import load_artifact, save_artifact
+from bnc_deploy.formats.c import read_c_metadata
 from bnc_deploy.formats.checkset import N_RANDOM_ROWS
 from bnc_deploy.formats.integrity import IntegrityError
 from bnc_deploy.targets import cortex_m, cortex_m_build
@@ -110,22 +111,67 @@ def test_rows_header_types_and_expected_values():
 @pytest.mark.slow
 @needs_toolchain
 @pytest.mark.parametrize("make", [_nb, _tan], ids=["nb-3bit", "tan-5bit"])
-def test_all_rows_pass_on_all_three_boards(make, tmp_path):
+def test_all_rows_pass_on_all_four_boards(make, tmp_path):
     a = make()
-    report = cortex_m.check_header(_header(a, tmp_path / "m.h"), a, workdir=tmp_path / "build")
+    path = _header(a, tmp_path / "m.h")
+    report = cortex_m.check_header(path, a, workdir=tmp_path / "build")
     assert report["ok"], cortex_m.format_report(report)
-    assert [b["board"] for b in report["boards"]] == ["mps2-an385", "mps2-an386", "mps2-an500"]
+    assert [b["board"] for b in report["boards"]] == ["mps2-an385", "mps2-an386", "mps2-an500", "microbit"]
+    table_bytes = read_c_metadata(path)["table_bytes"]  # one byte per code, rows padded to 32-bit words
     for b in report["boards"]:
         assert b["passed"] == b["n_rows"] == 30 + N_RANDOM_ROWS
         assert (b["failed"], b["invalid_failed"], b["exit_codes"], b["errors"]) == (0, 0, [0], [])
         m = b["model"]
-        assert m["codes_bytes"] == a.n_parameters  # one byte per code
+        assert m["codes_bytes"] == table_bytes == 4 * -(-a.n_classes // 4) * (1 + a.n_rows)
         assert m["data_bss_bytes"] == 0 and m["stack_bytes"] > 0 and m["external_calls"] == []
         assert m["compiler_warnings"] == "" and b["compiler_warnings"] == []
         ins = b["instructions"]
-        assert ins["available"] and ins["instructions_per_tick"] == pytest.approx(40.0)
-        assert ins["predict_per_row"] > a.n_ops  # at least one instruction per addition
+        # the MPS2 CMSDK timer ticks at 25 MHz, the micro:bit's nRF51 TIMER0 at 16 MHz (1 instruction = 1 ns)
+        tick = 62.5 if b["board"] == "microbit" else 40.0
+        assert ins["available"] and ins["instructions_per_tick"] == pytest.approx(tick, rel=1e-3)
+        assert ins["predict_per_row"] > a.n_features  # at least one instruction per feature
     assert report["size_bits"] == a.size_bits
+
+
+def _lanes(seed, *, d, n_classes, bits, tan=False, int_bits=2):
+    return random_bnc_artifact(
+        np.random.default_rng(seed), d=d, n_classes=n_classes, tan=tan, bits=bits, int_bits=int_bits, n_check=20
+    )
+
+
+#: One model per kernel path of the header: 8-bit lanes in one block and in two (37 classes: 10 words), 16-bit
+#: lanes (with B = 7, whose packed groups take two windows) in one block and in two (19 classes: 5 words), and the
+#: scalar kernel (258 * 255 > 65535).
+KERNEL_MODELS = {
+    "lanes8-c5": lambda: _lanes(41, d=9, n_classes=5, bits=3),
+    "lanes8-c37-tan": lambda: _lanes(42, d=5, n_classes=37, bits=2, tan=True),
+    "lanes16-b7-c6": lambda: _lanes(43, d=6, n_classes=6, bits=7, int_bits=3),
+    "lanes16-c19-tan": lambda: _lanes(44, d=8, n_classes=19, bits=5, tan=True),
+    "scalar-b8": lambda: random_bnc_artifact(
+        np.random.default_rng(45),
+        tan=False,
+        bits=8,
+        int_bits=4,
+        n_classes=3,
+        cardinalities=[256] + [1] * 256,
+        n_check=10,
+    ),
+}
+
+
+@pytest.mark.slow
+@needs_toolchain
+@pytest.mark.parametrize("pack", [False, True], ids=["lanes", "packed"])
+@pytest.mark.parametrize("model", list(KERNEL_MODELS))
+def test_every_kernel_path_is_exact_on_every_board(model, pack, tmp_path):
+    """The DSP path (M4, M7), the plain 32-bit path (M3) and Thumb-1 (M0) of each kernel give the reference's labels
+    and scores on every row, invalid rows refused."""
+    a = KERNEL_MODELS[model]()
+    path = _header(a, tmp_path / "m.h", pack_bits=pack)
+    assert read_c_metadata(path)["kernel"] == model.split("-")[0]
+    report = cortex_m.check_header(path, a, footprint=False, rows=cortex_m.check_rows(a, n_random=64))
+    assert report["ok"], cortex_m.format_report(report)
+    assert all(b["passed"] == b["n_rows"] and b["invalid_failed"] == 0 for b in report["boards"])
 
 
 @pytest.mark.slow
@@ -134,7 +180,7 @@ def test_packed_codes_pass_and_take_b_theta_bits(tmp_path):
     a = _tan()
     report = cortex_m.check_header(_header(a, tmp_path / "m.h", pack_bits=True), a, boards=["mps2-an385"])
     assert report["ok"], cortex_m.format_report(report)
-    assert report["boards"][0]["model"]["codes_bytes"] == math.ceil(a.size_bits / 8)
+    assert report["boards"][0]["model"]["codes_bytes"] == math.ceil(a.size_bits / 8) + 3  # + the window guard
 
 
 @pytest.mark.slow
@@ -159,8 +205,10 @@ def test_a_tampered_table_is_caught_on_the_target(tmp_path):
     path = _header(a, tmp_path / "m.h")
     text = path.read_text()
     start = text.index("/* class prior */ ") + len("/* class prior */ ")
-    first = text[start : text.index(",", start)]
-    path.write_text(text[:start] + str((int(first) + 1) % 8) + text[start + len(first) :])
+    first = text[start : text.index(",", start)]  # the prior's first lane word: class 0 in its low byte
+    word = int(first.rstrip("u"), 16)
+    tampered = (word & ~0xFF) | (((word & 0xFF) + 1) % 8)
+    path.write_text(text[:start] + f"0x{tampered:08x}u" + text[start + len(first) :])
     with pytest.raises(IntegrityError):
         cortex_m.check_header(path, a, boards=["mps2-an385"])
     report = cortex_m.check_header(path, a, boards=["mps2-an385"], verify_integrity=False, footprint=False)
@@ -181,7 +229,7 @@ def test_raw_inputs_and_several_programs(tmp_path, monkeypatch):
         cardinalities=[len(c) + 1 for c in cuts],
         discretizer=discretizer_dict(cuts),
     )
-    monkeypatch.setattr(cortex_m, "ROW_BYTES_PER_IMAGE", 4000)  # split the rows over several programs
+    monkeypatch.setitem(cortex_m_build.FAMILY_ROW_BYTES, "mps2", 4000)  # split the rows over several programs
     report = cortex_m.check_header(
         _header(a, tmp_path / "m.h", raw_inputs=True), a, boards=["mps2-an386"], footprint=False
     )

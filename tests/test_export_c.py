@@ -22,8 +22,9 @@ import pytest
 from bnc_deploy.artifacts import BNCArtifact, save_artifact
 from bnc_deploy.errors import ExportError, InputError, MetadataError, RuntimeLoadError
 from bnc_deploy.exporters import c_bnc
+from bnc_deploy.exporters._c_bnc_layout import accumulator_type, code_stream, pack_codes, unpack_codes
 from bnc_deploy.exporters.base import exporter_for
-from bnc_deploy.exporters.c_bnc import accumulator_type, build_c_source, code_stream, pack_codes, unpack_codes
+from bnc_deploy.exporters.c_bnc import build_c_source
 from bnc_deploy.formats.bnc import float32_thresholds
 from bnc_deploy.formats.c import read_c_metadata
 from bnc_deploy.formats.c_template import template_sections
@@ -162,6 +163,15 @@ def check_rows(artifact, n_random: int = 300) -> np.ndarray:
     return np.concatenate([np.asarray(artifact.check_x, dtype=np.int64), random_rows(artifact, n_random, seed=3)])
 
 
+def wide_artifact(d: int, *, bits: int, n_classes: int = 2, tan: bool = False) -> BNCArtifact:
+    """``d`` features, feature 0 with 256 values and the others with one (a large D that stays small)."""
+    cards = np.ones(d, dtype=np.int64)
+    cards[0] = 256
+    return random_bnc_artifact(
+        np.random.default_rng(d), tan=tan, bits=bits, int_bits=4, n_classes=n_classes, cardinalities=cards, n_check=5
+    )
+
+
 def bn_artifact(seed: int, *, tan: bool, bits: int, int_bits: int, **kwargs) -> BNCArtifact:
     rng = np.random.default_rng(seed)
     kwargs.setdefault("d", 7)
@@ -204,11 +214,7 @@ def test_ties_go_to_the_first_class(tmp_path):
 def test_accumulator_is_the_narrowest_safe_type_at_its_limit(tmp_path, d, expected):
     """All codes at 2^8 - 1: the largest sum is (D + 1) * 255 (65,535 at D = 256, 65,790 at D = 257)."""
     assert accumulator_type(d, 8) == expected
-    cards = np.ones(d, dtype=np.int64)
-    cards[0] = 256  # a full uint8 range: code 255 is valid
-    artifact = random_bnc_artifact(
-        np.random.default_rng(d), tan=False, bits=8, int_bits=4, n_classes=2, cardinalities=cards, n_check=5
-    )
+    artifact = wide_artifact(d, bits=8)  # feature 0 takes a full uint8 range: code 255 is valid
     artifact.table_codes[:] = 255
     artifact.class_codes[:] = [255, 254]
     source = build_c_source(artifact, pack_bits=True)
@@ -235,16 +241,21 @@ def test_pack_codes_round_trip_and_size(bits):
 
 
 @pytest.mark.parametrize("pack", [False, True])
-def test_table_bytes_are_b_theta_bits_rounded_to_bytes(tmp_path, pack):
+def test_table_bytes_are_what_the_code_array_holds(tmp_path, pack):
+    """Packed: B * |theta| bits rounded up to bytes, plus the 3 guard bytes of the 32-bit window reads; unpacked
+    (lane kernels): one byte per code, each stream row padded to whole 32-bit words of four classes."""
     artifact = bn_artifact(3, tan=True, bits=3, int_bits=2)
     source = build_c_source(artifact, pack_bits=pack)
     meta = read_c_metadata(source)
-    expected = math.ceil(artifact.n_parameters * 3 / 8) if pack else artifact.n_parameters
+    n_rows = 1 + artifact.n_rows
+    words = -(-artifact.n_classes // 4)
+    expected = math.ceil(artifact.n_parameters * 3 / 8) + 3 if pack else 4 * words * n_rows
     assert meta["table_bytes"] == expected
     assert f"#define BNC_TABLE_BYTES {expected}UL" in source
-    declared = re.search(r"static const uint8_t bnc_codes\[(\d+)\]", source)
-    assert int(declared.group(1)) == expected
-    assert meta["table_storage"] == ("packed3" if pack else "uint8")
+    ctype, count = re.search(r"static const (uint8_t|uint32_t) bnc_codes\[(\d+)\]", source).groups()
+    assert (ctype, int(count)) == (("uint8_t", expected) if pack else ("uint32_t", words * n_rows))
+    assert meta["table_storage"] == ("packed3" if pack else "uint8-lanes")
+    assert meta["kernel"] == "lanes8"
     assert code_stream(artifact).size == artifact.n_parameters
 
 
@@ -294,6 +305,10 @@ def test_every_section_of_the_c_source_is_written_for_some_options(monkeypatch):
             for pack in (False, True):
                 for raw in (False, True):
                     assert build_c_source(artifact, pack_bits=pack, raw_inputs=raw).endswith(" */\n")
+    # the 16-bit lanes (largest sum 8 * 63) and the scalar kernel (largest sum 258 * 255 > 65535)
+    for artifact in (bn_artifact(5, tan=False, bits=6, int_bits=2), wide_artifact(257, bits=8)):
+        for pack in (False, True):
+            assert build_c_source(artifact, pack_bits=pack).endswith(" */\n")
     assert written == set(sections)
 
 

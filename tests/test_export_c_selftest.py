@@ -163,14 +163,18 @@ def test_self_test_finds_the_first_row_of_an_edited_table_code(tmp_path):
     changed = ReferencePredictor(tampered).integer_scores(rows) != ReferencePredictor(artifact).integer_scores(rows)
     expected = 1 + int(np.flatnonzero(changed.any(axis=1))[0])
     assert expected > 1
-    # the header's code array: the prior's line, then one line per table row after each feature's comment
+    # the header's code array: the prior's line, then one line per table row after each feature's comment; a row
+    # is its lane words, class c in byte c % 4 of word c // 4
     start, end = array_text(header, "bnc_codes")
     lines = [line for line in header[start:end].splitlines()[1:] if not line.strip().startswith("/* feature")]
     data = [re.sub(r"/\*.*?\*/", "", line).strip().rstrip(",").split(", ") for line in lines]
-    assert [int(v) for v in data[stream_row]] == artifact.table_codes[stream_row - 1].tolist()
-    data[stream_row][cls] = str(int(tampered.table_codes[stream_row - 1, cls]))
+    words = [int(v.rstrip("u"), 16) for v in data[stream_row]]
+    codes = [(words[c // 4] >> (8 * (c % 4))) & 0xFF for c in range(artifact.n_classes)]
+    assert codes == artifact.table_codes[stream_row - 1].tolist()
+    old_code, new_code = codes[cls], int(tampered.table_codes[stream_row - 1, cls])
+    words[cls // 4] += (new_code - old_code) << (8 * (cls % 4))
     old_line = lines[stream_row]
-    new_line = old_line.replace(old_line.strip(), ", ".join(data[stream_row]) + ",")
+    new_line = old_line.replace(old_line.strip(), ", ".join(f"0x{w:08x}u" for w in words) + ",")
     edited = (
         header[:start] + header[start:end].replace("\n" + old_line + "\n", "\n" + new_line + "\n", 1) + header[end:]
     )

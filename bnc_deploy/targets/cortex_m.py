@@ -1,8 +1,8 @@
 """Run an exported C classifier (``bnc-export --format c``) on emulated Cortex-M boards and check it.
 
 Emulated, not on hardware: the header is cross-compiled with ``arm-none-eabi-gcc -Os`` into a
-bare-metal program for an Arm MPS2 board and run in ``qemu-system-arm``; the program computes
-``PREFIX_log_joint`` and ``PREFIX_predict`` for every check row on the emulated CPU and compares
+bare-metal program for an Arm MPS2 board or the BBC micro:bit and run in ``qemu-system-arm``; the
+program computes ``PREFIX_log_joint`` and ``PREFIX_predict`` for every check row on the emulated CPU and compares
 them with the values the NumPy reference computed on the host, then returns its number of
 failures as the emulator's exit code (semihosting)::
 
@@ -30,14 +30,17 @@ fits a byte) must make both functions return -1 and leave ``scores`` untouched; 
 representatives of the rows (:func:`bnc_deploy.formats.bnc.raw_representatives`, float32 as exact
 hexadecimal literals) and on NaN/+-inf rows, which must be refused.
 
-Boards (QEMU machines; the memory map is QEMU's ``hw/arm/mps2.c``, the same for the three)
-------------------------------------------------------------------------------------------
+Boards (QEMU machines; memory maps in ``cortex_m_sources.MEMORY_MAPS``)
+-----------------------------------------------------------------------
 ========== ========== =====================================================================
 board      CPU        memory used by the program
 ========== ========== =====================================================================
-mps2-an385 Cortex-M3  code/constants: ZBT SSRAM1 0x00000000 (4 MiB, the "flash"),
-mps2-an386 Cortex-M4  data/bss/heap/stack: ZBT SSRAM2&3 0x20000000 (4 MiB)
-mps2-an500 Cortex-M7
+mps2-an385 Cortex-M3  QEMU ``hw/arm/mps2.c``: code/constants in ZBT SSRAM1 at 0x00000000
+mps2-an386 Cortex-M4  (4 MiB, the "flash"), data/bss/heap/stack in ZBT SSRAM2&3 at
+mps2-an500 Cortex-M7  0x20000000 (4 MiB)
+microbit   Cortex-M0  QEMU ``hw/arm/nrf51_soc.c`` (nRF51822): 256 KiB flash at 0x00000000,
+                      16 KiB SRAM at 0x20000000 (smaller stack and heap; at most 64 KiB of
+                      check rows per program)
 ========== ========== =====================================================================
 
 The program: a 16-entry vector table and a reset handler (copy ``.data``, zero ``.bss``, stack
@@ -62,12 +65,13 @@ Instruction counts, not time
 ----------------------------
 QEMU is **not cycle-accurate**: it models no pipeline, caches, flash wait states or bus timing,
 so nothing here is a latency or cycle figure. With ``-icount shift=0`` QEMU advances its virtual
-clock by exactly 1 ns per executed instruction; the program reads the MPS2 CMSDK dual timer
-(25 MHz, 40 ns per tick) around loops over the rows, and calibrates the ratio with a loop of
+clock by exactly 1 ns per executed instruction; the program reads a free-running timer of the
+board (the MPS2 CMSDK dual timer at 25 MHz, 40 ns per tick; the nRF51's TIMER0 at 16 MHz, 62.5 ns)
+around loops over the rows, and calibrates the ratio with a loop of
 known length (``subs``/``bne``, 2 instructions x 100,000): ``instructions = ticks * (200,000 /
 calibration ticks)``. Reported: executed instructions per row of ``predict`` and ``log_joint``,
-net of the same loop calling an empty function (resolution: one tick, 40 instructions, per
-loop over all rows). On the real chip cycles per instruction differ by core and memory.
+net of the same loop calling an empty function (resolution: one tick, 40 or 62.5 instructions,
+per loop over all rows). On the real chip cycles per instruction differ by core and memory.
 
 Exit status: 0 when every row passes on every board; 1 when some row fails or a program crashes
 or times out; 2 for usage errors (missing toolchain - naming the Debian packages -, a header not
@@ -89,14 +93,15 @@ import numpy as np
 from bnc_deploy.errors import BncDeployError, ConfigError, InputError, MetadataError
 from bnc_deploy.formats.checkset import N_RANDOM_ROWS, verification_rows
 from bnc_deploy.targets.cortex_m_build import (
+    BOARD_FAMILY,
     BOARDS,
     CFLAGS,
     DEBIAN_PACKAGES,
     DEFAULT_BOARDS,
+    FAMILY_TIMER,
     LDFLAGS,
     MAX_DETAILED,
     QEMU_FLAGS,
-    ROW_BYTES_PER_IMAGE,
     RUN_TIMEOUT_S,
     BuildError,
     CheckRows,
@@ -108,6 +113,7 @@ from bnc_deploy.targets.cortex_m_build import (
     image_sizes,
     model_footprint,
     parse_size_a,
+    row_bytes_per_image,
     run_image,
 )
 from bnc_deploy.targets.cortex_m_report import format_report
@@ -223,7 +229,7 @@ def check_header(
         raise ConfigError(f"{header} takes codes, not raw values: build the rows with raw_inputs=False")
     d, c = artifact.n_features, artifact.n_classes
     per_row = d + c * 4 + 2 + (4 * d if raw else 0)
-    rows_per_image = max(1, ROW_BYTES_PER_IMAGE // per_row)
+    rows_per_image = max(1, row_bytes_per_image(boards) // per_row)
     n = rows.x.shape[0]
     bounds = [(s, min(n, s + rows_per_image)) for s in range(0, max(n, 1), rows_per_image)]
     report = _report_head(header, artifact, meta, rows, len(bounds), tools)
@@ -242,7 +248,7 @@ def _report_head(header: Path, artifact, meta: dict, rows: CheckRows, n_programs
     d, c, bits = artifact.n_features, artifact.n_classes, artifact.bits_per_parameter
     return {
         "target": "cortex-m",
-        "method": "emulated: arm-none-eabi-gcc -Os, bare metal on QEMU MPS2 boards (semihosting); QEMU is not "
+        "method": "emulated: arm-none-eabi-gcc -Os, bare metal on QEMU boards (semihosting); QEMU is not "
         "cycle-accurate: instruction counts, no latency",
         "header": str(header),
         "header_sha256": hashlib.sha256(header.read_bytes()).hexdigest(),
@@ -311,7 +317,7 @@ def _check_board(header, prefix, artifact, rows, bounds, board, tools, root, tim
     for k, (start, stop) in enumerate(bounds):
         sub = folder if len(bounds) == 1 else folder / f"part{k}"
         _run_part(entry, timing, header, prefix, artifact, rows, start, stop, k, board, tools, sub, timeout)
-    entry["instructions"] = _instructions(timing.calib, timing.ticks, timing.rows)
+    entry["instructions"] = _instructions(timing.calib, timing.ticks, timing.rows, board)
     entry["ok"] = (
         entry["failed"] == 0
         and entry["invalid_failed"] == 0
@@ -349,6 +355,7 @@ def _run_part(entry, timing, header, prefix, artifact, rows, start, stop, k, boa
             artifact.n_features,
             artifact.n_classes,
             artifact.bits_per_parameter,
+            board=board,
         )
     except BuildError as exc:
         entry["errors"].append(str(exc))
@@ -425,9 +432,9 @@ def _record_failure(entry, tag, r, rc, label, scores, start, rows, part) -> None
         entry["failures"].append(detail)
 
 
-def _instructions(calib, ticks, n_rows) -> dict:
+def _instructions(calib, ticks, n_rows, board: str = "mps2-an386") -> dict:
     base = {
-        "method": "QEMU -icount shift=0 (1 instruction = 1 ns of virtual time), CMSDK timer at 25 MHz, "
+        "method": f"QEMU -icount shift=0 (1 instruction = 1 ns of virtual time), {FAMILY_TIMER[BOARD_FAMILY[board]]}, "
         "calibrated with a 2 x 100,000-instruction loop; executed instructions, not cycles"
     }
     if not calib[1] or not n_rows:
@@ -452,7 +459,7 @@ def _instructions(calib, ticks, n_rows) -> dict:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m bnc_deploy.targets.cortex_m",
-        description="Cross-compile an exported C classifier (.h) for Cortex-M, run it on emulated MPS2 boards "
+        description="Cross-compile an exported C classifier (.h) for Cortex-M, run it on emulated boards "
         "(qemu-system-arm, semihosting) against the NumPy reference, report rows passed, FLASH/RAM "
         "and instruction counts (QEMU is not cycle-accurate). Needs the Debian packages "
         + ", ".join(DEBIAN_PACKAGES)
@@ -461,7 +468,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("file", help="MODEL.h (a C export; then --model is required) or MODEL.bnc (exported to C here)")
     p.add_argument("--model", metavar="MODEL.bnc", help="the model the .h was exported from (the ground truth)")
     p.add_argument(
-        "--board", action="append", choices=[*BOARDS, "all"], help="board to run on (repeatable; default: all three)"
+        "--board", action="append", choices=[*BOARDS, "all"], help="board to run on (repeatable; default: all four)"
     )
     p.add_argument(
         "--data", metavar="PATH_OR_NAME", help="check the TEST split of this data set instead of the model's check set"

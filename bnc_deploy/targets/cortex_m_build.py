@@ -20,14 +20,20 @@ from pathlib import Path
 import numpy as np
 
 from bnc_deploy.errors import BncDeployError, InputError
-from bnc_deploy.targets.cortex_m_sources import DRIVER_C, FLASH_LENGTH, FOOTPRINT_C, LINK_LD, RAM_LENGTH, STARTUP_C
+from bnc_deploy.targets.cortex_m_sources import BOARD_TIMER_H, DRIVER_C, FOOTPRINT_C, STARTUP_C, link_ld
 
-#: board -> (``-mcpu``, description). Memory map: ``cortex_m_sources.FLASH_ORIGIN``/``RAM_ORIGIN``.
+#: board -> (``-mcpu``, description).
 BOARDS: dict[str, tuple[str, str]] = {
     "mps2-an385": ("cortex-m3", "Arm MPS2 AN385, Cortex-M3"),
     "mps2-an386": ("cortex-m4", "Arm MPS2 AN386, Cortex-M4"),
     "mps2-an500": ("cortex-m7", "Arm MPS2 AN500, Cortex-M7"),
+    "microbit": ("cortex-m0", "BBC micro:bit (nRF51822), Cortex-M0"),
 }
+#: board -> family: its memory map (``cortex_m_sources.MEMORY_MAPS``) and timer (``board_timer.h``).
+BOARD_FAMILY = {"mps2-an385": "mps2", "mps2-an386": "mps2", "mps2-an500": "mps2", "microbit": "nrf51"}
+#: Compiler definitions of a family's test program (the timer it reads), and that timer.
+FAMILY_DEFINES = {"mps2": (), "nrf51": ("-DBOARD_NRF51=1",)}
+FAMILY_TIMER = {"mps2": "CMSDK timer at 25 MHz", "nrf51": "nRF51 TIMER0 at 16 MHz"}
 DEFAULT_BOARDS = tuple(BOARDS)
 #: Debian packages that provide everything (bookworm: gcc 12.2, newlib 3.3, QEMU 7.2).
 DEBIAN_PACKAGES = ("gcc-arm-none-eabi", "libnewlib-arm-none-eabi", "qemu-system-arm")
@@ -47,8 +53,17 @@ QEMU_FLAGS = (
     "-icount",
     "shift=0",
 )
-#: Bytes of check-row arrays per test program; more rows are split over several programs.
+#: Bytes of check-row arrays per test program; more rows are split over several programs (a quarter of
+#: the code memory on the micro:bit's 256 KiB).
 ROW_BYTES_PER_IMAGE = 1 << 20
+FAMILY_ROW_BYTES = {"mps2": ROW_BYTES_PER_IMAGE, "nrf51": 64 * 1024}
+
+
+def row_bytes_per_image(boards) -> int:
+    """Bytes of check rows per program that fit every board of ``boards``."""
+    return min(FAMILY_ROW_BYTES[BOARD_FAMILY[b]] for b in boards)
+
+
 #: Failing rows the program prints (all are counted).
 MAX_PRINTED = 1000
 #: Failures kept with full detail in the report.
@@ -143,7 +158,7 @@ def find_tools(boards=DEFAULT_BOARDS) -> Tools:
     if absent:
         raise ToolchainError(
             f"{qemu} has no machine {', '.join(absent)} (QEMU 6.0 or newer models AN385, "
-            f"AN386 and AN500); on Debian/Ubuntu: {INSTALL_HINT}"
+            f"AN386, AN500 and microbit); on Debian/Ubuntu: {INSTALL_HINT}"
         )
     return Tools(
         gcc=gcc,
@@ -255,10 +270,7 @@ def _compile(cmd: list[str], cwd: Path, what: str) -> str:
         errors = [line for line in done.stderr.splitlines() if "error" in line] or done.stderr.splitlines()
         hint = ""
         if "will not fit in region" in done.stderr or "overflowed by" in done.stderr:
-            hint = (
-                f" (the program does not fit the board's {FLASH_LENGTH // 2**20} MiB code memory / "
-                f"{RAM_LENGTH // 2**20} MiB RAM)"
-            )
+            hint = " (the program does not fit the board's code memory or RAM: cortex_m_sources.MEMORY_MAPS)"
         raise BuildError(f"{what} failed{hint}: {errors[0] if errors else done.returncode}")
     return done.stderr.strip()
 
@@ -390,10 +402,14 @@ def build_image(
     n_features: int,
     n_classes: int,
     bits: int,
+    board: str = "mps2-an386",
 ) -> tuple[Path, str]:
-    """Write the sources into ``workdir`` and link ``image.elf``; return (path, compiler warnings)."""
+    """Write the sources for ``board`` (its memory map and timer; ``cpu`` is its ``-mcpu``) into ``workdir`` and
+    link ``image.elf``; return (path, compiler warnings)."""
+    family = BOARD_FAMILY[board]
     (workdir / "startup.c").write_text(STARTUP_C, encoding="ascii")
-    (workdir / "link.ld").write_text(LINK_LD, encoding="ascii")
+    (workdir / "link.ld").write_text(link_ld(family), encoding="ascii")
+    (workdir / "board_timer.h").write_text(BOARD_TIMER_H, encoding="ascii")
     (workdir / "driver.c").write_text(driver_source(prefix), encoding="ascii")
     (workdir / "rows.h").write_text(rows_header(rows, n_features, n_classes, bits), encoding="ascii")
     _copy(header, workdir / "model.h")
@@ -402,6 +418,7 @@ def build_image(
         tools.gcc,
         f"-mcpu={cpu}",
         *CFLAGS,
+        *FAMILY_DEFINES[family],
         *LDFLAGS,
         "-T",
         "link.ld",

@@ -9,16 +9,14 @@ reports the model's size:
   ``arm-none-eabi-gcc -mcpu=<cpu> -Os`` calling only ``PREFIX_predict``
   (:func:`~bnc_deploy.targets.cortex_m_build.model_footprint`, the report's "model" figures). RAM is
   None (unmeasured) when the stack is not statically bounded;
-* **instructions** (M3, M4, M7: the MPS2 boards QEMU models) = executed instructions of one
-  ``predict`` call, the mean over the check rows net of the call loop, rounded up
+* **instructions** (M0, M3, M4, M7: the micro:bit and MPS2 boards QEMU models) = executed instructions of
+  one ``predict`` call, the mean over the check rows net of the call loop, rounded up
   (:func:`~bnc_deploy.targets.cortex_m.check_header` under ``qemu-system-arm -icount shift=0``;
   not cycles: QEMU is not cycle-accurate). Measuring it runs every check row on the emulated
   board, so parity is checked there too; a failing row is a problem of the measurement.
 
-``cortex-m0`` has no QEMU board in the check (QEMU's ``microbit`` machine is an nRF51 with another
-memory map, not wired into ``cortex_m_build.BOARDS``): flash and RAM come from the toolchain with
-``-mcpu=cortex-m0``; instructions are not measurable. Parity on every target: the verifier runs
-the header in the ``native`` runtime (host C compiler) against the NumPy reference.
+Parity on every target: the verifier runs the header in the ``native`` runtime (host C compiler)
+against the NumPy reference.
 """
 
 from __future__ import annotations
@@ -41,7 +39,7 @@ RAM_METHOD = (
     "None when the stack is not bounded"
 )
 INSTRUCTIONS_METHOD = (
-    "executed instructions per predict call on QEMU {board} (-icount shift=0, CMSDK timer calibrated), mean "
+    "executed instructions per predict call on QEMU {board} (-icount shift=0, the board's timer calibrated), mean "
     "over the check rows net of the call loop, rounded up; not cycles"
 )
 NO_LATENCY = "QEMU is not cycle-accurate: no latency on an emulated Cortex-M (use --max-instructions)"
@@ -131,9 +129,7 @@ def cortex_m_target(name: str, cpu: str, board: str | None) -> CortexMTarget:
             f"every check row on QEMU {board} against the NumPy reference"
         )
     else:
-        not_measurable["instructions"] = (
-            f"no QEMU board for {cpu} in the Cortex-M check (QEMU's microbit is not wired into cortex_m_build)"
-        )
+        not_measurable["instructions"] = f"no QEMU board for {cpu} in the Cortex-M check (cortex_m_build.BOARDS)"
         parity = "the verifier (the header in the native runtime on the host); no emulated board"
     where = f"QEMU {board}" if board else "toolchain sizes only"
     return CortexMTarget(
@@ -148,7 +144,7 @@ def cortex_m_target(name: str, cpu: str, board: str | None) -> CortexMTarget:
     )
 
 
-register_target(cortex_m_target("cortex-m0", "cortex-m0", None))
+register_target(cortex_m_target("cortex-m0", "cortex-m0", "microbit"))
 register_target(cortex_m_target("cortex-m3", "cortex-m3", "mps2-an385"))
 register_target(cortex_m_target("cortex-m4", "cortex-m4", "mps2-an386"))
 register_target(cortex_m_target("cortex-m7", "cortex-m7", "mps2-an500"))
