@@ -51,7 +51,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bnc_deploy.targets.cortex_m import _instructions
+from bnc_deploy.targets.cortex_m import instruction_counts
 from bnc_deploy.targets.cortex_m_build import (
     BOARD_FAMILY,
     BOARDS,
@@ -370,7 +370,7 @@ def run_board(c: Candidate, truth: np.ndarray, board: str, tools: Tools, folder:
     _, disagree, wrong = (int(v) for v in counts)
     out.update(disagreements=disagree, test_errors=wrong, test_error=wrong / n, n_programs=-(-n // per_program))
     out["disagreeing_rows"] = failures[:50]
-    out["instructions"] = _instructions(calibration, ticks, n, board)
+    out["instructions"] = instruction_counts(calibration, ticks, n, board)
     return out
 
 

@@ -334,6 +334,10 @@ class NativeAdapter(RuntimeAdapter):
             meta = read_c_metadata(data)
         except MetadataError as exc:
             raise RuntimeLoadError(f"{path}: {exc}") from None
+        if meta.get("model_kind") == "dnn":  # a DNN header: its own wrapper (runtimes/native_dnn.py)
+            from bnc_deploy.runtimes.native_dnn import NativeDNNAdapter
+
+            return NativeDNNAdapter.adopt(self, path, data, meta, compile_library)
         if meta.get("model_kind", "bnc") != "bnc" or meta.get("format") != "c":
             raise RuntimeLoadError(
                 f"{path}: the native runtime runs C exports of Bayesian network classifiers "

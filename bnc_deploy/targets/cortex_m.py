@@ -317,7 +317,7 @@ def _check_board(header, prefix, artifact, rows, bounds, board, tools, root, tim
     for k, (start, stop) in enumerate(bounds):
         sub = folder if len(bounds) == 1 else folder / f"part{k}"
         _run_part(entry, timing, header, prefix, artifact, rows, start, stop, k, board, tools, sub, timeout)
-    entry["instructions"] = _instructions(timing.calib, timing.ticks, timing.rows, board)
+    entry["instructions"] = instruction_counts(timing.calib, timing.ticks, timing.rows, board)
     entry["ok"] = (
         entry["failed"] == 0
         and entry["invalid_failed"] == 0
@@ -432,7 +432,9 @@ def _record_failure(entry, tag, r, rc, label, scores, start, rows, part) -> None
         entry["failures"].append(detail)
 
 
-def _instructions(calib, ticks, n_rows, board: str = "mps2-an386") -> dict:
+def instruction_counts(calib, ticks, n_rows, board: str = "mps2-an386") -> dict:
+    """Executed instructions per row from the timer readings: calibration ``(instructions, ticks)``, the ticks of
+    the empty, predict and log_joint loops summed over ``n_rows`` rows (module docstring)."""
     base = {
         "method": f"QEMU -icount shift=0 (1 instruction = 1 ns of virtual time), {FAMILY_TIMER[BOARD_FAMILY[board]]}, "
         "calibrated with a 2 x 100,000-instruction loop; executed instructions, not cycles"
