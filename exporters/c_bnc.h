@@ -14,7 +14,7 @@
  *   (--pack-bits), arrays_raw (--raw-inputs), arrays_self_test (self_test)
  *   code_lanes, code_bytes or code_packed          PREFIX_code(k): code k of the stream (the native runtime's too)
  *   row_naive_bayes or row_tan                     the range check and the stream row of each feature
- *   word_lanes or word_packed, then lanes8 or lanes16 (the lane kernels), or sums_scalar
+ *   word_lanes or word_packed, lanes8 or lanes16, then lanes (the lane kernels), or sums_scalar
  *   predict_lanes or predict_scalar, log_joint, proba, raw (--raw-inputs), self_test (self_test), end
  * The kernels and layouts are the exporter's module docstring ("Kernels", "Storage").
  *
@@ -301,38 +301,14 @@ ${PREFIX}_INLINE uint32_t ${prefix}_word(${prefix}_ref_t ref, uint32_t j)
         lane[b + (k)] = a##k;                                                                                 \
     }
 
-static inline void ${prefix}_lanes(const uint8_t *x, uint32_t *lane)
-{
-    uint32_t b;
-    int i;
-    for (b = 0; b < ${PREFIX}_LANE_WORDS; b += ${PREFIX}_BLOCK_WORDS) {
-        uint32_t a0 = ${PREFIX}_PAD_(0), a1 = ${PREFIX}_PAD_(1), a2 = ${PREFIX}_PAD_(2), a3 = ${PREFIX}_PAD_(3);
-        uint32_t a4 = ${PREFIX}_PAD_(4), a5 = ${PREFIX}_PAD_(5), a6 = ${PREFIX}_PAD_(6), a7 = ${PREFIX}_PAD_(7);
-        ${prefix}_ref_t ref = ${prefix}_ref(0u); /* the class prior */
-        ${PREFIX}_ADD_ROW_
-        for (i = 0; i < ${PREFIX}_N_FEATURES; ++i) {
-            ref = ${prefix}_ref(${prefix}_row(x, i));
-            ${PREFIX}_ADD_ROW_
-        }
-        ${PREFIX}_STORE_(0) ${PREFIX}_STORE_(1) ${PREFIX}_STORE_(2) ${PREFIX}_STORE_(3)
-        ${PREFIX}_STORE_(4) ${PREFIX}_STORE_(5) ${PREFIX}_STORE_(6) ${PREFIX}_STORE_(7)
-    }
-}
-
-/* Code sums of x (0), or -1 if some code is out of range (then nothing is read). */
-static inline int ${prefix}_sums(const uint8_t *x, ${acc} *sum)
-{
-    uint32_t lane[${PREFIX}_LANE_WORDS];
-    int c;
-    if (${prefix}_check(x) != 0) {
-        return -1;
-    }
-    ${prefix}_lanes(x, lane);
-    for (c = 0; c < ${PREFIX}_N_CLASSES; ++c) {
-        sum[c] = (${acc})(lane[c >> 2] >> (8 * (c & 3)));
-    }
-    return 0;
-}
+#define ${PREFIX}_ACCUMULATORS_                                                                                \
+    uint32_t a0 = ${PREFIX}_PAD_(0), a1 = ${PREFIX}_PAD_(1), a2 = ${PREFIX}_PAD_(2), a3 = ${PREFIX}_PAD_(3);   \
+    uint32_t a4 = ${PREFIX}_PAD_(4), a5 = ${PREFIX}_PAD_(5), a6 = ${PREFIX}_PAD_(6), a7 = ${PREFIX}_PAD_(7);
+#define ${PREFIX}_STORE_ROW_                                                                                   \
+    ${PREFIX}_STORE_(0) ${PREFIX}_STORE_(1) ${PREFIX}_STORE_(2) ${PREFIX}_STORE_(3)                            \
+    ${PREFIX}_STORE_(4) ${PREFIX}_STORE_(5) ${PREFIX}_STORE_(6) ${PREFIX}_STORE_(7)
+/* Class c's sum in the lane words. */
+#define ${PREFIX}_LANE_SUM_(lane, c) ((lane)[(c) >> 2] >> (8 * ((c) & 3)))
 
 /* The first class of the smallest sum. With the DSP extension: the lane-wise minimum of all words (USUB8 sets a
  * flag per lane where the first word's lane is not smaller, SEL picks by those flags), reduced to one byte, then
@@ -438,39 +414,14 @@ ${PREFIX}_INLINE uint32_t ${prefix}_add_odd(uint32_t acc, uint32_t w)
         lane[2u * (b + (k)) + 1u] = o##k;                                                                     \
     }
 
-static inline void ${prefix}_lanes(const uint8_t *x, uint32_t *lane)
-{
-    uint32_t b;
-    int i;
-    for (b = 0; b < ${PREFIX}_LANE_WORDS; b += ${PREFIX}_BLOCK_WORDS) {
-        uint32_t e0 = ${PREFIX}_LAST_(0) ? ${PREFIX}_PAD_EVEN_LAST : 0u, o0 = ${PREFIX}_LAST_(0) ? ${PREFIX}_PAD_ODD_LAST : 0u;
-        uint32_t e1 = ${PREFIX}_LAST_(1) ? ${PREFIX}_PAD_EVEN_LAST : 0u, o1 = ${PREFIX}_LAST_(1) ? ${PREFIX}_PAD_ODD_LAST : 0u;
-        uint32_t e2 = ${PREFIX}_LAST_(2) ? ${PREFIX}_PAD_EVEN_LAST : 0u, o2 = ${PREFIX}_LAST_(2) ? ${PREFIX}_PAD_ODD_LAST : 0u;
-        uint32_t e3 = ${PREFIX}_LAST_(3) ? ${PREFIX}_PAD_EVEN_LAST : 0u, o3 = ${PREFIX}_LAST_(3) ? ${PREFIX}_PAD_ODD_LAST : 0u;
-        ${prefix}_ref_t ref = ${prefix}_ref(0u); /* the class prior */
-        ${PREFIX}_ADD_ROW_
-        for (i = 0; i < ${PREFIX}_N_FEATURES; ++i) {
-            ref = ${prefix}_ref(${prefix}_row(x, i));
-            ${PREFIX}_ADD_ROW_
-        }
-        ${PREFIX}_STORE_(0) ${PREFIX}_STORE_(1) ${PREFIX}_STORE_(2) ${PREFIX}_STORE_(3)
-    }
-}
-
-/* Code sums of x (0), or -1 if some code is out of range (then nothing is read). */
-static inline int ${prefix}_sums(const uint8_t *x, ${acc} *sum)
-{
-    uint32_t lane[${PREFIX}_LANE_ARRAY];
-    int c;
-    if (${prefix}_check(x) != 0) {
-        return -1;
-    }
-    ${prefix}_lanes(x, lane);
-    for (c = 0; c < ${PREFIX}_N_CLASSES; ++c) {
-        sum[c] = (${acc})(lane[2 * (c >> 2) + (c & 1)] >> (16 * ((c >> 1) & 1)));
-    }
-    return 0;
-}
+#define ${PREFIX}_EVEN_(k) (${PREFIX}_LAST_(k) ? ${PREFIX}_PAD_EVEN_LAST : 0u)
+#define ${PREFIX}_ODD_(k) (${PREFIX}_LAST_(k) ? ${PREFIX}_PAD_ODD_LAST : 0u)
+#define ${PREFIX}_ACCUMULATORS_                                                                                \
+    uint32_t e0 = ${PREFIX}_EVEN_(0), o0 = ${PREFIX}_ODD_(0), e1 = ${PREFIX}_EVEN_(1), o1 = ${PREFIX}_ODD_(1); \
+    uint32_t e2 = ${PREFIX}_EVEN_(2), o2 = ${PREFIX}_ODD_(2), e3 = ${PREFIX}_EVEN_(3), o3 = ${PREFIX}_ODD_(3);
+#define ${PREFIX}_STORE_ROW_ ${PREFIX}_STORE_(0) ${PREFIX}_STORE_(1) ${PREFIX}_STORE_(2) ${PREFIX}_STORE_(3)
+/* Class c's sum in the lane words. */
+#define ${PREFIX}_LANE_SUM_(lane, c) ((lane)[2 * ((c) >> 2) + ((c) & 1)] >> (16 * (((c) >> 1) & 1)))
 
 /* The first class of the smallest sum: one comparison per class, in class order (low even, low odd, high even,
  * high odd half of each pair of words); the pad lanes (65535) come after every class. */
@@ -487,6 +438,40 @@ static inline int ${prefix}_first_min(const uint32_t *lane)
         ${PREFIX}_MIN_(0) ${PREFIX}_MIN_(1) ${PREFIX}_MIN_(2) ${PREFIX}_MIN_(3)
     }
     return (int)arg;
+}
+//@ lanes
+
+/* The sums of x's rows in the lane words (the layout's macros above): per block of words, the accumulators
+ * stay in registers over the class prior and the D feature rows. The codes of x must be valid. */
+static inline void ${prefix}_lanes(const uint8_t *x, uint32_t *lane)
+{
+    uint32_t b;
+    int i;
+    for (b = 0; b < ${PREFIX}_LANE_WORDS; b += ${PREFIX}_BLOCK_WORDS) {
+        ${PREFIX}_ACCUMULATORS_
+        ${prefix}_ref_t ref = ${prefix}_ref(0u); /* the class prior */
+        ${PREFIX}_ADD_ROW_
+        for (i = 0; i < ${PREFIX}_N_FEATURES; ++i) {
+            ref = ${prefix}_ref(${prefix}_row(x, i));
+            ${PREFIX}_ADD_ROW_
+        }
+        ${PREFIX}_STORE_ROW_
+    }
+}
+
+/* Code sums of x (0), or -1 if some code is out of range (then nothing is read). */
+static inline int ${prefix}_sums(const uint8_t *x, ${acc} *sum)
+{
+    uint32_t lane[${PREFIX}_LANE_ARRAY];
+    int c;
+    if (${prefix}_check(x) != 0) {
+        return -1;
+    }
+    ${prefix}_lanes(x, lane);
+    for (c = 0; c < ${PREFIX}_N_CLASSES; ++c) {
+        sum[c] = (${acc})${PREFIX}_LANE_SUM_(lane, c);
+    }
+    return 0;
 }
 //@ predict_scalar
 

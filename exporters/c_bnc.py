@@ -465,7 +465,7 @@ def _sections(
         values["cut_begin_array"] = _lines(_array(uint_type(int(begin.max())), f"{name}_cut_begin", begin))
     storage = "packed" if packed is not None else ("lanes" if lanes else "bytes")
     sections += [f"code_{storage}", "row_tan" if tan else "row_naive_bayes"]
-    sections += [f"word_{storage}", lanes] if lanes else ["sums_scalar"]
+    sections += [f"word_{storage}", lanes, "lanes"] if lanes else ["sums_scalar"]
     sections += ["predict_lanes" if lanes else "predict_scalar", "log_joint", "proba"] + (["raw"] if raw_inputs else [])
     sections.append("end")
     return sections
