@@ -149,6 +149,14 @@ if TYPE_CHECKING:
 
 #: Default prefix of the generated identifiers.
 DEFAULT_NAME = "bnc"
+#: ``--name``: the option of every C exporter (BN and DNN headers).
+NAME = Option(
+    "name",
+    "str",
+    DEFAULT_NAME,
+    help="C export: prefix of the generated identifiers, a C identifier "
+    f"(default: {DEFAULT_NAME}; macros use it upper-cased)",
+)
 #: Largest cardinality a uint8_t code can address.
 MAX_CARDINALITY = 256
 #: Values per line in the generated arrays.
@@ -492,13 +500,7 @@ register_exporter(
     runtime="native",
     description="header-only C99 library: const integer tables, integer sums, bit-exact (quantized models)",
     options=[
-        Option(
-            "name",
-            "str",
-            DEFAULT_NAME,
-            help="C export: prefix of the generated identifiers, a C identifier "
-            f"(default: {DEFAULT_NAME}; macros use it upper-cased)",
-        ),
+        NAME,
         Option(
             "pack_bits",
             "bool",

@@ -77,6 +77,7 @@ from bnc_deploy.exporters._c_dnn_common import (  # re-exported: the logits' int
 )
 from bnc_deploy.exporters._c_dnn_common import logits_from_keys as logits_from_keys
 from bnc_deploy.exporters.base import Option, register_exporter
+from bnc_deploy.exporters.c_bnc import DEFAULT_NAME, NAME
 from bnc_deploy.formats.c import check_c_name, comment_text, metadata_comment
 from bnc_deploy.formats.c_template import template_sections
 from bnc_deploy.formats.dnn import dnn_export_metadata
@@ -85,8 +86,6 @@ from bnc_deploy.version import __version__
 if TYPE_CHECKING:
     from bnc_deploy.artifacts.dnn import DNNArtifact
 
-#: Default prefix of the generated identifiers (the BN header's, so ``--name`` means the same).
-DEFAULT_NAME = "bnc"
 #: The C of the header (package data, beside this module).
 TEMPLATE = "c_dnn.h"
 LOWERING = "integer-sign"
@@ -276,13 +275,7 @@ register_exporter(
     runtime="native",
     description="header-only C99 library, integers only: sign FC/CNN exact; ReLU FC/CNN as LiteRT's int8 kernels",
     options=[
-        Option(
-            "name",
-            "str",
-            DEFAULT_NAME,
-            help="C export: prefix of the generated identifiers, a C identifier "
-            f"(default: {DEFAULT_NAME}; macros use it upper-cased)",
-        ),
+        NAME,
         Option(
             "representative", "rows", None, help="calibration rows (codes) of a ReLU network (default: the check set)"
         ),

@@ -399,6 +399,23 @@ class RuntimeAdapter:
         return f"{type(self).__name__}({str(self.path)!r}, threads={self.threads})"
 
 
+def check_prepared(path: Any, prepared: Any, dtype: np.dtype[Any], n_features: int) -> None:
+    """RuntimeError unless ``prepared`` is what a C kernel's ``prepare()`` makes: a C-contiguous ``dtype`` array
+    of shape ``(n, n_features)``. The C code reads ``n * n_features`` values, so anything else could make it
+    read past the array."""
+    if (
+        not isinstance(prepared, np.ndarray)
+        or prepared.dtype != dtype
+        or prepared.ndim != 2
+        or prepared.shape[1] != n_features
+        or not prepared.flags.c_contiguous
+    ):
+        raise RuntimeError(
+            f"{path}: invoke() takes what prepare() returns: a C-contiguous "
+            f"{np.dtype(dtype).name} array of shape (n, {n_features})"
+        )
+
+
 def read_model_bytes(path: Path) -> bytes:
     """The whole content of a model file (RuntimeLoadError naming it when it is missing or unreadable)."""
     if not path.is_file():

@@ -93,7 +93,7 @@ from numpy.typing import ArrayLike, NDArray
 from bnc_deploy.errors import ConfigError, MetadataError
 from bnc_deploy.formats.c import check_c_name, read_c_metadata
 from bnc_deploy.formats.metadata import INPUT_RAW
-from bnc_deploy.runtimes.base import RuntimeAdapter, RuntimeLoadError
+from bnc_deploy.runtimes.base import RuntimeAdapter, RuntimeLoadError, check_prepared
 from bnc_deploy.runtimes.native_kernel import CODE_TYPES, MAX_THREADS, RAW_TYPES, ROW_SLOTS, wrapper_source
 from bnc_deploy.validation import random_valid_codes
 
@@ -437,18 +437,7 @@ class NativeAdapter(RuntimeAdapter):
 
     def invoke(self, prepared: NDArray[Any]) -> tuple[NDArray[np.float64], NDArray[np.int64]]:
         """One kernel call over the batch: ``(log_joint float64, label int64)`` (-1 and NaN for a refused row)."""
-        # The C code reads n * D values: refuse anything but what prepare() makes (never read past the array).
-        if (
-            not isinstance(prepared, np.ndarray)
-            or prepared.dtype != self._input_dtype
-            or prepared.ndim != 2
-            or prepared.shape[1] != self.n_features
-            or not prepared.flags.c_contiguous
-        ):
-            raise RuntimeError(
-                f"{self.path}: invoke() takes what prepare() returns: a C-contiguous "
-                f"{self._input_dtype.name} array of shape (n, {self.n_features})"
-            )
+        check_prepared(self.path, prepared, self._input_dtype, self.n_features)
         if prepared.shape[0] == 1:  # the one-row slots: the cheapest call (see the module docstring)
             slots = self._free_slots
             try:

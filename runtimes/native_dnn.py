@@ -27,7 +27,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from bnc_deploy.formats.c import check_c_name
 from bnc_deploy.formats.c_template import template_sections
-from bnc_deploy.runtimes.base import RuntimeAdapter, RuntimeLoadError
+from bnc_deploy.runtimes.base import RuntimeAdapter, RuntimeLoadError, check_prepared
 
 #: The wrapper's C (package data beside this module).
 TEMPLATE = "native_dnn.c"
@@ -94,17 +94,7 @@ class NativeDNNAdapter(RuntimeAdapter):
         return np.ascontiguousarray(checked, dtype=np.uint8)
 
     def _call(self, prepared: NDArray[Any], keys: bool) -> tuple[NDArray[np.float64], NDArray[np.int32] | None, Any]:
-        if (
-            not isinstance(prepared, np.ndarray)
-            or prepared.dtype != np.uint8
-            or prepared.ndim != 2
-            or prepared.shape[1] != self._d
-            or not prepared.flags.c_contiguous
-        ):
-            raise RuntimeError(
-                f"{self.path}: invoke() takes what prepare() returns: "
-                f"a C-contiguous uint8 array of shape (n, {self._d})"
-            )
+        check_prepared(self.path, prepared, np.dtype(np.uint8), self._d)
         n = prepared.shape[0]
         logits = np.empty((n, self._n_classes), dtype=np.float64)
         ints = np.empty((n, self._n_classes), dtype=np.int32) if keys else None
