@@ -4,15 +4,18 @@
  * order, cut into sections by marker lines "//@ <section>" (bnc_deploy/formats/c_template.py); the
  * exporter writes the sections that apply to the model, each filled in with Python's
  * string.Template: ${prefix} is the identifier prefix (--name), ${PREFIX} the macro prefix (its
- * upper case), ${wtype} the weight type (int8_t, int16_t for B = 8), and the other ${...}
- * placeholders are the model's data. This text, before the first marker, is not written.
+ * upper case), ${wtype} the type of one weight's value (int8_t, int16_t for B = 8), and the other
+ * ${...} placeholders are the model's data. This text, before the first marker, is not written.
  *
  * Sections, in the order they are written:
  *   head, macros                         the doc comment, the metadata, the #defines
  *   arrays                               input table or pixel map, per-layer weights and thresholds,
  *                                        the output scale and biases (one section per model, filled in)
  *   guard, encode_fc_standardized | encode_fc_onehot | encode_cnn_standardized | encode_cnn_onehot
- *   sign networks: dense_sign (FC hidden layers), conv_sign (CNN layers), output
+ *   sign networks, weights one per ${wtype}: dense_sign (FC hidden layers), conv_sign then
+ *     conv_sign_bytes (CNN layers), output
+ *   sign networks, weights packed to B bits (--pack-bits): packed, then dense_sign_packed (FC hidden
+ *     layers), conv_sign then conv_sign_packed (CNN layers), output_packed
  *   ReLU networks (LiteRT's int8 kernels, exporters/_c_dnn_relu.py): requantize, dense_relu,
  *     conv_relu (CNN layers), output_relu
  *   logit, forward, api, end
@@ -28,7 +31,7 @@
  *
  * Model: ${n_features} features, ${n_classes} classes; ${layers_text};
  *   B = ${bits} bits per weight, ${n_parameters} weights (${size_bits} bits), ${n_ops} ops per row;
- *   weights stored as ${wtype} (${weight_bytes} bytes), ${activations_text}.
+ *   weights stored as ${weight_text} (${weight_bytes} bytes), ${activations_text}.
  * Source model (content SHA-256): ${artifact_sha256}
  * Classes (index: name):
 ${class_list}
@@ -47,7 +50,7 @@ ${feature_list}
  *     Computed on integers, rounded as float32 arithmetic rounds (to nearest, ties to even): the
  *     same bits on every core, with or without an FPU, FMA contraction or float flags. Returns 0,
  *     or -1 for an invalid x (logits untouched).
- * Stack: two int8_t buffers of ${PREFIX}_MAX_ACTIVATIONS bytes and ${PREFIX}_N_CLASSES int32_t.
+ * Stack: two int8_t buffers of ${PREFIX}_MAX_ACTIVATIONS bytes and ${PREFIX}_N_CLASSES int32_t${stack_text}.
 //@ macros
  */
 ${metadata}
@@ -147,6 +150,81 @@ static inline void ${prefix}_dense_sign(const ${wtype} *w, const int32_t *thr, i
         out[u] = (int8_t)(acc >= thr[u] ? 1 : -1);
     }
 }
+//@ packed
+
+/* Packed weights: layer k's ${prefix}_w<k> holds the codes u = (w + ${PREFIX}_CODE_OFFSET) / 2 of its weights w
+ * (odd, |w| <= ${PREFIX}_CODE_OFFSET: the codes times the unit's direction, as one byte each without
+ * --pack-bits), ${bits} bits each, LSB first: code n is bits n*${bits} .. n*${bits}+${last_code_bit} of the stream, stream bit b =
+ * bit b%8 of byte b/8; then 3 zero bytes, so that the 32-bit window read at the byte of any code stays
+ * inside the array. So sum_j w[j] * in[j] = 2 * sum_j u[j] * in[j] - ${PREFIX}_CODE_OFFSET * sum_j in[j]
+ * (the export checks that both terms fit int32), and the second sum is shared by every unit of a layer. */
+#define ${PREFIX}_CODE_MASK ${code_mask}u
+#define ${PREFIX}_CODE_OFFSET ${code_offset}
+/* Codes per window: 7 + GROUP * ${bits} <= 32, so a group lies in the window read at its first code's byte,
+ * whichever bit of that byte it starts at. */
+#define ${PREFIX}_GROUP ${group}
+
+/* The 32 stream bits from byte q of w, assembled by value (the same on any byte order; one load where the
+ * core allows unaligned loads). q is the byte of a code, so the 3 zero bytes keep q + 3 inside the array. */
+static inline uint32_t ${prefix}_window(const uint8_t *w, uint32_t q)
+{
+    const uint8_t *p = w + q;
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static inline int32_t ${prefix}_sum(const int8_t *in, int n)
+{
+    int32_t s = 0;
+    int j;
+    for (j = 0; j < n; ++j) {
+        s += in[j];
+    }
+    return s;
+}
+
+/* Term k of a group (k < GROUP). The shift of a dropped term is 0 too: a constant count >= 32 does not compile. */
+#define ${PREFIX}_TERM_(k)                                                                                     \
+    if ((k) < ${PREFIX}_GROUP) {                                                                              \
+        s += (int32_t)(t >> ((k) < ${PREFIX}_GROUP ? (k) * ${bits}u : 0u) & ${PREFIX}_CODE_MASK) * in[j + (k)]; \
+    }
+
+/* sum_j u[j] * in[j] over the n codes from code `first` of the packed stream w: one window per group of
+ * ${PREFIX}_GROUP codes, shifted by the group's first bit, its codes at compile-time offsets in it; the last,
+ * shorter group code by code. */
+static inline int32_t ${prefix}_dot(const uint8_t *w, uint32_t first, int n, const int8_t *in)
+{
+    uint32_t bit = first * ${bits}u, t;
+    int32_t s = 0;
+    int j = 0, k;
+    for (; j + ${PREFIX}_GROUP <= n; j += ${PREFIX}_GROUP, bit += ${PREFIX}_GROUP * ${bits}u) {
+        t = ${prefix}_window(w, bit >> 3) >> (bit & 7u);
+        ${PREFIX}_TERM_(0) ${PREFIX}_TERM_(1) ${PREFIX}_TERM_(2) ${PREFIX}_TERM_(3)
+        ${PREFIX}_TERM_(4) ${PREFIX}_TERM_(5) ${PREFIX}_TERM_(6) ${PREFIX}_TERM_(7)
+        ${PREFIX}_TERM_(8) ${PREFIX}_TERM_(9) ${PREFIX}_TERM_(10) ${PREFIX}_TERM_(11)
+        ${PREFIX}_TERM_(12) ${PREFIX}_TERM_(13) ${PREFIX}_TERM_(14) ${PREFIX}_TERM_(15)
+    }
+    if (j < n) {
+        t = ${prefix}_window(w, bit >> 3) >> (bit & 7u);
+        for (k = 0; j < n; ++j, ++k) {
+            s += (int32_t)(t >> ((uint32_t)k * ${bits}u) & ${PREFIX}_CODE_MASK) * in[j];
+        }
+    }
+    return s;
+}
+//@ dense_sign_packed
+
+/* Dense sign layer, packed weights: out[u] = +1 if sum_j w[u][j] * in[j] >= thr[u], else -1 (w: the codes
+ * times the unit's direction, stored as u = (w + offset) / 2, see above). */
+static inline void ${prefix}_dense_sign(const uint8_t *w, const int32_t *thr, int n_in, int n_out, const int8_t *in,
+                                        int8_t *out)
+{
+    int32_t offset = ${PREFIX}_CODE_OFFSET * ${prefix}_sum(in, n_in);
+    int u;
+    for (u = 0; u < n_out; ++u) {
+        int32_t acc = 2 * ${prefix}_dot(w, (uint32_t)u * (uint32_t)n_in, n_in, in) - offset;
+        out[u] = (int8_t)(acc >= thr[u] ? 1 : -1);
+    }
+}
 //@ conv_sign
 
 /* One output of a 3x3 'same' convolution (zero padding) at (r, c): sum over inputs and taps. */
@@ -171,26 +249,64 @@ static inline int32_t ${prefix}_conv_at(const ${wtype} *w, int c_in, int h, int 
     return acc;
 }
 
-/* Conv sign layer, (C, H, W) in and out: out = +1 where the convolution reaches thr[o] (w: the codes
- * times the channel's direction); pool: then 2x2 max-pool, stride 2, floor, fused: a pooled +-1 is +1
- * when any of its four outputs fires, and the rows and columns the pooling drops are not computed. */
+/* One output channel of a conv sign layer, (C, H, W) in: out = +1 where the convolution with `kernel`
+ * ([c_in][3][3]: the codes times the channel's direction) reaches thr; pool: then 2x2 max-pool, stride
+ * 2, floor, fused: a pooled +-1 is +1 when any of its four outputs fires, and the rows and columns the
+ * pooling drops are not computed. */
+static inline void ${prefix}_conv_channel(const ${wtype} *kernel, int32_t thr, int c_in, int h, int wd, int pool,
+                                          const int8_t *in, int8_t *out)
+{
+    int r, c, k;
+    int step = pool ? 2 : 1, ho = pool ? h / 2 : h, wo = pool ? wd / 2 : wd;
+    for (r = 0; r < ho; ++r) {
+        for (c = 0; c < wo; ++c) {
+            int fires = 0;
+            for (k = 0; k < step * step && !fires; ++k) {
+                int32_t acc = ${prefix}_conv_at(kernel, c_in, h, wd, in, r * step + k / step, c * step + k % step);
+                fires = acc >= thr;
+            }
+            out[r * wo + c] = (int8_t)(fires ? 1 : -1);
+        }
+    }
+}
+//@ conv_sign_bytes
+
+/* Conv sign layer, (C, H, W) in and out, w: [c_out][c_in][3][3] (see ${prefix}_conv_channel). */
 static inline void ${prefix}_conv_sign(const ${wtype} *w, const int32_t *thr, int c_in, int c_out, int h, int wd,
                                        int pool, const int8_t *in, int8_t *out)
 {
-    int o, r, c, k;
-    int step = pool ? 2 : 1, ho = pool ? h / 2 : h, wo = pool ? wd / 2 : wd;
+    int o, size = (pool ? h / 2 : h) * (pool ? wd / 2 : wd);
     for (o = 0; o < c_out; ++o) {
-        const ${wtype} *kernel = w + (int32_t)o * c_in * 9;
-        for (r = 0; r < ho; ++r) {
-            for (c = 0; c < wo; ++c) {
-                int fires = 0;
-                for (k = 0; k < step * step && !fires; ++k) {
-                    int32_t acc = ${prefix}_conv_at(kernel, c_in, h, wd, in, r * step + k / step, c * step + k % step);
-                    fires = acc >= thr[o];
-                }
-                out[(o * ho + r) * wo + c] = (int8_t)(fires ? 1 : -1);
-            }
+        ${prefix}_conv_channel(w + (int32_t)o * c_in * 9, thr[o], c_in, h, wd, pool, in, out + o * size);
+    }
+}
+//@ conv_sign_packed
+
+/* The n weights from code `first` of the packed stream w, decoded: one window per group (see ${prefix}_dot). */
+static inline void ${prefix}_unpack(const uint8_t *w, uint32_t first, int n, ${wtype} *out)
+{
+    uint32_t bit = first * ${bits}u;
+    int j, k;
+    for (j = 0; j < n; j += ${PREFIX}_GROUP, bit += ${PREFIX}_GROUP * ${bits}u) {
+        uint32_t t = ${prefix}_window(w, bit >> 3) >> (bit & 7u);
+        for (k = 0; k < ${PREFIX}_GROUP && j + k < n; ++k) {
+            out[j + k] = (${wtype})(2 * (int32_t)(t >> ((uint32_t)k * ${bits}u) & ${PREFIX}_CODE_MASK)
+                                     - ${PREFIX}_CODE_OFFSET);
         }
+    }
+}
+
+/* Conv sign layer, (C, H, W) in and out, w: the packed codes of [c_out][c_in][3][3]. Each output channel's
+ * kernel is decoded once onto the stack (it is then read at every output position). */
+#define ${PREFIX}_MAX_KERNEL ${max_kernel}
+static inline void ${prefix}_conv_sign(const uint8_t *w, const int32_t *thr, int c_in, int c_out, int h, int wd,
+                                       int pool, const int8_t *in, int8_t *out)
+{
+    ${wtype} kernel[${PREFIX}_MAX_KERNEL];
+    int o, n = c_in * 9, size = (pool ? h / 2 : h) * (pool ? wd / 2 : wd);
+    for (o = 0; o < c_out; ++o) {
+        ${prefix}_unpack(w, (uint32_t)o * (uint32_t)n, n, kernel);
+        ${prefix}_conv_channel(kernel, thr[o], c_in, h, wd, pool, in, out + o * size);
     }
 }
 //@ requantize
@@ -322,6 +438,17 @@ static inline void ${prefix}_output(const int8_t *in, int32_t *acc)
             sum += (int32_t)row[j] * in[j];
         }
         acc[c] = sum;
+    }
+}
+//@ output_packed
+
+/* Output layer accumulators, packed codes: acc[c] = sum_j w[c][j] * in[j] (|acc| < 2^24). */
+static inline void ${prefix}_output(const int8_t *in, int32_t *acc)
+{
+    int32_t offset = ${PREFIX}_CODE_OFFSET * ${prefix}_sum(in, ${last_in});
+    int c;
+    for (c = 0; c < ${PREFIX}_N_CLASSES; ++c) {
+        acc[c] = 2 * ${prefix}_dot(${prefix}_w${last}, (uint32_t)c * ${last_in}u, ${last_in}, in) - offset;
     }
 }
 //@ logit

@@ -51,10 +51,25 @@ Refused: cardinalities above 256 (uint8_t codes); sign networks whose output acc
 ``2**24`` (the reference's ``float32(acc)`` would round) or whose output scale or biases lie outside
 float32's normal range.
 
+Refused with ``pack_bits``: ReLU networks (their weights are the int8 TFLite file's, not B-bit codes;
+a declared refusal), and dense layers whose packed sum ``2 * sum(u * in)`` could pass int32.
+
 Storage: weights as ``int8_t`` (sign networks: ``int16_t`` for B = 8) per layer, ``[out][in]`` or
-``[out][in][3][3]``; thresholds ``int32_t``; the output scale and biases as exact (significand,
-exponent) pairs. Activations: two ``int8_t`` stack buffers of the largest encoded or hidden
-layer (``PREFIX_MAX_ACTIVATIONS``).
+``[out][in][3][3]`` (metadata ``weight_storage`` ``"int8"``/``"int16"``); thresholds ``int32_t``; the
+output scale and biases as exact (significand, exponent) pairs. Activations: two ``int8_t`` stack
+buffers of the largest encoded or hidden layer (``PREFIX_MAX_ACTIVATIONS``).
+
+With ``pack_bits`` (``--pack-bits``, sign networks; ``weight_storage = "packed{B}"``) each layer's weights
+are a ``uint8_t`` bit stream of the codes ``u = (w + 2**B - 1) / 2`` of its stored weights ``w`` (odd,
+``|w| <= 2**B - 1``), ``B`` bits each, LSB first in the same order as the bytes (the BN header's
+``--pack-bits`` stream, :func:`~bnc_deploy.exporters._c_bnc_layout.pack_codes`), then
+:data:`~bnc_deploy.exporters._c_bnc_layout.PACKED_GUARD_BYTES` zero bytes so that every 32-bit window
+read stays inside the array. The sums read one window per group of ``min(16, 25 // B)`` codes (its bits
+lie in the window whatever the first code's bit in its byte), the codes at compile-time offsets inside
+it, and compute ``sum w * in = 2 * sum u * in - (2**B - 1) * sum in`` with the last sum shared by every
+unit of the layer (exact: the export checks both terms fit int32); a conv layer decodes each output
+channel's kernel onto the stack (``PREFIX_MAX_KERNEL`` values) and convolves it as the byte path does.
+``PREFIX_WEIGHT_BYTES`` and metadata ``weight_bytes``: the bytes of the weight arrays as declared.
 
 Registered as the ``("dnn", "c")`` exporter (extension ``.h``, runtime ``native``: the runtime
 compiles the header with the host's compiler and runs it, :mod:`bnc_deploy.runtimes.native_dnn`).
@@ -71,12 +86,13 @@ import numpy as np
 
 from bnc_deploy.artifacts.dnn import accumulator_bound, sign_thresholds, weight_code_dtype
 from bnc_deploy.errors import ExportError
+from bnc_deploy.exporters._c_bnc_layout import PACKED_GUARD_BYTES, pack_codes
 from bnc_deploy.exporters._c_dnn_common import array, encoded_size, forward_body, input_arrays, logit_arrays
 from bnc_deploy.exporters._c_dnn_common import (  # re-exported: the logits' integer contract, for readers
     logit_key as logit_key,
 )
 from bnc_deploy.exporters._c_dnn_common import logits_from_keys as logits_from_keys
-from bnc_deploy.exporters.base import Option, register_exporter
+from bnc_deploy.exporters.base import Option, Refusal, register_exporter
 from bnc_deploy.exporters.c_bnc import DEFAULT_NAME, NAME
 from bnc_deploy.formats.c import check_c_name, comment_text, metadata_comment
 from bnc_deploy.formats.c_template import template_sections
@@ -94,6 +110,12 @@ MAX_CARDINALITY = 256
 #: ``float32(acc)`` is exact below this (the reference converts the output accumulator).
 OUTPUT_ACC_LIMIT = 2**24
 HIDDEN_ACC_LIMIT = 2**31 - 2
+#: Codes read from one 32-bit window by the packed sums (the template unrolls up to 16).
+MAX_GROUP = 16
+PACK_RELU_MESSAGE = (
+    "--pack-bits packs the B-bit weight codes of sign networks; a ReLU network's C header computes its "
+    "int8 TFLite file, whose weights are int8 values, not B-bit codes (export it without --pack-bits)"
+)
 #: Output scales and biases must be 0 or within this binary exponent range, so every logit is a
 #: normal binary32 number (the integer rounding has no subnormal or overflow case).
 MIN_EXPONENT, MAX_EXPONENT = -100, 100
@@ -129,6 +151,23 @@ def check_exportable(artifact: DNNArtifact, name: str) -> None:
             raise ExportError(f"output scale or bias {v!r} is outside 2^{MIN_EXPONENT}..2^{MAX_EXPONENT}")
 
 
+def check_packable(artifact: DNNArtifact) -> None:
+    """ExportError saying why ``artifact``'s weights have no ``--pack-bits`` C form: ReLU networks (their
+    weights are their int8 TFLite file's, not B-bit codes), or a packed sum that could overflow int32."""
+    if artifact.activation != "sign":
+        raise ExportError(PACK_RELU_MESSAGE)
+    if artifact.n_parameters * artifact.weight_bits >= 2**32:
+        raise ExportError(f"{artifact.n_parameters} weights of {artifact.weight_bits} bits: the bit stream passes 2^32")
+    offset = 2**artifact.weight_bits - 1
+    for k, layer in enumerate(artifact.layers):
+        if layer.type != "dense":
+            continue  # conv kernels are decoded to their values before the sums
+        table = artifact.input_codes if k == 0 else None  # None: one-hot or +-1 inputs
+        max_in = 1 if table is None else int(np.abs(table.astype(np.int64)).max(initial=1))
+        if 2 * offset * layer.n_in * max_in > HIDDEN_ACC_LIMIT:
+            raise ExportError(f"layer {k}: the packed sum 2 * sum(u * in) can pass int32 (not exact packed)")
+
+
 def _hidden_weights(artifact: DNNArtifact, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Layer ``k``'s stored codes (times each unit's direction) and integer thresholds."""
     layer = artifact.layers[k]
@@ -137,19 +176,34 @@ def _hidden_weights(artifact: DNNArtifact, k: int) -> tuple[np.ndarray, np.ndarr
     return layer.codes.astype(np.int64) * direction.reshape(shape), threshold
 
 
-def _sign_arrays(artifact: DNNArtifact, name: str, wtype: str) -> list[str]:
-    """Every layer's weights and thresholds (sign networks), the output scale and biases."""
+def packed_weights(values: np.ndarray, bits: int) -> np.ndarray:
+    """Stored weights (odd, ``|w| <= 2**B - 1``) as the ``--pack-bits`` array: the codes ``(w + 2**B - 1) / 2``
+    packed LSB first (:func:`~bnc_deploy.exporters._c_bnc_layout.pack_codes`), then the zero guard bytes."""
+    offset = 2**bits - 1
+    codes = (np.asarray(values, dtype=np.int64).reshape(-1) + offset) // 2
+    assert codes.min(initial=0) >= 0 and codes.max(initial=0) <= offset  # the artifact's codes are odd and in range
+    return np.concatenate([pack_codes(codes, bits), np.zeros(PACKED_GUARD_BYTES, dtype=np.uint8)])
+
+
+def _sign_arrays(artifact: DNNArtifact, name: str, wtype: str, pack_bits: bool) -> tuple[list[str], int]:
+    """Every layer's weights and thresholds (sign networks), the output scale and biases; the weight bytes."""
     lines: list[str] = []
-    last = len(artifact.layers) - 1
+    last, n_bytes = len(artifact.layers) - 1, 0
     for k, layer in enumerate(artifact.layers):
         shape = "[out][in]" if layer.type == "dense" else "[out][in][3][3]"
-        if k < last:
-            codes, threshold = _hidden_weights(artifact, k)
-            lines += array(wtype, f"{name}_w{k}", codes, f"Layer {k} ({layer.type}) codes times direction, {shape}.")
-            lines += array("int32_t", f"{name}_thr{k}", threshold, f"Layer {k}: +1 where the sum >= threshold.")
+        what = f"Layer {k} ({layer.type}) codes times direction" if k < last else f"Output layer {k} codes"
+        codes, threshold = _hidden_weights(artifact, k) if k < last else (layer.codes, None)
+        if pack_bits:
+            stream = packed_weights(codes, artifact.weight_bits)
+            lines += array("uint8_t", f"{name}_w{k}", stream, f"{what}, {shape}, packed (see below).")
+            n_bytes += stream.size
         else:
-            lines += array(wtype, f"{name}_w{k}", layer.codes, f"Output layer {k} codes, {shape}.")
-    return lines + logit_arrays(name, _output_scale(artifact), artifact.layers[last].bias, "float32(s_w * s_in)")
+            lines += array(wtype, f"{name}_w{k}", codes, f"{what}, {shape}.")
+            n_bytes += codes.size * (1 if wtype == "int8_t" else 2)
+        if threshold is not None:
+            lines += array("int32_t", f"{name}_thr{k}", threshold, f"Layer {k}: +1 where the sum >= threshold.")
+    scale, biases = _output_scale(artifact), artifact.layers[last].bias
+    return lines + logit_arrays(name, scale, biases, "float32(s_w * s_in)"), n_bytes
 
 
 def _sign_call(artifact: DNNArtifact, name: str) -> Callable[[int, str, str], str]:
@@ -173,14 +227,42 @@ def _describe(artifact: DNNArtifact) -> str:
     return ", ".join(parts + [f"dense {artifact.n_classes} (output)"]) + f" (hidden layers {artifact.activation})"
 
 
-def _sign_parts(artifact: DNNArtifact, name: str, wtype: str) -> tuple[dict[str, object], list[str], dict[str, Any]]:
+def _sign_sections(artifact: DNNArtifact, pack_bits: bool) -> list[str]:
+    """The template sections of a sign network's layers (module docstring: "Storage")."""
+    kinds = {layer.type for layer in artifact.layers[:-1]}
+    packed = "_packed" if pack_bits else ""
+    sections = ["packed"] if pack_bits else []
+    sections += [f"dense_sign{packed}"] if "dense" in kinds else []
+    sections += ["conv_sign", f"conv_sign{packed or '_bytes'}"] if "conv2d" in kinds else []
+    return sections + [f"output{packed}"]
+
+
+def _packed_values(artifact: DNNArtifact, name: str, wtype: str) -> dict[str, object]:
+    """The ``--pack-bits`` sections' placeholders (bits per code, codes per 32-bit window, the conv kernel)."""
+    bits = artifact.weight_bits
+    kernels = [layer.n_in * 9 for layer in artifact.layers[:-1] if layer.type == "conv2d"]
+    stack = f", and one {wtype} conv kernel of {name.upper()}_MAX_KERNEL values" if kernels else ""
+    return {
+        "code_mask": 2**bits - 1,
+        "code_offset": 2**bits - 1,
+        "last_code_bit": bits - 1,
+        "group": min(MAX_GROUP, (32 - 7) // bits),
+        "max_kernel": max(kernels, default=0),
+        "stack_text": stack,
+        "weight_text": f"{bits}-bit codes packed LSB first",
+    }
+
+
+def _sign_parts(
+    artifact: DNNArtifact, name: str, wtype: str, pack_bits: bool
+) -> tuple[dict[str, object], list[str], dict[str, Any]]:
     """Sign networks: the placeholders, the layer sections and the metadata's extra facts."""
     body, max_act = forward_body(artifact, name, _sign_call(artifact, name))
-    kinds = {layer.type for layer in artifact.layers[:-1]}
-    sections = (["dense_sign"] if "dense" in kinds else []) + (["conv_sign"] if "conv2d" in kinds else [])
-    values: dict[str, object] = {
-        "arrays": "\n".join(input_arrays(artifact, name) + _sign_arrays(artifact, name, wtype))
-    }
+    weights, n_bytes = _sign_arrays(artifact, name, wtype, pack_bits)
+    values: dict[str, object] = {"arrays": "\n".join(input_arrays(artifact, name) + weights)}
+    values.update(stack_text="", weight_text=wtype)
+    if pack_bits:
+        values.update(_packed_values(artifact, name, wtype))
     values.update(layer_calls="\n".join(body), max_activations=max_act)
     values["description"] = f"{artifact.architecture.upper()} sign network, integer sums and thresholds"
     values["activations_text"] = "activations +-1 as int8_t"
@@ -188,23 +270,29 @@ def _sign_parts(artifact: DNNArtifact, name: str, wtype: str) -> tuple[dict[str,
         "The reference's logit: acc[c] * float32(s_w * s_in) + bias[c] (acc: the output layer's integer\n"
         " *     sum), one rounding after the product and one after the sum."
     )
-    extra = {"lowering": LOWERING, "exact": True, "weight_storage": wtype.removesuffix("_t")}
-    extra["weight_bytes"] = artifact.n_parameters * (1 if wtype == "int8_t" else 2)
-    return values, sections + ["output"], extra
+    storage = f"packed{artifact.weight_bits}" if pack_bits else wtype.removesuffix("_t")
+    extra = {"lowering": LOWERING, "exact": True, "weight_storage": storage, "weight_bytes": n_bytes}
+    return values, _sign_sections(artifact, pack_bits), extra
 
 
-def build_c_dnn_source(artifact: DNNArtifact, *, name: str = DEFAULT_NAME, representative: Any = None) -> str:
+def build_c_dnn_source(
+    artifact: DNNArtifact, *, name: str = DEFAULT_NAME, representative: Any = None, pack_bits: bool = False
+) -> str:
     """The text of the header (see the module docstring). ``representative``: the calibration rows of a
-    ReLU network's int8 file (as the tflite exporter's option; default the check set)."""
+    ReLU network's int8 file (as the tflite exporter's option; default the check set). ``pack_bits``:
+    sign networks' weights as B-bit codes packed LSB first."""
     check_exportable(artifact, name)
     wtype = "int8_t" if weight_code_dtype(artifact.weight_bits) == np.int8 else "int16_t"
+    if pack_bits:
+        check_packable(artifact)
     if artifact.activation == "sign":
-        values, layer_sections, extra = _sign_parts(artifact, name, wtype)
+        values, layer_sections, extra = _sign_parts(artifact, name, wtype, pack_bits)
     else:
         from bnc_deploy.exporters._c_dnn_relu import relu_parts
 
         values, layer_sections, extra = relu_parts(artifact, name, representative)
         wtype = "int8_t"
+        values.update(stack_text="", weight_text=wtype)
     lowering, exact = extra.pop("lowering"), extra.pop("exact")
     meta = dnn_export_metadata(
         artifact,
@@ -262,9 +350,17 @@ def _common_values(artifact: DNNArtifact, name: str, meta: dict[str, Any]) -> di
     }
 
 
-def build_c_dnn_bytes(artifact: DNNArtifact, *, name: str = DEFAULT_NAME, representative: Any = None) -> bytes:
+def build_c_dnn_bytes(
+    artifact: DNNArtifact, *, name: str = DEFAULT_NAME, representative: Any = None, pack_bits: bool = False
+) -> bytes:
     """The header file's bytes (ASCII) for the verifier (:mod:`bnc_deploy.verify`)."""
-    return build_c_dnn_source(artifact, name=name, representative=representative).encode("ascii")
+    source = build_c_dnn_source(artifact, name=name, representative=representative, pack_bits=pack_bits)
+    return source.encode("ascii")
+
+
+def _relu_model(artifact: Any) -> bool:
+    """``models=`` of the ReLU refusal of ``pack_bits``."""
+    return getattr(artifact, "activation", None) == "relu"
 
 
 register_exporter(
@@ -279,5 +375,21 @@ register_exporter(
         Option(
             "representative", "rows", None, help="calibration rows (codes) of a ReLU network (default: the check set)"
         ),
+        Option(
+            "pack_bits",
+            "bool",
+            False,
+            help="quantized models: store the B-bit codes (BN tables, DNN weights) "
+            "packed to B bits each (C: one bit stream; ONNX: bit-planes) "
+            "instead of one byte each",
+        ),
+    ],
+    refusals=[
+        Refusal(
+            "a ReLU network's C header computes its int8 TFLite file: its weights are int8 values, not B-bit codes",
+            r"--pack-bits packs the B-bit weight codes of sign networks",
+            options={"pack_bits": True},
+            models=_relu_model,
+        )
     ],
 )
