@@ -9,11 +9,17 @@ torch) quantized to ``--bits`` (default 3, ``B_I = 2``), exported and run on the
 ours onnx          the default ONNX export (``gather``) in onnxruntime, 1 thread, raw
                    ``InferenceSession.run`` fetching ``label`` (as the peer below)
 ours onnx-grouped  the ``--lowering gather-grouped`` ONNX export (merged feature groups)
+ours onnx-auto     the ``--lowering auto`` ONNX export: the verifier times every lowering (and
+                   ``gather``/``gather-grouped`` with ``--pack-words``) at 1 and 4,096 rows
+                   and keeps the fastest at 4,096 among those within 2x of the fastest single
+                   row (``bnc_deploy.autolowering``); the note names the pick
 ours tflite        the default TFLite export in LiteRT, 1 thread: the adapter's bare
                    ``invoke`` (set_tensor + invoke + get_tensor) on prepared input
 ours native        the C export (``bnc-export --format c``) compiled for this host through
-                   ``--runtime native``: ``predict`` on an int64 array (one ctypes call;
-                   input validated in C)
+                   ``--runtime native``: ``predict`` on the uint8 codes as the dataset stores
+                   them (one ctypes call; input validated in C; the kernel reads uint8, int32
+                   and int64 arrays as they are)
+ours native-i64    the same on an int64 copy of the codes (8 bytes per code to stream)
 skl2onnx           scikit-learn ``CategoricalNB(alpha=1)`` on the same codes, converted with
                    skl2onnx (``zipmap=False``), onnxruntime 1 thread, raw ``run`` of ``label``:
                    the float naive Bayes a user would pick (also the peer of the TAN rows)
@@ -42,7 +48,8 @@ machine read the ratios, not the absolute times (the header prints the load aver
 Usage::
 
     python benchmarks/bench_inference.py [--datasets letter,satimage,usps] [--models nb,tan]
-        [--runtimes onnx,onnx-grouped,tflite,native,skl2onnx,emlearn] [--ort-call run|iobinding] [--quick] [--json]
+        [--runtimes onnx,onnx-grouped,onnx-auto,tflite,native,native-i64,skl2onnx,emlearn]
+        [--ort-call run|iobinding] [--quick] [--json]
 
 ``--ort-call iobinding`` calls every ONNX session (ours and skl2onnx alike) through IOBinding with
 buffers bound once instead of ``InferenceSession.run`` (about 5 us less per call on both sides).
@@ -80,7 +87,7 @@ from bnc_deploy.quantizers import FixedPointLogQuantizer
 
 DATASETS = ("letter", "satimage", "usps")
 MODELS = ("nb", "tan")
-RUNTIMES = ("onnx", "onnx-grouped", "tflite", "native", "skl2onnx", "emlearn")
+RUNTIMES = ("onnx", "onnx-grouped", "onnx-auto", "tflite", "native", "native-i64", "skl2onnx", "emlearn")
 
 
 # -- models -----------------------------------------------------------------------------------------------
@@ -219,7 +226,7 @@ def adapter_runner(name: str, path: Path, runtime: str, x_rows: list, x_full: np
 
     rt = load_runtime(path, runtime, threads=1)
     if runtime == "native":
-        return Runner(name, lambda k: rt.predict(x_rows[k]), lambda: rt.predict(x_full), note)
+        return Runner(name, lambda k: rt.predict(x_rows[k]), lambda: rt.predict(x_full), note + f", {x_full.dtype}")
     prepared_rows = [rt.prepare(r) for r in x_rows]
     prepared_full = rt.prepare(x_full)
     return Runner(
@@ -345,6 +352,7 @@ def bench_case(name: str, kind: str, args, add_rate: float, work: Path) -> dict:
     ds = load_dataset(name)
     x_tr, y_tr = ds.x_train.astype(np.int64), ds.y_train.astype(np.int64)
     x_te, y_te = np.ascontiguousarray(ds.x_test, dtype=np.int64), ds.y_test.astype(np.int64)
+    x_te_u8 = np.ascontiguousarray(ds.x_test, dtype=np.uint8)  # the dataset's own dtype (codes < 256)
     cards, n_classes = np.asarray(ds.cardinalities), int(ds.n_classes)
     if kind == "tan":
         from bnc_deploy.train.chow_liu import chow_liu_parents  # NumPy only (no torch)
@@ -370,6 +378,13 @@ def bench_case(name: str, kind: str, args, add_rate: float, work: Path) -> dict:
         path = export_path(artifact, case_dir / "g.onnx", "onnx", lowering="gather-grouped")
         sizes["onnx-grouped"] = path.stat().st_size
         runners.append(onnx_runner("onnx-grouped", path, rows, x_te, "ONNX gather-grouped, onnxruntime 1 thread"))
+    if "onnx-auto" in wanted:
+        from bnc_deploy.verify import export_file
+
+        report = export_file(artifact, case_dir / "a.onnx", "onnx", lowering="auto")
+        sizes["onnx-auto"] = report.path.stat().st_size
+        pick = report.lowering_auto["candidate"]
+        runners.append(onnx_runner("onnx-auto", report.path, rows, x_te, f"ONNX auto -> {pick}, onnxruntime 1 thread"))
     if "tflite" in wanted:
         try:
             path = export_path(artifact, case_dir / "m.tflite", "tflite")
@@ -377,13 +392,15 @@ def bench_case(name: str, kind: str, args, add_rate: float, work: Path) -> dict:
             runners.append(adapter_runner("tflite", path, "litert", rows, x_te, "LiteRT 1 thread, bare invoke"))
         except Exception as exc:  # noqa: BLE001 - a missing extra or converter failure: report, go on
             skipped["tflite"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-    if "native" in wanted:
+    for native, codes in (("native", x_te_u8), ("native-i64", x_te)):
+        if native not in wanted:
+            continue
         try:
             path = export_path(artifact, case_dir / "m.h", "c")
-            sizes["native"] = path.stat().st_size
-            runners.append(adapter_runner("native", path, "native", rows, x_te, "C export via --runtime native"))
+            sizes[native] = path.stat().st_size
+            runners.append(adapter_runner(native, path, "native", rows, codes, "C export via --runtime native"))
         except Exception as exc:  # noqa: BLE001 - no compiler, or the native runtime is not available
-            skipped["native"] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            skipped[native] = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
     if "skl2onnx" in wanted:
         try:
             from skl2onnx import to_onnx
@@ -409,7 +426,8 @@ def bench_case(name: str, kind: str, args, add_rate: float, work: Path) -> dict:
             "differ_from_reference": int(np.sum(labels != reference)),
             "accuracy": float(np.mean(labels == y_te)),
         }
-        if r.name in ("onnx", "onnx-grouped", "tflite", "native") and agreement[r.name]["differ_from_reference"]:
+        ours = ("onnx", "onnx-grouped", "onnx-auto", "tflite", "native", "native-i64")
+        if r.name in ours and agreement[r.name]["differ_from_reference"]:
             raise SystemExit(
                 f"{name} {kind}: {r.name} disagrees with the reference on "
                 f"{agreement[r.name]['differ_from_reference']} rows"

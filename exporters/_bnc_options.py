@@ -49,6 +49,14 @@ LOWERING_TIMINGS = Option(
     internal=True,
     help="--lowering auto's measurements (JSON), written by the verifier into the metadata",
 )
+PACK_WORDS = Option(
+    "pack_words",
+    "bool",
+    False,
+    help="--lowering gather or gather-grouped, quantized models: look each table row up as float64 "
+    "words holding the C codes as bit fields (GatherElements, one element per word), sum the words "
+    "and unpack them exactly; fastest at large batches (--lowering auto tries it)",
+)
 RAW_INPUTS = Option(
     "raw_inputs", "bool", False, help="embed the model's discretizer: the file takes raw float32 feature values"
 )

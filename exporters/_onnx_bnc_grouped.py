@@ -7,6 +7,14 @@ lookup per group instead of one per feature. This module chooses the groups
 (:func:`feature_groups`) and writes the graph that builds the group tables and sums the looked-up
 rows (:func:`grouped_sum`).
 
+With ``pack_words`` (quantized models, :func:`word_packing`, :func:`packed_lookups`) a group row's C
+codes are held as ``W`` float64 words of ``k`` fields of ``b`` bits (``b`` holds ``(D + 1) * (2^B -
+1)``, ``k * b <= 53``), built at load time; a row looks up ``G * W`` words with GatherElements
+(onnxruntime's Gather has a cost per index several times GatherElements' per element), sums
+them over the groups (no field carries into the next, so the sum of words is the word of the sums,
+exactly) and unpacks each class's field with power-of-two scalings and Floor, exact in float64.
+Invalid codes look up NaN words, so their rows stay NaN.
+
 A private helper module (the leading underscore keeps the exporter registry from treating it as
 an exporter); it builds nothing on its own.
 """
@@ -116,7 +124,13 @@ def _depth_first(parents: list[int]) -> list[int]:
 
 
 def grouped_sum(
-    g: GraphBuilder, artifact: BNCArtifact, padded: str, codes: str, layout: PaddedLayout, groups: list[FeatureGroup]
+    g: GraphBuilder,
+    artifact: BNCArtifact,
+    padded: str,
+    codes: str,
+    layout: PaddedLayout,
+    groups: list[FeatureGroup],
+    packing: tuple[int, int, int] | None = None,
 ) -> tuple[str, int]:
     """log_joint [N, C] of ``gather-grouped`` and the folded table's rows.
 
@@ -136,6 +150,8 @@ def grouped_sum(
     rows = g.op(
         "Cast", [g.op("Gemm", [strides_name, codes_f, "group_bases"], transB=1)], to=TensorProto.INT32
     )  # [G, N]
+    if packing is not None:
+        return packed_lookups(g, artifact, table, n_rows, rows, packing), n_rows
     return _summed_lookups(g, table, rows, len(groups)), n_rows
 
 
@@ -210,8 +226,7 @@ def _member_part(
 def _grouped_codes(
     g: GraphBuilder, artifact: BNCArtifact, codes: str, layout: PaddedLayout, strides: np.ndarray, bases: np.ndarray
 ) -> tuple[str, np.ndarray]:
-    """The codes as float32 [N, D], clipped for the group rows, and the group rows' bases (with
-    the per-feature shift folded in where the clip shifted the codes)."""
+    """The codes as float32 [N, D], clipped for the group rows, and the group rows' bases."""
     codes_f = g.op("Cast", [codes], to=TensorProto.FLOAT)
     if codes == INPUT_NAME and not _per_feature_axes(artifact):  # one bound K: one Clip
         g.const("code_low_f", np.array(-1, dtype=np.float32))
@@ -222,19 +237,12 @@ def _grouped_codes(
         # block when out of range), on float32 (onnxruntime's float Max/Min are vectorized; its
         # int64 Clip is 7x slower on letter's test set). The cast is monotonic and the bounds are
         # exact, so clip(float(x)) = float(clip(x)) for every int64 x, huge values included.
-        # The per-feature upper bound as scalar ops (onnxruntime broadcasts a [D] vector over
-        # [N, D] 4x slower than a scalar): shift by -|X_i| inside a Gemm with the identity,
-        # clip at 0, and add the shift back through the group rows' bias.
+        # Min with the [D] bounds broadcast over [N, D]: cheaper than the identity Gemm that
+        # shifted by -|X_i| for a scalar clip (benchmarks/bench_inference.py --runtimes
+        # onnx-grouped, satimage).
         g.const("code_low_f", np.array(-1, dtype=np.float32))
-        g.const("zero_f", np.array(0, dtype=np.float32))
-        g.const("minus_cards_f", -artifact.cardinalities.astype(np.float32))
-        index = g.small_ints("feature_index", np.arange(artifact.n_features))
-        identity = g.op(
-            "Cast", [g.op("Equal", [g.op("Unsqueeze", [index, "axis1"]), index])], to=TensorProto.FLOAT
-        )  # [D, D], built at load
-        shifted = g.op("Gemm", [g.op("Max", [codes_f, "code_low_f"]), identity, "minus_cards_f"])
-        codes_f = g.op("Clip", [shifted, "", "zero_f"])  # x - |X_i| <= 0
-        bases = bases + strides.T.astype(np.float64) @ artifact.cardinalities.astype(np.float64)[:, None]
+        g.const("cards_f", artifact.cardinalities.astype(np.float32))
+        codes_f = g.op("Min", [g.op("Max", [codes_f, "code_low_f"]), "cards_f"])
     return codes_f, bases
 
 
@@ -281,3 +289,76 @@ def _group_strides(g: GraphBuilder, groups: list[FeatureGroup], dense: np.ndarra
         ],
     )
     return g.op("ReduceSum", [scaled, "axis1"], keepdims=0)  # [G, D]
+
+
+#: Exact integers of float64: a packed word's fields together stay below 2**53.
+FLOAT64_WORD_BITS = 53
+
+
+def word_packing(artifact: BNCArtifact) -> tuple[int, int, int] | None:
+    """``(field bits b, classes per word k, words W)`` of the packed lookups, or None (float model).
+
+    A class's summed codes (the prior is in feature 0's rows) are at most ``(D + 1) * (2^B - 1)``, which ``b`` bits
+    hold; ``k`` fields of ``b`` bits fit the 53 bits of a float64 integer, so the sum of looked-up
+    words never carries from one field into the next and stays exact."""
+    if not artifact.is_quantized or artifact.quantizer is None:
+        return None
+    bits = int((artifact.n_features + 1) * artifact.quantizer.max_code).bit_length()
+    per_word = FLOAT64_WORD_BITS // bits
+    words = -(-artifact.n_classes // per_word)
+    return bits, -(-artifact.n_classes // words), words
+
+
+def packing_of(artifact: BNCArtifact, lowering: str, pack_words: bool) -> tuple[int, int, int] | None:
+    """``pack_words``' packing (:func:`word_packing`), None without it; ExportError where it does
+    not apply (another lowering, a float model)."""
+    if not pack_words:
+        return None
+    if lowering not in ("gather", "gather-grouped"):
+        raise ExportError(f"--pack-words packs the table rows of --lowering gather or gather-grouped, not {lowering}")
+    packing = word_packing(artifact)
+    if packing is None:
+        raise ExportError("--pack-words packs integer codes; a float model's tables have none")
+    return packing
+
+
+def packed_lookups(
+    g: GraphBuilder, artifact: BNCArtifact, table: str, n_rows: int, rows: str, packing: tuple[int, int, int]
+) -> str:
+    """log_joint [N, C] from packed float64 words: each table row's C codes as W words of k
+    b-bit fields (built at load), looked up with GatherElements (one element per word: onnxruntime's
+    Gather pays per index, GatherElements per element), summed over the groups, unpacked exactly."""
+    bits, per_word, words = packing
+    c = artifact.n_classes
+    q = artifact.quantizer
+    assert q is not None
+    step = float(q.step)
+    # load time: codes (float64, NaN rows stay NaN), padded to W * k classes, packed by one MatMul
+    g.const("to_codes_f64", np.array(-1.0 / step, dtype=np.float64))
+    codes = g.op("Mul", [g.op("Cast", [table], to=TensorProto.DOUBLE), "to_codes_f64"])  # [R, C]
+    g.const("class_pads", np.array([0, 0, 0, words * per_word - c], dtype=np.int64))
+    if words * per_word > c:
+        codes = g.op("Pad", [codes, "class_pads"])
+    g.const("word_fields_shape", np.array([n_rows, words, per_word], dtype=np.int64))
+    g.const("field_scales", (2.0 ** (bits * np.arange(per_word)))[:, None])  # [k, 1]
+    packed = g.op("MatMul", [g.op("Reshape", [codes, "word_fields_shape"]), "field_scales"])  # [R, W, 1]
+    g.const("flat_shape", np.array([-1], dtype=np.int64))
+    data = g.op("Reshape", [g.op("Transpose", [packed], perm=[1, 0, 2]), "flat_shape"])  # word-major [W * R]
+    # run time: rows [G, N] -> [W, G, N] element indices, GatherElements, sum over groups
+    g.const("word_offsets", (np.arange(words, dtype=np.int32) * n_rows)[:, None, None])
+    index = g.op("Add", [rows, "word_offsets"])  # [W, G, N] by broadcasting
+    picked = g.op("GatherElements", [data, g.op("Reshape", [index, "flat_shape"])], axis=0)
+    shaped = g.op("Reshape", [picked, g.op("Shape", [index])])
+    sums = g.op("ReduceSum", [shaped, "axis1"], keepdims=0)  # [W, N]
+    # unpack: class c is field j of word w; Gemm(S^T, E) picks and scales it exactly
+    select = np.zeros((words, c))
+    for k in range(c):
+        select[k // per_word, k] = 2.0 ** (-bits * (k % per_word))
+    g.const("field_select", select)
+    shifted = g.op("Floor", [g.op("Gemm", [sums, "field_select"], transA=1)])  # [N, C]
+    g.const("field_width", np.array(2.0**bits, dtype=np.float64))
+    g.const("field_inverse", np.array(2.0**-bits, dtype=np.float64))
+    above = g.op("Mul", [g.op("Floor", [g.op("Mul", [shifted, "field_inverse"])]), "field_width"])
+    total = g.op("Sub", [shifted, above])
+    g.const("neg_step_f64", np.array(-step, dtype=np.float64))
+    return g.op("Cast", [g.op("Mul", [total, "neg_step_f64"])], OUTPUT_LOG_JOINT, to=TensorProto.FLOAT)

@@ -43,12 +43,12 @@ Computation (``lowering="gather"``, the default: fewest nodes, fastest per call)
     every axis has ``K + 2`` values and one ``Clip(-1, K)`` is the guard): it holds, for every
     combination of those codes, the sum of the members' rows (NaN if any code is invalid), built
     at load time by broadcast ``Add`` of the padded blocks. A row then needs ``G`` lookups instead of ``D``
-    (letter NB: 5 instead of 16). Per row: ``Max(float(x), -1)``, a Gemm with the identity that
-    subtracts ``|X_i|``, ``Clip(max=0)`` (the per-feature upper bound with scalar ops only), and one
-    Gemm for the mixed-radix group rows (exact: small integers in float32, int32 indices); the
-    looked-up rows are added by one ``Sum`` (up to ``SUM_MAX_GROUPS`` groups) or one Gather +
-    ReduceSum (more groups). The price is table memory at run time (``table_bytes_at_load`` in the
-    metadata; letter NB 1.0 MB instead of 27 KB; never on disk), a larger file (a few load-time
+    (letter NB: 5 instead of 16). Per row: ``Max(float(x), -1)`` and ``Min`` with the ``|X_i|``
+    (the guard: out-of-range codes land on NaN rows), and one Gemm for the mixed-radix group rows
+    (exact: small integers in float32, int32 indices); the looked-up rows are added by one ``Sum``
+    (up to ``SUM_MAX_GROUPS`` groups) or one Gather + ReduceSum (more groups). The price is
+    table memory at run time (``table_bytes_at_load`` in the metadata; letter NB 1.0 MB instead
+    of 27 KB; never on disk), a larger file (a few load-time
     nodes per member: letter NB 12.2 KB instead of 7.2 KB, usps NB 54 KB instead of 23 KB) and
     more nodes per call, so batch-1 latency is higher than ``gather``'s (letter NB: 27 vs 18 us;
     full test set 1.3 vs 3.7 ms; TAN 1.8 vs 4.6 ms; ``benchmarks/bench_inference.py``). Not the
@@ -65,6 +65,14 @@ Quantized models
 Float models
     float32 tables; float32 summation (labels agree with the float64 reference except at ties
     closer than float32 rounding).
+``pack_words=True`` (``gather`` and ``gather-grouped``, quantized only; ``_onnx_bnc_grouped``)
+    Each table row's C codes (``gather``: one group per feature) become ``W`` float64 words of
+    ``b``-bit fields (metadata ``packed_words``, ``field_bits``; folded at load); a row looks its
+    ``G * W`` words up with GatherElements, sums them over the groups and unpacks the fields (power-of-two scalings and
+    Floor: exact, every partial sum an integer below ``2**53``); ``log_joint`` is the same float32
+    as the other lowerings'. Fastest of our graphs at large batches (``--lowering auto`` tries it).
+    The graph profiler (``bnc_deploy.profiling.graph_count``) has no rule for ``Floor`` and reports
+    such a graph as not completely counted.
 ``pack_bits=True`` (quantized only)
     The codes are stored as ``B`` bit-planes (``np.packbits`` of bit ``b`` of every code, row-major
     over the table) instead of one byte per code: ``B/8`` of the uint8 size. The graph unpacks
@@ -97,11 +105,12 @@ from bnc_deploy.exporters._bnc_options import (
     LOWERING_BATCH,
     LOWERING_TIMINGS,
     ONNX_LOWERING,
+    PACK_WORDS,
     RAW_INPUTS,
     RAW_INPUTS_NEED_DISCRETIZER,
     codes_of,
 )
-from bnc_deploy.exporters._onnx_bnc_grouped import feature_groups, grouped_sum
+from bnc_deploy.exporters._onnx_bnc_grouped import feature_groups, grouped_sum, packed_lookups, packing_of
 from bnc_deploy.exporters._onnx_graph import (
     DEFAULT_OPSET,
     IR_VERSION_FOR_OPSET,
@@ -148,16 +157,18 @@ def build_onnx_model(
     opset: int = DEFAULT_OPSET,
     pack_bits: bool = False,
     lowering_timings: str | None = None,
+    pack_words: bool = False,
 ) -> onnx.ModelProto:
     """The ONNX ModelProto of :func:`build_onnx_bytes`, checked with ``onnx.checker`` (full_check).
 
     ``lowering_timings``: the JSON record of ``--lowering auto`` (the verifier's measurements that
     chose ``lowering``), stored as metadata ``lowering_auto``."""
     _check_options(artifact, lowering, opset, pack_bits)
+    packing = packing_of(artifact, lowering, pack_words)
     g = GraphBuilder()
     g.const("axis1", np.array([1], dtype=np.int64))
     g.const("invalid_label", np.array(INVALID_LABEL, dtype=np.int64))
-    extra = _log_joint(g, artifact, lowering, raw_inputs, pack_bits)
+    extra = _log_joint(g, artifact, lowering, raw_inputs, pack_bits, packing)
     _label(g, OUTPUT_LOG_JOINT)
 
     x_type = TensorProto.FLOAT if raw_inputs else TensorProto.INT64
@@ -210,7 +221,12 @@ def _check_options(artifact: BNCArtifact, lowering: str, opset: object, pack_bit
 
 
 def _log_joint(
-    g: GraphBuilder, artifact: BNCArtifact, lowering: str, raw_inputs: bool, pack_bits: bool
+    g: GraphBuilder,
+    artifact: BNCArtifact,
+    lowering: str,
+    raw_inputs: bool,
+    pack_bits: bool,
+    packing: tuple[int, int, int] | None = None,
 ) -> dict[str, Any]:
     """The nodes up to ``log_joint`` [N, C] for ``lowering``. Returns the lowering's metadata:
     ``index_guard``, ``lookups_per_row``, ``table_bytes_at_load`` (the float32 table onnxruntime
@@ -222,6 +238,8 @@ def _log_joint(
     table = _lookup_table(g, artifact, with_nan_row=lowering != "onehot-fc", pack_bits=pack_bits)
     extra: dict[str, Any] = {}
     if lowering == "onehot-fc" or layout is None:  # compact table, "where" guard
+        if packing is not None:
+            raise ExportError("--pack-words needs the padded table layout; these cardinalities make it too large")
         codes, ok = _raw_codes(g, artifact) if raw_inputs else _code_range(g, artifact)
         rows = _row_indices(g, artifact, codes, ok)
         if lowering == "gather":
@@ -239,16 +257,23 @@ def _log_joint(
         else:  # gather-grouped clips after its cast to float32 (see grouped_sum)
             codes = INPUT_NAME
         padded = _padded_table(g, artifact, table, layout)
-        if lowering == "gather":
+        if lowering == "gather" and packing is not None:  # one "group" per feature: rows [D, N]
+            rows = g.op("Transpose", [_padded_rows(g, artifact, codes, layout)], perm=[1, 0])
+            rows = g.op("Cast", [rows], to=TensorProto.INT32)  # as grouped_sum's rows (< 2**24)
+            packed_lookups(g, artifact, padded, layout.n_rows, rows, packing)
+            table_rows = layout.n_rows
+        elif lowering == "gather":
             picked = g.op("Gather", [padded, _padded_rows(g, artifact, codes, layout)], axis=0)  # [N, D, C]
             g.op("ReduceSum", [picked, "axis1"], OUTPUT_LOG_JOINT, keepdims=0)
             table_rows = layout.n_rows
         else:
             assert groups is not None  # lowering == "gather-grouped"
-            _, table_rows = grouped_sum(g, artifact, padded, codes, layout, groups)
+            _, table_rows = grouped_sum(g, artifact, padded, codes, layout, groups, packing)
             extra["feature_groups"] = [grp.members for grp in groups]
             extra["group_axes"] = [grp.axes for grp in groups]
         extra["index_guard"] = "clip"
+        if packing is not None:
+            extra["packed_words"], extra["field_bits"] = packing[2], packing[0]
     extra["lookups_per_row"] = len(groups) if groups else artifact.n_features
     extra["table_bytes_at_load"] = (
         int(table_rows * artifact.n_classes * 4)
@@ -484,6 +509,7 @@ def build_onnx_bytes(
     pack_bits: bool = False,
     lowering_batch: int | None = None,
     lowering_timings: str | None = None,
+    pack_words: bool = False,
 ) -> bytes:
     """The serialized file of :func:`build_onnx_model` (what ``onnx.save_model`` writes).
     ``lowering_batch`` is read by the verifier (``--lowering auto``), not here."""
@@ -494,6 +520,7 @@ def build_onnx_bytes(
         opset=opset,
         pack_bits=pack_bits,
         lowering_timings=lowering_timings,
+        pack_words=pack_words,
     ).SerializeToString()
     return data
 
@@ -540,6 +567,7 @@ register_exporter(
             help="quantized models: store the B-bit codes (BN tables, DNN weights) "
             "as bit-planes instead of one byte each",
         ),
+        PACK_WORDS,
         LOWERING_BATCH,
         LOWERING_TIMINGS,
     ],
@@ -551,5 +579,11 @@ register_exporter(
             models=float_model,
         ),
         RAW_INPUTS_NEED_DISCRETIZER,
+        Refusal(
+            "--pack-words packs integer codes into float64 words; a float model's tables have no codes",
+            r"--pack-words packs integer codes",
+            options={"pack_words": True},
+            models=float_model,
+        ),
     ],
 )

@@ -18,6 +18,13 @@
  * Sections, in the order they are written:
  *   head                          includes, macros, the lane table, bncn_init, bncn_eval, threads,
  *                                 bncn_api_u8 (the header's own API, for the load-time check)
+ *   rows_lanes                    the rows-as-lanes kernel (AVX-512 BW + VBMI; else only an empty
+ *                                 bncn_rl_init), bncn_kernel; ${rl_entries} (a feature's table
+ *                                 entries), ${rl_ix} (where the table indices live) and
+ *                                 ${rl_tan_index} (TAN: the index computation; empty for NB) are
+ *                                 the rl_* sections below, filled in
+ *   rl_entries_naive_bayes or rl_entries_tan, rl_ix_naive_bayes or rl_ix_tan, rl_tan_index
+ *                                 not written alone: pieces of rows_lanes
  *   codes_kernel                  once per code type (u8, i32, i64): the range check on whole
  *                                 vectors, the table rows, bncn_batch_${suffix}
  *   row_naive_bayes or row_tan    not written alone: one line, the C expression of feature i's table
@@ -84,6 +91,7 @@ static acc_t bncn_table[NROWS][LANES] BNCN_ALIGNED;
 static int bncn_ready;
 
 static void bncn_init_inputs(void);
+static void bncn_rl_init(void);
 
 /* Fill the tables once (the adapter calls it under a lock before any kernel); returns LANES. */
 int bncn_init(void)
@@ -98,6 +106,7 @@ int bncn_init(void)
             }
         }
         bncn_init_inputs();
+        bncn_rl_init();
         bncn_ready = 1;
     }
     return LANES;
@@ -109,6 +118,7 @@ int bncn_init(void)
 typedef acc_t bncn_vec __attribute__((vector_size(${vector_bytes})));
 #define NVEC (LANES * (int)sizeof(acc_t) / ${vector_bytes})
 #endif
+#define NVEC_CL (LANES * (int)sizeof(acc_t) / ${vector_bytes})
 
 static inline void bncn_eval(const size_t *idx, double *scores, int64_t *label)
 {
@@ -239,6 +249,369 @@ long bncn_api_u8(const uint8_t *x, long n, int32_t *scores, int32_t *labels)
     }
     return refused;
 }
+//@ rows_lanes
+
+/* Rows as lanes (AVX-512 BW + VBMI): 64 rows per block, one byte lane per row. A block's codes are
+ * narrowed to bytes with the range check (bncn_rl_narrow_*), transposed to one 64-byte vector per
+ * feature (8x8 qword transposes and one byte permutation per 8 rows x 8 features), turned into table
+ * indices (TAN: x_i * stride_i + x_pa, below 256), and each class's sum is its prior plus one
+ * byte permutation per feature (the feature's codes of that class, at most 256 of them, as 1, 2 or 4
+ * vectors), added in byte lanes for RL_FLUSH features (no byte lane can wrap) and then into 16-bit
+ * lanes ((NF + 1) * (2^B - 1) <= 65535 is required below). The first minimum and the scores are
+ * those of bncn_eval (the sums are the same integers). Chosen at init when every feature's table has
+ * at most 256 entries (bncn_rl_ok); the rows after the last whole block take the class-lanes kernel. */
+#if defined(__GNUC__) && defined(__AVX512BW__) && defined(__AVX512VBMI__) && NF <= 1024 && \
+    (NF + 1) * ((1UL << ${PREFIX}_BITS) - 1) <= 65535UL
+#define BNCN_RL 1
+#include <immintrin.h>
+#define RL_ROWS 64
+/* 64-row sub-blocks summed together, so that each table vector loaded serves RL_SUB index vectors
+ * (the byte sums of every class and sub-block stay in registers: NC * RL_SUB <= 24). Two: faster
+ * than one on satimage TAN, whose tables exceed L1, and four slower on satimage NB
+ * (benchmarks/bench_inference.py --runtimes native). */
+#if NC <= 12 && NF <= 512
+#define RL_SUB 2
+#else
+#define RL_SUB 1
+#endif
+#define RL_DP (((NF + 63) / 64) * 64)
+#define RL_FLUSH (255 / (int)((1U << ${PREFIX}_BITS) - 1))
+
+static uint8_t bncn_rl_tab[(size_t)NF * NC * 256] BNCN_ALIGNED; /* feature i: NC rows of 64 * chunks[i] codes */
+static uint32_t bncn_rl_off[NF];
+static uint8_t bncn_rl_chunks[NF];
+static uint64_t bncn_rl_max64[RL_DP + 64] BNCN_ALIGNED; /* + 64: no bounds warning on dead tails */
+static uint32_t bncn_rl_max32[RL_DP + 64] BNCN_ALIGNED;
+static uint8_t bncn_rl_max8[RL_DP + 64] BNCN_ALIGNED;
+static int bncn_rl_ok;
+
+static unsigned bncn_rl_entries(int i)
+{
+    return ${rl_entries};
+}
+
+static void bncn_rl_init(void)
+{
+    uint32_t off = 0, j;
+    long rows_lanes = 0;
+    int i, c;
+    for (i = 0; i < NF; ++i) {
+        unsigned entries = bncn_rl_entries(i);
+        if (entries > 256u) {
+            return; /* bncn_rl_ok stays 0: the class-lanes kernel */
+        }
+        bncn_rl_chunks[i] = (uint8_t)(entries <= 64u ? 1 : (entries <= 128u ? 2 : 4));
+        bncn_rl_off[i] = off;
+        for (c = 0; c < NC; ++c) {
+            for (j = 0; j < 64u * bncn_rl_chunks[i]; ++j) {
+                bncn_rl_tab[off + j] =
+                    j < entries ? (uint8_t)${prefix}_code(((uint32_t)${prefix}_row_offset[i] + j) * (uint32_t)NC + (uint32_t)c)
+                                : 0u;
+            }
+            off += 64u * bncn_rl_chunks[i];
+        }
+        bncn_rl_max64[i] = bncn_rl_max32[i] = bncn_rl_max8[i] = ${prefix}_max_code[i];
+        rows_lanes += (long)NC * (bncn_rl_chunks[i] == 4 ? 4 : 2);
+    }
+    /* Vector instructions per 64 rows, estimated: rows as lanes, one permutation and one add per
+     * feature and class (two permutations and a blend for 256 codes) plus ~56 shuffles per 64 padded
+     * features for the transpose; classes as lanes, per row and feature the index, the load and NVEC
+     * adds. Fitted to benchmarks/bench_inference.py (letter: classes as lanes; satimage, usps: rows). */
+    rows_lanes += 56L * RL_DP;
+    bncn_rl_ok = rows_lanes < 64L * NF * (NVEC_CL + 2);
+}
+
+/* Each narrows row r's codes to bytes (row[0 .. RL_DP - 1], 0 past NF); nonzero if a code is out of range. */
+static inline unsigned bncn_rl_narrow_u8(const void *xv, long r, uint8_t *row)
+{
+    const uint8_t *x = (const uint8_t *)xv + (size_t)r * NF;
+    __mmask64 bad = 0;
+    int j;
+    for (j = 0; j + 64 <= NF; j += 64) {
+        __m512i v = _mm512_loadu_si512((const void *)(x + j));
+        bad |= _mm512_cmpgt_epu8_mask(v, _mm512_load_si512((const void *)(bncn_rl_max8 + j)));
+        _mm512_storeu_si512((void *)(row + j), v);
+    }
+#if NF % 64 != 0 /* the masked tail reads nothing past the row (nor the array) */
+    {
+        __m512i v = _mm512_maskz_loadu_epi8(((__mmask64)1 << (NF % 64)) - 1, x + j);
+        bad |= _mm512_cmpgt_epu8_mask(v, _mm512_load_si512((const void *)(bncn_rl_max8 + j)));
+        _mm512_storeu_si512((void *)(row + j), v);
+    }
+#endif
+    return bad != 0;
+}
+
+static inline unsigned bncn_rl_narrow_i32(const void *xv, long r, uint8_t *row)
+{
+    const int32_t *x = (const int32_t *)xv + (size_t)r * NF;
+    __mmask16 bad = 0;
+    int j;
+    for (j = 0; j + 16 <= NF; j += 16) {
+        __m512i v = _mm512_loadu_si512((const void *)(x + j));
+        bad |= _mm512_cmpgt_epu32_mask(v, _mm512_load_si512((const void *)(bncn_rl_max32 + j)));
+        _mm_storeu_si128((__m128i *)(void *)(row + j), _mm512_cvtepi32_epi8(v));
+    }
+    for (; j < RL_DP; j += 16) { /* the masked tail, then zeros up to RL_DP */
+        __m512i v = _mm512_maskz_loadu_epi32(j < NF ? (__mmask16)((1u << (NF - j)) - 1) : 0, x + j);
+        bad |= _mm512_cmpgt_epu32_mask(v, _mm512_load_si512((const void *)(bncn_rl_max32 + j)));
+        _mm_storeu_si128((__m128i *)(void *)(row + j), _mm512_cvtepi32_epi8(v));
+    }
+    return bad != 0;
+}
+
+static inline unsigned bncn_rl_narrow_i64(const void *xv, long r, uint8_t *row)
+{
+    const int64_t *x = (const int64_t *)xv + (size_t)r * NF;
+    __mmask8 bad = 0;
+    int j;
+    for (j = 0; j + 8 <= NF; j += 8) {
+        __m512i v = _mm512_loadu_si512((const void *)(x + j));
+        bad |= _mm512_cmpgt_epu64_mask(v, _mm512_load_si512((const void *)(bncn_rl_max64 + j)));
+        _mm_storel_epi64((__m128i *)(void *)(row + j), _mm512_cvtepi64_epi8(v));
+    }
+    for (; j < RL_DP; j += 8) { /* the masked tail, then zeros up to RL_DP */
+        __m512i v = _mm512_maskz_loadu_epi64(j < NF ? (__mmask8)((1u << (NF - j)) - 1) : 0, x + j);
+        bad |= _mm512_cmpgt_epu64_mask(v, _mm512_load_si512((const void *)(bncn_rl_max64 + j)));
+        _mm_storel_epi64((__m128i *)(void *)(row + j), _mm512_cvtepi64_epi8(v));
+    }
+    return bad != 0;
+}
+
+/* Transpose the 8 x 8 qwords of v[0..7] (three rounds of two-register qword permutations). */
+static inline void bncn_rl_tr8(__m512i *v)
+{
+    const __m512i lo[3] = {_mm512_set_epi64(11, 10, 9, 8, 3, 2, 1, 0), _mm512_set_epi64(13, 12, 5, 4, 9, 8, 1, 0),
+                           _mm512_set_epi64(14, 6, 12, 4, 10, 2, 8, 0)};
+    const __m512i hi[3] = {_mm512_set_epi64(15, 14, 13, 12, 7, 6, 5, 4), _mm512_set_epi64(15, 14, 7, 6, 11, 10, 3, 2),
+                           _mm512_set_epi64(15, 7, 13, 5, 11, 3, 9, 1)};
+    int k, r, s;
+    for (k = 0, s = 4; k < 3; ++k, s >>= 1) {
+        for (r = 0; r < 8; ++r) {
+            if ((r / s) % 2 == 0) {
+                __m512i a = v[r], b = v[r + s];
+                v[r] = _mm512_permutex2var_epi64(a, lo[k], b);
+                v[r + s] = _mm512_permutex2var_epi64(a, hi[k], b);
+            }
+        }
+    }
+}
+
+/* xt[f][k] = rows[k][f]: 64 rows of RL_DP bytes to RL_DP vectors of 64 rows. */
+static void bncn_rl_transpose(const uint8_t (*rows)[RL_DP], uint8_t (*xt)[RL_ROWS])
+{
+    __m512i part[8][8], v[8];
+    __m512i bytes = _mm512_set_epi64(0x3f372f271f170f07LL, 0x3e362e261e160e06LL, 0x3d352d251d150d05LL,
+                                     0x3c342c241c140c04LL, 0x3b332b231b130b03LL, 0x3a322a221a120a02LL,
+                                     0x3931292119110901LL, 0x3830282018100800LL); /* byte 8f + r <- 8r + f */
+    int f0, g, k, r;
+    for (f0 = 0; f0 < NF; f0 += 64) {
+        for (g = 0; g < 8; ++g) {
+            for (r = 0; r < 8; ++r) {
+                v[r] = _mm512_loadu_si512((const void *)(rows[8 * g + r] + f0));
+            }
+            bncn_rl_tr8(v); /* v[k]: 8 rows x features 8k .. 8k + 7 */
+            for (k = 0; k < 8 && f0 + 8 * k < NF; ++k) {
+                part[k][g] = _mm512_permutexvar_epi8(bytes, v[k]); /* 8 features x rows 8g .. 8g + 7 */
+            }
+        }
+        for (k = 0; k < 8 && f0 + 8 * k < NF; ++k) {
+            bncn_rl_tr8(part[k]); /* part[k][f]: feature f0 + 8k + f, rows 0 .. 63 */
+            for (r = 0; r < 8 && f0 + 8 * k + r < NF; ++r) {
+                _mm512_storeu_si512((void *)xt[f0 + 8 * k + r], part[k][r]);
+            }
+        }
+    }
+}
+
+/* Adds the widened byte sums of every class and sub-block into acc (16-bit lanes) and clears them. */
+static inline void bncn_rl_flush(__m512i (*part)[RL_SUB], uint16_t (*acc)[NC][RL_ROWS])
+{
+    int c, s;
+    for (c = 0; c < NC; ++c) {
+        for (s = 0; s < RL_SUB; ++s) {
+            uint16_t *a = acc[s][c];
+            __m512i lo = _mm512_loadu_si512((const void *)a), hi = _mm512_loadu_si512((const void *)(a + 32));
+            lo = _mm512_add_epi16(lo, _mm512_cvtepu8_epi16(_mm512_castsi512_si256(part[c][s])));
+            hi = _mm512_add_epi16(hi, _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(part[c][s], 1)));
+            _mm512_storeu_si512((void *)a, lo);
+            _mm512_storeu_si512((void *)(a + 32), hi);
+            part[c][s] = _mm512_setzero_si512();
+        }
+    }
+}
+
+/* Every class's sums of RL_SUB sub-blocks: prior + the NF looked-up codes, into acc[s][c][0 .. 63].
+ * Features outer (one table shape), classes inner (one table vector for every sub-block). */
+static inline void bncn_rl_sums(const uint8_t (*ix)[NF][RL_ROWS], uint16_t (*acc)[NC][RL_ROWS])
+{
+    __m512i part[NC][RL_SUB], idx[RL_SUB];
+    int i, c, s, n = 0;
+    for (c = 0; c < NC; ++c) {
+        __m512i prior = _mm512_set1_epi16((short)${prefix}_code((uint32_t)c));
+        for (s = 0; s < RL_SUB; ++s) {
+            _mm512_storeu_si512((void *)acc[s][c], prior);
+            _mm512_storeu_si512((void *)(acc[s][c] + 32), prior);
+            part[c][s] = _mm512_setzero_si512();
+        }
+    }
+    for (i = 0; i < NF; ++i) {
+        const __m512i *t = (const __m512i *)(const void *)(bncn_rl_tab + bncn_rl_off[i]);
+        for (s = 0; s < RL_SUB; ++s) {
+            idx[s] = _mm512_loadu_si512((const void *)ix[s][i]);
+        }
+        if (bncn_rl_chunks[i] == 1) {
+            for (c = 0; c < NC; ++c) {
+                const __m512i t0 = _mm512_load_si512(t + c);
+                for (s = 0; s < RL_SUB; ++s) {
+                    part[c][s] = _mm512_add_epi8(part[c][s], _mm512_permutexvar_epi8(idx[s], t0));
+                }
+            }
+        } else if (bncn_rl_chunks[i] == 2) {
+            for (c = 0; c < NC; ++c) {
+                const __m512i t0 = _mm512_load_si512(t + 2 * c), t1 = _mm512_load_si512(t + 2 * c + 1);
+                for (s = 0; s < RL_SUB; ++s) {
+                    part[c][s] = _mm512_add_epi8(part[c][s], _mm512_permutex2var_epi8(t0, idx[s], t1));
+                }
+            }
+        } else {
+            __mmask64 upper[RL_SUB]; /* index bit 7: the upper 128 codes */
+            for (s = 0; s < RL_SUB; ++s) {
+                upper[s] = _mm512_movepi8_mask(idx[s]);
+            }
+            for (c = 0; c < NC; ++c) {
+                const __m512i t0 = _mm512_load_si512(t + 4 * c), t1 = _mm512_load_si512(t + 4 * c + 1);
+                const __m512i t2 = _mm512_load_si512(t + 4 * c + 2), t3 = _mm512_load_si512(t + 4 * c + 3);
+                for (s = 0; s < RL_SUB; ++s) {
+                    __m512i a = _mm512_permutex2var_epi8(t0, idx[s], t1), b = _mm512_permutex2var_epi8(t2, idx[s], t3);
+                    part[c][s] = _mm512_add_epi8(part[c][s], _mm512_mask_blend_epi8(upper[s], a, b));
+                }
+            }
+        }
+        if (++n == RL_FLUSH) {
+            bncn_rl_flush(part, acc);
+            n = 0;
+        }
+    }
+    if (n > 0) {
+        bncn_rl_flush(part, acc);
+    }
+}
+
+typedef unsigned (*bncn_rl_narrow_fn)(const void *x, long r, uint8_t *row);
+
+/* Labels (first minimum: strictly smaller sums replace) and scores of 64 rows from their sums. */
+static inline long bncn_rl_output(uint16_t (*acc)[RL_ROWS], uint64_t bad, long r0, double *scores, int64_t *labels)
+{
+    uint16_t best_label[RL_ROWS] BNCN_ALIGNED;
+    long refused = 0;
+    int k, c, h;
+    for (h = 0; h < RL_ROWS; h += 32) {
+        __m512i best = _mm512_loadu_si512((const void *)(acc[0] + h)), label = _mm512_setzero_si512();
+        for (c = 1; c < NC; ++c) {
+            __m512i sum = _mm512_loadu_si512((const void *)(acc[c] + h));
+            __mmask32 less = _mm512_cmplt_epu16_mask(sum, best);
+            best = _mm512_mask_mov_epi16(best, less, sum);
+            label = _mm512_mask_mov_epi16(label, less, _mm512_set1_epi16((short)c));
+        }
+        _mm512_storeu_si512((void *)(best_label + h), label);
+    }
+    if (bad == 0 && scores == NULL) { /* labels only, every row valid: widened 8 at a time */
+        for (k = 0; k < RL_ROWS; k += 8) {
+            _mm512_storeu_si512((void *)(labels + r0 + k),
+                                _mm512_cvtepu16_epi64(_mm_loadu_si128((const __m128i *)(const void *)(best_label + k))));
+        }
+        return 0;
+    }
+    for (k = 0; k < RL_ROWS; ++k) {
+        long r = r0 + k;
+        if ((bad >> k) & 1u) {
+            bncn_refuse(r, scores, labels);
+            ++refused;
+            continue;
+        }
+        labels[r] = (int64_t)best_label[k];
+        if (scores != NULL) {
+            for (c = 0; c < NC; ++c) {
+                scores[r * NC + c] = -(double)acc[c][k] * STEP;
+            }
+        }
+    }
+    return refused;
+}
+
+/* Rows r0 .. r0 + 64 * nsub - 1 (1 <= nsub <= RL_SUB; the sub-blocks past nsub repeat the first
+ * one, summed and discarded); returns the number refused. Inlined into each input type's rows
+ * loop, so that its narrowing is inlined too. */
+__attribute__((always_inline)) static inline long bncn_rl_rows(bncn_rl_narrow_fn narrow, const void *x, long r0,
+                                                               int nsub, double *scores, int64_t *labels)
+{
+    uint8_t rows[RL_ROWS][RL_DP] BNCN_ALIGNED, xt[RL_SUB][NF][RL_ROWS] BNCN_ALIGNED;
+${rl_ix}
+    uint16_t acc[RL_SUB][NC][RL_ROWS] BNCN_ALIGNED;
+    uint64_t bad[RL_SUB] = {0};
+    long refused = 0;
+    int k, s;
+    for (s = 0; s < RL_SUB; ++s) {
+        uint8_t (*sxt)[RL_ROWS] = xt[s], (*six)[RL_ROWS] = ix[s];
+        long first = r0 + RL_ROWS * (s < nsub ? s : 0);
+        for (k = 0; k < RL_ROWS; ++k) {
+            bad[s] |= (uint64_t)narrow(x, first + k, rows[k]) << k;
+        }
+        bncn_rl_transpose((const uint8_t(*)[RL_DP])rows, sxt);
+${rl_tan_index}        (void)six;
+    }
+    bncn_rl_sums((const uint8_t(*)[NF][RL_ROWS])ix, acc);
+    for (s = 0; s < nsub; ++s) {
+        refused += bncn_rl_output(acc[s], bad[s], r0 + RL_ROWS * s, scores, labels);
+    }
+    return refused;
+}
+#else
+#define BNCN_RL 0
+static void bncn_rl_init(void)
+{
+}
+#endif
+
+/* Which kernel the batch calls use for whole blocks: 1 rows as lanes, 0 classes as lanes. */
+int bncn_kernel(void)
+{
+#if BNCN_RL
+    return bncn_rl_ok;
+#else
+    return 0;
+#endif
+}
+//@ rl_entries_naive_bayes
+(unsigned)${prefix}_max_code[i] + 1u
+//@ rl_entries_tan
+((unsigned)${prefix}_max_code[i] + 1u) * (unsigned)${prefix}_stride[i]
+//@ rl_ix_naive_bayes
+    uint8_t (*ix)[NF][RL_ROWS] = xt; /* naive Bayes: the index is the code */
+//@ rl_ix_tan
+    uint8_t ix[RL_SUB][NF][RL_ROWS] BNCN_ALIGNED; /* table indices: the parents' codes stay in xt */
+//@ rl_tan_index
+        for (k = 0; k < NF; ++k) { /* table index x_i * stride_i + x_pa (< 256 for valid rows) in 16-bit lanes */
+            __m512i own = _mm512_loadu_si512((const void *)sxt[k]);
+            if (${prefix}_parent[k] >= 0 || ${prefix}_stride[k] != 1) {
+                __m512i own2, pa = _mm512_setzero_si512();
+                __m512i stride = _mm512_set1_epi16((short)${prefix}_stride[k]);
+                if (${prefix}_parent[k] >= 0) {
+                    pa = _mm512_loadu_si512((const void *)sxt[${prefix}_parent[k]]);
+                }
+                own2 = _mm512_inserti64x4(
+                    _mm512_castsi256_si512(_mm512_cvtepi16_epi8(_mm512_add_epi16(
+                        _mm512_mullo_epi16(_mm512_cvtepu8_epi16(_mm512_castsi512_si256(own)), stride),
+                        _mm512_cvtepu8_epi16(_mm512_castsi512_si256(pa))))),
+                    _mm512_cvtepi16_epi8(_mm512_add_epi16(
+                        _mm512_mullo_epi16(_mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(own, 1)), stride),
+                        _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(pa, 1)))),
+                    1);
+                own = own2;
+            }
+            _mm512_storeu_si512((void *)six[k], own);
+        }
 //@ codes_kernel
 
 #if defined(__GNUC__)
@@ -298,8 +671,18 @@ static long bncn_rows_${suffix}(const void *xv, long first, long last, double *s
 {
     const ${ctype} *x = (const ${ctype} *)xv;
     size_t idx[NF];
-    long r, refused = 0;
-    for (r = first; r < last; ++r) {
+    long r = first, refused = 0;
+#if BNCN_RL
+    if (bncn_rl_ok) {
+        while (r + RL_ROWS <= last) {
+            long whole = (last - r) / RL_ROWS;
+            int nsub = whole < RL_SUB ? (int)whole : RL_SUB;
+            refused += bncn_rl_rows(bncn_rl_narrow_${suffix}, xv, r, nsub, scores, labels);
+            r += (long)RL_ROWS * nsub;
+        }
+    }
+#endif
+    for (; r < last; ++r) {
         if (bncn_index_${suffix}(x + r * NF, idx) != 0) {
             bncn_refuse(r, scores, labels);
             ++refused;

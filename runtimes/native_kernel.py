@@ -22,9 +22,26 @@ table codes of at most ``2^B - 1`` each), so no lane can wrap; the wrapper state
 NaN or inf. Float (unquantized) models have no C export (the exporter refuses them), so there is no
 float kernel.
 
+Rows as lanes (section ``rows_lanes``; compilers targeting AVX-512 BW + VBMI, ``NF <= 1024`` and
+sums within 16 bits, ``(D + 1) * (2^B - 1) <= 65535``): the code batches take 64 rows at a time
+with one byte lane per row. The block's codes are narrowed to bytes with the same unsigned range
+check (a refused row is marked, its lanes computed and discarded), transposed (8 x 8 qword
+transposes and one byte permutation per 8 rows x 8 features) into one 64-byte vector per
+feature, turned into table indices (TAN: ``x_i * stride_i + x_pa``), and each class's sum is its
+prior plus, per feature, one byte permutation of the feature's codes of that class (at most 256
+codes: one ``vpermb`` for 64, one ``vpermi2b`` for 128, two and a blend for 256), added in byte
+lanes for ``255 // (2^B - 1)`` features (no byte can wrap) and then in 16-bit lanes. The label
+is the first minimum (a strictly smaller sum replaces) and the scores are the same expression as
+above, so the outputs are identical to the class-lanes kernel's. ``bncn_init`` picks it when
+every feature's table has at most 256 entries and its estimated cost is below the class-lanes
+kernel's (the estimate in the C, fitted to ``benchmarks/bench_inference.py``: many features and
+few classes, usps and satimage, take rows as lanes; letter keeps classes as lanes); the rows after
+the last whole block, the one-row slots and raw inputs use the class-lanes kernel.
+
 Entry points (the ``long`` ones return the number of rows they refused):
 
 * ``int bncn_init(void)``: fill the tables once (before any other call); returns ``LANES``;
+* ``int bncn_kernel(void)``: after init, 1 where the batches run rows as lanes, else 0;
 * ``long bncn_batch_T(const T *x, long n, double *scores, int64_t *labels, int threads)`` for
   ``T`` in :data:`CODE_TYPES` (``u8``, ``i32``, ``i64``) or, raw files, :data:`RAW_TYPES` (``f32``,
   ``f64``): rows ``0 .. n-1`` over up to ``threads`` pthreads of at least
@@ -39,8 +56,9 @@ the exported header is included unchanged. NumPy and the standard library only.
 
 The C is written as C in ``runtimes/native_kernel.c`` (package data): the wrapper in order, cut into
 named sections (:func:`bnc_deploy.formats.c_template.template_sections`, as the C exporter's
-``c_bnc.h``). :func:`wrapper_source` only picks the sections (one codes kernel per code type, the raw
-kernels for raw files, one call per row slot) and fills in their ``string.Template`` placeholders:
+``c_bnc.h``). :func:`wrapper_source` only picks the sections (the rows-as-lanes section with its
+NB or TAN pieces, one codes kernel per code type, the raw kernels for raw files, one call per row
+slot) and fills in their ``string.Template`` placeholders:
 the prefix, the lane and key types, numbers. The wrapper's bytes key the adapter's compile cache.
 """
 
@@ -97,6 +115,13 @@ def wrapper_source(
     head = {"lanes": lanes, "step": step, "min_rows_per_thread": MIN_ROWS_PER_THREAD, "max_threads": MAX_THREADS}
     head |= {"acc": acc, "acc_max": acc_max, "key": key_type, "key_shift": key_shift, "vector_bytes": VECTOR_BYTES}
     parts = [sections["head"].substitute(common, **head)]
+    shape = "tan" if tan else "naive_bayes"
+    rows_lanes = {
+        "rl_entries": sections[f"rl_entries_{shape}"].substitute(common).removesuffix("\n"),
+        "rl_ix": sections[f"rl_ix_{shape}"].substitute(common).removesuffix("\n"),
+        "rl_tan_index": sections["rl_tan_index"].substitute(common) if tan else "",
+    }
+    parts.append(sections["rows_lanes"].substitute(common, **rows_lanes))
     # one line of C (a table row's expression): the codes kernel's line supplies the rest
     row = sections["row_tan" if tan else "row_naive_bayes"].substitute(common).removesuffix("\n")
     for suffix, (ctype, _, widen, utype, check_bytes) in CODE_TYPES.items():

@@ -31,9 +31,12 @@ def test_auto_publishes_the_fastest_measured_lowering_with_its_timings(tmp_path,
     assert meta["lowering_auto"] == record and meta["lowering"] == record["chosen"] == report.lowering
     assert record["batch"] == batch and record["runtime"] == "onnxruntime" and record["threads"] == 1
     # Every declared lowering was either timed or refused with a reason; the choice is the fastest.
-    assert set(record["median_seconds"]) | set(record["refused"]) == {"gather", "onehot-fc", "gather-grouped"}
+    candidates = {"gather", "onehot-fc", "gather-grouped", "gather+pack-words", "gather-grouped+pack-words"}
+    assert set(record["median_seconds"]) | set(record["refused"]) == candidates
     assert all(reason for reason in record["refused"].values())
-    assert record["chosen"] == min(record["median_seconds"], key=record["median_seconds"].get)
+    assert record["candidate"] == min(record["median_seconds"], key=record["median_seconds"].get)
+    assert record["chosen"] == record["candidate"].removesuffix("+pack-words")
+    assert meta.get("packed_words") is not None if record["candidate"].endswith("+pack-words") else True
     assert all(s > 0 for s in record["median_seconds"].values())
     assert report.exact == artifact.is_quantized
     assert sorted(p.name for p in tmp_path.iterdir()) == ["m.onnx"]  # no candidate file left behind
@@ -99,3 +102,22 @@ def test_cli_reports_the_choice_and_hides_the_internal_option(tmp_path, artifact
     with pytest.raises(SystemExit) as exc:
         main([str(model), "--format", "onnx", "--lowering-timings", "{}", "-o", str(tmp_path / "x.onnx")])
     assert exc.value.code == 2
+
+
+@pytest.mark.parametrize("example", ["nb-3bit", "tan-float"])
+def test_auto_without_a_batch_times_one_row_and_a_large_batch(tmp_path, artifacts, example):
+    """The default: fastest at LARGE_BATCH among the candidates whose 1-row call is within
+    LATENCY_SLACK of the fastest 1-row call; slower ones are not timed at the large batch."""
+    from bnc_deploy.autolowering import LARGE_BATCH, LATENCY_SLACK
+
+    report = export_file(artifacts[example], tmp_path / "m.onnx", "onnx", lowering="auto")
+    record = report.lowering_auto
+    assert record["batch"] == LARGE_BATCH and record["latency_batch"] == 1
+    small, large = record["latency_median_seconds"], record["median_seconds"]
+    fast = min(small.values())
+    eligible = {n for n, t in small.items() if t <= LATENCY_SLACK * fast}
+    assert set(large) == eligible and set(record["not_timed_at_batch"]) == set(small) - eligible
+    assert record["candidate"] == min(eligible, key=large.get)
+    assert report.lowering == record["chosen"]
+    if not artifacts[example].is_quantized:  # word packing needs integer codes
+        assert {"gather+pack-words", "gather-grouped+pack-words"} <= set(record["refused"])
