@@ -211,15 +211,23 @@ MS_DOMAIN = "com.microsoft"
 
 
 def ort_lookup_applies(
-    artifact: BNCArtifact, *, raw_inputs: bool = False, lowering: str = "gather", pack_bits: bool = False, **_: Any
+    artifact: BNCArtifact,
+    *,
+    raw_inputs: bool = False,
+    lowering: str = "gather",
+    pack_bits: bool = False,
+    pack_words: bool = False,
+    **_: Any,
 ) -> bool:
     """Whether :func:`build_ort_lookup_model` covers this export: a quantized NB or TAN model,
-    ``gather`` lowering, code inputs, no bit-planes, a padded layout, and fewer than 2**16 table rows."""
+    ``gather`` lowering, code inputs, no bit-planes or packed words (those take the ONNX graph that
+    implements them), a padded layout, and fewer than 2**16 table rows."""
     return (
         artifact.is_quantized
         and lowering == "gather"
         and not raw_inputs
         and not pack_bits
+        and not pack_words
         and artifact.n_features > 0
         and onnx_bnc.padded_layout(artifact) is not None
         and artifact.n_rows + 1 < 2**16

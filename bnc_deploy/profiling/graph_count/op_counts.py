@@ -57,6 +57,7 @@ KINDS = {
     "Neg": "unary",
     "Abs": "unary",
     "BitShift": "unary",
+    "Floor": "unary",  # --pack-words unpacks its bit fields with Floor
     "Mod": "mul",
     "ReduceSum": "reduce_sum",
     "MatMul": "matmul",
