@@ -157,6 +157,15 @@ NAME = Option(
     help="C export: prefix of the generated identifiers, a C identifier "
     f"(default: {DEFAULT_NAME}; macros use it upper-cased)",
 )
+#: ``--pack-bits``: the option of every C exporter (BN tables, DNN weights; the ONNX exporters' has the same help).
+PACK_BITS = Option(
+    "pack_bits",
+    "bool",
+    False,
+    help="quantized models: store the B-bit codes (BN tables, DNN weights) "
+    "packed to B bits each (C: one bit stream; ONNX: bit-planes) "
+    "instead of one byte each",
+)
 #: Largest cardinality a uint8_t code can address.
 MAX_CARDINALITY = 256
 #: Values per line in the generated arrays.
@@ -501,14 +510,7 @@ register_exporter(
     description="header-only C99 library: const integer tables, integer sums, bit-exact (quantized models)",
     options=[
         NAME,
-        Option(
-            "pack_bits",
-            "bool",
-            False,
-            help="quantized models: store the B-bit codes (BN tables, DNN weights) "
-            "packed to B bits each (C: one bit stream; ONNX: bit-planes) "
-            "instead of one byte each",
-        ),
+        PACK_BITS,
         RAW_INPUTS,
         Option(
             "self_test",

@@ -93,7 +93,7 @@ from bnc_deploy.exporters._c_dnn_common import (  # re-exported: the logits' int
 )
 from bnc_deploy.exporters._c_dnn_common import logits_from_keys as logits_from_keys
 from bnc_deploy.exporters.base import Option, Refusal, register_exporter
-from bnc_deploy.exporters.c_bnc import DEFAULT_NAME, NAME
+from bnc_deploy.exporters.c_bnc import DEFAULT_NAME, NAME, PACK_BITS
 from bnc_deploy.formats.c import check_c_name, comment_text, metadata_comment
 from bnc_deploy.formats.c_template import template_sections
 from bnc_deploy.formats.dnn import dnn_export_metadata
@@ -375,14 +375,7 @@ register_exporter(
         Option(
             "representative", "rows", None, help="calibration rows (codes) of a ReLU network (default: the check set)"
         ),
-        Option(
-            "pack_bits",
-            "bool",
-            False,
-            help="quantized models: store the B-bit codes (BN tables, DNN weights) "
-            "packed to B bits each (C: one bit stream; ONNX: bit-planes) "
-            "instead of one byte each",
-        ),
+        PACK_BITS,
     ],
     refusals=[
         Refusal(
