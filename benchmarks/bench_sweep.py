@@ -37,7 +37,9 @@ How each rate is measured (the same way for every kind):
   which the single run's figure does not, so the speed-up is a conservative one. One warm-up call
   (M = 2, one epoch) per kind and device precedes the measurements. ``--timing steady`` measures
   both trainers on the epochs after the first instead (batched: ``on_epoch`` time stamps, setup
-  excluded), the rate a sweep of hundreds of epochs runs at.
+  excluded; where the trainer splits the M configurations into chunks that run one after another,
+  each chunk's epochs after its first, counting the configurations that train in each), the rate a
+  sweep of hundreds of epochs runs at.
 
     python benchmarks/bench_sweep.py [--data letter] [--cnn-data usps] [--models nb,tan,fc,cnn,structure]
                                      [--sizes 1,16,64,256] [--epochs 3] [--devices cpu,cuda]
@@ -93,8 +95,8 @@ TIMING = {
 STEADY_TIMING = {
     "per_run": "(epochs - 1) / sum of the single run's per-epoch history seconds after the first epoch "
     "(CPU; evaluation every epoch)",
-    "batched": "M * (epochs - 1) / time from the end of the first epoch to the end of the last (on_epoch "
-    "stamps, CUDA-synchronized; build=False; evaluation at the last epoch only; setup excluded)",
+    "batched": "configuration-epochs after each chunk's first epoch / their time (on_epoch stamps, "
+    "CUDA-synchronized; build=False; evaluation at the last epoch only; setup excluded)",
 }
 TARGETS = {
     "issue 12": "2 cores, letter NB, M = 64: >= 3x per-run; GPU letter NB: >= 10,000 configuration-epochs/s",
@@ -236,14 +238,15 @@ def batched_seconds(
     stamps: list | None = None,
 ) -> float:
     """Wall seconds of one batched call training M configurations of ``model`` as a sweep does
-    (``stamps``: filled with the time at the end of each epoch, CUDA-synchronized)."""
+    (``stamps``: filled with (epoch, configurations still training, time) at the end of each
+    epoch of each chunk, CUDA-synchronized)."""
     common: dict = {"device": device, "build": False, "checkpoints": [epochs]}
     if stamps is not None:
 
         def on_epoch(epoch: int, active: int) -> None:
             if device.startswith("cuda"):
                 torch.cuda.synchronize()
-            stamps.append(time.perf_counter())
+            stamps.append((epoch, active, time.perf_counter()))
 
         common["on_epoch"] = on_epoch
     if model in ("fc", "cnn"):
@@ -259,6 +262,16 @@ def batched_seconds(
         return _timed(device, lambda: trainer(dataset, pairs, **common))
     configs = grid_configs(model, m, epochs, distinct_seeds=distinct_seeds)
     return _timed(device, lambda: train_bnc_batched(dataset, configs, **common))
+
+
+def steady_rate(stamps: list) -> float | None:
+    """Configuration-epochs per second over each chunk's epochs after its first (``stamps`` of
+    :func:`batched_seconds`; a chunk starts again at epoch 1); None without two epochs of a chunk."""
+    work = seconds = 0.0
+    for (before, active, started), (epoch, _, ended) in zip(stamps, stamps[1:]):
+        if epoch > before:  # the same chunk's next epoch, trained by the configurations left at ``before``
+            work, seconds = work + active, seconds + ended - started
+    return work / seconds if seconds else None
 
 
 def batched_rate(
@@ -351,9 +364,8 @@ def measure_kind(kind: str, dataset, settings, devices: list[str], args) -> list
         for m in args.sizes_list:
             stamps: list = []
             seconds = batched_seconds(dataset, kind, m, args.epochs, device, args.distinct_seeds, settings, stamps)
-            if steady and len(stamps) > 1:
-                rate = m * (len(stamps) - 1) / (stamps[-1] - stamps[0])
-            else:
+            rate = steady_rate(stamps) if steady else None
+            if rate is None:
                 rate = m * args.epochs / seconds
             rows.append(
                 {

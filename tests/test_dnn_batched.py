@@ -3,6 +3,7 @@ configuration's result does not depend on what it is batched with (bit for bit).
 
 from __future__ import annotations
 
+from copy import deepcopy
 from dataclasses import replace
 
 import numpy as np
@@ -175,3 +176,43 @@ def test_mixed_widths_pad_to_the_widest_and_train_each_network_as_its_own(archit
             torch.testing.assert_close(wa, wb, rtol=0, atol=2e-3)
         torch.testing.assert_close(run.state["bias"], alone.state["bias"], rtol=0, atol=2e-3)
         assert run.history["test_error"][-1] == pytest.approx(alone.history["test_error"][-1], abs=0.02)
+
+
+@pytest.mark.parametrize("image", [(4, 4), (6, 6)])
+def test_cnn_blocks_on_even_and_odd_maps_do_not_depend_on_companions(image):
+    """ReLU CNN blocks on even maps run fused on the CPU, on odd maps (6 -> 3) written out; a
+    network may have both, and either way a configuration's bits are its own."""
+    pixels = image[0] * image[1]
+    ds = make_synthetic_dataset(n_train=240, n_test=120, cardinalities=(3,) * pixels, n_classes=3, seed=1, name="tiny")
+    configs = [_cnn(lr=3e-2, seed=0), _cnn(lr=3e-3, weight_bits=1, seed=3)]
+    _check_independent(ds, [replace(c, image_shape=image) for c in configs])
+
+
+@pytest.mark.parametrize("batch_norm", [True, False])
+@pytest.mark.parametrize("channels", [[3], [3, 4]])
+def test_stacked_cnn_step_computes_the_single_network(batch_norm, channels):
+    """One training step of the stack (the CPU's fused blocks) against ``QuantCNN`` itself (conv2d,
+    batch norm, ReLU, ``max_pool2d``): logits, gradients and running statistics agree to float
+    rounding. One layer reads inputs of three values, whose sums are exact, so its pooling windows
+    hold the same ties both ways (the first maximum wins); a second layer's sums round in another
+    order than conv2d's, which would break ties differently, so two layers read Gaussian inputs."""
+    from bnc_deploy.models.dnn import QuantCNN
+    from bnc_deploy.models.dnn_stacked import StackedDNN
+
+    torch.manual_seed(0)
+    net = QuantCNN(2, (8, 8), 3, channels, 2, "relu", batch_norm)
+    stack = StackedDNN([deepcopy(net)], [2], [1], torch.device("cpu"))
+    x = torch.randint(-1, 2, (20, 2, 8, 8)).float() if len(channels) == 1 else torch.randn(20, 2, 8, 8)
+    net.train()
+    want = net(x)
+    want.square().sum().backward()
+    got = stack.forward(x, training=True)[0]
+    got.square().sum().backward()
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    for w, block in zip(stack.weights, net.convs):
+        torch.testing.assert_close(w.grad[0], block["conv"].weight.grad.flatten(1), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(stack.weights[-1].grad[0], net.output.weight.grad, rtol=1e-4, atol=1e-4)
+    for layer, block in zip(stack.bn, net.convs):
+        for name in ("running_mean", "running_var"):
+            torch.testing.assert_close(layer[name][0], getattr(block["bn"], name), rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(layer["weight"].grad[0], block["bn"].weight.grad, rtol=1e-4, atol=1e-4)

@@ -29,7 +29,7 @@ Contract
   a stopped configuration keeps its state at that epoch; the others continue exactly as if they
   had never been batched with it. A configuration whose loss stops being finite stops there with
   ``error`` set; its companions go on.
-* Memory: ``max_configs`` (default: from the device's memory) splits a bucket into chunks that run
+* Memory: ``max_configs`` (default: from the device's memory) splits a bucket into equal chunks that run
   one after another; results come back in input order.
 """
 
@@ -119,8 +119,8 @@ def train_dnn_batched(
         members = sorted(members, key=lambda i: (configs[i].lr, configs[i].lr_decay, configs[i].adam_eps))
         widest = max(members, key=lambda i: sum(widths[i]))
         size = max_configs or default_max_configs(configs[widest], specs[widest], widths[widest], dataset, dev)
-        for start in range(0, len(members), size):
-            positions = np.asarray(members[start : start + size])
+        # Chunks of equal size (within one): a short last chunk would run at a small stack's rate.
+        for positions in np.array_split(np.asarray(members), -(-len(members) // size)):
             chunk = _ChunkRun(
                 dataset, [configs[i] for i in positions], specs[positions[0]], [widths[i] for i in positions], dev
             )
