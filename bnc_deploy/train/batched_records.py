@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from bnc_deploy.errors import ConfigError
+
 
 @dataclass
 class CheckpointView:
@@ -25,6 +27,19 @@ class CheckpointView:
     train_loss: np.ndarray
     val_error: np.ndarray | None
     test_error: np.ndarray
+
+
+def epoch_plan(epochs: int, batch: int, n: int, checkpoints: Sequence[int] | None) -> tuple[int, set[int]]:
+    """``(batches per epoch, the epochs measured)`` of a chunk on ``n`` training rows: every epoch without
+    ``checkpoints``, else those within ``1 .. epochs``, and always the last. ConfigError for a batch larger
+    than the training set (when there are epochs to run)."""
+    n_batches = n // batch
+    if epochs and n_batches == 0:
+        raise ConfigError(f"batch size {batch} is larger than the training set ({n} rows)")
+    wanted = set(range(1, epochs + 1)) if checkpoints is None else {e for e in checkpoints if 1 <= e <= epochs}
+    if epochs:
+        wanted.add(epochs)
+    return n_batches, wanted
 
 
 #: Per-epoch series every batched trainer records.

@@ -48,7 +48,7 @@ import torch
 
 from bnc_deploy.datasets.base import DiscreteDataset
 from bnc_deploy.errors import ConfigError
-from bnc_deploy.train.batched_records import CheckpointView, ChunkRecords
+from bnc_deploy.train.batched_records import CheckpointView, ChunkRecords, epoch_plan
 from bnc_deploy.train.bnc import TrainConfig, _check_reference_agrees, _to_artifact, resolve_parents
 from bnc_deploy.train.bnc_batched_step import Chunk, evaluate, run_epoch, template_model
 from bnc_deploy.train.common import TrainResult
@@ -264,12 +264,7 @@ def _plan(
             torch.as_tensor(dataset.y_val, dtype=torch.int64, device=device),
         )
     n = train_y.shape[0]
-    n_batches = n // batch
-    if epochs and n_batches == 0:
-        raise ConfigError(f"batch size {batch} is larger than the training set ({n} rows)")
-    wanted = set(range(1, epochs + 1)) if checkpoints is None else {e for e in checkpoints if 1 <= e <= epochs}
-    if epochs:
-        wanted.add(epochs)
+    n_batches, wanted = epoch_plan(epochs, batch, n, checkpoints)
     return _Plan(epochs, batch, configs[0].loss, train_idx, train_y, evals, n, n_batches, wanted)
 
 

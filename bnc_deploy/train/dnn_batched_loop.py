@@ -15,8 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from bnc_deploy.errors import ConfigError
-from bnc_deploy.train.batched_records import ChunkRecords
+from bnc_deploy.train.batched_records import ChunkRecords, epoch_plan
 from bnc_deploy.train.common import TrainResult
 
 
@@ -52,12 +51,7 @@ def run_chunk_epochs(chunk, checkpoints, on_checkpoint, positions: np.ndarray, o
     epochs, batch = config.epochs, config.batch_size
     x_train, y_train = chunk.tensors["train"]
     n = int(y_train.shape[0])
-    n_batches = n // batch
-    if epochs and n_batches == 0:
-        raise ConfigError(f"batch size {batch} is larger than the training set ({n} rows)")
-    wanted = set(range(1, epochs + 1)) if checkpoints is None else {e for e in checkpoints if 1 <= e <= epochs}
-    if epochs:
-        wanted.add(epochs)
+    n_batches, wanted = epoch_plan(epochs, batch, n, checkpoints)
     records = ChunkRecords(len(chunk.configs), epochs, len(wanted), "val" in chunk.tensors)
     generators = {c.seed: torch.Generator().manual_seed(c.seed + 1) for c in chunk.configs}
     stopped: dict[int, tuple] = {}

@@ -57,7 +57,7 @@ from bnc_deploy.artifacts import BNCArtifact
 from bnc_deploy.datasets.base import DiscreteDataset
 from bnc_deploy.errors import ConfigError
 from bnc_deploy.models.structure_learning import StructureLearningTAN
-from bnc_deploy.train.batched_records import CheckpointView, ChunkRecords
+from bnc_deploy.train.batched_records import CheckpointView, ChunkRecords, epoch_plan
 from bnc_deploy.train.bnc import TrainConfig
 from bnc_deploy.train.bnc_batched import resolve_device
 from bnc_deploy.train.common import TrainResult
@@ -242,14 +242,10 @@ def _plan(dataset: DiscreteDataset, member: _Member, device: torch.device, check
 
     c, sl = member.config, member.sl
     n = len(dataset.y_train)
-    if c.epochs and n // c.batch_size == 0:
-        raise ConfigError(f"batch size {c.batch_size} is larger than the training set ({n} rows)")
+    _, wanted = epoch_plan(c.epochs, c.batch_size, n, checkpoints)
     evals = {"test": tensors(dataset.x_test, dataset.y_test)}
     if dataset.x_val is not None and dataset.y_val is not None:
         evals["val"] = tensors(dataset.x_val, dataset.y_val)
-    wanted = set(range(1, c.epochs + 1)) if checkpoints is None else {e for e in checkpoints if 1 <= e <= c.epochs}
-    if c.epochs:
-        wanted.add(c.epochs)
     taus = temperatures(c.epochs, sl.tau_start, sl.tau_end)
     return _Plan(c.epochs, c.batch_size, c.loss, tensors(dataset.x_train, dataset.y_train), evals, taus, wanted)
 
