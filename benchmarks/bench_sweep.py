@@ -236,11 +236,13 @@ def batched_seconds(
     distinct_seeds: bool,
     settings: dict | None = None,
     stamps: list | None = None,
+    gpu_steps: str = "graphs",
 ) -> float:
     """Wall seconds of one batched call training M configurations of ``model`` as a sweep does
     (``stamps``: filled with (epoch, configurations still training, time) at the end of each
-    epoch of each chunk, CUDA-synchronized)."""
+    epoch of each chunk, CUDA-synchronized; ``gpu_steps``: a key of :data:`GPU_STEPS`)."""
     common: dict = {"device": device, "build": False, "checkpoints": [epochs]}
+    graphs = GPU_STEPS[gpu_steps]
     if stamps is not None:
 
         def on_epoch(epoch: int, active: int) -> None:
@@ -253,7 +255,7 @@ def batched_seconds(
         from bnc_deploy.train.dnn_batched import train_dnn_batched
 
         configs = dnn_configs(model, dataset, m, epochs, distinct_seeds)
-        return _timed(device, lambda: train_dnn_batched(dataset, configs, **common))
+        return _timed(device, lambda: train_dnn_batched(dataset, configs, cuda_graphs=graphs, **common))
     if model == "structure":
         trainer, reason = structure_trainer()
         if trainer is None:
@@ -261,7 +263,7 @@ def batched_seconds(
         pairs = structure_configs(settings or {}, m, epochs, distinct_seeds)
         return _timed(device, lambda: trainer(dataset, pairs, **common))
     configs = grid_configs(model, m, epochs, distinct_seeds=distinct_seeds)
-    return _timed(device, lambda: train_bnc_batched(dataset, configs, **common))
+    return _timed(device, lambda: train_bnc_batched(dataset, configs, cuda_graphs=graphs, **common))
 
 
 def steady_rate(stamps: list) -> float | None:
@@ -299,12 +301,21 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default="call",
         help="call: whole calls, setup included (default); steady: the epochs after the first, for both trainers",
     )
+    parser.add_argument(
+        "--gpu-steps",
+        default="graphs",
+        help="on a GPU, comma-separated, side by side: eager (kernel by kernel), graphs (steps replayed as CUDA "
+        "graphs, the default). Structure learning steps eagerly",
+    )
     args = parser.parse_args(argv)
     args.kinds = [k for k in args.models.split(",") if k]
     unknown = [k for k in args.kinds if k not in KINDS]
     if unknown:
         parser.error(f"--models: unknown {', '.join(unknown)}; use {', '.join(KINDS)}")
     args.sizes_list = [int(s) for s in args.sizes.split(",")]
+    args.gpu_steps_list = [k for k in args.gpu_steps.split(",") if k]
+    if not args.gpu_steps_list or any(k not in GPU_STEPS for k in args.gpu_steps_list):
+        parser.error(f"--gpu-steps: use {', '.join(GPU_STEPS)}")
     return args
 
 
@@ -349,7 +360,7 @@ def describe_run(datasets: dict, args, devices: list[str]) -> None:
         f"{os.cpu_count()} CPUs, {torch.get_num_threads()} torch threads; load average {os.getloadavg()[0]:.2f}; "
         f"devices: {', '.join(describe_device(d) for d in devices)}"
     )
-    print(f"{'model':<10}{'device':<8}{'M':>6}{'cfg-epochs/s':>14}{'per-run':>10}{'ratio':>9}")
+    print(f"{'model':<10}{'device':<12}{'M':>6}{'cfg-epochs/s':>14}{'per-run':>10}{'ratio':>9}")
 
 
 def measure_kind(kind: str, dataset, settings, devices: list[str], args) -> list[dict]:
@@ -359,11 +370,14 @@ def measure_kind(kind: str, dataset, settings, devices: list[str], args) -> list
     steady = args.timing == "steady"
     baseline = per_run_rate(dataset, kind, args.epochs, settings, steady=steady)
     rows = []
-    for device in devices:
-        batched_seconds(dataset, kind, 2, 1, device, args.distinct_seeds, settings)  # warm-up (kernels, allocator)
+    for device, steps in _device_runs(kind, devices, args.gpu_steps_list):
+        batched_seconds(dataset, kind, 2, 1, device, args.distinct_seeds, settings, gpu_steps=steps)  # warm-up
+        label = f"{device}-{steps}" if device.startswith("cuda") else device
         for m in args.sizes_list:
             stamps: list = []
-            seconds = batched_seconds(dataset, kind, m, args.epochs, device, args.distinct_seeds, settings, stamps)
+            seconds = batched_seconds(
+                dataset, kind, m, args.epochs, device, args.distinct_seeds, settings, stamps, steps
+            )
             rate = steady_rate(stamps) if steady else None
             if rate is None:
                 rate = m * args.epochs / seconds
@@ -377,10 +391,28 @@ def measure_kind(kind: str, dataset, settings, devices: list[str], args) -> list
                     "ratio": rate / baseline,
                     "data": dataset.name,
                     "seconds": seconds,
+                    "gpu_steps": steps if device.startswith("cuda") else None,
                 }
             )
-            print(f"{kind:<10}{device:<8}{m:>6}{rate:>14,.1f}{baseline:>10.1f}{rate / baseline:>8.1f}x", flush=True)
+            print(f"{kind:<10}{label:<12}{m:>6}{rate:>14,.1f}{baseline:>10.1f}{rate / baseline:>8.1f}x", flush=True)
     return rows
+
+
+#: ``--gpu-steps``: whether the batched trainers replay their steps as CUDA graphs on a GPU.
+GPU_STEPS = {"eager": False, "graphs": True}
+
+
+def _device_runs(kind: str, devices: list[str], gpu_steps: list[str]) -> list[tuple[str, str]]:
+    """(device, GPU steps) to measure: a GPU once per ``--gpu-steps`` kind (structure learning: eager
+    only), the CPU once."""
+    runs = []
+    for device in devices:
+        if not device.startswith("cuda"):
+            runs.append((device, "graphs"))
+            continue
+        wanted = {"eager"} if kind == "structure" else set(gpu_steps)
+        runs += [(device, k) for k in GPU_STEPS if k in wanted]
+    return runs
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -5,9 +5,10 @@ On the CPU a configuration trained batched is the single run bit for bit (``test
 other kernels, so the bits differ; this script trains the same configurations both ways and
 reports, per kind, the final test error of each and the largest difference of a latent weight
 (FC and CNN: ReLU nets, whose only randomness is the seeded initialisation and data order, shared
-by both devices; stochastic-sign nets draw their signs from the GPU's generator there).
+by both devices; stochastic-sign nets draw their signs from the GPU's generator there). NB and TAN
+(3-bit, hybrid loss) run on the GPU as a sweep runs them, steps replayed as CUDA graphs.
 
-    python benchmarks/gpu_agreement.py [--epochs 20] [--kinds fc,cnn,structure] [--json OUT]
+    python benchmarks/gpu_agreement.py [--epochs 20] [--kinds nb,tan,fc,cnn,structure] [--json OUT]
 """
 
 from __future__ import annotations
@@ -55,6 +56,30 @@ def dnn_agreement(kind: str, epochs: int) -> list[dict]:
     return out
 
 
+def bn_agreement(model: str, epochs: int) -> list[dict]:
+    """NB and TAN (Chow-Liu structure), 3 bits, the hybrid loss: the CPU single run against the GPU."""
+    from bnc_deploy.train.bnc import TrainConfig
+    from bnc_deploy.train.bnc_batched import train_bnc_batched
+
+    ds = load_dataset("letter", seed=0, validation_fraction=0.2)
+    base = TrainConfig(model=model, bits=3, int_bits=3, epochs=epochs, progress=False)
+    configs = [replace(base, lr=lr, hybrid_lambda=110.4, hybrid_gamma=17.97, hybrid_eta=10.0) for lr in (3e-2, 3e-3)]
+    cpu = [train_bnc_batched(ds, [c], build=False)[0] for c in configs]
+    gpu = train_bnc_batched(ds, configs, device="cuda", build=False)
+    return [
+        {
+            "kind": model,
+            "data": ds.name,
+            "lr": c.lr,
+            "epochs": epochs,
+            "cpu_test_error": a.history["test_error"][-1],
+            "gpu_test_error": b.history["test_error"][-1],
+            "max_latent_weight_difference": float(abs(a.rho - b.rho).max()),
+        }
+        for c, a, b in zip(configs, cpu, gpu)
+    ]
+
+
 def structure_agreement(epochs: int) -> list[dict]:
     try:
         from bnc_deploy.train.structure_batched import train_learned_tan_batched
@@ -94,15 +119,20 @@ def structure_agreement(epochs: int) -> list[dict]:
 def main(argv: list[str] | None = None) -> list[dict]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--epochs", type=int, default=20)
-    parser.add_argument("--kinds", default="fc,cnn,structure")
+    parser.add_argument("--kinds", default="nb,tan,fc,cnn,structure")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("gpu_agreement: torch sees no CUDA GPU")
     rows: list[dict] = []
     for kind in args.kinds.split(","):
-        rows += structure_agreement(args.epochs) if kind == "structure" else dnn_agreement(kind, args.epochs)
-        print(json.dumps(rows[-1]), flush=True)
+        if kind == "structure":
+            rows += structure_agreement(args.epochs)
+        elif kind in ("nb", "tan"):
+            rows += bn_agreement(kind, args.epochs)
+        else:
+            rows += dnn_agreement(kind, args.epochs)
+        print(json.dumps(rows[-2:]), flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)

@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
-# The GPU checks of the batched trainers, in one run on a CUDA machine (at most about 12 minutes; each step has
-# its own time limit, the last one $CLAIM_SECONDS, default 330):
-#   1. the CUDA tests of the batched trainers;
+# The GPU checks of the batched trainers, in one run on a CUDA machine (about 9 minutes; each step has
+# its own time limit, so one that runs long cannot take the others with it):
+#   1. the CUDA tests of the batched trainers, CUDA graphs included;
 #   2. agreement of GPU training with the CPU single run (benchmarks/gpu_agreement.py);
-#   3. configuration-epochs per second of every batched trainer on the GPU (benchmarks/bench_sweep.py);
-#   4. the forecast of `bnc-reproduce all --data letter --protocol paper --device cuda`, from probes on the GPU;
-#   5. usps CNNs with ReLU at the memory budget of 1-bit naive Bayes (8,650 bits), the paper's grid for
-#      that point (conv layers 1..2 x weight bits 1..8 x batch norm on/off x lr0 3e-2/3e-3/3e-4, 500
-#      epochs) with one seed, selected on a 20 % validation split: the paper's Sec. VI claim that these
-#      beat every model at the largest budget.
+#   3. where a GPU epoch goes, eager against CUDA graphs (benchmarks/gpu_step_profile.py);
+#   4. configuration-epochs per second of the batched trainers, each way of stepping side by side
+#      (benchmarks/bench_sweep.py);
+#   5. the forecast of `bnc-reproduce all --data letter --protocol paper --device cuda`, from probes
+#      of the plan's own chunks on the GPU (--dry-run: nothing is trained beyond the probes);
+#   6. with CLAIM_SECONDS set (default 0: skipped), usps CNNs with ReLU at the memory budget of 1-bit
+#      naive Bayes (8,650 bits): the paper's grid for that point (conv layers 1..2 x weight bits 1..8 x
+#      batch norm on/off x lr0 3e-2/3e-3/3e-4, 500 epochs) with one seed, selected on a 20 % validation
+#      split, for the paper's Sec. VI claim that these beat every model at the largest budget.
+# PROFILE=0 skips step 3; END_BY (epoch seconds) cuts step 6 short to end the script by then.
 # Needs the datasets and the paper's structures folder (BNC_DEPLOY_DATA_DIR, BNC_DEPLOY_STRUCTURES_DIR);
-# writes its results to $OUT (default ./gpu-out). Each step has its own time limit, so one that runs
-# long cannot take the others with it.
+# writes its results to $OUT (default ./gpu-out).
 #
 #     BNC_DEPLOY_DATA_DIR=... BNC_DEPLOY_STRUCTURES_DIR=... bash benchmarks/gpu_sweeps.sh
 set -u
@@ -26,28 +29,41 @@ $PY -c 'import torch, platform; print(platform.python_version(), torch.__version
     | tee "$OUT/environment.txt"
 
 step "1. CUDA tests"
-timeout 60 $PY -m pytest -q -p no:cacheprovider tests/test_dnn_batched.py tests/test_structure_batched.py -k cuda \
-    2>&1 | tail -5 | tee "$OUT/tests.txt"
+timeout 100 $PY -m pytest -q -p no:cacheprovider tests/test_cuda_graph.py tests/test_dnn_batched.py \
+    tests/test_bnc_batched.py tests/test_structure_batched.py -k "cuda or gpu" 2>&1 | tail -8 | tee "$OUT/tests.txt"
 
 step "2. GPU against the CPU single run"
-timeout 75 $PY benchmarks/gpu_agreement.py --epochs 10 --json "$OUT/agreement.json" 2>&1 | tail -8
+timeout 90 $PY benchmarks/gpu_agreement.py --epochs 3 --kinds nb,tan,fc --json "$OUT/agreement.json" 2>&1 \
+    | grep '^\['
 
-step "3. rates"
-timeout 110 $PY benchmarks/bench_sweep.py --models nb,tan,fc,cnn,structure --sizes 16,256,1024 --epochs 2 \
-    --devices cuda --json "$OUT/bench_sweep_cuda.json" 2>&1 | tail -24
+if [ "${PROFILE:-1}" != 0 ]; then
+    step "3. where an epoch goes"
+    timeout 70 $PY benchmarks/gpu_step_profile.py --kinds tan:1024,fc:192 --gpu-steps eager,graphs \
+        --json "$OUT/profile.json" 2>&1 | grep -v -e AccumulateGrad -e run_backward | tail -40
+fi
 
-step "4. forecast of the letter paper protocol"
-timeout 110 $PY -m bnc_deploy.cli.reproduce all --data letter --protocol paper --device cuda --estimate \
+step "4. rates"
+timeout 150 $PY benchmarks/bench_sweep.py --models nb,tan,fc,cnn --sizes 192,1024 --epochs 3 --timing steady \
+    --devices cuda --gpu-steps eager,graphs --json "$OUT/bench_sweep_cuda.json" 2>&1 | grep -v -e AccumulateGrad -e run_backward | tail -24
+
+step "5. forecast of the letter paper protocol"
+timeout 170 $PY -m bnc_deploy.cli.reproduce all --data letter --protocol paper --device cuda --dry-run --estimate \
     -o /tmp/forecast --json > "$OUT/forecast.json" 2> "$OUT/forecast.err"
 $PY -c 'import json,sys; print(json.load(open(sys.argv[1]))["estimate"]["text"])' "$OUT/forecast.json" \
     || tail -5 "$OUT/forecast.err"
-
-step "5. usps CNN ReLU at the 1-bit NB budget, 500 epochs"
-# One chunk per program (conv layers x batch norm: 24 configurations each), so every finished
-# program is committed even if the step runs out of time.
-timeout ${CLAIM_SECONDS:-330} $PY -m bnc_deploy.cli.bnc_sweep --data usps --model cnn --match-bits 8650 --layers 1,2 \
-    --weight-bits 1..8 --batch-norm true,false --lr 3e-2,3e-3,3e-4 --activation relu --epochs 500 \
-    --validation 0.2 --device cuda --group-by model,layers,batch_norm --max-configs 24 --keep none \
-    --quiet --json -o /tmp/cnn_budget1 > "$OUT/cnn_budget1.json"
-cp /tmp/cnn_budget1/results.sqlite "$OUT/cnn_budget1.sqlite" 2>/dev/null
+CLAIM=${CLAIM_SECONDS:-0}
+if [ -n "${END_BY:-}" ]; then  # a wall-clock deadline (epoch seconds) for the whole script
+    left=$(( END_BY - $(date +%s) - 15 ))
+    [ "$left" -lt "$CLAIM" ] && CLAIM=$left
+fi
+if [ "$CLAIM" -gt 0 ]; then
+    step "6. usps CNN ReLU at the 1-bit NB budget, 500 epochs ($CLAIM s at most)"
+    # One chunk per program (conv layers x batch norm: 24 configurations each), so every finished
+    # program is committed even if the step runs out of time.
+    timeout "$CLAIM" $PY -m bnc_deploy.cli.bnc_sweep --data usps --model cnn --match-bits 8650 --layers 1,2 \
+        --weight-bits 1..8 --batch-norm true,false --lr 3e-2,3e-3,3e-4 --activation relu --epochs 500 \
+        --validation 0.2 --device cuda --group-by model,layers,batch_norm --max-configs 24 --keep none \
+        --quiet --json -o /tmp/cnn_budget1 > "$OUT/cnn_budget1.json"
+    cp /tmp/cnn_budget1/results.sqlite "$OUT/cnn_budget1.sqlite" 2>/dev/null
+fi
 step "done"

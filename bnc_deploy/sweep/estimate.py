@@ -8,11 +8,13 @@
   on the chosen device, without data loading, model building and evaluation, and returns its
   :class:`Rates`. The batched trainers run a chunk of up to :data:`BNC_PROBE_CONFIGS`
   configurations (on a GPU the first chunk whole, as it will run) and one of an eighth of that
-  (:data:`SMALL_PROBE_SHARE`) for 2 epochs each; the second epochs give a line: a chunk's epoch
-  costs a part that does not grow with its configurations (data passes, per-step overhead) plus
-  a part per configuration. DNN programs differ in size (the budgets), so up to
-  :data:`SINGLE_PROBE_CONFIGS` of them, spread over the plan, are probed so and averaged; a DNN
-  chunk's programs (:func:`dnn_bucket`) run back to back, each stepping its own epochs.
+  (:data:`SMALL_PROBE_SHARE`) for 3 epochs each; the second epochs (after the first, which warms
+  up, and before the last, which also evaluates) give a line: a chunk's epoch costs a part that
+  does not grow with its configurations (data passes, per-step overhead) plus a part per
+  configuration. Evaluation is left out: a sweep evaluates at its checkpoints only. DNN programs
+  differ in size (the budgets), so up to :data:`SINGLE_PROBE_CONFIGS` of them, spread over the
+  plan, are probed so and averaged; a DNN chunk's programs (:func:`dnn_bucket`) run back to back,
+  each stepping its own epochs.
 * :func:`price`: the forecast of any plan of the same kinds from those rates, without running
   anything: per kind, seconds per configuration-epoch times the planned configuration-epochs, plus
   the chunk part times the epochs each batched chunk runs (its longest configuration's: a halved
@@ -39,6 +41,8 @@ BNC_PROBE_CONFIGS = 64
 SMALL_PROBE_SHARE = 1 / 8
 #: DNN programs probed per kind (spread over the plan: the budgets differ).
 SINGLE_PROBE_CONFIGS = 3
+#: Epochs of each probe; the second is timed.
+PROBE_EPOCHS = 3
 
 
 @dataclass(frozen=True)
@@ -127,7 +131,7 @@ def measure_rates(tasks: list, *, device: str = "cpu") -> dict[str, Rates]:
 
 
 def _batched_rates(task, records: list, device: str) -> Rates:
-    """Two probes of one batched program (``records``: one chunk's worth), 2 epochs each."""
+    """Two probes of one batched program (``records``: one chunk's worth), :data:`PROBE_EPOCHS` each."""
     limit = len(records) if _gpu(device) else BNC_PROBE_CONFIGS
     large = records[:limit]
     small = large[: max(1, round(len(large) * SMALL_PROBE_SHARE))]
@@ -242,10 +246,13 @@ def _probe_task(task, records: list, epochs: int):
 
 
 def _epoch_seconds(task, records: list) -> float:
-    """Seconds of the second epoch of a 2-epoch batched run (the first warms up)."""
+    """Seconds of the second epoch of a :data:`PROBE_EPOCHS`-epoch batched run: the first warms up
+    (compiles, captures, allocates) and the last evaluates."""
     stamps = []
-    run_chunk(_probe_task(task, records, 2), on_epoch=lambda epoch, active: stamps.append(time.perf_counter()))
-    return stamps[-1] - stamps[-2] if len(stamps) >= 2 else float("nan")
+    run_chunk(
+        _probe_task(task, records, PROBE_EPOCHS), on_epoch=lambda epoch, active: stamps.append(time.perf_counter())
+    )
+    return stamps[1] - stamps[0] if len(stamps) == PROBE_EPOCHS else float("nan")
 
 
 def _duration(seconds: float) -> str:

@@ -129,6 +129,7 @@ def train_bnc_batched(
     parents: np.ndarray | None = None,
     structure_source: str | None = None,
     on_epoch: Callable[[int, int], None] | None = None,
+    cuda_graphs: bool = True,
 ) -> list[BatchedRun]:
     """Train every configuration of ``configs`` (sharing :func:`chunk_key`) on ``dataset``.
 
@@ -136,7 +137,8 @@ def train_bnc_batched(
     epoch, which is the single run's history; the last epoch is always one). ``build``: True to make
     each configuration's model file (:class:`TrainResult` in ``.result``, as ``train_bnc`` returns),
     False for none, or ``build(i, run)`` to decide per configuration (e.g. only the best ones).
-    ``on_epoch(epoch, active)`` after every epoch (progress bars).
+    ``on_epoch(epoch, active)`` after every epoch (progress bars). ``cuda_graphs``: replay each step
+    on a GPU as a CUDA graph (:mod:`bnc_deploy.train.cuda_graph`; no effect on the CPU).
     """
     configs = list(configs)
     if not configs:
@@ -163,7 +165,15 @@ def train_bnc_batched(
     for start in range(0, len(order), size):
         positions = np.asarray(order[start : start + size])
         ran = _train_chunk(
-            dataset, [configs[i] for i in positions], parents, dev, checkpoints, on_checkpoint, positions, on_epoch
+            dataset,
+            [configs[i] for i in positions],
+            parents,
+            dev,
+            checkpoints,
+            on_checkpoint,
+            positions,
+            on_epoch,
+            cuda_graphs,
         )
         for pos, run in zip(positions, ran):
             wanted = build(int(pos), run) if callable(build) else build
@@ -216,13 +226,13 @@ class _Block:
 
 
 def _blocks(
-    dataset: DiscreteDataset, configs: list[TrainConfig], parents: np.ndarray, device: torch.device
+    dataset: DiscreteDataset, configs: list[TrainConfig], parents: np.ndarray, device: torch.device, graphs: bool
 ) -> list[_Block]:
-    """The chunk's configurations in blocks of :func:`_block_size`, in order."""
+    """The chunk's configurations in blocks of :func:`_block_size`, in order (``graphs``: CUDA graphs, on a GPU)."""
     m0 = len(configs)
     size = _block_size(_table_size(dataset, parents), device, m0)
     return [
-        _Block(Chunk(configs[a : a + size], dataset, parents, device), np.arange(a, min(a + size, m0)))
+        _Block(Chunk(configs[a : a + size], dataset, parents, device, graphs), np.arange(a, min(a + size, m0)))
         for a in range(0, m0, size)
     ]
 
@@ -354,7 +364,7 @@ def _train_block_epoch(
 
 
 def _train_chunk(
-    dataset, configs, parents, device, checkpoints, on_checkpoint, positions, on_epoch
+    dataset, configs, parents, device, checkpoints, on_checkpoint, positions, on_epoch, graphs: bool = False
 ) -> list[BatchedRun]:
     """Train ``configs`` together (memory permitting) in blocks stepped one after another each epoch.
 
@@ -362,7 +372,7 @@ def _train_chunk(
     sees every configuration of the chunk at once.
     """
     started = time.perf_counter()
-    blocks = _blocks(dataset, configs, parents, device)
+    blocks = _blocks(dataset, configs, parents, device, graphs)
     plan = _plan(dataset, configs, blocks[0].chunk.template, device, checkpoints)
     history = _History(len(configs), plan)
     # One shuffle stream per distinct seed: configurations with equal seeds share their order.

@@ -20,6 +20,7 @@ from bnc_deploy.datasets.base import DiscreteDataset
 from bnc_deploy.models._kernels import _ONEHOT_GRAD_MAX_ELEMENTS
 from bnc_deploy.models.bnc import BayesNetClassifier
 from bnc_deploy.train.bnc import TrainConfig
+from bnc_deploy.train.cuda_graph import step_graph
 
 __all__ = ["Chunk", "evaluate", "run_epoch", "template_model"]
 
@@ -28,28 +29,37 @@ __all__ = ["Chunk", "evaluate", "run_epoch", "template_model"]
 class Chunk:
     """Tensors of M configurations that share data, structure and schedule length."""
 
-    def __init__(self, configs: list[TrainConfig], dataset: DiscreteDataset, parents: np.ndarray, device: torch.device):
+    def __init__(
+        self,
+        configs: list[TrainConfig],
+        dataset: DiscreteDataset,
+        parents: np.ndarray,
+        device: torch.device,
+        cuda_graphs: bool = False,
+    ):
         self.configs = configs
         self.device = device
+        self.graph = step_graph(device, cuda_graphs)  # None: eager steps (always on the CPU)
+        self.generation = 0  # counts keep(): a captured step holds the tensors of one generation
         m = len(configs)
-        # One template model per configuration: the single run's own initialisation code (an ML
-        # initialisation depends on the data and smoothing only, so it is built once per smoothing).
-        ml: dict = {}
-        models = []
+        # The single run's own initialisation code, once per distinct initial table: an ML
+        # initialisation depends on the data and smoothing only, a uniform one on the seed only.
+        slots: dict = {}
+        models, which = [], []
         for c in configs:
-            if c.init == "ml":
-                if c.smoothing not in ml:
-                    ml[c.smoothing] = template_model(c, dataset, parents)
-                models.append(ml[c.smoothing])
-            else:
+            key = ("ml", c.smoothing) if c.init == "ml" else (c.init, c.seed)
+            if key not in slots:
+                slots[key] = len(models)
                 models.append(template_model(c, dataset, parents))
+            which.append(slots[key])
         t = models[0]
         self.shape = tuple(t.rho.shape)  # (D, P, K, C)
         self.n_rows = int(np.prod(self.shape[:3]))
         self.n_classes = t.n_classes
         self.template = t
-        self.rho = torch.stack([mod.rho.detach() for mod in models]).to(device).contiguous()
-        self.class_rho = torch.stack([mod.class_rho.detach() for mod in models]).to(device).contiguous()
+        pick = torch.as_tensor(which, device=device)
+        self.rho = torch.stack([mod.rho.detach() for mod in models]).to(device).index_select(0, pick).contiguous()
+        self.class_rho = torch.stack([mod.class_rho.detach() for mod in models]).to(device).index_select(0, pick)
         self.valid = t.valid.to(device)
         self.exp_avg = [torch.zeros_like(self.rho), torch.zeros_like(self.class_rho)]
         self.exp_avg_sq = [torch.zeros_like(self.rho), torch.zeros_like(self.class_rho)]
@@ -96,6 +106,7 @@ class Chunk:
     def keep(self, mask: np.ndarray) -> None:
         """Drop configurations (early stop): index_select along the configuration axis only."""
         idx = torch.as_tensor(np.flatnonzero(mask), device=self.device)
+        self.generation += 1
         for name in ("rho", "class_rho", "scale", "neg_bound", "is_quantized", "gamma", "eta"):
             setattr(self, name, getattr(self, name).index_select(0, idx).contiguous())
         self.exp_avg = [t.index_select(0, idx).contiguous() for t in self.exp_avg]
@@ -119,6 +130,19 @@ class Chunk:
                 groups.setdefault((self.rates[j].tobytes(), self.eps[j]), []).append(j)
             self._cache["groups"] = [(members[0], eps, tuple(members)) for (_, eps), members in groups.items()]
         return self._cache["groups"]
+
+    def rates_at(self, epoch: int) -> list[float]:
+        """Each Adam group's learning rate at ``epoch`` (1-based), as :func:`_adam` takes them."""
+        return group_rates(self, epoch)
+
+    def rate_table(self) -> torch.Tensor:
+        """(groups, epochs) learning rates on the device (a CUDA graph reads this epoch's column)."""
+        return self.constant(
+            "rate_table",
+            lambda: torch.as_tensor(
+                self.rates[[first for first, _, _ in self.adam_groups()]], dtype=torch.float32, device=self.device
+            ),
+        )
 
     def constant(self, name: str, make) -> torch.Tensor:
         """A per-chunk tensor built once (until configurations are dropped)."""
@@ -274,15 +298,16 @@ def _table_grad(chunk: Chunk, indices: torch.Tensor, grad: torch.Tensor, shared:
 _ADAM_UNIT = 16
 
 
-def _adam(chunk: Chunk, epoch: int) -> None:
-    """torch's fused Adam on ``chunk.grads``, once per group of configurations with equal schedule and eps."""
+def _adam(chunk: Chunk, lrs) -> None:
+    """torch's fused Adam on ``chunk.grads``, once per group of configurations with equal schedule and
+    eps; ``lrs``: each group's learning rate (floats, or a (groups,) tensor on the device)."""
     chunk.step += 1
-    for first, eps, members in chunk.adam_groups():
+    for (_, eps, members), lr in zip(chunk.adam_groups(), lrs, strict=True):
         lists = chunk.adam_lists(members)
         torch._fused_adam_(
             *lists,
             [chunk.step] * len(lists[0]),
-            lr=float(chunk.rates[first, epoch - 1]),
+            lr=lr,
             beta1=0.9,
             beta2=0.999,
             weight_decay=0.0,
@@ -290,6 +315,12 @@ def _adam(chunk: Chunk, epoch: int) -> None:
             amsgrad=False,
             maximize=False,
         )
+
+
+def group_rates(chunk, epoch: int) -> list[float]:
+    """Each Adam group's learning rate at ``epoch`` (1-based) of a chunk with ``rates`` and
+    ``adam_groups()`` (the BN and structure-learning chunks)."""
+    return [float(chunk.rates[first, epoch - 1]) for first, _, _ in chunk.adam_groups()]
 
 
 def _runs(members: list[int]) -> list[tuple[int, int]]:
@@ -316,27 +347,48 @@ def run_epoch(
         order = torch.stack([perms[s] for s in seeds]).to(device)
     loss_sum = torch.zeros(chunk.m, dtype=torch.float64, device=device)
     wrong = torch.zeros(chunk.m, dtype=torch.int64, device=device)
+
+    def body(inputs: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        return _batch_step(chunk, inputs["rows"], train_idx, train_y, shared, loss_name, inputs["lr"])
+
     for b in range(n_batches):
         rows = order[:, b * batch : (b + 1) * batch]  # (1 or M, batch)
-        idx = train_idx[rows].expand(chunk.m, -1, -1) if shared else train_idx[rows]
-        labels = train_y[rows].expand(chunk.m, -1) if shared else train_y[rows]
-        theta, class_theta, q, cq = _log_tables(chunk)
-        log_joint = _gather_sum(q, cq, idx)
-        if loss_name == "hybrid":
-            loss, grad = _hybrid(chunk, log_joint, labels.contiguous())
-        elif loss_name == "nll":
-            loss, grad = _nll(log_joint, labels.contiguous())
+        if chunk.graph is None:
+            loss, errors = _batch_step(chunk, rows, train_idx, train_y, shared, loss_name, chunk.rates_at(epoch))
         else:
-            loss, grad = _cll(log_joint, labels.contiguous())
+            inputs = {"rows": rows, "lr": chunk.rate_table()[:, epoch - 1]}
+            loss, errors = chunk.graph.step((chunk.generation, shared), inputs, body)
         loss_sum += loss.double()
-        wrong += (log_joint.argmax(dim=2) != labels).sum(dim=1)
-        grad_theta = _table_grad(chunk, idx, grad, shared).reshape(theta.shape)
-        # log_softmax backward (g - softmax * sum g), written into the buffers fused Adam reads.
-        torch.sub(grad_theta, theta.exp() * grad_theta.sum(dim=3, keepdim=True), out=chunk.grads[0])
-        grad_class_theta = grad.sum(dim=1)
-        torch.sub(grad_class_theta, class_theta.exp() * grad_class_theta.sum(dim=1, keepdim=True), out=chunk.grads[1])
-        _adam(chunk, epoch)
+        wrong += errors
     return (loss_sum / n_batches).cpu().numpy(), wrong.cpu().numpy() / (n_batches * batch)
+
+
+def _batch_step(
+    chunk: Chunk, rows: torch.Tensor, train_idx, train_y, shared: bool, loss_name: str, lrs
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One update of every configuration on the training rows ``rows`` ((1 or M, batch)): (loss, wrong rows)."""
+    idx = train_idx[rows].expand(chunk.m, -1, -1) if shared else train_idx[rows]
+    labels = train_y[rows].expand(chunk.m, -1) if shared else train_y[rows]
+    theta, class_theta, q, cq = _log_tables(chunk)
+    log_joint = _gather_sum(q, cq, idx)
+    loss, grad = _loss(chunk, log_joint, labels, loss_name)
+    wrong = (log_joint.argmax(dim=2) != labels).sum(dim=1)
+    grad_theta = _table_grad(chunk, idx, grad, shared).reshape(theta.shape)
+    # log_softmax backward (g - softmax * sum g), written into the buffers fused Adam reads.
+    torch.sub(grad_theta, theta.exp() * grad_theta.sum(dim=3, keepdim=True), out=chunk.grads[0])
+    grad_class_theta = grad.sum(dim=1)
+    torch.sub(grad_class_theta, class_theta.exp() * grad_class_theta.sum(dim=1, keepdim=True), out=chunk.grads[1])
+    _adam(chunk, lrs)
+    return loss, wrong
+
+
+def _loss(chunk: Chunk, log_joint: torch.Tensor, labels: torch.Tensor, loss_name: str):
+    """(loss (M,), dL/dlog_joint) of the chunk's loss."""
+    if loss_name == "hybrid":
+        return _hybrid(chunk, log_joint, labels.contiguous())
+    if loss_name == "nll":
+        return _nll(log_joint, labels.contiguous())
+    return _cll(log_joint, labels.contiguous())
 
 
 @torch.no_grad()

@@ -31,6 +31,9 @@ Contract
   ``error`` set; its companions go on.
 * Memory: ``max_configs`` (default: from the device's memory) splits a bucket into equal chunks that run
   one after another; results come back in input order.
+* On a GPU each step is replayed as a CUDA graph (:mod:`bnc_deploy.train.cuda_graph`; ``cuda_graphs=False``
+  steps eagerly): the same kernels, launched at once; the learning rate then reaches fused Adam as a
+  tensor.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ import torch.nn.functional as F
 
 from bnc_deploy.datasets.base import DiscreteDataset
 from bnc_deploy.models.dnn_stacked import StackedDNN, write_back
+from bnc_deploy.train import cuda_graph
 from bnc_deploy.train.bnc_batched import CheckpointView, resolve_device
 
 # Fused Adam's vector unit and the runs of a group: the rule the BN trainer established (see there).
@@ -85,6 +89,7 @@ def train_dnn_batched(
     on_epoch: Callable[[int, int], None] | None = None,
     progress: bool = False,
     mix_widths: bool | None = None,
+    cuda_graphs: bool = True,
 ) -> list[DNNRun]:
     """Train every configuration of ``configs`` (:class:`~bnc_deploy.train.dnn.DNNConfig`) on ``dataset``.
 
@@ -95,7 +100,8 @@ def train_dnn_batched(
     ``mix_widths`` (default: on CUDA only): configurations whose widths differ share a program,
     padded to the widest with the padding masked out. A GPU then runs a budget grid in a few large
     programs instead of one per width; on the CPU it would give up the bit-exact contract (the
-    padded products sum in another order), so it is off there.
+    padded products sum in another order), so it is off there. ``cuda_graphs``: replay each step on a
+    GPU as a CUDA graph (no effect on the CPU).
     """
     from bnc_deploy.train.dnn_model import input_spec, resolve_widths
 
@@ -122,7 +128,12 @@ def train_dnn_batched(
         # Chunks of equal size (within one): a short last chunk would run at a small stack's rate.
         for positions in np.array_split(np.asarray(members), -(-len(members) // size)):
             chunk = _ChunkRun(
-                dataset, [configs[i] for i in positions], specs[positions[0]], [widths[i] for i in positions], dev
+                dataset,
+                [configs[i] for i in positions],
+                specs[positions[0]],
+                [widths[i] for i in positions],
+                dev,
+                cuda_graphs,
             )
             ran = chunk.train(checkpoints, on_checkpoint, positions, on_epoch, progress)
             for pos, run, state in zip(positions, ran, chunk.states):
@@ -183,7 +194,15 @@ def _eval_group(per_row: int, m: int, device: torch.device) -> int:
 class _ChunkRun:
     """One chunk of one bucket: its data on the device, its nets, the epoch loop and the records."""
 
-    def __init__(self, dataset: DiscreteDataset, configs: list, spec, widths: list[list[int]], device: torch.device):
+    def __init__(
+        self,
+        dataset: DiscreteDataset,
+        configs: list,
+        spec,
+        widths: list[list[int]],
+        device: torch.device,
+        cuda_graphs: bool = False,
+    ):
         from bnc_deploy.train.dnn_model import build_model
 
         self.configs, self.device = configs, device
@@ -207,13 +226,46 @@ class _ChunkRun:
         self._adam_lists: list | None = None
         widest = max(widths, key=sum)
         self.eval_group = _eval_group(_activation_floats(configs[0], spec, widest), len(configs), device)
+        # A sign net's replays draw from its CUDA generator (registered with the graph); ReLU nets draw nothing.
+        sign = device.type == "cuda" and self.net.activation != "relu"
+        generators = [self.net.cuda_generator] if sign else []
+        self.graph = cuda_graph.step_graph(device, cuda_graphs, generators)
+        self._lr_table: torch.Tensor | None = None  # (groups, epochs) on the device, for the graph
+        self._members: list[list[int]] | None = None
+        self._generation = 0  # counts drop(): a captured step holds the tensors of one generation
+
+    # -- one batch ----------------------------------------------------------------------------------
+    def train_batch(
+        self, idx: torch.Tensor, spread: torch.Tensor, which: list[int], epoch: int
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`step` on the rows ``idx`` (G, B) of the training data (labels routed by ``spread``),
+        replayed as a CUDA graph when there is one."""
+        x_train, y_train = self.tensors["train"]
+        if self.graph is None:
+            return self.step(x_train[idx], y_train[idx].index_select(0, spread), which, self._rates_at(epoch))
+        if self._lr_table is None:
+            firsts = [members[0] for members in self._groups()]
+            self._lr_table = torch.as_tensor(self.rates[firsts], dtype=torch.float32, device=self.device)
+
+        def body(inputs: dict) -> tuple[torch.Tensor, torch.Tensor]:
+            rows = inputs["idx"]
+            x, y = x_train[rows], y_train[rows].index_select(0, inputs["spread"])
+            return self.step(x, y, which, list(inputs["lr"].unbind(0)))
+
+        inputs = {"idx": idx, "spread": spread, "lr": self._lr_table[:, epoch - 1]}
+        return self.graph.step((self._generation, tuple(which)), inputs, body)
+
+    def _rates_at(self, epoch: int) -> list[float]:
+        """Each Adam group's learning rate at ``epoch`` (1-based)."""
+        return [float(self.rates[members[0], epoch - 1]) for members in self._groups()]
 
     # -- one step ---------------------------------------------------------------------------------
-    def step(self, x: torch.Tensor, y: torch.Tensor, which: list[int], epoch: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def step(self, x: torch.Tensor, y: torch.Tensor, which: list[int], lrs: list) -> tuple[torch.Tensor, torch.Tensor]:
         """One update of every active configuration on its batch: ((m,) losses, (m,) wrong rows).
 
         ``x`` (G, B, ...): the batches of the G data orders; configuration j trains on ``x[which[j]]``
-        with labels ``y[j]``."""
+        with labels ``y[j]``; ``lrs``: each Adam group's learning rate (a float, or a 0-dim tensor on
+        the device)."""
         params = self.net.parameters()
         for p in params:
             if p.grad is None:
@@ -224,20 +276,20 @@ class _ChunkRun:
         m, b, c = logits.shape
         losses = F.cross_entropy(logits.reshape(m * b, c), y.reshape(-1), reduction="none").view(m, b).mean(1)
         losses.sum().backward()
-        self._adam(params, epoch)
+        self._adam(params, lrs)
         self.net.clamp_latent_()
         wrong = (logits.detach().argmax(dim=2) != y).sum(dim=1)
         return losses.detach(), wrong
 
-    def _adam(self, params: list[torch.Tensor], epoch: int) -> None:
+    def _adam(self, params: list[torch.Tensor], lrs: list) -> None:
         self.step_count += 1
         if self._adam_lists is None:
             self._adam_lists = self._group_lists(params)
-        for first, eps, lists in self._adam_lists:
+        for (_, eps, lists), lr in zip(self._adam_lists, lrs, strict=True):
             torch._fused_adam_(
                 *lists,
                 [self.step_count] * len(lists[0]),
-                lr=float(self.rates[first, epoch - 1]),
+                lr=lr,
                 beta1=0.9,
                 beta2=0.999,
                 weight_decay=0.0,
@@ -246,17 +298,23 @@ class _ChunkRun:
                 maximize=False,
             )
 
+    def _groups(self) -> list[list[int]]:
+        """The active configurations by equal schedule and eps (Adam's groups, in a fixed order)."""
+        if self._members is None:
+            groups: dict = {}
+            for j in range(self.net.m):
+                groups.setdefault((self.rates[j].tobytes(), self.eps[j]), []).append(j)
+            self._members = list(groups.values())
+        return self._members
+
     def _group_lists(self, params: list[torch.Tensor]) -> list[tuple[int, float, list]]:
         """Per group of equal schedule and eps: (first member, eps, fused Adam's tensor lists).
 
         Views of the stacked tensors, valid until configurations are dropped; the gradients are
         the ``.grad`` tensors, which backward accumulates into in place (``zero_grad`` zeroes them).
         """
-        groups: dict = {}
-        for j in range(self.net.m):
-            groups.setdefault((self.rates[j].tobytes(), self.eps[j]), []).append(j)
         out = []
-        for members in groups.values():
+        for members in self._groups():
             lists: list[list] = [[], [], [], [], []]
             for p, (avg, avg_sq) in zip(params, self.adam):
                 whole = self.device.type == "cuda" or p[0].numel() % _ADAM_UNIT == 0
@@ -295,7 +353,8 @@ class _ChunkRun:
         idx = torch.as_tensor(idx_list, dtype=torch.int64, device=self.device)
         self.net.keep(idx, idx_list)
         self.adam = [(a.index_select(0, idx).contiguous(), s.index_select(0, idx).contiguous()) for a, s in self.adam]
-        self._adam_lists = None
+        self._adam_lists = self._lr_table = self._members = None
+        self._generation += 1
         self.rates = self.rates[keep]
         self.eps = [self.eps[j] for j in idx_list]
         self.active = self.active[keep]

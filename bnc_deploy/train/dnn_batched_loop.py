@@ -49,8 +49,7 @@ def run_chunk_epochs(chunk, checkpoints, on_checkpoint, positions: np.ndarray, o
 
     config = chunk.configs[0]
     epochs, batch = config.epochs, config.batch_size
-    x_train, y_train = chunk.tensors["train"]
-    n = int(y_train.shape[0])
+    n = int(chunk.tensors["train"][1].shape[0])
     n_batches, wanted = epoch_plan(epochs, batch, n, checkpoints)
     records = ChunkRecords(len(chunk.configs), epochs, len(wanted), "val" in chunk.tensors)
     generators = {c.seed: torch.Generator().manual_seed(c.seed + 1) for c in chunk.configs}
@@ -68,7 +67,7 @@ def run_chunk_epochs(chunk, checkpoints, on_checkpoint, positions: np.ndarray, o
         for b in range(n_batches):
             idx = orders[:, b * batch : (b + 1) * batch]
             # One batch per data order; configurations that share an order share its batch.
-            losses, errors = chunk.step(x_train[idx], y_train[idx].index_select(0, spread), which, epoch)
+            losses, errors = chunk.train_batch(idx, spread, which, epoch)
             loss_sum += losses.double()
             wrong += errors
         active = chunk.active

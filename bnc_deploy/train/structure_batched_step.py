@@ -35,7 +35,7 @@ import numpy as np
 import torch
 
 from bnc_deploy.models.structure_learning import _GUMBEL_EPS
-from bnc_deploy.train.bnc_batched_step import _ADAM_UNIT, Chunk, _adam, _cll, _exclusion_mask, _nll, _runs
+from bnc_deploy.train.bnc_batched_step import _ADAM_UNIT, Chunk, _adam, _cll, _exclusion_mask, _nll, _runs, group_rates
 from bnc_deploy.train.structure_learning import candidate_parameter_counts
 
 __all__ = ["Layout", "SLChunk", "step"]
@@ -595,6 +595,6 @@ def step(
     _table_grad(chunk, chosen, rows, grad, theta)
     grad_class = grad.sum(dim=1)
     torch.sub(grad_class, class_theta.exp() * grad_class.sum(dim=1, keepdim=True), out=chunk.grads[1])
-    _adam(cast(Chunk, chunk), epoch)  # duck-typed: it reads step, rates, adam_groups() and adam_lists()
+    _adam(cast(Chunk, chunk), group_rates(chunk, epoch))  # duck-typed: step, rates, adam_groups(), adam_lists()
     _phi_adam(chunk, grad_phi)
     return value, log_joint
