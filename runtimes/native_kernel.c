@@ -252,8 +252,9 @@ long bncn_api_u8(const uint8_t *x, long n, int32_t *scores, int32_t *labels)
 //@ rows_lanes
 
 /* Rows as lanes (AVX-512 BW + VBMI): 64 rows per block, one byte lane per row. A block's codes are
- * narrowed to bytes with the range check (bncn_rl_narrow_*), transposed to one 64-byte vector per
- * feature (8x8 qword transposes and one byte permutation per 8 rows x 8 features), turned into table
+ * narrowed to bytes with the range check (bncn_rl_narrow_*, which write each row as qwords of 8
+ * features), transposed to one 64-byte vector per feature (per 8 features: one byte permutation per
+ * 8 rows and one 8x8 qword transpose across the row groups), turned into table
  * indices (TAN: x_i * stride_i + x_pa, below 256), and each class's sum is its prior plus one
  * byte permutation per feature (the feature's codes of that class, at most 256 of them, as 1, 2 or 4
  * vectors), added in byte lanes for RL_FLUSH features (no byte lane can wrap) and then into 16-bit
@@ -275,6 +276,7 @@ long bncn_api_u8(const uint8_t *x, long n, int32_t *scores, int32_t *labels)
 #define RL_SUB 1
 #endif
 #define RL_DP (((NF + 63) / 64) * 64)
+#define RL_NQ ((NF + 7) / 8) /* qwords of 8 features per row */
 #define RL_FLUSH (255 / (int)((1U << ${PREFIX}_BITS) - 1))
 
 static uint8_t bncn_rl_tab[(size_t)NF * NC * 256] BNCN_ALIGNED; /* feature i: NC rows of 64 * chunks[i] codes */
@@ -314,66 +316,62 @@ static void bncn_rl_init(void)
         rows_lanes += (long)NC * (bncn_rl_chunks[i] == 4 ? 4 : 2);
     }
     /* Vector instructions per 64 rows, estimated: rows as lanes, one permutation and one add per
-     * feature and class (two permutations and a blend for 256 codes) plus ~56 shuffles per 64 padded
-     * features for the transpose; classes as lanes, per row and feature the index, the load and NVEC
-     * adds. Fitted to benchmarks/bench_inference.py (letter: classes as lanes; satimage, usps: rows). */
+     * feature and class (two permutations and a blend for 256 codes) plus a term for the narrowing,
+     * transpose and TAN indices (56 per 64 padded features); classes as lanes, per row and feature the
+     * index, the load and NVEC adds. The term keeps the choices benchmarks/bench_inference.py measures
+     * best: letter TAN runs faster as classes as lanes (letter NB about as fast either way), satimage
+     * and usps as rows as lanes. */
     rows_lanes += 56L * RL_DP;
     bncn_rl_ok = rows_lanes < 64L * NF * (NVEC_CL + 2);
 }
 
-/* Each narrows row r's codes to bytes (row[0 .. RL_DP - 1], 0 past NF); nonzero if a code is out of range. */
-static inline unsigned bncn_rl_narrow_u8(const void *xv, long r, uint8_t *row)
+/* Each narrows row r's codes to bytes, written as the row's qwords of 8 features: tiles[q][k] holds
+ * features 8q .. 8q + 7 of the block's row k (bytes past NF are 0); nonzero if a code is out of range.
+ * The qword layout spares the transpose its first 8 x 8 qword stage: tiles[q][8g .. 8g + 7] is already
+ * 8 rows x 8 features in one vector. Bytes need no narrowing, so their range check runs after the
+ * transpose, one comparison per feature for the 64 rows (bncn_rl_rows), and this one only copies. */
+static inline unsigned bncn_rl_narrow_u8(const void *xv, long r, uint64_t (*tiles)[RL_ROWS], int k)
 {
     const uint8_t *x = (const uint8_t *)xv + (size_t)r * NF;
-    __mmask64 bad = 0;
-    int j;
-    for (j = 0; j + 64 <= NF; j += 64) {
-        __m512i v = _mm512_loadu_si512((const void *)(x + j));
-        bad |= _mm512_cmpgt_epu8_mask(v, _mm512_load_si512((const void *)(bncn_rl_max8 + j)));
-        _mm512_storeu_si512((void *)(row + j), v);
+    int q;
+    for (q = 0; q < NF / 8; ++q) {
+        memcpy(&tiles[q][k], x + 8 * q, 8);
     }
-#if NF % 64 != 0 /* the masked tail reads nothing past the row (nor the array) */
-    {
-        __m512i v = _mm512_maskz_loadu_epi8(((__mmask64)1 << (NF % 64)) - 1, x + j);
-        bad |= _mm512_cmpgt_epu8_mask(v, _mm512_load_si512((const void *)(bncn_rl_max8 + j)));
-        _mm512_storeu_si512((void *)(row + j), v);
-    }
+#if NF % 8 != 0
+    tiles[q][k] = 0;
+    memcpy(&tiles[q][k], x + 8 * q, NF % 8); /* little-endian: byte f of the qword is feature 8q + f */
 #endif
-    return bad != 0;
+    return 0;
 }
 
-static inline unsigned bncn_rl_narrow_i32(const void *xv, long r, uint8_t *row)
+static inline unsigned bncn_rl_narrow_i32(const void *xv, long r, uint64_t (*tiles)[RL_ROWS], int k)
 {
     const int32_t *x = (const int32_t *)xv + (size_t)r * NF;
     __mmask16 bad = 0;
     int j;
-    for (j = 0; j + 16 <= NF; j += 16) {
-        __m512i v = _mm512_loadu_si512((const void *)(x + j));
+    for (j = 0; j < RL_NQ * 8; j += 16) { /* whole and masked vectors of 16 codes, zeros past NF */
+        __mmask16 in = j + 16 <= NF ? (__mmask16)0xFFFF : (j < NF ? (__mmask16)((1u << (NF - j)) - 1) : 0);
+        __m512i v = _mm512_maskz_loadu_epi32(in, x + j);
+        __m128i b = _mm512_cvtepi32_epi8(v);
         bad |= _mm512_cmpgt_epu32_mask(v, _mm512_load_si512((const void *)(bncn_rl_max32 + j)));
-        _mm_storeu_si128((__m128i *)(void *)(row + j), _mm512_cvtepi32_epi8(v));
-    }
-    for (; j < RL_DP; j += 16) { /* the masked tail, then zeros up to RL_DP */
-        __m512i v = _mm512_maskz_loadu_epi32(j < NF ? (__mmask16)((1u << (NF - j)) - 1) : 0, x + j);
-        bad |= _mm512_cmpgt_epu32_mask(v, _mm512_load_si512((const void *)(bncn_rl_max32 + j)));
-        _mm_storeu_si128((__m128i *)(void *)(row + j), _mm512_cvtepi32_epi8(v));
+        _mm_storel_epi64((__m128i *)(void *)&tiles[j / 8][k], b);
+        if (j / 8 + 1 < RL_NQ) {
+            _mm_storel_epi64((__m128i *)(void *)&tiles[j / 8 + 1][k], _mm_unpackhi_epi64(b, b));
+        }
     }
     return bad != 0;
 }
 
-static inline unsigned bncn_rl_narrow_i64(const void *xv, long r, uint8_t *row)
+static inline unsigned bncn_rl_narrow_i64(const void *xv, long r, uint64_t (*tiles)[RL_ROWS], int k)
 {
     const int64_t *x = (const int64_t *)xv + (size_t)r * NF;
     __mmask8 bad = 0;
     int j;
-    for (j = 0; j + 8 <= NF; j += 8) {
-        __m512i v = _mm512_loadu_si512((const void *)(x + j));
+    for (j = 0; j < RL_NQ * 8; j += 8) { /* whole and masked vectors of 8 codes, zeros past NF */
+        __mmask8 in = j + 8 <= NF ? (__mmask8)0xFF : (__mmask8)((1u << (NF - j)) - 1);
+        __m512i v = _mm512_maskz_loadu_epi64(in, x + j);
         bad |= _mm512_cmpgt_epu64_mask(v, _mm512_load_si512((const void *)(bncn_rl_max64 + j)));
-        _mm_storel_epi64((__m128i *)(void *)(row + j), _mm512_cvtepi64_epi8(v));
-    }
-    for (; j < RL_DP; j += 8) { /* the masked tail, then zeros up to RL_DP */
-        __m512i v = _mm512_maskz_loadu_epi64(j < NF ? (__mmask8)((1u << (NF - j)) - 1) : 0, x + j);
-        bad |= _mm512_cmpgt_epu64_mask(v, _mm512_load_si512((const void *)(bncn_rl_max64 + j)));
-        _mm_storel_epi64((__m128i *)(void *)(row + j), _mm512_cvtepi64_epi8(v));
+        _mm_storel_epi64((__m128i *)(void *)&tiles[j / 8][k], _mm512_cvtepi64_epi8(v));
     }
     return bad != 0;
 }
@@ -397,29 +395,23 @@ static inline void bncn_rl_tr8(__m512i *v)
     }
 }
 
-/* xt[f][k] = rows[k][f]: 64 rows of RL_DP bytes to RL_DP vectors of 64 rows. */
-static void bncn_rl_transpose(const uint8_t (*rows)[RL_DP], uint8_t (*xt)[RL_ROWS])
+/* xt[f][k] = byte f % 8 of tiles[f / 8][k]: the block's qwords of 8 features to one vector of 64 rows
+ * per feature. Per 8 features: a byte permutation of each 8 rows x 8 features vector into 8 features
+ * x 8 rows, then one 8 x 8 qword transpose across the 8 row groups. */
+static void bncn_rl_transpose(const uint64_t (*tiles)[RL_ROWS], uint8_t (*xt)[RL_ROWS])
 {
-    __m512i part[8][8], v[8];
-    __m512i bytes = _mm512_set_epi64(0x3f372f271f170f07LL, 0x3e362e261e160e06LL, 0x3d352d251d150d05LL,
-                                     0x3c342c241c140c04LL, 0x3b332b231b130b03LL, 0x3a322a221a120a02LL,
-                                     0x3931292119110901LL, 0x3830282018100800LL); /* byte 8f + r <- 8r + f */
-    int f0, g, k, r;
-    for (f0 = 0; f0 < NF; f0 += 64) {
+    const __m512i bytes = _mm512_set_epi64(0x3f372f271f170f07LL, 0x3e362e261e160e06LL, 0x3d352d251d150d05LL,
+                                           0x3c342c241c140c04LL, 0x3b332b231b130b03LL, 0x3a322a221a120a02LL,
+                                           0x3931292119110901LL, 0x3830282018100800LL); /* byte 8f + r <- 8r + f */
+    int q, g, f;
+    for (q = 0; q < RL_NQ; ++q) {
+        __m512i part[8];
         for (g = 0; g < 8; ++g) {
-            for (r = 0; r < 8; ++r) {
-                v[r] = _mm512_loadu_si512((const void *)(rows[8 * g + r] + f0));
-            }
-            bncn_rl_tr8(v); /* v[k]: 8 rows x features 8k .. 8k + 7 */
-            for (k = 0; k < 8 && f0 + 8 * k < NF; ++k) {
-                part[k][g] = _mm512_permutexvar_epi8(bytes, v[k]); /* 8 features x rows 8g .. 8g + 7 */
-            }
+            part[g] = _mm512_permutexvar_epi8(bytes, _mm512_load_si512((const void *)(tiles[q] + 8 * g)));
         }
-        for (k = 0; k < 8 && f0 + 8 * k < NF; ++k) {
-            bncn_rl_tr8(part[k]); /* part[k][f]: feature f0 + 8k + f, rows 0 .. 63 */
-            for (r = 0; r < 8 && f0 + 8 * k + r < NF; ++r) {
-                _mm512_storeu_si512((void *)xt[f0 + 8 * k + r], part[k][r]);
-            }
+        bncn_rl_tr8(part); /* part[f]: feature 8q + f, rows 0 .. 63 */
+        for (f = 0; f < 8 && 8 * q + f < NF; ++f) {
+            _mm512_storeu_si512((void *)xt[8 * q + f], part[f]);
         }
     }
 }
@@ -498,7 +490,7 @@ static inline void bncn_rl_sums(const uint8_t (*ix)[NF][RL_ROWS], uint16_t (*acc
     }
 }
 
-typedef unsigned (*bncn_rl_narrow_fn)(const void *x, long r, uint8_t *row);
+typedef unsigned (*bncn_rl_narrow_fn)(const void *x, long r, uint64_t (*tiles)[RL_ROWS], int k);
 
 /* Labels (first minimum: strictly smaller sums replace) and scores of 64 rows from their sums. */
 static inline long bncn_rl_output(uint16_t (*acc)[RL_ROWS], uint64_t bad, long r0, double *scores, int64_t *labels)
@@ -541,12 +533,14 @@ static inline long bncn_rl_output(uint16_t (*acc)[RL_ROWS], uint64_t bad, long r
 }
 
 /* Rows r0 .. r0 + 64 * nsub - 1 (1 <= nsub <= RL_SUB; the sub-blocks past nsub repeat the first
- * one, summed and discarded); returns the number refused. Inlined into each input type's rows
- * loop, so that its narrowing is inlined too. */
-__attribute__((always_inline)) static inline long bncn_rl_rows(bncn_rl_narrow_fn narrow, const void *x, long r0,
-                                                               int nsub, double *scores, int64_t *labels)
+ * one, summed and discarded); returns the number refused. ``bytes``: the input is uint8, checked here
+ * on the transposed codes (the other types are checked as they are narrowed). Inlined into each input
+ * type's rows loop, so that its narrowing is inlined too. */
+__attribute__((always_inline)) static inline long bncn_rl_rows(bncn_rl_narrow_fn narrow, int bytes, const void *x,
+                                                               long r0, int nsub, double *scores, int64_t *labels)
 {
-    uint8_t rows[RL_ROWS][RL_DP] BNCN_ALIGNED, xt[RL_SUB][NF][RL_ROWS] BNCN_ALIGNED;
+    uint64_t tiles[RL_NQ][RL_ROWS] BNCN_ALIGNED;
+    uint8_t xt[RL_SUB][NF][RL_ROWS] BNCN_ALIGNED;
 ${rl_ix}
     uint16_t acc[RL_SUB][NC][RL_ROWS] BNCN_ALIGNED;
     uint64_t bad[RL_SUB] = {0};
@@ -556,9 +550,13 @@ ${rl_ix}
         uint8_t (*sxt)[RL_ROWS] = xt[s], (*six)[RL_ROWS] = ix[s];
         long first = r0 + RL_ROWS * (s < nsub ? s : 0);
         for (k = 0; k < RL_ROWS; ++k) {
-            bad[s] |= (uint64_t)narrow(x, first + k, rows[k]) << k;
+            bad[s] |= (uint64_t)narrow(x, first + k, tiles, k) << k;
         }
-        bncn_rl_transpose((const uint8_t(*)[RL_DP])rows, sxt);
+        bncn_rl_transpose((const uint64_t(*)[RL_ROWS])tiles, sxt);
+        for (k = 0; bytes && k < NF; ++k) { /* bit r: row r has a code above its feature's maximum */
+            bad[s] |= _mm512_cmpgt_epu8_mask(_mm512_loadu_si512((const void *)sxt[k]),
+                                             _mm512_set1_epi8((char)bncn_rl_max8[k]));
+        }
 ${rl_tan_index}        (void)six;
     }
     bncn_rl_sums((const uint8_t(*)[NF][RL_ROWS])ix, acc);
@@ -677,7 +675,7 @@ static long bncn_rows_${suffix}(const void *xv, long first, long last, double *s
         while (r + RL_ROWS <= last) {
             long whole = (last - r) / RL_ROWS;
             int nsub = whole < RL_SUB ? (int)whole : RL_SUB;
-            refused += bncn_rl_rows(bncn_rl_narrow_${suffix}, xv, r, nsub, scores, labels);
+            refused += bncn_rl_rows(bncn_rl_narrow_${suffix}, sizeof(${ctype}) == 1, xv, r, nsub, scores, labels);
             r += (long)RL_ROWS * nsub;
         }
     }

@@ -24,10 +24,12 @@ float kernel.
 
 Rows as lanes (section ``rows_lanes``; compilers targeting AVX-512 BW + VBMI, ``NF <= 1024`` and
 sums within 16 bits, ``(D + 1) * (2^B - 1) <= 65535``): the code batches take 64 rows at a time
-with one byte lane per row. The block's codes are narrowed to bytes with the same unsigned range
-check (a refused row is marked, its lanes computed and discarded), transposed (8 x 8 qword
-transposes and one byte permutation per 8 rows x 8 features) into one 64-byte vector per
-feature, turned into table indices (TAN: ``x_i * stride_i + x_pa``), and each class's sum is its
+with one byte lane per row. The block's codes are narrowed to bytes and written as each row's
+qwords of 8 features, so that 8 rows x 8 features are one vector; a byte permutation of each and
+one 8 x 8 qword transpose across the 8 row groups make one 64-byte vector per feature. The same
+unsigned range check marks a refused row (its lanes are computed and discarded): as wider codes
+are narrowed, and for uint8 codes once per feature on the transposed block. The vectors are
+turned into table indices (TAN: ``x_i * stride_i + x_pa``), and each class's sum is its
 prior plus, per feature, one byte permutation of the feature's codes of that class (at most 256
 codes: one ``vpermb`` for 64, one ``vpermi2b`` for 128, two and a blend for 256), added in byte
 lanes for ``255 // (2^B - 1)`` features (no byte can wrap) and then in 16-bit lanes. The label
