@@ -112,3 +112,25 @@ def test_a_dnn_chunk_steps_each_of_its_programs():
     gpu = ChunkTask(family="dnn", data={}, records=records, groups=["g"] * 4, device="cuda")
     assert chunk_epochs(cpu) == 10 + 10 + 20
     assert chunk_epochs(gpu) == 10 + 20
+
+
+def test_the_probe_times_an_epoch_that_neither_warms_up_nor_evaluates(monkeypatch):
+    """A probe runs PROBE_EPOCHS epochs and times the second: the first compiles or captures, the
+    last evaluates, and a sweep evaluates only at its checkpoints."""
+    from bnc_deploy.sweep import estimate
+    from bnc_deploy.sweep.tasks import ChunkTask
+
+    clock = iter([10.0, 11.0, 30.0])  # the ends of a warm-up epoch, a plain one (1 s), an evaluating one (19 s)
+    ran = []
+
+    def fake_run_chunk(task, on_epoch):
+        ran.append(task)
+        for epoch in range(1, int(task.records[0]["epochs"]) + 1):
+            on_epoch(epoch, len(task.records))
+
+    monkeypatch.setattr(estimate, "run_chunk", fake_run_chunk)
+    monkeypatch.setattr(estimate.time, "perf_counter", lambda: next(clock))
+    task = ChunkTask(family="bnc", data={}, records=[{"epochs": 500}], groups=["g"], device="cpu", checkpoints=[500])
+    assert estimate.PROBE_EPOCHS == 3
+    assert estimate._epoch_seconds(task, task.records) == 1.0
+    assert ran[0].checkpoints == [3] and ran[0].records[0]["epochs"] == 3
