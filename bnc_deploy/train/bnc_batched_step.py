@@ -11,14 +11,13 @@ which is what makes a configuration's result independent of its batch (see
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import torch
 
 from bnc_deploy.datasets.base import DiscreteDataset
 from bnc_deploy.models._kernels import _ONEHOT_GRAD_MAX_ELEMENTS
 from bnc_deploy.models.bnc import BayesNetClassifier
+from bnc_deploy.train.batched_adam import ADAM_UNIT, contiguous_runs, group_rates, rate_table, schedule_groups
 from bnc_deploy.train.bnc import TrainConfig
 from bnc_deploy.train.cuda_graph import step_graph
 
@@ -94,8 +93,10 @@ class Chunk:
             per_tensor = [[], [], [], [], []]
             for tensors in zip([self.rho, self.class_rho], self.grads, self.exp_avg, self.exp_avg_sq):
                 per_config = tensors[0][0].numel()
-                if self.device.type == "cuda" or per_config % _ADAM_UNIT == 0:
-                    pieces = [slice(a, b) for a, b in _runs(list(members))]  # one elementwise kernel: same math
+                if self.device.type == "cuda" or per_config % ADAM_UNIT == 0:
+                    pieces = [
+                        slice(a, b) for a, b in contiguous_runs(list(members))
+                    ]  # one elementwise kernel: same math
                 else:
                     pieces = list(members)
                 for k, tensor in enumerate(tensors):
@@ -123,26 +124,14 @@ class Chunk:
         self.configs = [self.configs[i] for i in keep]
 
     def adam_groups(self) -> list[tuple[int, float, tuple]]:
-        """``(first member, eps, members)`` per group of equal learning-rate schedule and eps (cached)."""
+        """:func:`schedule_groups` of the chunk (cached)."""
         if "groups" not in self._cache:
-            groups: dict = {}
-            for j in range(self.m):
-                groups.setdefault((self.rates[j].tobytes(), self.eps[j]), []).append(j)
-            self._cache["groups"] = [(members[0], eps, tuple(members)) for (_, eps), members in groups.items()]
+            self._cache["groups"] = schedule_groups(self.rates, self.eps)
         return self._cache["groups"]
 
-    def rates_at(self, epoch: int) -> list[float]:
-        """Each Adam group's learning rate at ``epoch`` (1-based), as :func:`_adam` takes them."""
-        return group_rates(self, epoch)
-
     def rate_table(self) -> torch.Tensor:
-        """(groups, epochs) learning rates on the device (a CUDA graph reads this epoch's column)."""
-        return self.constant(
-            "rate_table",
-            lambda: torch.as_tensor(
-                self.rates[[first for first, _, _ in self.adam_groups()]], dtype=torch.float32, device=self.device
-            ),
-        )
+        """:func:`rate_table` of the chunk (cached)."""
+        return self.constant("rate_table", lambda: rate_table(self))
 
     def constant(self, name: str, make) -> torch.Tensor:
         """A per-chunk tensor built once (until configurations are dropped)."""
@@ -290,14 +279,6 @@ def _table_grad(chunk: Chunk, indices: torch.Tensor, grad: torch.Tensor, shared:
     return table.view(m, n_rows, n_classes)
 
 
-#: torch's CPU fused Adam splits each tensor into 16-float units and runs the vector loop over whole
-#: vectors and a scalar loop over the tensor's last ``numel % vector`` elements, and the two loops
-#: round differently. A configuration's slice of a stacked tensor therefore gets the single run's
-#: bits only if its size is a multiple of this; otherwise each configuration is passed as its own
-#: tensor (its tail then runs the scalar loop, as in the single run).
-_ADAM_UNIT = 16
-
-
 def _adam(chunk: Chunk, lrs) -> None:
     """torch's fused Adam on ``chunk.grads``, once per group of configurations with equal schedule and
     eps; ``lrs``: each group's learning rate (floats, or a (groups,) tensor on the device)."""
@@ -315,23 +296,6 @@ def _adam(chunk: Chunk, lrs) -> None:
             amsgrad=False,
             maximize=False,
         )
-
-
-def group_rates(chunk, epoch: int) -> list[float]:
-    """Each Adam group's learning rate at ``epoch`` (1-based) of a chunk with ``rates`` and
-    ``adam_groups()`` (the BN and structure-learning chunks)."""
-    return [float(chunk.rates[first, epoch - 1]) for first, _, _ in chunk.adam_groups()]
-
-
-def _runs(members: list[int]) -> list[tuple[int, int]]:
-    """Contiguous [start, stop) runs of sorted indices (fused Adam takes contiguous slices)."""
-    runs, start = [], members[0]
-    for prev, cur in itertools.pairwise(members):
-        if cur != prev + 1:
-            runs.append((start, prev + 1))
-            start = cur
-    runs.append((start, members[-1] + 1))
-    return runs
 
 
 # -- one epoch and an evaluation ------------------------------------------------------------------
@@ -354,7 +318,7 @@ def run_epoch(
     for b in range(n_batches):
         rows = order[:, b * batch : (b + 1) * batch]  # (1 or M, batch)
         if chunk.graph is None:
-            loss, errors = _batch_step(chunk, rows, train_idx, train_y, shared, loss_name, chunk.rates_at(epoch))
+            loss, errors = _batch_step(chunk, rows, train_idx, train_y, shared, loss_name, group_rates(chunk, epoch))
         else:
             inputs = {"rows": rows, "lr": chunk.rate_table()[:, epoch - 1]}
             loss, errors = chunk.graph.step((chunk.generation, shared), inputs, body)

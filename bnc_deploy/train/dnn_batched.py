@@ -47,10 +47,8 @@ import torch.nn.functional as F
 from bnc_deploy.datasets.base import DiscreteDataset
 from bnc_deploy.models.dnn_stacked import StackedDNN, write_back
 from bnc_deploy.train import cuda_graph
+from bnc_deploy.train.batched_adam import ADAM_UNIT, contiguous_runs, group_rates, rate_table, schedule_groups
 from bnc_deploy.train.bnc_batched import CheckpointView, resolve_device
-
-# Fused Adam's vector unit and the runs of a group: the rule the BN trainer established (see there).
-from bnc_deploy.train.bnc_batched_step import _ADAM_UNIT, _runs
 from bnc_deploy.train.common import TrainResult, log_linear_rates
 from bnc_deploy.train.dnn_batched_loop import DNNRun, run_chunk_epochs
 
@@ -231,7 +229,7 @@ class _ChunkRun:
         generators = [self.net.cuda_generator] if sign else []
         self.graph = cuda_graph.step_graph(device, cuda_graphs, generators)
         self._lr_table: torch.Tensor | None = None  # (groups, epochs) on the device, for the graph
-        self._members: list[list[int]] | None = None
+        self._groups: list[tuple[int, float, tuple[int, ...]]] | None = None
         self._generation = 0  # counts drop(): a captured step holds the tensors of one generation
 
     # -- one batch ----------------------------------------------------------------------------------
@@ -242,10 +240,9 @@ class _ChunkRun:
         replayed as a CUDA graph when there is one."""
         x_train, y_train = self.tensors["train"]
         if self.graph is None:
-            return self.step(x_train[idx], y_train[idx].index_select(0, spread), which, self._rates_at(epoch))
+            return self.step(x_train[idx], y_train[idx].index_select(0, spread), which, group_rates(self, epoch))
         if self._lr_table is None:
-            firsts = [members[0] for members in self._groups()]
-            self._lr_table = torch.as_tensor(self.rates[firsts], dtype=torch.float32, device=self.device)
+            self._lr_table = rate_table(self)
 
         def body(inputs: dict) -> tuple[torch.Tensor, torch.Tensor]:
             rows = inputs["idx"]
@@ -254,10 +251,6 @@ class _ChunkRun:
 
         inputs = {"idx": idx, "spread": spread, "lr": self._lr_table[:, epoch - 1]}
         return self.graph.step((self._generation, tuple(which)), inputs, body)
-
-    def _rates_at(self, epoch: int) -> list[float]:
-        """Each Adam group's learning rate at ``epoch`` (1-based)."""
-        return [float(self.rates[members[0], epoch - 1]) for members in self._groups()]
 
     # -- one step ---------------------------------------------------------------------------------
     def step(self, x: torch.Tensor, y: torch.Tensor, which: list[int], lrs: list) -> tuple[torch.Tensor, torch.Tensor]:
@@ -298,14 +291,11 @@ class _ChunkRun:
                 maximize=False,
             )
 
-    def _groups(self) -> list[list[int]]:
-        """The active configurations by equal schedule and eps (Adam's groups, in a fixed order)."""
-        if self._members is None:
-            groups: dict = {}
-            for j in range(self.net.m):
-                groups.setdefault((self.rates[j].tobytes(), self.eps[j]), []).append(j)
-            self._members = list(groups.values())
-        return self._members
+    def adam_groups(self) -> list[tuple[int, float, tuple[int, ...]]]:
+        """:func:`~bnc_deploy.train.batched_adam.schedule_groups` of the active configurations (cached)."""
+        if self._groups is None:
+            self._groups = schedule_groups(self.rates, self.eps)
+        return self._groups
 
     def _group_lists(self, params: list[torch.Tensor]) -> list[tuple[int, float, list]]:
         """Per group of equal schedule and eps: (first member, eps, fused Adam's tensor lists).
@@ -314,15 +304,15 @@ class _ChunkRun:
         the ``.grad`` tensors, which backward accumulates into in place (``zero_grad`` zeroes them).
         """
         out = []
-        for members in self._groups():
+        for first, eps, members in self.adam_groups():
             lists: list[list] = [[], [], [], [], []]
             for p, (avg, avg_sq) in zip(params, self.adam):
-                whole = self.device.type == "cuda" or p[0].numel() % _ADAM_UNIT == 0
-                pieces = [slice(a, b) for a, b in _runs(members)] if whole else members
+                whole = self.device.type == "cuda" or p[0].numel() % ADAM_UNIT == 0
+                pieces = [slice(a, b) for a, b in contiguous_runs(members)] if whole else members
                 for piece in pieces:
                     for k, t in enumerate((p, p.grad, avg, avg_sq)):
                         lists[k].append(t[piece])
-            out.append((members[0], self.eps[members[0]], lists))
+            out.append((first, eps, lists))
         return out
 
     # -- evaluation ---------------------------------------------------------------------------------
@@ -353,7 +343,7 @@ class _ChunkRun:
         idx = torch.as_tensor(idx_list, dtype=torch.int64, device=self.device)
         self.net.keep(idx, idx_list)
         self.adam = [(a.index_select(0, idx).contiguous(), s.index_select(0, idx).contiguous()) for a, s in self.adam]
-        self._adam_lists = self._lr_table = self._members = None
+        self._adam_lists = self._lr_table = self._groups = None
         self._generation += 1
         self.rates = self.rates[keep]
         self.eps = [self.eps[j] for j in idx_list]

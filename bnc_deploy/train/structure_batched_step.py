@@ -35,7 +35,8 @@ import numpy as np
 import torch
 
 from bnc_deploy.models.structure_learning import _GUMBEL_EPS
-from bnc_deploy.train.bnc_batched_step import _ADAM_UNIT, Chunk, _adam, _cll, _exclusion_mask, _nll, _runs, group_rates
+from bnc_deploy.train.batched_adam import ADAM_UNIT, contiguous_runs, group_rates, schedule_groups
+from bnc_deploy.train.bnc_batched_step import Chunk, _adam, _cll, _exclusion_mask, _nll
 from bnc_deploy.train.structure_learning import candidate_parameter_counts
 
 __all__ = ["Layout", "SLChunk", "step"]
@@ -147,7 +148,7 @@ class Layout:
         pieces: list[torch.Tensor] = []
         for s in range(len(self.spans) - 1):
             block = self.block(flat, s)
-            pieces += [block[a:b].reshape(-1) for a, b in _runs(list(members))]
+            pieces += [block[a:b].reshape(-1) for a, b in contiguous_runs(list(members))]
         last, end = self.spans[-1][0], len(self.spans) - 1
         block = self.block(flat, end)
         for j in members:
@@ -277,27 +278,24 @@ class SLChunk:
 
     # -- fused Adam's view of the chunk (the interface of bnc_batched_step._adam) ------------------
     def adam_groups(self) -> list[tuple[int, float, Members]]:
-        """``(first member, eps, members)`` per group of equal learning-rate schedule and eps (cached)."""
+        """:func:`~bnc_deploy.train.batched_adam.schedule_groups` of the chunk (cached)."""
         if "groups" not in self._cache:
-            groups: dict[tuple[bytes, float], list[int]] = {}
-            for j in range(self.m):
-                groups.setdefault((self.rates[j].tobytes(), self.eps[j]), []).append(j)
-            self._cache["groups"] = [(members[0], eps, tuple(members)) for (_, eps), members in groups.items()]
+            self._cache["groups"] = schedule_groups(self.rates, self.eps)
         groups_: list[tuple[int, float, Members]] = self._cache["groups"]
         return groups_
 
     def adam_lists(self, members: Members) -> AdamLists:
         """(params, grads, exp_avgs, exp_avg_sqs, max_exp_avg_sqs) of ``members`` for fused Adam (cached):
         the candidate rows' :meth:`Layout.adam_pieces`, and ``class_rho`` per configuration unless
-        whole units (``bnc_batched_step._ADAM_UNIT``)."""
+        whole units (``batched_adam.ADAM_UNIT``)."""
         if members not in self._adam_lists:
             f, s = self.flat, self.state
             lists = [
                 self.layout.adam_pieces(t, members) for t in (f["rho"], self.grads[0], f["exp_avg"], f["exp_avg_sq"])
             ]
             cls = (s["class_rho"], self.grads[1], s["class_rho_exp_avg"], s["class_rho_exp_avg_sq"])
-            if self.device.type == "cuda" or self.c % _ADAM_UNIT == 0:
-                pieces: list[slice | int] = [slice(a, b) for a, b in _runs(list(members))]
+            if self.device.type == "cuda" or self.c % ADAM_UNIT == 0:
+                pieces: list[slice | int] = [slice(a, b) for a, b in contiguous_runs(list(members))]
             else:
                 pieces = list(members)
             for k, tensor in enumerate(cls):
