@@ -88,9 +88,6 @@ def replay_by_calling(monkeypatch):
         return made[-1]
 
     monkeypatch.setattr(cuda_graph, "step_graph", make)
-    import bnc_deploy.train.bnc_batched_step as bnc_step
-
-    monkeypatch.setattr(bnc_step, "step_graph", make)
     return made
 
 

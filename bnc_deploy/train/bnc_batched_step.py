@@ -17,9 +17,9 @@ import torch
 from bnc_deploy.datasets.base import DiscreteDataset
 from bnc_deploy.models._kernels import _ONEHOT_GRAD_MAX_ELEMENTS
 from bnc_deploy.models.bnc import BayesNetClassifier
+from bnc_deploy.train import cuda_graph
 from bnc_deploy.train.batched_adam import ADAM_UNIT, contiguous_runs, group_rates, rate_table, schedule_groups
 from bnc_deploy.train.bnc import TrainConfig
-from bnc_deploy.train.cuda_graph import step_graph
 
 __all__ = ["Chunk", "evaluate", "run_epoch", "template_model"]
 
@@ -38,7 +38,7 @@ class Chunk:
     ):
         self.configs = configs
         self.device = device
-        self.graph = step_graph(device, cuda_graphs)  # None: eager steps (always on the CPU)
+        self.graph = cuda_graph.step_graph(device, cuda_graphs)  # None: eager steps (always on the CPU)
         self.generation = 0  # counts keep(): a captured step holds the tensors of one generation
         m = len(configs)
         # The single run's own initialisation code, once per distinct initial table: an ML
