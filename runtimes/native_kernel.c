@@ -20,10 +20,9 @@
  *                                 bncn_api_u8 (the header's own API, for the load-time check)
  *   rows_lanes                    the rows-as-lanes kernel (AVX-512 BW + VBMI; else only an empty
  *                                 bncn_rl_init), bncn_kernel; ${rl_entries} (a feature's table
- *                                 entries), ${rl_ix} (where the table indices live) and
- *                                 ${rl_tan_index} (TAN: the index computation; empty for NB) are
- *                                 the rl_* sections below, filled in
- *   rl_entries_naive_bayes or rl_entries_tan, rl_ix_naive_bayes or rl_ix_tan, rl_tan_index
+ *                                 entries) and ${rl_index} (bncn_rl_index_init and bncn_rl_index,
+ *                                 a feature's table indices) are the rl_* sections below, filled in
+ *   rl_entries_naive_bayes or rl_entries_tan, rl_index_naive_bayes or rl_index_tan
  *                                 not written alone: pieces of rows_lanes
  *   codes_kernel                  once per code type (u8, i32, i64): the range check on whole
  *                                 vectors, the table rows, bncn_batch_${suffix}
@@ -145,8 +144,10 @@ static inline void bncn_eval(const size_t *idx, double *scores, int64_t *label)
     }
 #endif
     /* First minimum in one min reduction: key = sum << KEY_SHIFT | lane is smallest for the smallest
-     * sum and, among equal sums, the first lane (LANES <= 2^KEY_SHIFT; key_t holds ACC_MAX's key). */
-    for (c = 0; c < LANES; ++c) {
+     * sum and, among equal sums, the first lane (LANES <= 2^KEY_SHIFT; key_t holds ACC_MAX's key).
+     * A few classes: their lanes only (a pad lane's sum is ACC_MAX, which no class sum exceeds, and pads
+     * come last); more: every lane, a loop the compiler vectorizes. */
+    for (c = 0; c < (NC <= 8 ? NC : LANES); ++c) {
         key_t key = (key_t)(((key_t)acc[c] << KEY_SHIFT) | (key_t)c);
         best = key < best ? key : best;
     }
@@ -251,16 +252,19 @@ long bncn_api_u8(const uint8_t *x, long n, int32_t *scores, int32_t *labels)
 }
 //@ rows_lanes
 
-/* Rows as lanes (AVX-512 BW + VBMI): 64 rows per block, one byte lane per row. A block's codes are
- * narrowed to bytes with the range check (bncn_rl_narrow_*, which write each row as qwords of 8
- * features), transposed to one 64-byte vector per feature (per 8 features: one byte permutation per
- * 8 rows and one 8x8 qword transpose across the row groups), turned into table
- * indices (TAN: x_i * stride_i + x_pa, below 256), and each class's sum is its prior plus one
- * byte permutation per feature (the feature's codes of that class, at most 256 of them, as 1, 2 or 4
- * vectors), added in byte lanes for RL_FLUSH features (no byte lane can wrap) and then into 16-bit
- * lanes ((NF + 1) * (2^B - 1) <= 65535 is required below). The first minimum and the scores are
- * those of bncn_eval (the sums are the same integers). Chosen at init when every feature's table has
- * at most 256 entries (bncn_rl_ok); the rows after the last whole block take the class-lanes kernel. */
+/* Rows as lanes (AVX-512 BW + VBMI): 64 rows per block, one byte lane per row. A block's codes become
+ * one 64-byte vector per feature: uint8 rows of few features by byte permutations of the contiguous
+ * rows (bncn_rl_gather_u8), other rows narrowed to bytes with the range check (bncn_rl_narrow_*, which
+ * write each row as qwords of 8 features) and transposed (per 8 features: one byte permutation per 8
+ * rows and one 8x8 qword transpose across the row groups). The table indices (TAN: x_i * stride_i +
+ * x_pa, below 256) come from bncn_rl_index, and each class's sum is its prior plus one byte
+ * permutation per feature (the feature's codes of that class, or of two classes in nibbles, at most
+ * 256 of them, as 1, 2 or 4 vectors), added in byte lanes for RL_FLUSH features (no byte lane can
+ * wrap) and then into 16-bit lanes ((NF + 1) * (2^B - 1) <= 65535 is required below). The first
+ * minimum and the scores are those of bncn_eval (the sums are the same integers). Chosen at init when
+ * every feature's table has at most 256 entries (bncn_rl_ok); a batch runs in blocks of up to
+ * 64 * RL_SUB rows (the last one part-filled, its missing rows summed as zero codes), and fewer than
+ * RL_MIN_ROWS rows (a short tail, one-row calls) take the class-lanes kernel. */
 #if defined(__GNUC__) && defined(__AVX512BW__) && defined(__AVX512VBMI__) && NF <= 1024 && \
     (NF + 1) * ((1UL << ${PREFIX}_BITS) - 1) <= 65535UL
 #define BNCN_RL 1
@@ -278,6 +282,19 @@ long bncn_api_u8(const uint8_t *x, long n, int32_t *scores, int32_t *labels)
 #define RL_DP (((NF + 63) / 64) * 64)
 #define RL_NQ ((NF + 7) / 8) /* qwords of 8 features per row */
 #define RL_FLUSH (255 / (int)((1U << ${PREFIX}_BITS) - 1))
+/* Codes of at most 3 bits: two classes per table byte (class 2p in the low nibble, 2p + 1 in the
+ * high one), so one lookup serves two classes. RL_PAIR lookups are summed in the nibbles (no nibble can
+ * pass 15) before they are split into the classes' byte sums (a mask, a shift and two additions). */
+#if ${PREFIX}_BITS <= 3 && NC >= 2
+#define RL_PAIR (15 / ((1 << ${PREFIX}_BITS) - 1))
+#define RL_NT ((NC + 1) / 2)
+#else
+#define RL_PAIR 0
+#define RL_NT NC
+#endif
+/* Fewer rows (the tail of a batch, one-row calls) take the class-lanes kernel: a block costs as much
+ * for one row as for 64 * RL_SUB. */
+#define RL_MIN_ROWS 16
 
 static uint8_t bncn_rl_tab[(size_t)NF * NC * 256] BNCN_ALIGNED; /* feature i: NC rows of 64 * chunks[i] codes */
 static uint32_t bncn_rl_off[NF];
@@ -286,7 +303,21 @@ static uint64_t bncn_rl_max64[RL_DP + 64] BNCN_ALIGNED; /* + 64: no bounds warni
 static uint32_t bncn_rl_max32[RL_DP + 64] BNCN_ALIGNED;
 static uint8_t bncn_rl_max8[RL_DP + 64] BNCN_ALIGNED;
 static int bncn_rl_ok;
+/* uint8 input with few features (RL_WIN): a group of 8 rows is 8 * NF contiguous bytes, read as
+ * RL_NP windows of 128 bytes. bncn_rl_widx[q][j] / bncn_rl_wmask[q][j]: the byte permutation of window j
+ * (and the lanes it fills) that gives the group's features 8q .. 8q + 7 as 8 features x 8 rows (lane
+ * 8f + r: feature 8q + f of row r; lanes past NF stay 0). Worth it while RL_NQ * RL_NP permutations
+ * per group cost less than the row-by-row narrowing and its byte stage (satimage: 5 x 3). */
+#define RL_NP ((NF + 15) / 16)
+#if RL_NQ * RL_NP <= 24
+#define RL_WIN 1
+static uint8_t bncn_rl_widx[RL_NQ][RL_NP][64] BNCN_ALIGNED;
+static __mmask64 bncn_rl_wmask[RL_NQ][RL_NP];
+#else
+#define RL_WIN 0
+#endif
 
+${rl_index}
 static unsigned bncn_rl_entries(int i)
 {
     return ${rl_entries};
@@ -304,25 +335,53 @@ static void bncn_rl_init(void)
         }
         bncn_rl_chunks[i] = (uint8_t)(entries <= 64u ? 1 : (entries <= 128u ? 2 : 4));
         bncn_rl_off[i] = off;
-        for (c = 0; c < NC; ++c) {
+        for (c = 0; c < RL_NT; ++c) { /* a class, or with RL_PAIR the class pair 2c, 2c + 1 */
             for (j = 0; j < 64u * bncn_rl_chunks[i]; ++j) {
-                bncn_rl_tab[off + j] =
-                    j < entries ? (uint8_t)${prefix}_code(((uint32_t)${prefix}_row_offset[i] + j) * (uint32_t)NC + (uint32_t)c)
-                                : 0u;
+                uint32_t code = (uint32_t)${prefix}_row_offset[i] + j;
+                unsigned byte = 0;
+                if (j < entries && !RL_PAIR) {
+                    byte = ${prefix}_code(code * (uint32_t)NC + (uint32_t)c);
+                } else if (j < entries) {
+                    byte = ${prefix}_code(code * (uint32_t)NC + 2u * (uint32_t)c);
+                    if (2 * c + 1 < NC) {
+                        byte |= (unsigned)${prefix}_code(code * (uint32_t)NC + 2u * (uint32_t)c + 1u) << 4;
+                    }
+                }
+                bncn_rl_tab[off + j] = (uint8_t)byte;
             }
             off += 64u * bncn_rl_chunks[i];
         }
         bncn_rl_max64[i] = bncn_rl_max32[i] = bncn_rl_max8[i] = ${prefix}_max_code[i];
-        rows_lanes += (long)NC * (bncn_rl_chunks[i] == 4 ? 4 : 2);
+        rows_lanes += (long)RL_NT * (bncn_rl_chunks[i] == 4 ? 4 : 2);
     }
+    bncn_rl_index_init();
+#if RL_WIN
+    {
+        int q, f, r;
+        for (q = 0; q < RL_NQ; ++q) {
+            for (f = 0; f < 8 && 8 * q + f < NF; ++f) {
+                for (r = 0; r < 8; ++r) {
+                    unsigned src = (unsigned)(r * NF + 8 * q + f), lane = (unsigned)(8 * f + r);
+                    bncn_rl_widx[q][src / 128u][lane] = (uint8_t)(src % 128u);
+                    bncn_rl_wmask[q][src / 128u] |= (__mmask64)1 << lane;
+                }
+            }
+        }
+    }
+#endif
     /* Vector instructions per 64 rows, estimated: rows as lanes, one permutation and one add per
-     * feature and class (two permutations and a blend for 256 codes) plus a term for the narrowing,
-     * transpose and TAN indices (56 per 64 padded features); classes as lanes, per row and feature the
-     * index, the load and NVEC adds. The term keeps the choices benchmarks/bench_inference.py measures
-     * best: letter TAN runs faster as classes as lanes (letter NB about as fast either way), satimage
-     * and usps as rows as lanes. */
+     * feature and table row (two permutations and a blend for 256 codes) plus a term for the layout
+     * and TAN indices (56 per 64 padded features); classes as lanes, per row and feature the index,
+     * the load and NVEC adds. The term keeps the choices benchmarks/bench_inference.py measures best
+     * (both kernels timed with -DBNCN_RL_FORCE): letter NB and TAN run faster as classes as lanes,
+     * satimage and usps as rows as lanes. */
     rows_lanes += 56L * RL_DP;
+#ifdef BNCN_RL_FORCE /* benchmarks: -DBNCN_RL_FORCE=0 or 1 overrides the estimate */
+    bncn_rl_ok = BNCN_RL_FORCE;
+    (void)rows_lanes;
+#else
     bncn_rl_ok = rows_lanes < 64L * NF * (NVEC_CL + 2);
+#endif
 }
 
 /* Each narrows row r's codes to bytes, written as the row's qwords of 8 features: tiles[q][k] holds
@@ -376,23 +435,31 @@ static inline unsigned bncn_rl_narrow_i64(const void *xv, long r, uint64_t (*til
     return bad != 0;
 }
 
-/* Transpose the 8 x 8 qwords of v[0..7] (three rounds of two-register qword permutations). */
+/* Transpose the 8 x 8 qwords of v[0..7] (three rounds of two-register qword permutations), written
+ * out round by round: GCC keeps the rounds of a loop over the strides in memory, not in registers. */
+#define BNCN_RL_TR_PAIR(a, b, lo, hi)                                                                                  \
+    do {                                                                                                               \
+        __m512i a_ = (a);                                                                                              \
+        (a) = _mm512_permutex2var_epi64(a_, (lo), (b));                                                                \
+        (b) = _mm512_permutex2var_epi64(a_, (hi), (b));                                                                \
+    } while (0)
 static inline void bncn_rl_tr8(__m512i *v)
 {
-    const __m512i lo[3] = {_mm512_set_epi64(11, 10, 9, 8, 3, 2, 1, 0), _mm512_set_epi64(13, 12, 5, 4, 9, 8, 1, 0),
-                           _mm512_set_epi64(14, 6, 12, 4, 10, 2, 8, 0)};
-    const __m512i hi[3] = {_mm512_set_epi64(15, 14, 13, 12, 7, 6, 5, 4), _mm512_set_epi64(15, 14, 7, 6, 11, 10, 3, 2),
-                           _mm512_set_epi64(15, 7, 13, 5, 11, 3, 9, 1)};
-    int k, r, s;
-    for (k = 0, s = 4; k < 3; ++k, s >>= 1) {
-        for (r = 0; r < 8; ++r) {
-            if ((r / s) % 2 == 0) {
-                __m512i a = v[r], b = v[r + s];
-                v[r] = _mm512_permutex2var_epi64(a, lo[k], b);
-                v[r + s] = _mm512_permutex2var_epi64(a, hi[k], b);
-            }
-        }
-    }
+    const __m512i lo4 = _mm512_set_epi64(11, 10, 9, 8, 3, 2, 1, 0), hi4 = _mm512_set_epi64(15, 14, 13, 12, 7, 6, 5, 4);
+    const __m512i lo2 = _mm512_set_epi64(13, 12, 5, 4, 9, 8, 1, 0), hi2 = _mm512_set_epi64(15, 14, 7, 6, 11, 10, 3, 2);
+    const __m512i lo1 = _mm512_set_epi64(14, 6, 12, 4, 10, 2, 8, 0), hi1 = _mm512_set_epi64(15, 7, 13, 5, 11, 3, 9, 1);
+    BNCN_RL_TR_PAIR(v[0], v[4], lo4, hi4);
+    BNCN_RL_TR_PAIR(v[1], v[5], lo4, hi4);
+    BNCN_RL_TR_PAIR(v[2], v[6], lo4, hi4);
+    BNCN_RL_TR_PAIR(v[3], v[7], lo4, hi4);
+    BNCN_RL_TR_PAIR(v[0], v[2], lo2, hi2);
+    BNCN_RL_TR_PAIR(v[1], v[3], lo2, hi2);
+    BNCN_RL_TR_PAIR(v[4], v[6], lo2, hi2);
+    BNCN_RL_TR_PAIR(v[5], v[7], lo2, hi2);
+    BNCN_RL_TR_PAIR(v[0], v[1], lo1, hi1);
+    BNCN_RL_TR_PAIR(v[2], v[3], lo1, hi1);
+    BNCN_RL_TR_PAIR(v[4], v[5], lo1, hi1);
+    BNCN_RL_TR_PAIR(v[6], v[7], lo1, hi1);
 }
 
 /* xt[f][k] = byte f % 8 of tiles[f / 8][k]: the block's qwords of 8 features to one vector of 64 rows
@@ -416,6 +483,68 @@ static void bncn_rl_transpose(const uint64_t (*tiles)[RL_ROWS], uint8_t (*xt)[RL
     }
 }
 
+/* Bit k: the code of feature i in byte lane k (row k) is above the feature's largest. */
+static inline uint64_t bncn_rl_above(__m512i codes, int i)
+{
+    return _mm512_cmpgt_epu8_mask(codes, _mm512_set1_epi8((char)bncn_rl_max8[i]));
+}
+
+#if RL_WIN
+/* 64 bytes at x + at, of which `left` (may be <= 0) exist: past them, zeros (masked, no fault). */
+static inline __m512i bncn_rl_load(const uint8_t *x, long at, long left)
+{
+    if (left >= 64) {
+        return _mm512_loadu_si512((const void *)(x + at));
+    }
+    if (left <= 0) {
+        return _mm512_setzero_si512();
+    }
+    return _mm512_maskz_loadu_epi8(((__mmask64)1 << left) - 1, (const void *)(x + at));
+}
+
+/* xt[f][k] = code f of row k, for the 64 rows of uint8 codes from x (`avail` bytes exist from x: rows
+ * past them read as zeros). Per group of 8 rows, its RL_NP windows of 128 bytes are loaded once and
+ * permuted (masked) into 8 features x 8 rows for each 8 features q; then per q, the 8 x 8 qword
+ * transpose across the groups. ``whole``: every byte read exists (no masks). */
+__attribute__((always_inline)) static inline void bncn_rl_gather_u8_as(const uint8_t *x, long avail,
+                                                                       uint8_t (*xt)[RL_ROWS], int whole)
+{
+    __m512i vq[RL_NQ][8];
+    int q, g, j, f;
+    for (g = 0; g < 8; ++g) {
+        __m512i w[2 * RL_NP];
+        for (j = 0; j < 2 * RL_NP; ++j) {
+            long at = (long)g * 8 * NF + 64L * j;
+            w[j] = whole ? _mm512_loadu_si512((const void *)(x + at)) : bncn_rl_load(x, at, avail - at);
+        }
+        for (q = 0; q < RL_NQ; ++q) {
+            __m512i v = _mm512_setzero_si512();
+            for (j = 0; j < RL_NP; ++j) {
+                v = _mm512_or_si512(v, _mm512_maskz_permutex2var_epi8(
+                                           bncn_rl_wmask[q][j], w[2 * j],
+                                           _mm512_load_si512((const void *)bncn_rl_widx[q][j]), w[2 * j + 1]));
+            }
+            vq[q][g] = v;
+        }
+    }
+    for (q = 0; q < RL_NQ; ++q) {
+        bncn_rl_tr8(vq[q]); /* vq[q][f]: feature 8q + f, rows 0 .. 63 */
+        for (f = 0; f < 8 && 8 * q + f < NF; ++f) {
+            _mm512_storeu_si512((void *)xt[8 * q + f], vq[q][f]);
+        }
+    }
+}
+
+static void bncn_rl_gather_u8(const uint8_t *x, long avail, uint8_t (*xt)[RL_ROWS])
+{
+    if (avail >= 56L * NF + 128L * RL_NP) { /* the farthest byte read: group 7's last window */
+        bncn_rl_gather_u8_as(x, avail, xt, 1);
+    } else {
+        bncn_rl_gather_u8_as(x, avail, xt, 0);
+    }
+}
+#endif
+
 /* Adds the widened byte sums of every class and sub-block into acc (16-bit lanes) and clears them. */
 static inline void bncn_rl_flush(__m512i (*part)[RL_SUB], uint16_t (*acc)[NC][RL_ROWS])
 {
@@ -433,11 +562,49 @@ static inline void bncn_rl_flush(__m512i (*part)[RL_SUB], uint16_t (*acc)[NC][RL
     }
 }
 
+/* The table row's codes of the 64 rows of idx: t holds 64 * chunks codes, upper: index bit 7. */
+__attribute__((always_inline)) static inline __m512i bncn_rl_look(const __m512i *t, int chunks, __m512i idx,
+                                                                  __mmask64 upper)
+{
+    if (chunks == 1) {
+        return _mm512_permutexvar_epi8(idx, _mm512_load_si512(t));
+    }
+    if (chunks == 2) {
+        return _mm512_permutex2var_epi8(_mm512_load_si512(t), idx, _mm512_load_si512(t + 1));
+    }
+    return _mm512_mask_blend_epi8(upper, _mm512_permutex2var_epi8(_mm512_load_si512(t), idx, _mm512_load_si512(t + 1)),
+                                  _mm512_permutex2var_epi8(_mm512_load_si512(t + 2), idx, _mm512_load_si512(t + 3)));
+}
+
+/* Feature i's lookups of every table row and sub-block, added to part (byte sums of classes, or
+ * with RL_PAIR of class pairs' nibbles). One table shape per call, so the branches are hoisted. */
+__attribute__((always_inline)) static inline void bncn_rl_feature(__m512i (*part)[RL_SUB], const __m512i *t,
+                                                                  int chunks, const __m512i *idx)
+{
+    __mmask64 upper[RL_SUB];
+    int c, s;
+    for (s = 0; s < RL_SUB; ++s) {
+        upper[s] = chunks == 4 ? _mm512_movepi8_mask(idx[s]) : 0;
+    }
+    for (c = 0; c < RL_NT; ++c) {
+        for (s = 0; s < RL_SUB; ++s) {
+            part[c][s] = _mm512_add_epi8(part[c][s], bncn_rl_look(t + chunks * c, chunks, idx[s], upper[s]));
+        }
+    }
+}
+
 /* Every class's sums of RL_SUB sub-blocks: prior + the NF looked-up codes, into acc[s][c][0 .. 63].
  * Features outer (one table shape), classes inner (one table vector for every sub-block). */
-static inline void bncn_rl_sums(const uint8_t (*ix)[NF][RL_ROWS], uint16_t (*acc)[NC][RL_ROWS])
+static inline void bncn_rl_sums(const uint8_t (*xt)[NF][RL_ROWS], uint16_t (*acc)[NC][RL_ROWS])
 {
     __m512i part[NC][RL_SUB], idx[RL_SUB];
+#if RL_PAIR
+    __m512i nib[RL_NT][RL_SUB];
+    const __m512i low = _mm512_set1_epi8(0x0F);
+    int m = 0;
+#else
+    __m512i (*nib)[RL_SUB] = part; /* one class per table byte: the lookups go to the byte sums */
+#endif
     int i, c, s, n = 0;
     for (c = 0; c < NC; ++c) {
         __m512i prior = _mm512_set1_epi16((short)${prefix}_code((uint32_t)c));
@@ -447,39 +614,40 @@ static inline void bncn_rl_sums(const uint8_t (*ix)[NF][RL_ROWS], uint16_t (*acc
             part[c][s] = _mm512_setzero_si512();
         }
     }
+#if RL_PAIR
+    for (c = 0; c < RL_NT; ++c) {
+        for (s = 0; s < RL_SUB; ++s) {
+            nib[c][s] = _mm512_setzero_si512();
+        }
+    }
+#endif
     for (i = 0; i < NF; ++i) {
         const __m512i *t = (const __m512i *)(const void *)(bncn_rl_tab + bncn_rl_off[i]);
         for (s = 0; s < RL_SUB; ++s) {
-            idx[s] = _mm512_loadu_si512((const void *)ix[s][i]);
+            idx[s] = bncn_rl_index(xt[s], i);
         }
         if (bncn_rl_chunks[i] == 1) {
-            for (c = 0; c < NC; ++c) {
-                const __m512i t0 = _mm512_load_si512(t + c);
-                for (s = 0; s < RL_SUB; ++s) {
-                    part[c][s] = _mm512_add_epi8(part[c][s], _mm512_permutexvar_epi8(idx[s], t0));
-                }
-            }
+            bncn_rl_feature(nib, t, 1, idx);
         } else if (bncn_rl_chunks[i] == 2) {
-            for (c = 0; c < NC; ++c) {
-                const __m512i t0 = _mm512_load_si512(t + 2 * c), t1 = _mm512_load_si512(t + 2 * c + 1);
-                for (s = 0; s < RL_SUB; ++s) {
-                    part[c][s] = _mm512_add_epi8(part[c][s], _mm512_permutex2var_epi8(t0, idx[s], t1));
-                }
-            }
+            bncn_rl_feature(nib, t, 2, idx);
         } else {
-            __mmask64 upper[RL_SUB]; /* index bit 7: the upper 128 codes */
-            for (s = 0; s < RL_SUB; ++s) {
-                upper[s] = _mm512_movepi8_mask(idx[s]);
-            }
-            for (c = 0; c < NC; ++c) {
-                const __m512i t0 = _mm512_load_si512(t + 4 * c), t1 = _mm512_load_si512(t + 4 * c + 1);
-                const __m512i t2 = _mm512_load_si512(t + 4 * c + 2), t3 = _mm512_load_si512(t + 4 * c + 3);
+            bncn_rl_feature(nib, t, 4, idx);
+        }
+#if RL_PAIR
+        if (++m == RL_PAIR || i + 1 == NF || n + 1 == RL_FLUSH) { /* the nibbles into the classes' bytes */
+            for (c = 0; c < RL_NT; ++c) {
                 for (s = 0; s < RL_SUB; ++s) {
-                    __m512i a = _mm512_permutex2var_epi8(t0, idx[s], t1), b = _mm512_permutex2var_epi8(t2, idx[s], t3);
-                    part[c][s] = _mm512_add_epi8(part[c][s], _mm512_mask_blend_epi8(upper[s], a, b));
+                    part[2 * c][s] = _mm512_add_epi8(part[2 * c][s], _mm512_and_si512(nib[c][s], low));
+                    if (2 * c + 1 < NC) {
+                        part[2 * c + 1][s] = _mm512_add_epi8(
+                            part[2 * c + 1][s], _mm512_and_si512(_mm512_srli_epi16(nib[c][s], 4), low));
+                    }
+                    nib[c][s] = _mm512_setzero_si512();
                 }
             }
+            m = 0;
         }
+#endif
         if (++n == RL_FLUSH) {
             bncn_rl_flush(part, acc);
             n = 0;
@@ -492,8 +660,10 @@ static inline void bncn_rl_sums(const uint8_t (*ix)[NF][RL_ROWS], uint16_t (*acc
 
 typedef unsigned (*bncn_rl_narrow_fn)(const void *x, long r, uint64_t (*tiles)[RL_ROWS], int k);
 
-/* Labels (first minimum: strictly smaller sums replace) and scores of 64 rows from their sums. */
-static inline long bncn_rl_output(uint16_t (*acc)[RL_ROWS], uint64_t bad, long r0, double *scores, int64_t *labels)
+/* Labels (first minimum: strictly smaller sums replace) and scores of the first `count` (1 .. 64) of
+ * 64 rows from their sums. */
+static inline long bncn_rl_output(uint16_t (*acc)[RL_ROWS], uint64_t bad, long r0, int count, double *scores,
+                                  int64_t *labels)
 {
     uint16_t best_label[RL_ROWS] BNCN_ALIGNED;
     long refused = 0;
@@ -509,13 +679,14 @@ static inline long bncn_rl_output(uint16_t (*acc)[RL_ROWS], uint64_t bad, long r
         _mm512_storeu_si512((void *)(best_label + h), label);
     }
     if (bad == 0 && scores == NULL) { /* labels only, every row valid: widened 8 at a time */
-        for (k = 0; k < RL_ROWS; k += 8) {
-            _mm512_storeu_si512((void *)(labels + r0 + k),
-                                _mm512_cvtepu16_epi64(_mm_loadu_si128((const __m128i *)(const void *)(best_label + k))));
+        for (k = 0; k < count; k += 8) {
+            __mmask8 in = count - k >= 8 ? (__mmask8)0xFF : (__mmask8)((1u << (count - k)) - 1);
+            __m128i eight = _mm_loadu_si128((const __m128i *)(const void *)(best_label + k));
+            _mm512_mask_storeu_epi64((void *)(labels + r0 + k), in, _mm512_cvtepu16_epi64(eight));
         }
         return 0;
     }
-    for (k = 0; k < RL_ROWS; ++k) {
+    for (k = 0; k < count; ++k) {
         long r = r0 + k;
         if ((bad >> k) & 1u) {
             bncn_refuse(r, scores, labels);
@@ -532,36 +703,52 @@ static inline long bncn_rl_output(uint16_t (*acc)[RL_ROWS], uint64_t bad, long r
     return refused;
 }
 
-/* Rows r0 .. r0 + 64 * nsub - 1 (1 <= nsub <= RL_SUB; the sub-blocks past nsub repeat the first
- * one, summed and discarded); returns the number refused. ``bytes``: the input is uint8, checked here
- * on the transposed codes (the other types are checked as they are narrowed). Inlined into each input
- * type's rows loop, so that its narrowing is inlined too. */
+/* Rows r0 .. r0 + count - 1 (1 <= count <= 64 * RL_SUB; the rows past them are summed as zero codes
+ * and discarded; rows up to `end` exist); returns the number refused. ``bytes``: the input is uint8,
+ * checked here on the transposed codes (the other types are checked as they are narrowed). Inlined
+ * into each input type's rows loop, so that its narrowing is inlined too. */
 __attribute__((always_inline)) static inline long bncn_rl_rows(bncn_rl_narrow_fn narrow, int bytes, const void *x,
-                                                               long r0, int nsub, double *scores, int64_t *labels)
+                                                               long r0, long count, long end, double *scores,
+                                                               int64_t *labels)
 {
     uint64_t tiles[RL_NQ][RL_ROWS] BNCN_ALIGNED;
     uint8_t xt[RL_SUB][NF][RL_ROWS] BNCN_ALIGNED;
-${rl_ix}
     uint16_t acc[RL_SUB][NC][RL_ROWS] BNCN_ALIGNED;
     uint64_t bad[RL_SUB] = {0};
     long refused = 0;
     int k, s;
+    (void)end; /* read only by the uint8 gather */
     for (s = 0; s < RL_SUB; ++s) {
-        uint8_t (*sxt)[RL_ROWS] = xt[s], (*six)[RL_ROWS] = ix[s];
-        long first = r0 + RL_ROWS * (s < nsub ? s : 0);
-        for (k = 0; k < RL_ROWS; ++k) {
-            bad[s] |= (uint64_t)narrow(x, first + k, tiles, k) << k;
+        uint8_t (*sxt)[RL_ROWS] = xt[s];
+        long first = r0 + RL_ROWS * s, rows = count - RL_ROWS * s;
+        rows = rows < 0 ? 0 : (rows > RL_ROWS ? RL_ROWS : rows);
+#if RL_WIN
+        if (bytes) {
+            /* the rows past `rows` that exist are read, not used: a group's windows overreach */
+            bncn_rl_gather_u8((const uint8_t *)x + (size_t)first * NF, (rows > 0 ? end - first : 0) * NF, sxt);
+        } else
+#endif
+        {
+            int q;
+            for (k = 0; k < rows; ++k) {
+                bad[s] |= (uint64_t)narrow(x, first + k, tiles, k) << k;
+            }
+            for (; k < RL_ROWS; ++k) { /* past the rows: zero codes */
+                for (q = 0; q < RL_NQ; ++q) {
+                    tiles[q][k] = 0;
+                }
+            }
+            bncn_rl_transpose((const uint64_t(*)[RL_ROWS])tiles, sxt);
         }
-        bncn_rl_transpose((const uint64_t(*)[RL_ROWS])tiles, sxt);
-        for (k = 0; bytes && k < NF; ++k) { /* bit r: row r has a code above its feature's maximum */
-            bad[s] |= _mm512_cmpgt_epu8_mask(_mm512_loadu_si512((const void *)sxt[k]),
-                                             _mm512_set1_epi8((char)bncn_rl_max8[k]));
+        for (k = 0; bytes && k < NF; ++k) { /* (checked apart from the gather: measured faster) */
+            bad[s] |= bncn_rl_above(_mm512_loadu_si512((const void *)sxt[k]), k);
         }
-${rl_tan_index}        (void)six;
     }
-    bncn_rl_sums((const uint8_t(*)[NF][RL_ROWS])ix, acc);
-    for (s = 0; s < nsub; ++s) {
-        refused += bncn_rl_output(acc[s], bad[s], r0 + RL_ROWS * s, scores, labels);
+    bncn_rl_sums((const uint8_t(*)[NF][RL_ROWS])xt, acc);
+    for (s = 0; RL_ROWS * s < count; ++s) {
+        long rows = count - RL_ROWS * s;
+        rows = rows > RL_ROWS ? RL_ROWS : rows;
+        refused += bncn_rl_output(acc[s], bad[s], r0 + RL_ROWS * s, (int)rows, scores, labels);
     }
     return refused;
 }
@@ -585,31 +772,46 @@ int bncn_kernel(void)
 (unsigned)${prefix}_max_code[i] + 1u
 //@ rl_entries_tan
 ((unsigned)${prefix}_max_code[i] + 1u) * (unsigned)${prefix}_stride[i]
-//@ rl_ix_naive_bayes
-    uint8_t (*ix)[NF][RL_ROWS] = xt; /* naive Bayes: the index is the code */
-//@ rl_ix_tan
-    uint8_t ix[RL_SUB][NF][RL_ROWS] BNCN_ALIGNED; /* table indices: the parents' codes stay in xt */
-//@ rl_tan_index
-        for (k = 0; k < NF; ++k) { /* table index x_i * stride_i + x_pa (< 256 for valid rows) in 16-bit lanes */
-            __m512i own = _mm512_loadu_si512((const void *)sxt[k]);
-            if (${prefix}_parent[k] >= 0 || ${prefix}_stride[k] != 1) {
-                __m512i own2, pa = _mm512_setzero_si512();
-                __m512i stride = _mm512_set1_epi16((short)${prefix}_stride[k]);
-                if (${prefix}_parent[k] >= 0) {
-                    pa = _mm512_loadu_si512((const void *)sxt[${prefix}_parent[k]]);
-                }
-                own2 = _mm512_inserti64x4(
-                    _mm512_castsi256_si512(_mm512_cvtepi16_epi8(_mm512_add_epi16(
-                        _mm512_mullo_epi16(_mm512_cvtepu8_epi16(_mm512_castsi512_si256(own)), stride),
-                        _mm512_cvtepu8_epi16(_mm512_castsi512_si256(pa))))),
-                    _mm512_cvtepi16_epi8(_mm512_add_epi16(
-                        _mm512_mullo_epi16(_mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(own, 1)), stride),
-                        _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(pa, 1)))),
-                    1);
-                own = own2;
-            }
-            _mm512_storeu_si512((void *)six[k], own);
+//@ rl_index_naive_bayes
+static void bncn_rl_index_init(void)
+{
+}
+
+/* Feature i's table indices of 64 rows: naive Bayes, the codes. */
+static inline __m512i bncn_rl_index(const uint8_t (*xt)[RL_ROWS], int i)
+{
+    return _mm512_loadu_si512((const void *)xt[i]);
+}
+//@ rl_index_tan
+/* x * stride_i for x < 128, the products mod 256: a valid row's index x_i * stride_i + x_pa is below 256. */
+static uint8_t bncn_rl_mul[NF][128] BNCN_ALIGNED;
+
+static void bncn_rl_index_init(void)
+{
+    unsigned j;
+    int i;
+    for (i = 0; i < NF; ++i) {
+        for (j = 0; j < 128u; ++j) {
+            bncn_rl_mul[i][j] = (uint8_t)(j * (unsigned)${prefix}_stride[i]);
         }
+    }
+}
+
+/* Feature i's table indices of 64 rows: x_i * stride_i + x_pa in byte lanes (below 256 for a valid row;
+ * x_i * stride_i looked up, x_i < 128 for a valid row: a parent has at least 2 values). */
+static inline __m512i bncn_rl_index(const uint8_t (*xt)[RL_ROWS], int i)
+{
+    __m512i own = _mm512_loadu_si512((const void *)xt[i]);
+    if (${prefix}_parent[i] < 0 && ${prefix}_stride[i] == 1) {
+        return own;
+    }
+    own = _mm512_permutex2var_epi8(_mm512_load_si512((const void *)bncn_rl_mul[i]), own,
+                                   _mm512_load_si512((const void *)(bncn_rl_mul[i] + 64)));
+    if (${prefix}_parent[i] >= 0) {
+        own = _mm512_add_epi8(own, _mm512_loadu_si512((const void *)xt[${prefix}_parent[i]]));
+    }
+    return own;
+}
 //@ codes_kernel
 
 #if defined(__GNUC__)
@@ -672,11 +874,11 @@ static long bncn_rows_${suffix}(const void *xv, long first, long last, double *s
     long r = first, refused = 0;
 #if BNCN_RL
     if (bncn_rl_ok) {
-        while (r + RL_ROWS <= last) {
-            long whole = (last - r) / RL_ROWS;
-            int nsub = whole < RL_SUB ? (int)whole : RL_SUB;
-            refused += bncn_rl_rows(bncn_rl_narrow_${suffix}, sizeof(${ctype}) == 1, xv, r, nsub, scores, labels);
-            r += (long)RL_ROWS * nsub;
+        while (last - r >= RL_MIN_ROWS) {
+            long count = last - r < (long)RL_ROWS * RL_SUB ? last - r : (long)RL_ROWS * RL_SUB;
+            int bytes = sizeof(${ctype}) == 1;
+            refused += bncn_rl_rows(bncn_rl_narrow_${suffix}, bytes, xv, r, count, last, scores, labels);
+            r += count;
         }
     }
 #endif

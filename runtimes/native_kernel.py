@@ -23,22 +23,28 @@ NaN or inf. Float (unquantized) models have no C export (the exporter refuses th
 float kernel.
 
 Rows as lanes (section ``rows_lanes``; compilers targeting AVX-512 BW + VBMI, ``NF <= 1024`` and
-sums within 16 bits, ``(D + 1) * (2^B - 1) <= 65535``): the code batches take 64 rows at a time
-with one byte lane per row. The block's codes are narrowed to bytes and written as each row's
-qwords of 8 features, so that 8 rows x 8 features are one vector; a byte permutation of each and
-one 8 x 8 qword transpose across the 8 row groups make one 64-byte vector per feature. The same
-unsigned range check marks a refused row (its lanes are computed and discarded): as wider codes
-are narrowed, and for uint8 codes once per feature on the transposed block. The vectors are
-turned into table indices (TAN: ``x_i * stride_i + x_pa``), and each class's sum is its
-prior plus, per feature, one byte permutation of the feature's codes of that class (at most 256
-codes: one ``vpermb`` for 64, one ``vpermi2b`` for 128, two and a blend for 256), added in byte
-lanes for ``255 // (2^B - 1)`` features (no byte can wrap) and then in 16-bit lanes. The label
-is the first minimum (a strictly smaller sum replaces) and the scores are the same expression as
-above, so the outputs are identical to the class-lanes kernel's. ``bncn_init`` picks it when
-every feature's table has at most 256 entries and its estimated cost is below the class-lanes
-kernel's (the estimate in the C, fitted to ``benchmarks/bench_inference.py``: many features and
-few classes, usps and satimage, take rows as lanes; letter keeps classes as lanes); the rows after
-the last whole block, the one-row slots and raw inputs use the class-lanes kernel.
+sums within 16 bits, ``(D + 1) * (2^B - 1) <= 65535``): the code batches take blocks of up to 128
+rows (two 64-row halves) with one byte lane per row, the last block part-filled (its missing rows
+are summed as zero codes and discarded). The block becomes one 64-byte vector per feature: uint8
+rows of few features (``RL_WIN``) by masked byte permutations of each 8 rows' contiguous bytes
+(one per 128-byte window; no byte past the array is read), other rows narrowed to bytes and
+written as each row's qwords of 8 features, a byte permutation of each 8 x 8 tile; then one 8 x 8
+qword transpose across the 8 row groups. The same unsigned range check marks a refused row (its
+lanes are computed and discarded): as wider codes are narrowed, and for uint8 codes once per
+feature on the laid-out block. The vectors are turned into table indices (TAN: ``x_i * stride_i +
+x_pa``, the product looked up), and each class's sum is its prior plus, per feature, one byte
+permutation of the feature's codes of that class (at most 256 codes: one ``vpermb`` for 64, one
+``vpermi2b`` for 128, two and a blend for 256), added in byte lanes for ``255 // (2^B - 1)``
+features (no byte can wrap) and then in 16-bit lanes. With at most 3 bits a table byte holds two
+classes' codes in its nibbles, so one permutation serves both: ``15 // (2^B - 1)`` lookups are
+summed in the nibbles before they are split into the two classes' byte sums. The label is the
+first minimum (a strictly smaller sum replaces) and the scores are the same expression as above,
+so the outputs are identical to the class-lanes kernel's. ``bncn_init`` picks it when every
+feature's table has at most 256 entries and its estimated cost is below the class-lanes kernel's
+(the estimate in the C, fitted to ``benchmarks/bench_inference.py``: many features and few
+classes, usps and satimage, take rows as lanes; letter keeps classes as lanes; ``-DBNCN_RL_FORCE=0``
+or ``1`` in the flags overrides it, for benchmarks); fewer than ``RL_MIN_ROWS`` (16) rows, the
+one-row slots and raw inputs use the class-lanes kernel.
 
 Entry points (the ``long`` ones return the number of rows they refused):
 
@@ -120,8 +126,7 @@ def wrapper_source(
     shape = "tan" if tan else "naive_bayes"
     rows_lanes = {
         "rl_entries": sections[f"rl_entries_{shape}"].substitute(common).removesuffix("\n"),
-        "rl_ix": sections[f"rl_ix_{shape}"].substitute(common).removesuffix("\n"),
-        "rl_tan_index": sections["rl_tan_index"].substitute(common) if tan else "",
+        "rl_index": sections[f"rl_index_{shape}"].substitute(common),
     }
     parts.append(sections["rows_lanes"].substitute(common, **rows_lanes))
     # one line of C (a table row's expression): the codes kernel's line supplies the rest

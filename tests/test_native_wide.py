@@ -97,6 +97,11 @@ CASES = [
     ("tan-128", True, 3, 48, 5, [11] * 48),
     ("tan-256", True, 3, 40, 6, [16] * 40),
     ("tan-mixed", True, 4, 130, 3, None),
+    # few features: uint8 rows gathered by windows (a width not a multiple of 8); 1 and 2 bits; an odd
+    # number of classes (two classes per table byte for up to 3 bits, the last one alone)
+    ("nb-36-2bit", False, 2, 36, 7, None),
+    ("nb-21-1bit", False, 1, 21, 3, None),
+    ("tan-36-odd", True, 3, 36, 7, [12] * 36),
 ]
 
 
@@ -107,7 +112,8 @@ def test_rows_as_lanes_match_the_reference_on_every_row(tmp_path, case):
     artifact = wide(len(name), tan=tan, bits=bits, d=d, n_classes=n_classes, cards=cards)
     rt = load(artifact, tmp_path, name)
     assert kernel(rt) == 1
-    for n in (64, 200, 1000):  # whole blocks; blocks and a tail
+    # whole blocks; blocks and a tail (below 16 rows: the class-lanes kernel; from 16: a part block)
+    for n in (15, 16, 17, 64, 100, 129, 200, 1000, 1284):
         x, invalid = rows_with_invalid(artifact, n, seed=n)
         assert_exact(rt, artifact, x)
         assert invalid.any()
@@ -145,3 +151,62 @@ def test_random_shapes_match_the_reference(tmp_path, seed):
     x, invalid = rows_with_invalid(artifact, int(rng.integers(64, 700)), seed=seed)
     assert invalid.any()
     assert_exact(rt, artifact, x)
+
+
+GUARD_SCRIPT = r"""
+import ctypes, mmap, sys
+import numpy as np
+from bnc_deploy.runtimes.base import load_runtime
+rt = load_runtime(sys.argv[1], "native", threads=1)
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+d, page = rt.n_features, mmap.PAGESIZE
+for n in [int(v) for v in sys.argv[2].split(",")]:
+    size = -(-n * d // page) * page
+    buf = mmap.mmap(-1, size + page)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(buf))
+    if libc.mprotect(base + size, page, 0) != 0:  # PROT_NONE: a read past the array faults
+        raise OSError(ctypes.get_errno(), "mprotect")
+    x = np.frombuffer(buf, dtype=np.uint8, count=n * d, offset=size - n * d).reshape(n, d)
+    codes = np.load(sys.argv[3])[:n]
+    x[...] = codes
+    got = rt.predict(x)
+    np.save(sys.argv[4] + f"_{n}.npy", got)
+print("ok")
+"""
+
+
+@pytest.mark.skipif(not VBMI, reason="rows as lanes needs a compiler targeting AVX-512 BW + VBMI (-march=native)")
+@pytest.mark.skipif(os.name != "posix", reason="needs mmap and mprotect")
+def test_uint8_rows_are_not_read_past_the_array(tmp_path):
+    """uint8 batches end right before an unreadable page: every count of rows gives the reference's
+    labels and no fault (the gather masks its loads past the array's last byte). In a subprocess, so
+    that a fault fails this test alone."""
+    import sys
+
+    artifact = wide(7, tan=True, bits=3, d=36, n_classes=6, cards=[12] * 36)
+    rt = load(artifact, tmp_path, "guard")
+    assert kernel(rt) == 1
+    counts = list(range(1, 140)) + [255, 256, 257, 1284]
+    codes = random_rows(artifact, max(counts), seed=9).astype(np.uint8)
+    np.save(tmp_path / "codes.npy", codes)
+    script = tmp_path / "guard.py"
+    script.write_text(GUARD_SCRIPT)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(script),
+            str(tmp_path / "guard.h"),
+            ",".join(map(str, counts)),
+            str(tmp_path / "codes.npy"),
+            str(tmp_path / "out"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    ref = ReferencePredictor(artifact)
+    for n in counts:
+        assert np.array_equal(np.load(tmp_path / f"out_{n}.npy"), ref.predict(codes[:n].astype(np.int64))), n
