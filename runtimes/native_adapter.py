@@ -81,6 +81,7 @@ import platform
 import shlex
 import shutil
 import subprocess
+import sys
 import tempfile
 import threading
 from collections.abc import Callable, Sequence
@@ -394,6 +395,7 @@ class NativeAdapter(RuntimeAdapter):
         self._free_slots = _row_slots[str(library)]  # shared by the adapters of this library
         # A row has D values; with D = 1 a 0-d array has one too (the generic path refuses it), so no fast path.
         self._one_row_size = len(cards) if len(cards) > 1 else -1
+        self._width = len(cards)
         return meta
 
     def _self_check(self, cards: NDArray[np.int64], parents: Sequence[int] | None) -> None:
@@ -430,6 +432,11 @@ class NativeAdapter(RuntimeAdapter):
     @chunk_rows.setter
     def chunk_rows(self, value: int | np.integer[Any] | str | None) -> None:
         self._set_chunk_rows(value)
+
+    def _set_chunk_rows(self, value: int | np.integer[Any] | str | None) -> None:
+        super()._set_chunk_rows(value)
+        limit = self.chunk_rows
+        self._row_limit = sys.maxsize if limit is None else limit  # most rows per batch call (predict's test)
 
     def _prepare(self, checked: NDArray[np.int64] | NDArray[np.float32]) -> NDArray[np.uint8] | NDArray[np.float32]:
         # Checked codes are in 0..|X_i|-1 <= 255, so the cast to uint8 is exact; raw rows are float32.
@@ -492,6 +499,15 @@ class NativeAdapter(RuntimeAdapter):
                     pass
                 finally:
                     self._free_slots.append(slot)
+        # _fast_batch and _call, written out for a C-contiguous batch: about 1 us less per call
+        if type(x) is np.ndarray and x.ndim == 2 and x.flags.c_contiguous:
+            kernel = self._batch.get(x.dtype)
+            n, d = x.shape
+            if kernel is not None and d == self._width and 0 < n <= self._row_limit:
+                labels = np.empty(n, dtype=np.int64)
+                refused = kernel(_address(x), n, None, _address(labels), min(self.threads or 1, MAX_THREADS))
+                # a refused row: the generic path says which (or that the file is wrong)
+                return labels if not refused else RuntimeAdapter.predict(self, x)
         fast = self._fast_batch(x, False)
         return fast[1] if fast is not None else RuntimeAdapter.predict(self, x)
 
