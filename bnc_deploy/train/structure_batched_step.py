@@ -15,7 +15,8 @@ whose autograd graph this step computes in closed form):
   where the single run's tensor ends (:class:`Layout`);
 * the two products whose summation order is MKL's own (``s @ gathered`` and the slot gradient
   ``gathered @ grad``) run per configuration on blocks that start 64-byte aligned, as the single
-  run's freshly allocated tensors do (MKL's ``sgemv`` rounds differently on misaligned rows);
+  run's freshly allocated tensors do (MKL's ``sgemv`` rounds differently on misaligned rows):
+  :mod:`bnc_deploy.train.structure_batched_products`;
 * the table gradient is one ``index_add_`` whose additions per table entry come in the single
   run's order (batch rows in order), then the log-softmax backward on the touched rows only, its
   sum over values on the single run's (rows, K, C) shape (reductions round by shape);
@@ -37,6 +38,7 @@ import torch
 from bnc_deploy.models.structure_learning import _GUMBEL_EPS
 from bnc_deploy.train.batched_adam import ADAM_UNIT, contiguous_runs, group_rates, schedule_groups
 from bnc_deploy.train.bnc_batched_step import Chunk, _adam, _cll, _exclusion_mask, _nll
+from bnc_deploy.train.structure_batched_products import ALIGN, log_joint_of_samples, products_are_bag_sums, slot_grad
 from bnc_deploy.train.structure_learning import candidate_parameter_counts
 
 __all__ = ["Layout", "SLChunk", "step"]
@@ -48,9 +50,6 @@ AdamLists = tuple[list[torch.Tensor], list[torch.Tensor], list[torch.Tensor], li
 
 #: torch's default Adam betas, which the single run's structure optimizer uses.
 BETA1, BETA2 = 0.9, 0.999
-#: Floats per 64 bytes: the alignment of a fresh CPU tensor, which MKL's products are sensitive to,
-#: and fused Adam's unit.
-_ALIGN = 16
 #: theta's value past a row's own values (exp gives exactly 0, like the single run's PAD - max - lse).
 _NEVER = -1e4
 
@@ -72,8 +71,8 @@ class Layout:
 
     def __init__(self, values: np.ndarray, rows: np.ndarray, k: int, c: int, slot_starts: np.ndarray) -> None:
         self.rows, self.k, self.c, self.r = rows, k, c, len(values)
-        unit = _ALIGN // math.gcd(k * c, _ALIGN)
-        last = max(0, (int(rows.min()) - -(-_ALIGN // (k * c))) // unit * unit)
+        unit = ALIGN // math.gcd(k * c, ALIGN)
+        last = max(0, (int(rows.min()) - -(-ALIGN // (k * c))) // unit * unit)
         # Preferably where a slot of the last feature starts in every configuration (``slot_starts``):
         # then no slot straddles two spans and each slot's entries are an affine function of the
         # parent's value (SLChunk._affine), and only the last feature's rows keep all K values.
@@ -84,7 +83,7 @@ class Layout:
         self.spans = []  # (first row, end row, values, rows allocated)
         for a, b, v in bounds:
             n = b - a
-            while n * v * c % _ALIGN:
+            while n * v * c % ALIGN:
                 n += 1
             self.spans.append((a, b, v, n))
         self.spans.append((last, self.r, k, self.r - last))
@@ -222,7 +221,7 @@ class SLChunk:
         # Fused Adam's step (float32, as torch keeps it) and the structure Adam's step count.
         self.step = torch.zeros((), dtype=torch.float32, device=device)
         self.phi_step = 0
-        self.bag_sums = device.type == "cuda" or _products_are_bag_sums(self.d, self.n_slots, batch * self.c)
+        self.bag_sums = device.type == "cuda" or products_are_bag_sums(self.d, self.n_slots, batch * self.c)
         self._reset_buffers()
 
     @property
@@ -380,77 +379,6 @@ def _row_values(models: list[Any], n_rows: int) -> np.ndarray:
 
 
 # -- one step ---------------------------------------------------------------------------------------
-def _log_joint(
-    chunk: SLChunk,
-    tables: tuple[torch.Tensor, torch.Tensor],
-    slot_major: torch.Tensor,
-    chosen: torch.Tensor,
-    flat_slots: torch.Tensor,
-) -> torch.Tensor:
-    """``log p(c, x)`` (M, B, C) of the sampled structures: the chosen slot's entry per feature, summed.
-
-    The single run multiplies the one-hot sample with every slot's gathered term (``s @ gathered``);
-    MKL adds the nonzero terms one after another in slot order, which is this bag sum (checked per
-    shape by :func:`_products_are_bag_sums`; where it does not hold, the single run's product is used).
-    """
-    theta, class_theta = tables
-    m, b, d = chosen.shape
-    if chunk.device.type == "cuda" or chunk.bag_sums:
-        summed = torch.nn.functional.embedding_bag(chosen.view(m * b, d), theta, mode="sum").view(m, b, -1)
-    else:
-        dj = d * chunk.n_slots
-        hard = torch.zeros(m, dj, device=chunk.device)
-        hard.scatter_(1, flat_slots, 1.0)
-        s = _aligned_copy(chunk, "s", hard)
-        summed = torch.stack([torch.matmul(s[j], _gathered(chunk, theta, slot_major[j])).view(b, -1) for j in range(m)])
-    return summed.add_(class_theta[:, None, :])
-
-
-def _gathered(chunk: SLChunk, theta: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """A configuration's every-slot terms (D*J, B*C) at its slot-major entries ``index``, as the single
-    run gathers them, in one reused buffer that starts 64-byte aligned like the single run's fresh tensor."""
-    n = index.shape[0]
-    buf = chunk._constant(f"gathered{n}", lambda: torch.empty(n, chunk.c, device=chunk.device))
-    torch.index_select(theta, 0, index, out=buf)
-    return buf.view(chunk.d * chunk.n_slots, -1)
-
-
-def _slot_grad(chunk: SLChunk, theta: torch.Tensor, slot_major: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
-    """dL/ds (M, D*J) = gathered @ grad per configuration: MKL's ``sgemv`` per configuration, as the
-    single run calls it, on aligned blocks (its summation order depends on alignment)."""
-    m = chunk.m
-    if chunk.device.type == "cuda":
-        # One gather and one batched product (GPU memory is plentiful; its bits need only be its own).
-        blocks = theta.index_select(0, slot_major.reshape(-1)).view(m, chunk.d * chunk.n_slots, -1)
-        return torch.bmm(blocks, grad.reshape(m, -1, 1)).squeeze(2)
-    g = _aligned_copy(chunk, "grad", grad.reshape(m, -1))
-    return torch.stack([torch.mv(_gathered(chunk, theta, slot_major[j]), g[j]) for j in range(m)])
-
-
-def _aligned_copy(chunk: SLChunk, name: str, values: torch.Tensor) -> torch.Tensor:
-    """``values`` (M, n) copied into rows that start 64-byte aligned; returns the (M, n) view."""
-    m, n = values.shape
-    buf = chunk._constant(name, lambda: torch.zeros(m, -(-n // _ALIGN) * _ALIGN, device=chunk.device))
-    view = buf[:, :n]
-    view.copy_(values)
-    return view
-
-
-def _products_are_bag_sums(d: int, n_slots: int, width: int, trials: int = 4) -> bool:
-    """Whether ``torch.matmul(onehot, gathered)`` over (d * n_slots, width) equals the sequential sum
-    of the chosen rows (``embedding_bag``), bit for bit, on random log-probabilities of that shape."""
-    gen = torch.Generator().manual_seed(0)
-    dj = d * n_slots
-    for _ in range(trials):
-        table = torch.log_softmax(torch.randn(dj, width, generator=gen) * 4, dim=0)
-        slots = torch.randint(0, n_slots, (d,), generator=gen) + torch.arange(d) * n_slots
-        s = torch.zeros(dj).index_fill_(0, slots, 1.0)
-        bag = torch.nn.functional.embedding_bag(slots[None], table, mode="sum")[0]
-        if not torch.equal(torch.matmul(s, table), bag):
-            return False
-    return True
-
-
 def _hybrid(chunk: SLChunk, log_joint: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Mean hybrid loss (M,) and dL/dlog_joint (M, n, C): ``_kernels.hybrid_forward``/``hybrid_backward``
     operation for operation, with the upstream gradient autograd gives ``HybridLossFn`` (float32 1.0)."""
@@ -583,13 +511,13 @@ def step(
         "fbase", lambda: torch.arange(d, device=chunk.device) * chunk.n_slots
     )
     chosen, rows = _chosen(chunk, entries, parent, flat_slots)
-    log_joint = _log_joint(chunk, (theta, class_theta), slot_major, chosen, flat_slots)
+    log_joint = log_joint_of_samples(chunk, (theta, class_theta), slot_major, chosen, flat_slots)
     value, grad = _loss(chunk, loss, log_joint, labels)
     probs = torch.softmax(logits, dim=-1)
     penalized = s["penalty"] != 0
     if bool(penalized.any()):
         value = torch.where(penalized, value + s["penalty"] * (probs * s["counts"]).sum(dim=(1, 2)), value)
-    grad_phi = _phi_grad(chunk, _slot_grad(chunk, theta, slot_major, grad), soft, probs, tau)
+    grad_phi = _phi_grad(chunk, slot_grad(chunk, theta, slot_major, grad), soft, probs, tau)
     _table_grad(chunk, chosen, rows, grad, theta)
     grad_class = grad.sum(dim=1)
     torch.sub(grad_class, class_theta.exp() * grad_class.sum(dim=1, keepdim=True), out=chunk.grads[1])
