@@ -44,12 +44,18 @@ How each rate is measured (the same way for every kind):
     python benchmarks/bench_sweep.py [--data letter] [--cnn-data usps] [--models nb,tan,fc,cnn,structure]
                                      [--sizes 1,16,64,256] [--epochs 3] [--devices cpu,cuda]
                                      [--distinct-seeds] [--threads N] [--json OUT] [--timing call|steady]
+                                     [--repeats N]
+
+``--repeats N`` takes N rounds in turn (each: the single run, then every batched run) and prints the
+medians, with the range of the rounds' ratios: on a shared machine the rates drift from run to run,
+and runs taken in turn drift alike.
 
 A device of ``--devices`` that torch does not see (cuda without a GPU) is skipped with a message.
 
 JSON (``--json``): ``data``, ``epochs``, ``torch``, ``threads``, ``results`` (one entry per kind,
 device and M: ``model``, ``device``, ``M``, ``rate``, ``per_run_rate``, ``ratio`` = the speed-up
-over the single run, and ``data``, ``seconds`` of the batched call), ``datasets`` (kind -> data),
+over the single run, and ``data``, ``seconds`` of the batched call; with ``--repeats``, medians,
+and every round's ``rates`` and ``per_run_rates``), ``datasets`` (kind -> data),
 ``skipped`` (``model``, ``device``, ``status`` = "skipped: <reason>"), ``timing``, ``targets``.
 
 Acceptance (issue 12): on 2 cores, letter NB at M = 64 >= 3x the per-run trainer; on a GPU
@@ -296,6 +302,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=None, help="torch CPU threads (default: torch's, = cores)")
     parser.add_argument("--json", default=None, metavar="OUT", help="also write the results as JSON")
     parser.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="rounds of the single run and every batched run, taken in turn; the table gives medians (on a "
+        "shared machine the rates drift between runs, and in turn they drift alike)",
+    )
+    parser.add_argument(
         "--timing",
         choices=("call", "steady"),
         default="call",
@@ -313,6 +326,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     if unknown:
         parser.error(f"--models: unknown {', '.join(unknown)}; use {', '.join(KINDS)}")
     args.sizes_list = [int(s) for s in args.sizes.split(",")]
+    if args.repeats < 1:
+        parser.error("--repeats: at least 1")
     args.gpu_steps_list = [k for k in args.gpu_steps.split(",") if k]
     if not args.gpu_steps_list or any(k not in GPU_STEPS for k in args.gpu_steps_list):
         parser.error(f"--gpu-steps: use {', '.join(GPU_STEPS)}")
@@ -364,37 +379,51 @@ def describe_run(datasets: dict, args, devices: list[str]) -> None:
 
 
 def measure_kind(kind: str, dataset, settings, devices: list[str], args) -> list[dict]:
-    """Rows of the table for one kind: the single run once, then every device and M."""
+    """Rows of the table for one kind: per round (``--repeats``) the single run, then every device and
+    M; each row gives the medians over the rounds (and every round's rates)."""
     if kind not in ("nb", "tan"):  # nb and tan: measured cold, as this benchmark always has
         per_run_rate(dataset, kind, 1, settings)  # warm-up (kernels, allocator, lazy imports)
     steady = args.timing == "steady"
-    baseline = per_run_rate(dataset, kind, args.epochs, settings, steady=steady)
+    runs = _device_runs(kind, devices, args.gpu_steps_list)
+    baselines: list[float] = []
+    rounds: dict[tuple[str, str, int], list[tuple[float, float]]] = {}  # (device, steps, M) -> (rate, seconds)
+    for turn in range(args.repeats):
+        baselines.append(per_run_rate(dataset, kind, args.epochs, settings, steady=steady))
+        for device, steps in runs:
+            if turn == 0:
+                batched_seconds(dataset, kind, 2, 1, device, args.distinct_seeds, settings, gpu_steps=steps)  # warm-up
+            for m in args.sizes_list:
+                stamps: list = []
+                seconds = batched_seconds(
+                    dataset, kind, m, args.epochs, device, args.distinct_seeds, settings, stamps, steps
+                )
+                rate = steady_rate(stamps) if steady else None
+                rounds.setdefault((device, steps, m), []).append((rate or m * args.epochs / seconds, seconds))
+    baseline = float(np.median(baselines))
     rows = []
-    for device, steps in _device_runs(kind, devices, args.gpu_steps_list):
-        batched_seconds(dataset, kind, 2, 1, device, args.distinct_seeds, settings, gpu_steps=steps)  # warm-up
+    for (device, steps, m), measured in rounds.items():
+        rate, seconds = float(np.median([r for r, _ in measured])), float(np.median([t for _, t in measured]))
         label = f"{device}-{steps}" if device.startswith("cuda") else device
-        for m in args.sizes_list:
-            stamps: list = []
-            seconds = batched_seconds(
-                dataset, kind, m, args.epochs, device, args.distinct_seeds, settings, stamps, steps
-            )
-            rate = steady_rate(stamps) if steady else None
-            if rate is None:
-                rate = m * args.epochs / seconds
-            rows.append(
-                {
-                    "model": kind,
-                    "device": describe_device(device),
-                    "M": m,
-                    "rate": rate,
-                    "per_run_rate": baseline,
-                    "ratio": rate / baseline,
-                    "data": dataset.name,
-                    "seconds": seconds,
-                    "gpu_steps": steps if device.startswith("cuda") else None,
-                }
-            )
-            print(f"{kind:<10}{label:<12}{m:>6}{rate:>14,.1f}{baseline:>10.1f}{rate / baseline:>8.1f}x", flush=True)
+        rows.append(
+            {
+                "model": kind,
+                "device": describe_device(device),
+                "M": m,
+                "rate": rate,
+                "per_run_rate": baseline,
+                "ratio": rate / baseline,
+                "data": dataset.name,
+                "seconds": seconds,
+                "gpu_steps": steps if device.startswith("cuda") else None,
+                "rates": [r for r, _ in measured],
+                "per_run_rates": baselines,
+            }
+        )
+        spread = ""
+        if args.repeats > 1:
+            ratios = [r / b for (r, _), b in zip(measured, baselines)]
+            spread = f"  (rounds {min(ratios):.1f}x to {max(ratios):.1f}x)"
+        print(f"{kind:<10}{label:<12}{m:>6}{rate:>14,.1f}{baseline:>10.1f}{rate / baseline:>8.1f}x{spread}", flush=True)
     return rows
 
 

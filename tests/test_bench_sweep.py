@@ -120,3 +120,35 @@ def test_structure_configs_use_the_paper_settings_for_letter():
     for config, sl in pairs:
         assert config.bits is None and config.seed == 0 and config.epochs == 2 and config.loss == "hybrid"
         assert config.hybrid_lambda == preset["hybrid_lambda"] and sl.candidates_file == preset["candidates_file"]
+
+
+def test_repeats_take_rounds_in_turn_and_report_medians(bench, monkeypatch, tmp_path, capsys):
+    """``--repeats 3``: after the warm-ups, three rounds in turn (the single run, then the batched run);
+    the row's rates are the medians, and every round's rates are kept."""
+    calls: list[str] = []
+    single = iter([99.0, 5.0, 1.0, 3.0])  # the warm-up, then three rounds: median 3
+    batched = iter([30.0, 10.0, 20.0])  # M = 1, one epoch: rate = 1 / seconds; median 20
+
+    def fake_single(dataset, kind, epochs, *rest, **kw):
+        calls.append(f"single{epochs}")
+        return next(single)
+
+    def fake_seconds(dataset, kind, m, epochs, *rest, **kw):
+        if m == 2:
+            calls.append("warm-up")
+            return 1.0
+        calls.append("batched")
+        return 1.0 / next(batched)
+
+    monkeypatch.setattr(bench, "per_run_rate", fake_single)
+    monkeypatch.setattr(bench, "batched_seconds", fake_seconds)
+    out = tmp_path / "sweep.json"
+    argv = ["--models", "fc", "--sizes", "1", "--epochs", "1", "--devices", "cpu", "--repeats", "3"]
+    bench.main(argv + ["--json", str(out)])
+    assert calls == ["single1", "single1", "warm-up", "batched", "single1", "batched", "single1", "batched"]
+    (row,) = json.loads(out.read_text())["results"]
+    assert row["rates"] == [30.0, 10.0, 20.0] and row["per_run_rates"] == [5.0, 1.0, 3.0]
+    assert row["rate"] == 20.0 and row["per_run_rate"] == 3.0 and row["ratio"] == pytest.approx(20.0 / 3.0)
+    assert "rounds 6.0x to 10.0x" in capsys.readouterr().out  # per round: 30/5, 10/1, 20/3
+    with pytest.raises(SystemExit):
+        bench.main(["--models", "fc", "--repeats", "0"])
