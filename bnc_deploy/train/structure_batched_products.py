@@ -11,16 +11,31 @@
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import torch
-
-if TYPE_CHECKING:
-    from bnc_deploy.train.structure_batched_step import SLChunk
 
 #: Floats per 64 bytes: the alignment of a fresh CPU tensor, which MKL's products are sensitive to,
 #: and fused Adam's unit.
 ALIGN = 16
+
+
+class SLChunk(Protocol):
+    """What these products read of the step's chunk (``structure_batched_step.SLChunk``, which imports
+    this module): its shape, device, layout (for the sentinel row) and cache of reused buffers."""
+
+    device: torch.device
+    bag_sums: bool
+    d: int
+    n_slots: int
+    c: int
+    layout: Any
+
+    @property
+    def m(self) -> int: ...
+
+    def _constant(self, name: str, make: Callable[[], torch.Tensor]) -> torch.Tensor: ...
 
 
 def log_joint_of_samples(
