@@ -41,11 +41,12 @@ class SLChunk(Protocol):
 def log_joint_of_samples(
     chunk: SLChunk,
     tables: tuple[torch.Tensor, torch.Tensor],
-    slot_major: torch.Tensor,
+    blocks: torch.Tensor | None,
     chosen: torch.Tensor,
     flat_slots: torch.Tensor,
 ) -> torch.Tensor:
-    """``log p(c, x)`` (M, B, C) of the sampled structures: the chosen slot's entry per feature, summed.
+    """``log p(c, x)`` (M, B, C) of the sampled structures: the chosen slot's entry per feature, summed
+    (``blocks``: :func:`gathered_blocks` on the CPU, None on a GPU).
 
     The single run multiplies the one-hot sample with every slot's gathered term (``s @ gathered``);
     MKL adds the nonzero terms one after another in slot order, which is this bag sum (checked per
@@ -53,28 +54,29 @@ def log_joint_of_samples(
     """
     theta, class_theta = tables
     m, b, d = chosen.shape
-    if chunk.device.type == "cuda" or chunk.bag_sums:
+    if blocks is None or chunk.bag_sums:
         summed = torch.nn.functional.embedding_bag(chosen.view(m * b, d), theta, mode="sum").view(m, b, -1)
     else:
         dj = d * chunk.n_slots
         hard = torch.zeros(m, dj, device=chunk.device)
         hard.scatter_(1, flat_slots, 1.0)
         s = aligned_copy(chunk, "s", hard)
-        blocks = gathered_blocks(chunk, theta, slot_major)
         summed = torch.stack([torch.matmul(s[j], blocks[j].view(dj, -1)).view(b, -1) for j in range(m)])
     return summed.add_(class_theta[:, None, :])
 
 
-def slot_grad(chunk: SLChunk, theta: torch.Tensor, slot_major: torch.Tensor, grad: torch.Tensor) -> torch.Tensor:
+def slot_grad(
+    chunk: SLChunk, theta: torch.Tensor, slot_major: torch.Tensor, blocks: torch.Tensor | None, grad: torch.Tensor
+) -> torch.Tensor:
     """dL/ds (M, D*J) = gathered @ grad per configuration: MKL's ``sgemv`` per configuration, as the
-    single run calls it, on aligned blocks (its summation order depends on alignment)."""
+    single run calls it, on the aligned ``blocks`` (:func:`gathered_blocks`; its summation order
+    depends on alignment). On a GPU (``blocks`` None), one gather and one batched product."""
     m = chunk.m
-    if chunk.device.type == "cuda":
+    if blocks is None:
         # One gather and one batched product (GPU memory is plentiful; its bits need only be its own).
         blocks = theta.index_select(0, slot_major.reshape(-1)).view(m, chunk.d * chunk.n_slots, -1)
         return torch.bmm(blocks, grad.reshape(m, -1, 1)).squeeze(2)
     g = aligned_copy(chunk, "grad", grad.reshape(m, -1))
-    blocks = gathered_blocks(chunk, theta, slot_major)
     dj = chunk.d * chunk.n_slots
     return torch.stack([torch.mv(blocks[j].view(dj, -1), g[j]) for j in range(m)])
 

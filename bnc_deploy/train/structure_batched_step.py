@@ -38,7 +38,13 @@ import torch
 from bnc_deploy.models.structure_learning import _GUMBEL_EPS
 from bnc_deploy.train.batched_adam import ADAM_UNIT, contiguous_runs, group_rates, schedule_groups
 from bnc_deploy.train.bnc_batched_step import Chunk, _adam, _cll, _exclusion_mask, _nll
-from bnc_deploy.train.structure_batched_products import ALIGN, log_joint_of_samples, products_are_bag_sums, slot_grad
+from bnc_deploy.train.structure_batched_products import (
+    ALIGN,
+    gathered_blocks,
+    log_joint_of_samples,
+    products_are_bag_sums,
+    slot_grad,
+)
 from bnc_deploy.train.structure_learning import candidate_parameter_counts
 
 __all__ = ["Layout", "SLChunk", "step"]
@@ -511,13 +517,15 @@ def step(
         "fbase", lambda: torch.arange(d, device=chunk.device) * chunk.n_slots
     )
     chosen, rows = _chosen(chunk, entries, parent, flat_slots)
-    log_joint = log_joint_of_samples(chunk, (theta, class_theta), slot_major, chosen, flat_slots)
+    # every slot's terms at the batch's entries, gathered once on the CPU for both products
+    blocks = None if chunk.device.type == "cuda" else gathered_blocks(chunk, theta, slot_major)
+    log_joint = log_joint_of_samples(chunk, (theta, class_theta), blocks, chosen, flat_slots)
     value, grad = _loss(chunk, loss, log_joint, labels)
     probs = torch.softmax(logits, dim=-1)
     penalized = s["penalty"] != 0
     if bool(penalized.any()):
         value = torch.where(penalized, value + s["penalty"] * (probs * s["counts"]).sum(dim=(1, 2)), value)
-    grad_phi = _phi_grad(chunk, slot_grad(chunk, theta, slot_major, grad), soft, probs, tau)
+    grad_phi = _phi_grad(chunk, slot_grad(chunk, theta, slot_major, blocks, grad), soft, probs, tau)
     _table_grad(chunk, chosen, rows, grad, theta)
     grad_class = grad.sum(dim=1)
     torch.sub(grad_class, class_theta.exp() * grad_class.sum(dim=1, keepdim=True), out=chunk.grads[1])
