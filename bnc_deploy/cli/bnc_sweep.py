@@ -43,6 +43,7 @@ AXIS_FLAGS = {
     "--lr": "lr",
     "--lr-decay": "lr_decay",
     "--seeds": "seed",
+    "--split-seed": "split_seed",
     "--loss": "loss",
     "--hybrid-lambda": "hybrid_lambda",
     "--hybrid-gamma": "hybrid_gamma",

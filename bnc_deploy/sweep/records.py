@@ -6,8 +6,14 @@ Contract
   :data:`KEYS`: the fields of ``bnc_deploy.train.bnc.TrainConfig`` (BN models ``nb``/``tan``),
   of ``bnc_deploy.train.structure_learning.StructureLearningConfig`` (``structure = "learn"``),
   of the DNN config (``fc``/``cnn``; ``model`` stands for its ``architecture``), the dataset keys
-  ``data``, ``fold``, ``validation``, and the label ``draw`` (0-based index of a draw). Every key
-  is optional; an omitted key means the trainer's default (:func:`complete`).
+  ``data``, ``fold``, ``validation``, ``split_seed``, and the label ``draw`` (0-based index of a
+  draw). Every key is optional; an omitted key means the trainer's default (:func:`complete`).
+* **The data split's seed** (:func:`split_seed`): the validation split (and a cross-validation
+  fold split) is seeded by ``split_seed``, which defaults to the configuration's ``seed`` as
+  ``bnc-train`` does. Giving one ``split_seed`` to several seeds keeps one split for all of them,
+  so they train in one batched program and their errors compare on the same rows. ``complete``
+  drops it when it is None or equal to ``seed`` (what it means then anyway), so the ids of records
+  without it are the ids they had before the key existed.
 * **Values are normalized** on the way in (:func:`normalize_value`): an int given for a float key
   becomes a float, ``-0.0`` becomes ``0.0``, strings are read as their flag text (``"3e-3"``,
   ``"float"``/``"none"`` for ``bits = None``, which TOML cannot write), lists for ``hidden``
@@ -59,6 +65,7 @@ __all__ = [
     "canonical_json",
     "check_key",
     "complete",
+    "split_seed",
     "config_id",
     "default_int_bits",
     "did_you_mean",
@@ -151,6 +158,7 @@ KEYS: dict[str, Key] = {
     "lr_decay": Key("float"),
     "adam_eps": Key("float"),
     "seed": Key("int"),
+    "split_seed": Key("int", optional=True),
     # BN models
     "structure": Key("str"),
     "bits": Key("int", optional=True),
@@ -437,9 +445,18 @@ def complete(record: dict, where: str = "configuration") -> dict:
             implicit = " (no model given means nb)" if "model" not in values else ""
             raise ConfigError(f"{where}: key {name!r} applies only to {why}, not to model {model!r}{implicit}")
     full = {**DATA_DEFAULTS, **defaults, **values}
+    if full.get("split_seed", None) in (None, full["seed"]):
+        full.pop("split_seed", None)  # the default: the configuration's own seed (one id for both)
     if model in BN_MODELS and full["bits"] is not None and full["int_bits"] is None:
         full["int_bits"] = default_int_bits(full["bits"])  # what the trainer would do: one id for both
     return full
+
+
+def split_seed(record: dict) -> int:
+    """The seed of ``record``'s data split (validation rows, cross-validation folds): its
+    ``split_seed`` if given, else its ``seed`` (as ``bnc-train`` splits); ``record`` is complete."""
+    value = record.get("split_seed")
+    return int(record["seed"] if value is None else value)
 
 
 def canonical_json(record: dict, where: str = "configuration") -> str:

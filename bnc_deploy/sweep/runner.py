@@ -39,7 +39,7 @@ from bnc_deploy.fileio import atomic_write_bytes, stray_temporaries
 from bnc_deploy.sweep.backends import make_backend
 from bnc_deploy.sweep.grid import GridSpec, expand
 from bnc_deploy.sweep.paper import dataset_name, find_structures_dir
-from bnc_deploy.sweep.records import BN_MODELS, complete, config_id
+from bnc_deploy.sweep.records import BN_MODELS, complete, config_id, split_seed
 from bnc_deploy.sweep.table import TABLE_FILE, ResultsTable
 from bnc_deploy.sweep.tasks import ChunkTask, bnc_config, dnn_config, learn_config
 
@@ -137,8 +137,8 @@ def _family(record: dict) -> str:
 
 
 def _data_key(record: dict) -> tuple:
-    # The validation split is seeded by the configuration's seed (as bnc-train does).
-    return (record["data"], record["fold"], record["validation"], record["seed"])
+    # The validation split is seeded by the split seed: the configuration's seed unless one is given.
+    return (record["data"], record["fold"], record["validation"], split_seed(record))
 
 
 def _chunk_key(record: dict) -> tuple:
@@ -187,7 +187,7 @@ def plan_chunks(records: list[dict], options: SweepOptions) -> list[ChunkTask]:
             "spec": first["data"],
             "fold": first["fold"],
             "validation": first["validation"],
-            "seed": first["seed"],
+            "seed": split_seed(first),
             "data_dir": options.data_dir,
         }
         if options.select == "validation" and not first["validation"]:

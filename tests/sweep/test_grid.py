@@ -177,6 +177,27 @@ def test_id_is_pinned():
     assert records.canonical_json({"bits": 2}).startswith('{"adam_eps":1e-07,"batch_size":100,"bits":2,')
 
 
+def test_split_seed_defaults_to_the_seed_and_keeps_the_ids_of_records_without_it():
+    # None or the seed itself is the default (the split bnc-train makes): the same id as no key.
+    assert (
+        config_id({"seed": 3}) == config_id({"seed": 3, "split_seed": 3}) == config_id({"seed": 3, "split_seed": None})
+    )
+    assert config_id({"model": "fc", "seed": 0}) == config_id({"model": "fc", "split_seed": 0})
+    assert config_id({"seed": 3, "split_seed": 0}) != config_id({"seed": 3})
+    assert "split_seed" not in complete({"seed": 3, "split_seed": "3"})
+    assert records.split_seed(complete({"seed": 3})) == 3
+    assert records.split_seed(complete({"seed": 3, "split_seed": "0"})) == 0
+    with pytest.raises(ConfigError, match=r"split_seed = 0.5: expected an integer"):
+        complete({"split_seed": 0.5})
+
+
+def test_paper_dnn_and_structure_grids_share_one_split_across_seeds():
+    for sweep in paper.fc_sweeps("digits", "paper") + paper.cnn_sweeps("usps", "paper"):
+        assert sweep.spec.fixed["split_seed"] == paper.PAPER_SPLIT_SEED and len(sweep.spec.axes["seed"]) == 5
+    for sweep in paper.fc_sweeps("digits", "quick"):
+        assert "split_seed" not in sweep.spec.fixed and sweep.spec.fixed["seed"] == 0
+
+
 def test_complete_fills_the_models_defaults_and_refuses_foreign_keys():
     assert complete({"model": "fc"})["lr_decay"] == 1e-4
     assert complete({})["lr_decay"] == 1e-3

@@ -692,6 +692,42 @@ def test_dnn_configurations_run_through_the_runner(tmp_path, capsys):
     assert sizes[1] < sizes[2]
 
 
+def test_seeds_with_one_split_seed_train_in_one_chunk_as_each_would_alone(tmp_path, capsys):
+    # Three seeds split by seed 0: one data split, so one chunk (one batched program), and on the
+    # CPU each configuration's row is what it gets alone. Seed 0 with split seed 0 is the plain
+    # seed-0 configuration (one id, one row).
+    from bnc_deploy.cli.bnc_sweep import build_parser, grid_from_args
+    from bnc_deploy.sweep.runner import SweepOptions, check_plan, records_of
+
+    common = ["--data", "digits", "--model", "fc", "--hidden", "8", "--epochs", "2", "--batch-size", "50"]
+    common += ["--validation", "0.2", "--keep", "none"]
+    spec = grid_from_args(build_parser().parse_args([*common, "--seeds", "0..2", "--split-seed", "0", "-o", "x"]))
+    tasks = check_plan(records_of(spec), SweepOptions(directory=tmp_path / "plan"))
+    assert len(tasks) == 1 and tasks[0].data["seed"] == 0 and len(tasks[0].records) == 3
+    own = grid_from_args(build_parser().parse_args([*common, "--seeds", "0..2", "-o", "x"]))
+    assert [t.data["seed"] for t in check_plan(records_of(own), SweepOptions(directory=tmp_path / "plan"))] == [0, 1, 2]
+
+    together = tmp_path / "together"
+    assert run_json(capsys, *common, "--seeds", "0..2", "--split-seed", "0", "-o", str(together))["trained"] == 3
+    rows = rows_by_id(together)
+    alone = {}
+    for seed in (0, 2):
+        directory = tmp_path / f"seed{seed}"
+        run_json(capsys, *common, "--seeds", str(seed), "--split-seed", "0", "-o", str(directory))
+        alone.update(rows_by_id(directory))
+    assert set(alone) <= set(rows)
+    assert_same_rows({rid: rows[rid] for rid in alone}, alone, fields=("config", "status", "checkpoints", "final"))
+    plain = tmp_path / "plain"
+    run_json(capsys, *common, "--seeds", "0", "-o", str(plain))
+    assert set(rows_by_id(plain)) == set(rows_by_id(tmp_path / "seed0"))
+    # Seeds split their own way see other validation rows: seed 2's validation error differs.
+    own_dir = tmp_path / "own"
+    run_json(capsys, *common, "--seeds", "2", "-o", str(own_dir))
+    (mine,) = rows_by_id(own_dir).values()
+    (shared,) = rows_by_id(tmp_path / "seed2").values()
+    assert mine["id"] != shared["id"] and mine["final"]["val_error"] != shared["final"]["val_error"]
+
+
 def test_progress_bar_counts_configurations_trained_one_after_another(tmp_path, capsys):
     # DNN (and structure-learning) chunks report no per-epoch progress; the bar must still reach the end.
     assert (
