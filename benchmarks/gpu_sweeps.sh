@@ -14,7 +14,13 @@
 #      one data split (split seed 0), selected on a 20 % validation split, for the paper's Sec. VI
 #      claim that these beat every model at the largest budget. It runs into CLAIM_DIR (default
 #      runs/cnn_budget1) and resumes what is there, so a second call finishes a cut-short first.
-# STEPS (default "1 2 3 4 5 6") picks the steps; PROFILE=0 skips step 3; END_BY (epoch seconds) cuts
+#   7. with FIG3_SECONDS set (default 0: skipped), Fig. 3 on letter at the paper protocol
+#      (`bnc-reproduce fig3 --data letter --protocol paper --device cuda`, about 1.3 GPU hours by the
+#      forecast), resumed in FIG3_DIR (default runs/fig3-letter-paper) for at most FIG3_SECONDS; it
+#      stops with ^C (every finished chunk stays) and packs FIG3_DIR into $OUT/fig3-letter-paper.tar.
+#      Calls on machines that start bare go on from that folder: unpack the tar under runs/ and
+#      name FIG3_DIR in the device call's carry.
+# STEPS (default "1 2 3 4 5 6 7") picks the steps; PROFILE=0 skips step 3; END_BY (epoch seconds) cuts
 # step 6 short to end the script by then.
 # Needs the datasets and the paper's structures folder (BNC_DEPLOY_DATA_DIR, BNC_DEPLOY_STRUCTURES_DIR);
 # writes its results to $OUT (default ./gpu-out).
@@ -25,7 +31,7 @@ OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
 PY=${PYTHON:-python3}
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-STEPS=" ${STEPS:-1 2 3 4 5 6} "
+STEPS=" ${STEPS:-1 2 3 4 5 6 7} "
 step() { echo "== $1 ($(date +%T))"; }
 wanted() { [[ "$STEPS" == *" $1 "* ]]; }
 
@@ -83,5 +89,18 @@ if [ "$CLAIM" -gt 0 ]; then
         --seeds "$SEEDS" --split-seed 0 --validation 0.2 --device cuda --group-by model,layers,batch_norm \
         --max-configs "$per_program" --keep none --quiet --json -o "$DIR" "${resume[@]}" > "$OUT/cnn_budget1.json"
     cp "$DIR/results.sqlite" "$OUT/cnn_budget1.sqlite" 2>/dev/null
+fi
+FIG3=${FIG3_SECONDS:-0}
+wanted 7 || FIG3=0
+if [ -n "${END_BY:-}" ] && [ "$FIG3" -gt 0 ]; then
+    left=$(( END_BY - $(date +%s) - 20 ))
+    [ "$left" -lt "$FIG3" ] && FIG3=$left
+fi
+if [ "$FIG3" -gt 0 ]; then
+    DIR=${FIG3_DIR:-runs/fig3-letter-paper}
+    step "7. Fig. 3 on letter, paper protocol, resumed in $DIR ($FIG3 s at most)"
+    timeout -s INT -k 30 "$FIG3" $PY -m bnc_deploy.cli.reproduce fig3 --data letter --protocol paper --device cuda \
+        -o "$DIR" 2>&1 | grep -v -e AccumulateGrad -e run_backward | tr '\r' '\n' | grep -v '%|' | tail -20
+    [ -d "$DIR" ] && tar -C "$(dirname "$DIR")" -cf "$OUT/fig3-letter-paper.tar" "$(basename "$DIR")"
 fi
 step "done"

@@ -38,7 +38,7 @@ from bnc_deploy.sweep.estimate import describe, planned_config_epochs, probe
 from bnc_deploy.sweep.grid import GridSpec, count
 from bnc_deploy.sweep.paper import FIGURES, IMAGE_DATASETS, dataset_name, plan, selected_points
 from bnc_deploy.sweep.runner import SweepOptions, check_plan, protocol_label, records_of, run_sweep
-from bnc_deploy.sweep.table import ResultsTable
+from bnc_deploy.sweep.table import TABLE_FILE, ResultsTable
 
 PROG = "bnc-reproduce"
 INTERRUPTED = "interrupted; finished configurations stay in DIR/sweeps (rerun the same command to continue)"
@@ -131,7 +131,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     estimate = None
     if args.estimate or (args.protocol == "paper" and not args.dry_run):
-        estimate = _estimate([t for ts in tasks.values() for t in ts], args)
+        # A resumed run forecasts what it has left (and probes only the kinds left).
+        left = [
+            t
+            for name, s in sweeps.items()
+            for t in check_plan(_not_done(records_of(s.spec), out / "sweeps" / name), _options(s, out, args))
+        ]
+        estimate = _estimate(left, args)
         lines.append(estimate["text"])
     if args.dry_run:
         if args.json:
@@ -185,6 +191,15 @@ def _options(sweep, out: Path, args):
         group_by=sweep.group_by,
         progress=not (args.json or args.quiet),
     )
+
+
+def _not_done(records: list[dict], directory: Path) -> list[dict]:
+    """``records`` less those the sweep in ``directory`` has rows for (what a resumed run trains)."""
+    if not (directory / TABLE_FILE).exists():
+        return records
+    with ResultsTable.open_existing(directory) as table:
+        done = table.done_ids()
+    return [r for r in records if r["id"] not in done]
 
 
 def _estimate(tasks: list, args) -> dict:

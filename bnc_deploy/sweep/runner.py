@@ -7,7 +7,8 @@ Contract
   there (done, stopped or failed) and refuses a directory that holds another grid; without it a
   directory that already has rows is refused (so a typo never mixes two sweeps).
 * **Chunks.** Records are grouped by what one batched call must share (data split, model,
-  structure, epochs, batch size, loss: ``train.bnc_batched.chunk_key``) and split into chunks of
+  structure, epochs, batch size, loss: ``train.bnc_batched.chunk_key``; a DNN's program,
+  ``sweep.estimate.dnn_bucket``, unless halving ranks across programs) and split into chunks of
   at most ``max_configs``. A chunk's rows are written in one transaction when it finishes, so an
   interruption (even ``kill -9``) loses at most the chunks in flight, never a finished one.
 * **Selection.** ``select="validation"`` (default) ranks on the final validation error (the
@@ -37,6 +38,7 @@ from bnc_deploy.artifacts import save_artifact
 from bnc_deploy.errors import BncDeployError, ConfigError
 from bnc_deploy.fileio import atomic_write_bytes, stray_temporaries
 from bnc_deploy.sweep.backends import make_backend
+from bnc_deploy.sweep.estimate import dnn_bucket
 from bnc_deploy.sweep.grid import GridSpec, expand
 from bnc_deploy.sweep.paper import dataset_name, find_structures_dir
 from bnc_deploy.sweep.records import BN_MODELS, complete, config_id, split_seed
@@ -141,8 +143,12 @@ def _data_key(record: dict) -> tuple:
     return (record["data"], record["fold"], record["validation"], split_seed(record))
 
 
-def _chunk_key(record: dict) -> tuple:
+def _chunk_key(record: dict, halving: bool) -> tuple:
     family = _family(record)
+    if family == "dnn" and not halving:
+        # One chunk per GPU program (shape, epochs, batch size), so an interrupted sweep keeps every
+        # program that finished; halving ranks a selection group within a chunk, so it keeps them together.
+        return (family, _data_key(record), dnn_bucket(record, "cuda"))
     if family == "bnc":
         return (
             family,
@@ -177,7 +183,7 @@ def plan_chunks(records: list[dict], options: SweepOptions) -> list[ChunkTask]:
     """Tasks for ``records`` (not yet done), grouped and ordered so that a group stays together."""
     by_key: dict[tuple, list[dict]] = {}
     for record in records:
-        by_key.setdefault(_chunk_key(record), []).append(record)
+        by_key.setdefault(_chunk_key(record, options.halving), []).append(record)
     metric = "val_error" if options.select == "validation" else "test_error"
     tasks = []
     for key, members in by_key.items():

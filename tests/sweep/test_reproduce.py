@@ -69,6 +69,16 @@ def test_rerun_resumes_and_trains_nothing(smoke, capsys):
     assert all(s["trained"] == 0 and s["skipped"] == s["configurations"] for s in summary["sweeps"].values())
 
 
+def test_a_resumed_run_forecasts_only_what_it_has_left(smoke, capsys):
+    code, plan = _run(
+        capsys, "fig6", "--data", "digits", "--protocol", "smoke", "-o", str(smoke), "--dry-run", "--estimate"
+    )
+    assert code == 0
+    # Every configuration has a row: nothing is probed and nothing is left to forecast.
+    assert plan["estimate"]["families"] == {} and plan["estimate"]["seconds"] == 0
+    assert plan["planned_config_epochs"] > 0  # the plan itself still lists the whole grid
+
+
 def test_bad_requests_are_refused_by_name(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["fig9", "--data", "digits", "-o", str(tmp_path)])

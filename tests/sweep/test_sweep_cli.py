@@ -728,6 +728,34 @@ def test_seeds_with_one_split_seed_train_in_one_chunk_as_each_would_alone(tmp_pa
     assert mine["id"] != shared["id"] and mine["final"]["val_error"] != shared["final"]["val_error"]
 
 
+def test_a_dnn_chunk_is_one_program_unless_halving_ranks_across_programs(tmp_path):
+    # Without halving each GPU program (here: depth x batch norm) commits on its own, so an
+    # interrupted sweep keeps the programs that finished; halving keeps a group's programs together.
+    from bnc_deploy.cli.bnc_sweep import build_parser, grid_from_args
+    from bnc_deploy.sweep.runner import SweepOptions, check_plan, records_of
+
+    args = [
+        "--data",
+        "digits",
+        "--model",
+        "fc",
+        "--layers",
+        "2,3",
+        "--batch-norm",
+        "true,false",
+        "--weight-bits",
+        "1,2",
+        "--match-bits",
+        "4000",
+    ]
+    spec = grid_from_args(build_parser().parse_args([*args, "--validation", "0.2", "-o", "x"]))
+    tasks = check_plan(records_of(spec), SweepOptions(directory=tmp_path))
+    assert len(tasks) == 4 and all(len(t.records) == 2 for t in tasks)
+    assert all(len({(r["layers"], r["batch_norm"]) for r in t.records}) == 1 for t in tasks)
+    halved = check_plan(records_of(spec), SweepOptions(directory=tmp_path, halving=True))
+    assert len(halved) == 1 and len(halved[0].records) == 8
+
+
 def test_progress_bar_counts_configurations_trained_one_after_another(tmp_path, capsys):
     # DNN (and structure-learning) chunks report no per-epoch progress; the bar must still reach the end.
     assert (
