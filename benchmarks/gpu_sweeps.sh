@@ -5,7 +5,8 @@
 #   2. agreement of GPU training with the CPU single run (benchmarks/gpu_agreement.py);
 #   3. where a GPU epoch goes, eager against CUDA graphs (benchmarks/gpu_step_profile.py);
 #   4. configuration-epochs per second of the batched trainers, each way of stepping side by side
-#      (benchmarks/bench_sweep.py);
+#      (benchmarks/bench_sweep.py), and a paper FC program padded against cut by size
+#      (benchmarks/bench_padding.py);
 #   5. the forecast of `bnc-reproduce all --data letter --protocol paper --device cuda`, from probes
 #      of the plan's own chunks on the GPU (--dry-run: nothing is trained beyond the probes);
 #   6. with CLAIM_SECONDS set (default 0: skipped), usps CNNs with ReLU at the memory budget of 1-bit
@@ -61,6 +62,9 @@ if wanted 4; then
 step "4. rates"
 timeout 150 $PY benchmarks/bench_sweep.py --models nb,tan,fc,cnn --sizes 192,1024 --epochs 3 --timing steady \
     --devices cuda --gpu-steps eager,graphs --json "$OUT/bench_sweep_cuda.json" 2>&1 | grep -v -e AccumulateGrad -e run_backward | tail -24
+    # A paper FC program (960 configurations) padded to its widest net against cut by size.
+    timeout 150 $PY benchmarks/bench_padding.py --device cuda --seeds 5 --repeats 2 --json "$OUT/bench_padding_cuda.json" \
+        2>&1 | grep -v -e AccumulateGrad -e run_backward | tail -5
 fi
 
 if wanted 5; then

@@ -13,7 +13,7 @@ from support import make_synthetic_dataset
 
 from bnc_deploy.errors import ConfigError
 from bnc_deploy.train.dnn import DNNConfig, train_dnn
-from bnc_deploy.train.dnn_batched import bucket_key, train_dnn_batched
+from bnc_deploy.train.dnn_batched import bucket_key, train_dnn_batched, width_programs
 
 
 def _fc_data():
@@ -176,6 +176,58 @@ def test_mixed_widths_pad_to_the_widest_and_train_each_network_as_its_own(archit
             torch.testing.assert_close(wa, wb, rtol=0, atol=2e-3)
         torch.testing.assert_close(run.state["bias"], alone.state["bias"], rtol=0, atol=2e-3)
         assert run.history["test_error"][-1] == pytest.approx(alone.history["test_error"][-1], abs=0.02)
+
+
+def _padded_work(parts, costs, overhead) -> float:
+    return sum(overhead + len(p) * max(costs[i] for i in p) for p in parts)
+
+
+def test_width_programs_cut_where_the_padded_work_is_least():
+    """Against every cut of the sorted costs (small cases): the least padded work, equal costs never
+    apart, positions in input order; one program unless the cut saves ``min_gain``."""
+    import itertools
+
+    rng = np.random.default_rng(0)
+    for _ in range(200):
+        costs = [float(c) for c in rng.integers(1, 40, size=int(rng.integers(1, 8)))]
+        overhead = float(rng.integers(0, 60))
+        parts = width_programs(costs, overhead, min_gain=1.0)
+        assert sorted(i for p in parts for i in p) == list(range(len(costs)))
+        assert all(p == sorted(p) for p in parts)
+        assert all(max(costs[i] for i in a) < min(costs[i] for i in b) for a, b in zip(parts, parts[1:]))
+        order = sorted(range(len(costs)), key=lambda i: costs[i])
+        least = min(
+            _padded_work([order[a:b] for a, b in zip((0, *cut), (*cut, len(order)))], costs, overhead)
+            for k in range(len(order))
+            for cut in itertools.combinations(range(1, len(order)), k)
+        )
+        assert _padded_work(parts, costs, overhead) == pytest.approx(least)
+    assert width_programs([1.0] * 4 + [100.0] * 4, 5.0) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert width_programs([1.0] * 4 + [100.0] * 4, 1e4) == [list(range(8))]  # the cut would save under 1.25x
+    assert width_programs([3.0, 3.0], 0.0) == [[0, 1]]
+
+
+def test_a_mixed_bucket_of_far_apart_widths_runs_as_programs_cut_by_size(monkeypatch):
+    """``mix_widths``: nets 20x apart in size train as two programs (two chunks, each its own
+    epochs), results in input order; ``split_widths=False`` pads them into one. (Four nets are too
+    few to pay for a program's overhead, so the overhead is set to nothing here.)"""
+    from bnc_deploy.train import dnn_batched
+
+    monkeypatch.setattr(dnn_batched, "PROGRAM_OVERHEAD_CONFIGS", 0)
+    ds = _fc_data()
+    configs = [_fc(hidden=[h], seed=s, epochs=2) for h, s in [(40, 0), (2, 1), (40, 1), (2, 0)]]
+
+    def chunks(**kw) -> tuple[int, list]:
+        firsts = []
+        runs = train_dnn_batched(
+            ds, [replace(c) for c in configs], mix_widths=True, on_epoch=lambda e, a: firsts.append(e), **kw
+        )
+        return firsts.count(1), runs
+
+    n_cut, cut = chunks()
+    n_padded, _ = chunks(split_widths=False)
+    assert (n_cut, n_padded) == (2, 1)
+    assert [r.result.artifact.hidden_widths for r in cut] == [[40, 40], [2, 2], [40, 40], [2, 2]]
 
 
 @pytest.mark.parametrize("image", [(4, 4), (6, 6)])

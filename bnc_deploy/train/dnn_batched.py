@@ -22,7 +22,9 @@ Contract
 * Configurations of one call may differ in anything :class:`~bnc_deploy.train.dnn.DNNConfig` holds.
   They are grouped into **buckets** that share :func:`bucket_key` (architecture, layers, resolved
   widths, activation, batch norm, input encoding, epochs, batch size), run back to back; within a
-  bucket they may differ in lr, lr decay, Adam's eps, weight bits and seed.
+  bucket they may differ in lr, lr decay, Adam's eps, weight bits and seed. Where widths mix (a GPU),
+  a bucket is padded to its widest net, so it is cut by size into the programs that do the least
+  padded work (:func:`width_programs`): a budget grid's nets span up to 80x in size.
 * Evaluation (validation and test error) runs at the ``checkpoints`` epochs only (None: every
   epoch, the single run's history); training loss and error are measured on the fly every epoch.
 * ``on_checkpoint(view) -> keep mask or None`` stops configurations early (successive halving):
@@ -56,6 +58,13 @@ from bnc_deploy.train.dnn_batched_loop import DNNRun, run_chunk_epochs
 EVAL_ROWS = 1024
 #: Bytes of one step's activations that a CPU chunk aims to stay within (beyond, it runs slower).
 CPU_STEP_BYTES = 32 << 20
+#: What one more padded program costs per step beyond its configurations' work (kernel launches and
+#: the passes that do not grow with the stack), in configurations of its bucket's widest net. On one
+#: H200 a letter FC program's epoch cost 20.1 ms plus 0.546 ms per configuration of its widest (the
+#: paper forecast's probe): about 37.
+PROGRAM_OVERHEAD_CONFIGS = 32
+#: Candidate cuts of :func:`width_programs` (distinct widths; a grid has a few dozen per bucket).
+MAX_CUTS = 256
 
 
 def bucket_key(config, widths: Sequence[int], mix_widths: bool = False) -> tuple:
@@ -88,6 +97,7 @@ def train_dnn_batched(
     progress: bool = False,
     mix_widths: bool | None = None,
     cuda_graphs: bool = True,
+    split_widths: bool = True,
 ) -> list[DNNRun]:
     """Train every configuration of ``configs`` (:class:`~bnc_deploy.train.dnn.DNNConfig`) on ``dataset``.
 
@@ -99,7 +109,8 @@ def train_dnn_batched(
     padded to the widest with the padding masked out. A GPU then runs a budget grid in a few large
     programs instead of one per width; on the CPU it would give up the bit-exact contract (the
     padded products sum in another order), so it is off there. ``cuda_graphs``: replay each step on a
-    GPU as a CUDA graph (no effect on the CPU).
+    GPU as a CUDA graph (no effect on the CPU). ``split_widths``: cut a mixed bucket by size
+    (:func:`width_programs`); False pads each bucket to its widest net as one program.
     """
     from bnc_deploy.train.dnn_model import input_spec, resolve_widths
 
@@ -118,7 +129,16 @@ def train_dnn_batched(
         widths.append(resolve_widths(config, specs[-1], dataset.n_classes))
         buckets.setdefault(bucket_key(config, widths[-1], mix), []).append(i)
     runs: list[DNNRun | None] = [None] * len(configs)
+    programs = []
     for members in buckets.values():
+        if not (mix and split_widths):
+            programs.append(members)
+            continue
+        # A padded program costs its widest net for every configuration: cut the bucket by size.
+        costs = [_step_floats(configs[i], specs[i], widths[i], dataset.n_classes) for i in members]
+        for part in width_programs(costs, PROGRAM_OVERHEAD_CONFIGS * max(costs)):
+            programs.append([members[k] for k in part])
+    for members in programs:
         # One learning-rate schedule and eps side by side: fused Adam then takes one slice per group.
         members = sorted(members, key=lambda i: (configs[i].lr, configs[i].lr_decay, configs[i].adam_eps))
         widest = max(members, key=lambda i: sum(widths[i]))
@@ -143,13 +163,49 @@ def train_dnn_batched(
     return [run for run in runs if run is not None]
 
 
+def width_programs(costs: Sequence[float], overhead: float, min_gain: float = 1.25) -> list[list[int]]:
+    """Positions of ``costs`` (one configuration's padded work each) cut into programs of ascending
+    cost that minimise the work of a padded bucket: the sum over programs of ``overhead`` plus its
+    configurations times its largest cost (it pads every configuration to its widest).
+
+    Cuts fall between distinct costs only (at most :data:`MAX_CUTS` candidates, evenly spread), so
+    equal networks stay in one program; a program's positions keep their input order. The bucket
+    stays one program unless the cut does ``min_gain`` times less work (the overhead is a model)."""
+    order = sorted(range(len(costs)), key=lambda i: (costs[i], i))
+    ends = [j + 1 for j in range(len(order)) if j + 1 == len(order) or costs[order[j + 1]] != costs[order[j]]]
+    if len(ends) > MAX_CUTS:
+        ends = [ends[round(k * (len(ends) - 1) / (MAX_CUTS - 1))] for k in range(MAX_CUTS)]
+    # best[e]: least work of the first ends[e] sorted configurations; cut[e]: where its last program starts.
+    best, cut = [], []
+    for e, end in enumerate(ends):
+        widest = costs[order[end - 1]]
+        options = [(overhead + end * widest, -1)]
+        options += [(best[p] + overhead + (end - ends[p]) * widest, p) for p in range(e)]
+        work, start = min(options)
+        best.append(work)
+        cut.append(start)
+    if not ends or overhead + len(order) * costs[order[-1]] < min_gain * best[-1]:
+        return [list(range(len(costs)))] if costs else []
+    parts, e = [], len(ends) - 1
+    while e >= 0:
+        start = ends[cut[e]] if cut[e] >= 0 else 0
+        parts.append(sorted(order[start : ends[e]]))
+        e = cut[e]
+    return parts[::-1]
+
+
+def _step_floats(config, spec, widths: Sequence[int], n_classes: int) -> int:
+    """Floats one configuration's training step moves: ~8 activation-sized buffers per row of a batch
+    (forward, its quantized/normalised copies and gradients), ~6 parameter-sized ones (latent, codes,
+    gradient, Adam's two, a copy)."""
+    per_row = _activation_floats(config, spec, widths)
+    return 8 * per_row * config.batch_size + 6 * _parameter_floats(config, spec, widths, n_classes)
+
+
 def default_max_configs(config, spec, widths: Sequence[int], dataset: DiscreteDataset, device: torch.device) -> int:
     """Configurations per chunk so that a chunk's step and evaluation fit comfortably in memory."""
     per_row = _activation_floats(config, spec, widths)
-    params = _parameter_floats(config, spec, widths, dataset.n_classes)
-    # ~8 activation-sized buffers per row of a batch (forward, its quantized/normalised copies and
-    # gradients), ~6 parameter-sized ones (latent, codes, gradient, Adam's two, a copy).
-    per_config = 4 * (8 * per_row * config.batch_size + 6 * params)
+    per_config = 4 * _step_floats(config, spec, widths, dataset.n_classes)
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
         return int(max(1, min(4096, free * 0.5 // max(per_config, 1))))
