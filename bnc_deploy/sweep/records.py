@@ -65,13 +65,13 @@ __all__ = [
     "canonical_json",
     "check_key",
     "complete",
-    "split_seed",
     "config_id",
     "default_int_bits",
     "did_you_mean",
     "normalize_value",
     "parse_values",
     "show_value",
+    "split_seed",
 ]
 
 

@@ -7,8 +7,8 @@ Contract
   there (done, stopped or failed) and refuses a directory that holds another grid; without it a
   directory that already has rows is refused (so a typo never mixes two sweeps).
 * **Chunks.** Records are grouped by what one batched call must share (data split, model,
-  structure, epochs, batch size, loss: ``train.bnc_batched.chunk_key``; a DNN's program,
-  ``sweep.estimate.dnn_bucket``, unless halving ranks across programs) and split into chunks of
+  structure, epochs, batch size, loss: ``train.bnc_batched.chunk_key``; a DNN's bucket of one
+  shape, ``sweep.estimate.dnn_bucket``, unless halving ranks across buckets) and split into chunks of
   at most ``max_configs``. A chunk's rows are written in one transaction when it finishes, so an
   interruption (even ``kill -9``) loses at most the chunks in flight, never a finished one.
 * **Selection.** ``select="validation"`` (default) ranks on the final validation error (the
@@ -146,8 +146,8 @@ def _data_key(record: dict) -> tuple:
 def _chunk_key(record: dict, halving: bool) -> tuple:
     family = _family(record)
     if family == "dnn" and not halving:
-        # One chunk per GPU program (shape, epochs, batch size), so an interrupted sweep keeps every
-        # program that finished; halving ranks a selection group within a chunk, so it keeps them together.
+        # One chunk per bucket of one shape (and epochs, batch size), so an interrupted sweep keeps every
+        # bucket that finished; halving ranks a selection group within a chunk, so it keeps them together.
         return (family, _data_key(record), dnn_bucket(record, "cuda"))
     if family == "bnc":
         return (
