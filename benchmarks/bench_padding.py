@@ -26,9 +26,17 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
+
+BENCHMARKS = Path(__file__).resolve().parent
+if str(BENCHMARKS) not in sys.path:  # run as a script or loaded by a test
+    sys.path.insert(0, str(BENCHMARKS))
+
+from bench_sweep import steady_rate as stamps_rate
 
 from bnc_deploy.datasets import load_dataset
 from bnc_deploy.sweep import paper
@@ -61,11 +69,9 @@ def steady_rate(dataset, configs: list, device: str, split: bool) -> tuple[float
         dataset, configs, device=device, build=False, checkpoints=[epochs], mix_widths=True,
         split_widths=split, on_epoch=on_epoch,
     )  # fmt: skip
-    work = seconds = 0.0
-    for (before, active, started), (epoch, _, ended) in zip(stamps, stamps[1:]):
-        if epoch > before:  # the same program's next epoch
-            work, seconds = work + active, seconds + ended - started
-    return work / seconds, sum(1 for epoch, _, _ in stamps if epoch == 1)
+    rate = stamps_rate(stamps)
+    assert rate is not None, "every chunk trains at least 2 epochs (--epochs 2 or more)"
+    return rate, sum(1 for epoch, _, _ in stamps if epoch == 1)
 
 
 def main(argv: list[str] | None = None) -> int:

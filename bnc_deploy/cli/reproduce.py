@@ -115,7 +115,8 @@ def main(argv: list[str] | None = None) -> int:
         fixed = dict(sweep.spec.fixed)
         fixed["validation"] = args.validation if args.select == "validation" else 0.0
         sweep.spec = GridSpec(axes=sweep.spec.axes, draws=sweep.spec.draws, fixed=fixed).normalized(sweep.name)
-    tasks = {name: check_plan(records_of(s.spec), _options(s, out, args)) for name, s in sweeps.items()}
+    records = {name: records_of(s.spec) for name, s in sweeps.items()}
+    tasks = {name: check_plan(records[name], _options(s, out, args)) for name, s in sweeps.items()}
     planned = {name: sum(planned_config_epochs(t) for t in ts) for name, ts in tasks.items()}
     lines = [
         f"{name}: {count(s.spec):,} configurations, {count(s.spec) * s.spec.fixed.get('epochs', 500):,} "
@@ -135,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         left = [
             t
             for name, s in sweeps.items()
-            for t in check_plan(_not_done(records_of(s.spec), out / "sweeps" / name), _options(s, out, args))
+            for t in check_plan(_not_done(records[name], out / "sweeps" / name), _options(s, out, args))
         ]
         estimate = _estimate(left, args)
         lines.append(estimate["text"])
