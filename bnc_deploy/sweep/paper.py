@@ -20,8 +20,11 @@ Protocols
 ``paper``: the authors' grids (from their run scripts, ``../shared/paper/structures``): BN
 classifiers B ∈ 1..8 × B_I ∈ 1..6 × the 100 ICPR (λ, γ) draws × lr0 ∈ {3e-2, 3e-3}, 500 epochs;
 FC nets L ∈ 2..5 × B ∈ 1..8 × batch norm on/off × lr0 ∈ {3e-2, 3e-3, 3e-4} × 5 seeds per budget
-and activation; structure learning λ_MS ∈ logspace(−7, 1, 41) × lr0 × 5 seeds. The seeds of a grid
-share one data split (:data:`PAPER_SPLIT_SEED`). For a GPU or a Ray cluster.
+and activation; CNNs (usps, mnist) with one or two convolution layers × B ∈ 1..8 × batch norm
+on/off × the same lr0 × 5 seeds, on the NB's memory at B = 1..8 (Fig. 3, with the FC nets) and on
+operation budgets 2, 4, …, 256 × C·D (Fig. 4); structure learning λ_MS ∈ logspace(−7, 1, 41) ×
+lr0 × 5 seeds. The seeds of a grid share one data split (:data:`PAPER_SPLIT_SEED`). For a GPU or
+a Ray cluster.
 
 ``quick`` (about an hour per dataset and figure on 2 cores; what it drops, exactly):
 
@@ -32,7 +35,8 @@ share one data split (:data:`PAPER_SPLIT_SEED`). For a GPU or a Ray cluster.
 * FC nets: budgets of the NB at B ∈ {1, 2, 4, 8} bits (not all 8); one hidden layer (L = 2);
   weight bits {1, 2}; batch norm on; lr0 = 3e-3; one seed; ReLU and sign; plain (not one-hot)
   inputs.
-* CNNs (usps, mnist): operation budgets f ∈ {2, 8, 32, 128} × C·D (not 2, 4, …, 256); weight bits
+* CNNs (usps, mnist): Fig. 3 at the NB's memory at B ∈ {1, 2, 4, 8}, Fig. 4 at operation budgets
+  f ∈ {2, 8, 32, 128} × C·D (not 2, 4, …, 256); one convolution layer (not one or two); weight bits
   {1, 2}; 100 epochs instead of 500 (the learning rate decays to the same final value); batch norm
   on; lr0 = 3e-3; one seed; ReLU and sign.
 * Structure learning: λ_MS ∈ logspace(−7, 1, 9) (not 41 values); lr0 = 3e-3; one seed.
@@ -225,6 +229,8 @@ QUICK_DRAWS, QUICK_DRAWS_WIDE, QUICK_WIDE_FEATURES = 20, 10, 64
 #: quick: CNN epochs (a usps CNN epoch costs about 6 FC epochs; the learning rate still decays to
 #: lr0 * 1e-4 over the run).
 QUICK_CNN_EPOCHS = 100
+#: Fig. 3's memory budgets for the DNNs: the NB's size at these bit widths (FC nets and CNNs).
+MEMORY_BUDGET_BITS = {"quick": [1, 2, 4, 8], "paper": list(range(1, 9)), "smoke": [2]}
 
 
 @dataclass
@@ -310,8 +316,7 @@ def nb_parameters(data: str, fold: int = 1) -> tuple[int, int, int]:
 def fc_sweeps(data: str, protocol: str) -> list[FigureSweep]:
     """FC nets sized to the NB's memory at several bit widths, ReLU and sign."""
     nb, _, _ = nb_parameters(data)
-    widths = {"quick": [1, 2, 4, 8], "paper": list(range(1, 9)), "smoke": [2]}[protocol]
-    budgets = [nb * b for b in widths]
+    budgets = [nb * b for b in MEMORY_BUDGET_BITS[protocol]]
     out = []
     for activation in ("relu", "sign"):
         if protocol == "smoke":
@@ -345,37 +350,40 @@ def fc_sweeps(data: str, protocol: str) -> list[FigureSweep]:
     return out
 
 
-def cnn_sweeps(data: str, protocol: str) -> list[FigureSweep]:
-    """CNNs sized to operation budgets f x C*D, ReLU and sign (image datasets)."""
+def cnn_sweeps(data: str, protocol: str, budget: str = "operations") -> list[FigureSweep]:
+    """CNNs, ReLU and sign (image datasets), sized to a budget.
+
+    ``budget="operations"`` (Fig. 4): operation budgets f x C*D. ``budget="memory"`` (Fig. 3): the
+    NB's memory at the FC nets' bit widths, on the same x-axis as the NB and FC points. The paper
+    protocol trains one or two convolution layers (the paper's CNNs), the quick protocol one.
+    """
     if dataset_name(data) not in IMAGE_DATASETS:
-        raise ConfigError(
-            f"fig4 (operations budget, CNNs) needs an image dataset ({', '.join(IMAGE_DATASETS)}); got {data!r}"
-        )
-    _, d, c = nb_parameters(data)
-    factors = {"quick": [2, 8, 32, 128], "paper": [2**k for k in range(1, 9)], "smoke": [8]}[protocol]
+        figure = "fig4 (operations budget, CNNs)" if budget == "operations" else "CNNs on a memory budget"
+        raise ConfigError(f"{figure} needs an image dataset ({', '.join(IMAGE_DATASETS)}); got {data!r}")
+    nb, d, c = nb_parameters(data)
+    if budget == "operations":
+        factors = {"quick": [2, 8, 32, 128], "paper": [2**k for k in range(1, 9)], "smoke": [8]}[protocol]
+        key, targets, x = "match_ops", [f * c * d for f in factors], "n_ops"
+    else:
+        key, targets, x = "match_bits", [nb * b for b in MEMORY_BUDGET_BITS[protocol]], "size_bits"
     out = []
     for activation in ("relu", "sign"):
-        axes = {
-            "match_ops": [f * c * d for f in factors],
-            "weight_bits": list(range(1, 9)) if protocol == "paper" else [1, 2],
-        }
+        axes = {key: targets, "weight_bits": list(range(1, 9)) if protocol == "paper" else [1, 2]}
+        fixed = {**_dnn_base(data), "model": "cnn", "activation": activation}
         if protocol == "paper":
-            axes.update({"batch_norm": [False, True], "lr": [3e-2, 3e-3, 3e-4], "seed": list(range(5))})
-        fixed = {**_dnn_base(data), "model": "cnn", "activation": activation, "layers": 1}
-        if protocol == "paper":
+            axes.update(
+                {"layers": [1, 2], "batch_norm": [False, True], "lr": [3e-2, 3e-3, 3e-4], "seed": list(range(5))}
+            )
             fixed["split_seed"] = PAPER_SPLIT_SEED
         else:
-            fixed.update({"batch_norm": True, "lr": 3e-3, "seed": 0})
+            fixed.update({"layers": 1, "batch_norm": True, "lr": 3e-3, "seed": 0})
         if protocol == "smoke":
             fixed["epochs"] = SMOKE_EPOCHS
         elif protocol == "quick":
             fixed["epochs"] = QUICK_CNN_EPOCHS
-        spec = GridSpec(axes=axes, draws={}, fixed=fixed).normalized(f"cnn {activation} grid")
-        out.append(
-            FigureSweep(
-                f"cnn-{activation}", spec, f"CNN {activation}", group_by=("model", "activation", "match_ops"), x="n_ops"
-            )
-        )
+        name = f"cnn-{activation}" if budget == "operations" else f"cnn-{activation}-memory"
+        spec = GridSpec(axes=axes, draws={}, fixed=fixed).normalized(f"{name} grid")
+        out.append(FigureSweep(name, spec, f"CNN {activation}", group_by=("model", "activation", key), x=x))
     return out
 
 
@@ -428,7 +436,7 @@ def plan(figure: str, data: str, protocol: str) -> FigurePlan:
     elif figure == "fig3":
         p.sweeps = bn_sweeps(data, protocol, "nb") + fc_sweeps(data, protocol)
         if dataset_name(data) in IMAGE_DATASETS:
-            p.sweeps += [s for s in cnn_sweeps(data, protocol)]
+            p.sweeps += cnn_sweeps(data, protocol, budget="memory")
     elif figure == "fig4":
         p.sweeps = bn_sweeps(data, protocol, "nb") + cnn_sweeps(data, protocol)
     elif figure == "fig5":

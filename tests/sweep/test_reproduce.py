@@ -110,3 +110,32 @@ def test_quick_plan_of_a_wide_dataset_keeps_10_draws_and_trains_cnns_100_epochs(
     # usps has 256 features: 8 x 3 x 10 draws x 2 lr quantized NB, 10 x 2 float; FC 2 x 8 at 500
     # epochs; CNN 2 x 8 at 100.
     assert plan["config_epochs"] == (480 + 20) * 500 + 16 * 500 + 16 * 100
+
+
+@pytest.mark.skipif(not (SHARED_DATASETS / "discretized").is_dir(), reason="../shared/datasets not found")
+def test_fig3_cnns_sit_on_the_nb_memory_and_fig4_cnns_on_operation_budgets():
+    from bnc_deploy.sweep import paper
+
+    nb, d, c = paper.nb_parameters("usps")
+    for protocol, bit_widths, factors in (
+        ("paper", range(1, 9), [2**k for k in range(1, 9)]),
+        ("quick", [1, 2, 4, 8], [2, 8, 32, 128]),
+    ):
+        fig3 = {s.name: s for s in paper.plan("fig3", "usps", protocol).sweeps}
+        fig4 = {s.name: s for s in paper.plan("fig4", "usps", protocol).sweeps}
+        fig7 = {s.name for s in paper.plan("fig7", "usps", protocol).sweeps}
+        for activation in ("relu", "sign"):
+            memory, ops = fig3[f"cnn-{activation}-memory"], fig4[f"cnn-{activation}"]
+            assert f"cnn-{activation}" not in fig3 and f"cnn-{activation}-memory" not in fig4
+            assert {memory.name, ops.name} <= fig7
+            # The same budgets as the NB and FC points of Fig. 3 (the paper's x-axis).
+            assert memory.spec.axes["match_bits"] == fig3[f"fc-{activation}"].spec.axes["match_bits"]
+            assert memory.spec.axes["match_bits"] == [nb * b for b in bit_widths]
+            assert "match_ops" not in memory.spec.axes and memory.x == "size_bits"
+            assert ops.spec.axes["match_ops"] == [f * c * d for f in factors] and ops.x == "n_ops"
+            for sweep in (memory, ops):
+                assert sweep.group_by[-1] in sweep.spec.axes and sweep.family == f"CNN {activation}"
+                if protocol == "paper":  # the paper's CNNs: one or two convolution layers
+                    assert sweep.spec.axes["layers"] == [1, 2] and len(sweep.spec.axes["seed"]) == 5
+                else:
+                    assert sweep.spec.fixed["layers"] == 1 and sweep.spec.fixed["epochs"] == 100
