@@ -231,6 +231,8 @@ QUICK_DRAWS, QUICK_DRAWS_WIDE, QUICK_WIDE_FEATURES = 20, 10, 64
 QUICK_CNN_EPOCHS = 100
 #: Fig. 3's memory budgets for the DNNs: the NB's size at these bit widths (FC nets and CNNs).
 MEMORY_BUDGET_BITS = {"quick": [1, 2, 4, 8], "paper": list(range(1, 9)), "smoke": [2]}
+#: Fig. 4's operation budgets for the CNNs: these multiples of the NB's operations C * D.
+OPERATION_BUDGET_FACTORS = {"quick": [2, 8, 32, 128], "paper": [2**k for k in range(1, 9)], "smoke": [8]}
 
 
 @dataclass
@@ -357,15 +359,19 @@ def cnn_sweeps(data: str, protocol: str, budget: str = "operations") -> list[Fig
     NB's memory at the FC nets' bit widths, on the same x-axis as the NB and FC points. The paper
     protocol trains one or two convolution layers (the paper's CNNs), the quick protocol one.
     """
+    if budget == "operations":
+        figure, key, x, suffix = "fig4 (operations budget, CNNs)", "match_ops", "n_ops", ""
+    elif budget == "memory":
+        figure, key, x, suffix = "fig3 (memory budget, CNNs)", "match_bits", "size_bits", "-memory"
+    else:
+        raise ValueError(f"unknown CNN budget {budget!r}: use operations or memory")
     if dataset_name(data) not in IMAGE_DATASETS:
-        figure = "fig4 (operations budget, CNNs)" if budget == "operations" else "CNNs on a memory budget"
         raise ConfigError(f"{figure} needs an image dataset ({', '.join(IMAGE_DATASETS)}); got {data!r}")
     nb, d, c = nb_parameters(data)
     if budget == "operations":
-        factors = {"quick": [2, 8, 32, 128], "paper": [2**k for k in range(1, 9)], "smoke": [8]}[protocol]
-        key, targets, x = "match_ops", [f * c * d for f in factors], "n_ops"
+        targets = [f * c * d for f in OPERATION_BUDGET_FACTORS[protocol]]
     else:
-        key, targets, x = "match_bits", [nb * b for b in MEMORY_BUDGET_BITS[protocol]], "size_bits"
+        targets = [nb * b for b in MEMORY_BUDGET_BITS[protocol]]
     out = []
     for activation in ("relu", "sign"):
         axes = {key: targets, "weight_bits": list(range(1, 9)) if protocol == "paper" else [1, 2]}
@@ -381,7 +387,7 @@ def cnn_sweeps(data: str, protocol: str, budget: str = "operations") -> list[Fig
             fixed["epochs"] = SMOKE_EPOCHS
         elif protocol == "quick":
             fixed["epochs"] = QUICK_CNN_EPOCHS
-        name = f"cnn-{activation}" if budget == "operations" else f"cnn-{activation}-memory"
+        name = f"cnn-{activation}{suffix}"
         spec = GridSpec(axes=axes, draws={}, fixed=fixed).normalized(f"{name} grid")
         out.append(FigureSweep(name, spec, f"CNN {activation}", group_by=("model", "activation", key), x=x))
     return out
